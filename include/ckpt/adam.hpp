@@ -1,0 +1,290 @@
+#pragma once
+/// \file
+/// `ckpt::adam`: the Adam optimizer (with optional AdamW decoupled weight decay) over any named
+/// parameter structure, and one-call helpers that put the whole training state into a
+/// checkpoint and take it back out, under the seed's section names:
+///
+/// | entries        | holds                                                   |
+/// |----------------|---------------------------------------------------------|
+/// | `model.*`      | the parameters                                          |
+/// | `optim.mu.*`   | Adam's first moments, named like the parameters         |
+/// | `optim.nu.*`   | Adam's second moments, named like the parameters        |
+/// | `optim.step`   | the number of updates done (see `training_state`)       |
+///
+/// \code
+/// ckpt::adam opt{.lr = 1e-2};
+/// auto state = opt.init(params);
+/// for (...) { mlp grads = backward(params, batch); opt.update(params, grads, state); }
+/// ckpt::save("ckpt.safetensors", ckpt::training_state(params, state));
+/// ...
+/// ckpt::restore_training_state(ckpt::load("ckpt.safetensors"), params, state);
+/// \endcode
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/leaf.hpp>
+#include <ckpt/leafwise.hpp>
+#include <ckpt/named.hpp>
+#include <ckpt/params.hpp>
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace ckpt {
+
+/// Adam's state for parameters of type `P`: the first and second moment estimates, shaped like
+/// the parameters, and the number of updates done so far.
+template <class P>
+struct adam_state {
+  /// First moments (running mean of the gradients).
+  P mu;
+  /// Second moments (running mean of the squared gradients).
+  P nu;
+  /// Updates done so far; the next update is number `step + 1`.
+  std::int64_t step = 0;
+};
+
+namespace detail {
+
+// The per-step scalars, computed once in double and rounded once to the leaf's scalar type, so
+// that every leaf of a type sees exactly the same coefficients.
+template <class S>
+struct adam_coefficients {
+  S decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bias2, eps;
+  bool decays;
+};
+
+struct adam_step {
+  double decay, beta1, beta2, step_size, inv_sqrt_bias2, eps;
+  bool decays;
+  template <class S>
+  [[nodiscard]] adam_coefficients<S> as() const {
+    return {static_cast<S>(decay),     static_cast<S>(beta1),
+            static_cast<S>(1 - beta1), static_cast<S>(beta2),
+            static_cast<S>(1 - beta2), static_cast<S>(step_size),
+            static_cast<S>(inv_sqrt_bias2), static_cast<S>(eps),
+            decays};
+  }
+};
+
+// One expression per moment and one for the parameters: Eigen vectorises each.
+template <class S, class PArray, class GArray, class MArray, class VArray>
+void adam_kernel(PArray&& p, const GArray& g, MArray&& m, VArray&& v, const adam_coefficients<S>& c) {
+  if (c.decays) p *= c.decay;
+  m = c.beta1 * m + c.one_minus_beta1 * g;
+  v = c.beta2 * v + c.one_minus_beta2 * g.square();
+  p -= c.step_size * m / (v.sqrt() * c.inv_sqrt_bias2 + c.eps);
+}
+
+template <class S>
+void adam_tensor_leaf(tensor& p, const tensor& g, tensor& m, tensor& v, const adam_step& step) {
+  using array = Eigen::Array<S, Eigen::Dynamic, 1>;
+  const auto n = static_cast<Eigen::Index>(p.numel());
+  auto view = [n](const tensor& x) { return Eigen::Map<const array>(x.as<S>().data(), n); };
+  array pa = view(p), ma = view(m), va = view(v);
+  adam_kernel(pa, view(g), ma, va, step.as<S>());
+  auto store = [&p](const array& a) {
+    return tensor::make(p.dtype(), dims(p.shape().begin(), p.shape().end()),
+                        [&a](std::span<std::byte> out) {
+                          if (!out.empty()) std::memcpy(out.data(), a.data(), out.size());
+                        });
+  };
+  // Build all three before replacing any, so a failed allocation leaves the leaf as it was.
+  tensor new_p = store(pa), new_m = store(ma), new_v = store(va);
+  p = std::move(new_p);
+  m = std::move(new_m);
+  v = std::move(new_v);
+}
+
+template <class L>
+void adam_leaf(L& p, const L& g, L& m, L& v, const adam_step& step) {
+  if constexpr (std::is_same_v<L, tensor>) {
+    if (p.dtype() == dtype::f32) adam_tensor_leaf<float>(p, g, m, v, step);
+    else adam_tensor_leaf<double>(p, g, m, v, step);
+  } else {
+    using scalar_type = typename decltype(flat_array(p))::Scalar;
+    adam_kernel(flat_array(p), flat_array(g), flat_array(m), flat_array(v), step.as<scalar_type>());
+  }
+}
+
+template <class L>
+void check_adam_leaf(std::string_view name, const L& p, const L& g, const L& m, const L& v) {
+  if constexpr (std::is_same_v<L, tensor>) {
+    if (p.dtype() != dtype::f32 && p.dtype() != dtype::f64)
+      throw std::invalid_argument("ckpt: adam: parameter '" + std::string(name) + "' is " +
+                                  std::string(to_string(p.dtype())) + ", not F32 or F64");
+    if (g.dtype() != p.dtype() || m.dtype() != p.dtype() || v.dtype() != p.dtype())
+      throw std::invalid_argument("ckpt: adam: the gradient or state of '" + std::string(name) +
+                                  "' has another dtype than the parameter");
+  } else {
+    static_assert(flat_leaf<L>, "ckpt: adam updates Eigen matrices, arrays, tensors and scalars "
+                                "(or ckpt::tensor leaves of a ptree)");
+    using scalar_type = typename decltype(flat_array(p))::Scalar;
+    static_assert(std::is_floating_point_v<scalar_type>,
+                  "ckpt: adam needs floating-point parameters (float, double or long double)");
+  }
+  const dims shape = leaf_shape(p);
+  if (leaf_shape(g) != shape || leaf_shape(m) != shape || leaf_shape(v) != shape)
+    throw std::invalid_argument("ckpt: adam: the gradient or state of '" + std::string(name) +
+                                "' has another shape than the parameter " + to_string(shape));
+}
+
+inline std::string step_entry_name() { return "optim.step"; }
+
+}  // namespace detail
+
+/// The Adam optimizer, with AdamW's decoupled weight decay when `weight_decay` is not zero.
+///
+/// `update` performs, for every leaf (parameter `p`, gradient `g`, moments `m`, `v`) and with
+/// `t = state.step + 1`, `λ = weight_decay`, `α = lr`:
+///
+///     p ← p · (1 − α·λ)                                  (only if λ ≠ 0: decoupled decay)
+///     m ← β1 · m + (1 − β1) · g
+///     v ← β2 · v + (1 − β2) · g²
+///     p ← p − (α / (1 − β1^t)) · m / (√v · (1 / √(1 − β2^t)) + ε)
+///
+/// that is `p ← p − α · m̂ / (√v̂ + ε)` with the bias-corrected `m̂ = m / (1 − β1^t)` and
+/// `v̂ = v / (1 − β2^t)` (the formula of PyTorch's Adam/AdamW). Then `state.step` becomes `t`.
+/// The scalar coefficients (`1 − α·λ`, `β1`, `1 − β1`, `β2`, `1 − β2`, `α / (1 − β1^t)`,
+/// `1 / √(1 − β2^t)`, `ε`) are computed in double and rounded once to the leaf's scalar type;
+/// the element-wise arithmetic runs in that type, one Eigen expression per line above. For the
+/// same inputs, the same build gives bit-identical results, which bit-exact resume relies on.
+///
+/// Leaves may be Eigen matrices, arrays and tensors of float, double or long double, such
+/// scalars, or F32/F64 `ckpt::tensor` leaves (a `ckpt::ptree` of parameters: new tensors are
+/// made, since tensors are immutable).
+struct adam {
+  /// Learning rate α.
+  double lr = 1e-3;
+  /// Decay of the first-moment average β1, in [0, 1).
+  double beta1 = 0.9;
+  /// Decay of the second-moment average β2, in [0, 1).
+  double beta2 = 0.999;
+  /// ε, added to √v̂ to keep the step finite.
+  double eps = 1e-8;
+  /// Decoupled weight decay λ (AdamW); 0 gives plain Adam.
+  double weight_decay = 0;
+
+  /// A fresh state for `params`: zero moments shaped like `params`, step 0.
+  /// \throws std::bad_alloc; whatever copying `params` throws.
+  template <class P>
+  [[nodiscard]] adam_state<P> init(const P& params) const {
+    return {zeros_like(params), zeros_like(params), 0};
+  }
+
+  /// Applies one bias-corrected Adam step (see the formula above) to `params` in place, using
+  /// `grads` (shaped like `params`) and `state` (from `init` or restored), and counts it in
+  /// `state.step`. All shapes are checked before anything changes.
+  /// \throws std::invalid_argument if the hyper-parameters are out of range (`lr` or
+  /// `weight_decay` negative or not finite, a β outside [0, 1), `eps` negative), if
+  /// `state.step` is negative or at its maximum, if a gradient or moment differs in structure,
+  /// shape or (for `ckpt::tensor` leaves) dtype from its parameter, or a `ckpt::tensor` leaf is
+  /// not F32 or F64 (each message names the leaf).
+  template <class P>
+  void update(P& params, const P& grads, adam_state<P>& state) const {
+    static_assert(named<P>, "ckpt: adam needs a named structure of parameters");
+    check();
+    if (state.step < 0 || state.step == std::numeric_limits<std::int64_t>::max())
+      throw std::invalid_argument("ckpt: adam: invalid step count " + std::to_string(state.step));
+    for_each_leaf([](std::string_view name, const auto& p, const auto& g, const auto& m,
+                     const auto& v) { detail::check_adam_leaf(name, p, g, m, v); },
+                  std::as_const(params), grads, std::as_const(state.mu), std::as_const(state.nu));
+
+    const auto t = static_cast<double>(state.step + 1);
+    const double bias1 = 1 - std::pow(beta1, t);
+    const double bias2 = 1 - std::pow(beta2, t);
+    const detail::adam_step step{1 - lr * weight_decay, beta1, beta2, lr / bias1,
+                                 1 / std::sqrt(bias2), eps, weight_decay != 0};
+    for_each_leaf([&step](std::string_view, auto& p, const auto& g, auto& m,
+                          auto& v) { detail::adam_leaf(p, g, m, v, step); },
+                  params, grads, state.mu, state.nu);
+    ++state.step;
+  }
+
+ private:
+  void check() const {
+    auto bad = [](const char* what, double value) {
+      throw std::invalid_argument(std::string("ckpt: adam: ") + what + " = " + std::to_string(value) +
+                                  " is out of range");
+    };
+    if (!(lr >= 0) || !std::isfinite(lr)) bad("lr", lr);
+    if (!(beta1 >= 0 && beta1 < 1)) bad("beta1", beta1);
+    if (!(beta2 >= 0 && beta2 < 1)) bad("beta2", beta2);
+    if (!(eps >= 0) || !std::isfinite(eps)) bad("eps", eps);
+    if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) bad("weight_decay", weight_decay);
+  }
+};
+
+/// A checkpoint holding the step count `step` at `name`, readable by `to_step`. A step that fits
+/// in 32 bits is stored exactly as the seed's `of_int` does (a one-element I32 tensor of shape
+/// [1]), so files stay readable by `to_int` and by other implementations of the seed; a larger
+/// step is stored as a one-element I64 tensor of shape [1] instead of being truncated (`to_int`
+/// then refuses it with a clear message; `to_step` reads both).
+/// \throws std::invalid_argument if `name` is empty or `__metadata__`, or `step` is negative.
+[[nodiscard]] inline checkpoint of_step(std::string_view name, std::int64_t step) {
+  if (step < 0)
+    throw std::invalid_argument("ckpt: of_step '" + std::string(name) + "': negative step " +
+                                std::to_string(step));
+  if (step <= std::numeric_limits<std::int32_t>::max()) return of_int(name, step);
+  return of_tensor(name, tensor::copy_of(dtype::i64, {1}, std::as_bytes(std::span(&step, 1))));
+}
+
+/// The step count stored at `name` by `of_step` (or by the seed's `of_int`).
+/// \throws std::invalid_argument if `name` has no entry, its entry is not a one-element I32 or
+/// I64 tensor, or the value is negative (the message names the entry).
+[[nodiscard]] inline std::int64_t to_step(std::string_view name, const checkpoint& t) {
+  const tensor* x = t.find(name);
+  if (x && x->dtype() == dtype::i64 && x->numel() == 1) {
+    const std::int64_t value = x->as<std::int64_t>()[0];
+    if (value < 0)
+      throw std::invalid_argument("ckpt: to_step: entry '" + std::string(name) +
+                                  "' holds the negative step " + std::to_string(value));
+    return value;
+  }
+  const std::int64_t value = to_int(name, t);  // raises the seed's message for other entries
+  if (value < 0)
+    throw std::invalid_argument("ckpt: to_step: entry '" + std::string(name) +
+                                "' holds the negative step " + std::to_string(value));
+  return value;
+}
+
+/// The whole training state as one checkpoint: `params` under `model.*`, `state.mu` under
+/// `optim.mu.*`, `state.nu` under `optim.nu.*` and `state.step` at `optim.step` (through
+/// `of_step`: the seed's `of_int` up to 2^31 − 1, 64-bit beyond). The entries are snapshots:
+/// training may change `params` and `state` as soon as this returns.
+/// \throws std::invalid_argument if leaf names are invalid (see `of_params`) or the step is
+/// negative.
+template <class P>
+[[nodiscard]] checkpoint training_state(const P& params, const adam_state<P>& state) {
+  return concat({of_params(params, "model"), of_params(state.mu, "optim.mu"),
+                 of_params(state.nu, "optim.nu"), of_step(detail::step_entry_name(), state.step)});
+}
+
+/// Reads back what `training_state` wrote: replaces `params`, `state.mu`, `state.nu` and
+/// `state.step` with the entries of `t`. `params` is the template for all three structures
+/// (names, shapes and dtypes; `state`'s old contents are not consulted, so a default-constructed
+/// `state` will do). Other entries of `t` are ignored. Nothing is changed if anything is missing
+/// or mismatched.
+/// \throws std::invalid_argument if an entry is missing or has another shape or dtype than its
+/// leaf in `params`, or `optim.step` is missing or malformed (the message names the entry).
+template <class P>
+void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state) {
+  P new_params = to_params(t, params, {.prefix = "model"});
+  P mu = to_params(t, params, {.prefix = "optim.mu"});
+  P nu = to_params(t, params, {.prefix = "optim.nu"});
+  const std::int64_t step = to_step(detail::step_entry_name(), t);
+  params = std::move(new_params);
+  state.mu = std::move(mu);
+  state.nu = std::move(nu);
+  state.step = step;
+}
+
+}  // namespace ckpt

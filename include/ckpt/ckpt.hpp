@@ -1,0 +1,25 @@
+#pragma once
+/// \file
+/// The whole of ckpt: include this, or only the header you need.
+///
+/// - ckpt/dtype.hpp       element types of the format
+/// - ckpt/error.hpp       the exceptions for I/O and format failures
+/// - ckpt/tensor.hpp      one immutable entry
+/// - ckpt/checkpoint.hpp  the immutable collection of entries (no templates: the small core)
+/// - ckpt/file.hpp        save and load
+/// - ckpt/cast.hpp        dtype conversion
+/// - ckpt/leaf.hpp        Eigen objects and scalars as entries
+/// - ckpt/ptree.hpp       run-time parameter trees
+/// - ckpt/named.hpp       walking and naming structures; the ckpt::fields customization point
+/// - ckpt/params.hpp      of_params / to_params
+
+#include <ckpt/cast.hpp>
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/dtype.hpp>
+#include <ckpt/error.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/leaf.hpp>
+#include <ckpt/named.hpp>
+#include <ckpt/params.hpp>
+#include <ckpt/ptree.hpp>
+#include <ckpt/tensor.hpp>

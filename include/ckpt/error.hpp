@@ -1,0 +1,63 @@
+#pragma once
+/// \file
+/// The exceptions ckpt throws for I/O and format failures (the seed's `Failure`).
+///
+/// Misuse of the API (a missing entry, a shape or dtype mismatch, a bad name) throws
+/// `std::invalid_argument` (the seed's `Invalid_argument`); what goes wrong with a file
+/// throws a `ckpt::error`, whose message names the file.
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace ckpt {
+
+/// Base of ckpt's failures: a file could not be read, written or understood.
+class error : public std::runtime_error {
+ public:
+  /// \param path the file concerned; \param what the full message (naming the file).
+  error(std::filesystem::path path, const std::string& what)
+      : std::runtime_error(what), path_(std::move(path)) {}
+  /// The file the failure concerns.
+  /// \throws nothing
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// The operating system refused an operation (open, read, write, fsync, rename...).
+/// The message reads `ckpt: cannot <operation> '<path>': <system error>`.
+class io_error : public error {
+ public:
+  /// \param path the file; \param operation what was attempted ("open", "write"...);
+  /// \param code the system error.
+  io_error(std::filesystem::path path, const std::string& operation, std::error_code code)
+      : error(path, "ckpt: cannot " + operation + " '" + path.string() + "': " + code.message()),
+        code_(code) {}
+  /// The system error.
+  /// \throws nothing
+  [[nodiscard]] std::error_code code() const noexcept { return code_; }
+
+ private:
+  std::error_code code_;
+};
+
+/// A file is not a valid safetensors file. The message reads
+/// `ckpt: '<path>' is not a valid safetensors file: <broken rule>`.
+class format_error : public error {
+ public:
+  /// \param path the file; \param rule the rule the file breaks, naming the entry if any.
+  format_error(std::filesystem::path path, const std::string& rule)
+      : error(path, "ckpt: '" + path.string() + "' is not a valid safetensors file: " + rule),
+        rule_(rule) {}
+  /// The broken rule alone, without the file name.
+  /// \throws nothing
+  [[nodiscard]] const std::string& rule() const noexcept { return rule_; }
+
+ private:
+  std::string rule_;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,238 @@
+#pragma once
+/// \file
+/// Leaves: the values that become checkpoint entries. Eigen matrices and arrays (any size,
+/// either storage order), Eigen tensors (dynamic and fixed-size, either layout), bare scalars,
+/// and `ckpt::tensor` itself. `ckpt::leaf_traits<T>` is the customization point for other
+/// tensor types.
+
+#include <ckpt/dtype.hpp>
+#include <ckpt/tensor.hpp>
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include <array>
+#include <concepts>
+#include <cstring>
+#include <span>
+#include <type_traits>
+
+namespace ckpt {
+
+/// How a leaf type becomes entry bytes and back. Specialize it for a tensor type of your own:
+/// \code
+/// template <> struct ckpt::leaf_traits<my_tensor> {
+///   static ckpt::dtype dtype(const my_tensor&);                    // the entry's dtype
+///   static ckpt::dims shape(const my_tensor&);                     // C-order extents
+///   static void write(const my_tensor&, std::span<std::byte> out); // C-order bytes out
+///   static void read(my_tensor&, const ckpt::tensor& in);          // in has dtype() and shape()
+/// };
+/// \endcode
+/// `read` receives an entry whose dtype and shape already match the leaf's.
+template <class T, class Enable = void>
+struct leaf_traits {};
+
+/// A type that `leaf_traits` describes: an Eigen matrix, array or tensor, a scalar, a
+/// `ckpt::tensor`, or a type of your own with a `leaf_traits` specialization.
+template <class T>
+concept leaf = requires(const T& x, T& y, std::span<std::byte> out, const tensor& in) {
+  { leaf_traits<T>::dtype(x) } -> std::same_as<dtype>;
+  { leaf_traits<T>::shape(x) } -> std::same_as<dims>;
+  leaf_traits<T>::write(x, out);
+  leaf_traits<T>::read(y, in);
+};
+
+namespace detail {
+
+template <class>
+inline constexpr bool always_false = false;
+
+// Emits the diagnostic for an arithmetic type the format has no dtype for; the instantiation
+// context names the type.
+template <class T>
+struct unsupported_scalar {
+  static_assert(always_false<T>,
+                "ckpt: unsupported scalar type (see the instantiation below): safetensors has no "
+                "dtype for it. Use bool, a fixed-width integer, Eigen::half, Eigen::bfloat16, "
+                "float, double or std::complex<float>.");
+  static constexpr dtype value = dtype::f32;
+};
+
+template <class S>
+constexpr dtype checked_dtype_of() {
+  if constexpr (scalar<S>) return dtype_of<S>;
+  else return unsupported_scalar<S>::value;
+}
+
+// C-order bytes in, elements out. Bools go through a byte test: a foreign file may hold bytes
+// other than 0 and 1, and loading those into a bool is undefined.
+template <class S>
+void copy_in(S* out, const std::byte* in, std::size_t count) {
+  if constexpr (std::is_same_v<S, bool>) {
+    for (std::size_t i = 0; i < count; ++i) out[i] = in[i] != std::byte{0};
+  } else if (count != 0) {
+    std::memcpy(out, in, count * sizeof(S));
+  }
+}
+
+template <class S>
+void copy_out(std::byte* out, const S* in, std::size_t count) {
+  if (count != 0) std::memcpy(out, in, count * sizeof(S));
+}
+
+template <class Derived>
+dims dense_shape(const Eigen::DenseBase<Derived>& m) {
+  if constexpr (Derived::ColsAtCompileTime == 1) return {static_cast<std::int64_t>(m.rows())};
+  else if constexpr (Derived::RowsAtCompileTime == 1) return {static_cast<std::int64_t>(m.cols())};
+  else return {static_cast<std::int64_t>(m.rows()), static_cast<std::int64_t>(m.cols())};
+}
+
+// Matrix and Array share everything: a plain object with contiguous storage.
+template <class T>
+struct dense_leaf_traits {
+  using scalar_type = typename T::Scalar;
+  using row_major = Eigen::Matrix<scalar_type, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  // Whether the storage already is C order: row-major, or a single row or column.
+  static bool c_ordered(const T& m) { return T::IsRowMajor || m.rows() == 1 || m.cols() == 1; }
+
+  static ckpt::dtype dtype(const T&) { return checked_dtype_of<scalar_type>(); }
+  static dims shape(const T& m) { return dense_shape(m); }
+  static void write(const T& m, std::span<std::byte> out) {
+    if (c_ordered(m)) {
+      copy_out(out.data(), m.data(), static_cast<std::size_t>(m.size()));
+    } else {
+      Eigen::Map<row_major>(reinterpret_cast<scalar_type*>(out.data()), m.rows(), m.cols()) = m.matrix();
+    }
+  }
+  static void read(T& m, const tensor& in) {
+    const auto* bytes = in.bytes().data();
+    if (c_ordered(m)) {
+      copy_in(m.data(), bytes, static_cast<std::size_t>(m.size()));
+    } else if constexpr (std::is_same_v<scalar_type, bool>) {
+      using byte_matrix = Eigen::Matrix<std::uint8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+      m.matrix() = Eigen::Map<const byte_matrix>(reinterpret_cast<const std::uint8_t*>(bytes), m.rows(), m.cols())
+                       .template cast<bool>();
+    } else {
+      m.matrix() = Eigen::Map<const row_major>(reinterpret_cast<const scalar_type*>(bytes), m.rows(), m.cols());
+    }
+  }
+};
+
+// Dynamic and fixed-size tensors alike, through a TensorMap of their storage.
+template <class T>
+struct tensor_leaf_traits {
+  using scalar_type = typename T::Scalar;
+  static constexpr int rank = T::NumIndices;
+  static constexpr bool is_row_major = (static_cast<int>(T::Layout) == Eigen::RowMajor);
+
+  static std::array<Eigen::Index, rank> extents(const T& t) {
+    std::array<Eigen::Index, rank> out{};
+    for (int i = 0; i < rank; ++i) out[i] = static_cast<Eigen::Index>(t.dimension(i));
+    return out;
+  }
+  static constexpr std::array<int, rank> reversed() {
+    std::array<int, rank> out{};
+    for (int i = 0; i < rank; ++i) out[i] = rank - 1 - i;
+    return out;
+  }
+
+  static ckpt::dtype dtype(const T&) { return checked_dtype_of<scalar_type>(); }
+  static dims shape(const T& t) {
+    dims out(rank);
+    for (int i = 0; i < rank; ++i) out[i] = static_cast<std::int64_t>(t.dimension(i));
+    return out;
+  }
+  static void write(const T& t, std::span<std::byte> out) {
+    const auto count = static_cast<std::size_t>(t.size());
+    if constexpr (is_row_major || rank <= 1) {
+      copy_out(out.data(), t.data(), count);
+    } else {
+      using row_major = Eigen::Tensor<scalar_type, rank, Eigen::RowMajor, Eigen::Index>;
+      using col_major = Eigen::Tensor<const scalar_type, rank, Eigen::ColMajor, Eigen::Index>;
+      Eigen::TensorMap<col_major> source(t.data(), extents(t));
+      Eigen::TensorMap<row_major>(reinterpret_cast<scalar_type*>(out.data()), extents(t)) =
+          source.swap_layout().shuffle(reversed());
+    }
+  }
+  static void read(T& t, const tensor& in) {
+    const auto count = static_cast<std::size_t>(t.size());
+    const auto* bytes = in.bytes().data();
+    if constexpr (is_row_major || rank <= 1) {
+      copy_in(t.data(), bytes, count);
+    } else {
+      using element = std::conditional_t<std::is_same_v<scalar_type, bool>, std::uint8_t, scalar_type>;
+      using row_major = Eigen::Tensor<const element, rank, Eigen::RowMajor, Eigen::Index>;
+      using col_major = Eigen::Tensor<scalar_type, rank, Eigen::ColMajor, Eigen::Index>;
+      Eigen::TensorMap<const row_major> source(reinterpret_cast<const element*>(bytes), extents(t));
+      Eigen::TensorMap<col_major>(t.data(), extents(t)) =
+          source.swap_layout().shuffle(reversed()).template cast<scalar_type>();
+    }
+  }
+};
+
+}  // namespace detail
+
+/// Eigen::Matrix of any size and storage order. A compile-time column vector is saved with
+/// shape [rows], a compile-time row vector [cols], anything else [rows, cols]; the bytes are in
+/// C order whatever the storage order.
+template <class S, int R, int C, int O, int MR, int MC>
+struct leaf_traits<Eigen::Matrix<S, R, C, O, MR, MC>>
+    : detail::dense_leaf_traits<Eigen::Matrix<S, R, C, O, MR, MC>> {};
+
+/// Eigen::Array, shaped and ordered as Eigen::Matrix.
+template <class S, int R, int C, int O, int MR, int MC>
+struct leaf_traits<Eigen::Array<S, R, C, O, MR, MC>>
+    : detail::dense_leaf_traits<Eigen::Array<S, R, C, O, MR, MC>> {};
+
+/// Eigen::Tensor of rank N: shape is its N dimensions, bytes in C order whatever the layout.
+template <class S, int N, int O, class I>
+struct leaf_traits<Eigen::Tensor<S, N, O, I>> : detail::tensor_leaf_traits<Eigen::Tensor<S, N, O, I>> {};
+
+/// Eigen::TensorFixedSize, as Eigen::Tensor.
+template <class S, class Sizes, int O, class I>
+struct leaf_traits<Eigen::TensorFixedSize<S, Sizes, O, I>>
+    : detail::tensor_leaf_traits<Eigen::TensorFixedSize<S, Sizes, O, I>> {};
+
+/// A bare arithmetic scalar (or Eigen::half, Eigen::bfloat16, std::complex<float>): shape [].
+template <class S>
+struct leaf_traits<S, std::enable_if_t<std::is_arithmetic_v<S> || scalar<S>>> {
+  static ckpt::dtype dtype(const S&) { return detail::checked_dtype_of<S>(); }
+  static dims shape(const S&) { return {}; }
+  static void write(const S& x, std::span<std::byte> out) { detail::copy_out(out.data(), &x, 1); }
+  static void read(S& x, const tensor& in) { detail::copy_in(&x, in.bytes().data(), 1); }
+};
+
+/// A `ckpt::tensor` is a leaf of its own dtype and shape; reading one shares the entry's bytes.
+template <>
+struct leaf_traits<tensor> {
+  static ckpt::dtype dtype(const tensor& x) { return x.dtype(); }
+  static dims shape(const tensor& x) { return dims(x.shape().begin(), x.shape().end()); }
+  static void write(const tensor& x, std::span<std::byte> out) {
+    if (!out.empty()) std::memcpy(out.data(), x.bytes().data(), out.size());
+  }
+  static void read(tensor& x, const tensor& in) { x = in; }
+};
+
+/// The dtype of the entry `x` becomes.
+/// \throws nothing for Eigen leaves and scalars.
+template <leaf L>
+[[nodiscard]] dtype leaf_dtype(const L& x) { return leaf_traits<L>::dtype(x); }
+
+/// The shape of the entry `x` becomes.
+/// \throws std::bad_alloc
+template <leaf L>
+[[nodiscard]] dims leaf_shape(const L& x) { return leaf_traits<L>::shape(x); }
+
+/// A tensor holding a C-order copy of `x` (a `ckpt::tensor` is returned as is).
+/// \throws std::bad_alloc
+template <leaf L>
+[[nodiscard]] tensor to_tensor(const L& x) {
+  if constexpr (std::is_same_v<L, tensor>) {
+    return x;
+  } else {
+    return tensor::make(leaf_traits<L>::dtype(x), leaf_traits<L>::shape(x),
+                        [&x](std::span<std::byte> out) { leaf_traits<L>::write(x, out); });
+  }
+}
+
+}  // namespace ckpt

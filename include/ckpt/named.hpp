@@ -1,0 +1,222 @@
+#pragma once
+/// \file
+/// Named structures (the seed's `Named`): how ckpt walks a parameter structure and names its
+/// leaves. Aggregates are walked with Boost.PFR and named by their field identifiers; `std::array`
+/// and `std::vector` elements by zero-based position; `std::map<std::string, T>` values by key;
+/// `ckpt::ptree` by path; other types through the `ckpt::fields` customization point.
+/// Names are joined with '.': `layers.0.w`.
+
+#include <ckpt/detail/field_names.hpp>
+#include <ckpt/leaf.hpp>
+#include <ckpt/ptree.hpp>
+
+#include <boost/pfr/core.hpp>
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace ckpt {
+
+/// The customization point for a structure that is not an aggregate (a class with private
+/// members or constructors), or an aggregate whose entries should not be named after its field
+/// identifiers (a renamed field must keep loading old checkpoints). Specialize it with the names
+/// and a `tie` returning references to the members, in the same order:
+/// \code
+/// class layer {
+///  public:
+///   explicit layer(int n) : weight_(n, n), bias_(n) {}
+///  private:
+///   friend struct ckpt::fields<layer>;
+///   Eigen::MatrixXf weight_;
+///   Eigen::VectorXf bias_;
+/// };
+/// template <> struct ckpt::fields<layer> {
+///   static constexpr std::array names{"w", "b"};
+///   static auto tie(auto& self) { return std::tie(self.weight_, self.bias_); }  // self may be const
+/// };
+/// \endcode
+/// Members may be leaves or any named structure.
+template <class T>
+struct fields;
+
+namespace detail {
+
+template <class T>
+concept customized = requires(T& x) {
+  fields<T>::names;
+  fields<T>::tie(x);
+};
+
+template <class T> struct is_std_vector : std::false_type {};
+template <class T, class A> struct is_std_vector<std::vector<T, A>> : std::true_type {};
+template <class T> struct is_std_array : std::false_type {};
+template <class T, std::size_t N> struct is_std_array<std::array<T, N>> : std::true_type {};
+template <class T> struct is_string_map : std::false_type {};
+template <class V, class C, class A>
+struct is_string_map<std::map<std::string, V, C, A>> : std::true_type {};
+
+template <class T>
+concept pfr_aggregate = std::is_aggregate_v<T> && std::is_class_v<T> && !std::is_union_v<T>;
+
+// Emits the diagnostic for a type ckpt cannot walk; the instantiation context names the type.
+template <class T>
+struct not_a_named_structure {
+  static_assert(always_false<T>,
+                "ckpt: this type (see the instantiation below) is neither a leaf (an Eigen "
+                "matrix, array or tensor, a scalar, a ckpt::tensor) nor a named structure (an "
+                "aggregate, std::array, std::vector, std::map<std::string, T>, ckpt::ptree). "
+                "Specialize ckpt::fields<T> to name its members, or ckpt::leaf_traits<T> to make "
+                "it a leaf.");
+  static constexpr bool value = false;
+};
+
+// Appends one segment to a '.'-joined path for the duration of a scope.
+class path_segment {
+ public:
+  path_segment(std::string& path, std::string_view segment) : path_(path), mark_(path.size()) {
+    if (!path_.empty()) path_ += '.';
+    path_ += segment;
+  }
+  path_segment(const path_segment&) = delete;
+  path_segment& operator=(const path_segment&) = delete;
+  ~path_segment() { path_.resize(mark_); }
+
+ private:
+  std::string& path_;
+  std::size_t mark_;
+};
+
+[[noreturn]] inline void mismatch(const std::string& path, const std::string& what) {
+  throw std::invalid_argument("ckpt: the structures differ at '" + path + "': " + what);
+}
+
+template <class F, class X, class... Xs>
+void walk(std::string& path, F& visit, X& x, Xs&... xs);
+
+// One member of a tied or aggregate structure; a function of its own because GCC 12 cannot
+// expand the structures' pack inside a fold over the member indices.
+template <std::size_t I, class F, class Tuple, class... Tuples>
+void walk_tied_member(std::string& path, F& visit, std::string_view name, Tuple&& first, Tuples&&... rest) {
+  path_segment segment(path, name);
+  walk(path, visit, std::get<I>(first), std::get<I>(rest)...);
+}
+
+template <class F, class Tuple, class... Tuples, std::size_t... I>
+void walk_tied(std::string& path, F& visit, const auto& names, std::index_sequence<I...>,
+               Tuple&& first, Tuples&&... rest) {
+  (walk_tied_member<I>(path, visit, names[I], first, rest...), ...);
+}
+
+template <std::size_t I, class F, class X, class... Xs>
+void walk_aggregate_member(std::string& path, F& visit, X& x, Xs&... xs) {
+  path_segment segment(path, field_name<std::remove_cv_t<X>, I>());
+  walk(path, visit, boost::pfr::get<I>(x), boost::pfr::get<I>(xs)...);
+}
+
+template <class F, class X, class... Xs, std::size_t... I>
+void walk_aggregate(std::string& path, F& visit, std::index_sequence<I...>, X& x, Xs&... xs) {
+  (walk_aggregate_member<I>(path, visit, x, xs...), ...);
+}
+
+template <class F, class X, class... Xs>
+void walk_ptree(std::string& path, F& visit, X& x, Xs&... xs) {
+  if (((xs.is_dict() != x.is_dict() || xs.is_list() != x.is_list()) || ...))
+    mismatch(path, "one ptree node is a dict, list or tensor where another is not");
+  if (x.is_tensor()) {
+    visit(std::string_view(path), x.as_tensor(), xs.as_tensor()...);
+  } else if (x.is_list()) {
+    auto& elements = x.as_list();
+    if (((xs.as_list().size() != elements.size()) || ...)) mismatch(path, "lists of different lengths");
+    for (std::size_t i = 0; i < elements.size(); ++i) {
+      path_segment segment(path, std::to_string(i));
+      walk(path, visit, elements[i], xs.as_list()[i]...);
+    }
+  } else {
+    auto& entries = x.as_dict();
+    if (((xs.as_dict().size() != entries.size()) || ...)) mismatch(path, "dicts of different sizes");
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (((xs.as_dict()[i].first != entries[i].first) || ...))
+        mismatch(path, "dicts with different keys");
+      path_segment segment(path, entries[i].first);
+      walk(path, visit, entries[i].second, xs.as_dict()[i].second...);
+    }
+  }
+}
+
+template <class F, class X, class... Xs>
+void walk(std::string& path, F& visit, X& x, Xs&... xs) {
+  using type = std::remove_cv_t<X>;
+  if constexpr (leaf<type>) {
+    visit(std::string_view(path), x, xs...);
+  } else if constexpr (customized<type>) {
+    constexpr std::size_t count = std::size(fields<type>::names);
+    static_assert(count == std::tuple_size_v<decltype(fields<type>::tie(x))>,
+                  "ckpt: fields<T>::names must have exactly one name per member that "
+                  "fields<T>::tie returns");
+    walk_tied(path, visit, fields<type>::names, std::make_index_sequence<count>{},
+              fields<type>::tie(x), fields<type>::tie(xs)...);
+  } else if constexpr (std::is_same_v<type, ptree>) {
+    walk_ptree(path, visit, x, xs...);
+  } else if constexpr (is_std_vector<type>::value || is_std_array<type>::value) {
+    if (((xs.size() != x.size()) || ...)) mismatch(path, "sequences of different lengths");
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      path_segment segment(path, std::to_string(i));
+      walk(path, visit, x[i], xs[i]...);
+    }
+  } else if constexpr (is_string_map<type>::value) {
+    if (((xs.size() != x.size()) || ...)) mismatch(path, "maps of different sizes");
+    for (auto& [key, value] : x) {
+      if (((!xs.contains(key)) || ...)) mismatch(path, "the key '" + key + "' is not in every map");
+      path_segment segment(path, key);
+      walk(path, visit, value, xs.find(key)->second...);
+    }
+  } else if constexpr (pfr_aggregate<type>) {
+    walk_aggregate(path, visit, std::make_index_sequence<boost::pfr::tuple_size_v<type>>{}, x, xs...);
+  } else {
+    static_assert(not_a_named_structure<type>::value);
+  }
+}
+
+template <class T>
+inline constexpr bool is_named_v = leaf<T> || customized<T> || std::is_same_v<T, ptree> ||
+                                   is_std_vector<T>::value || is_std_array<T>::value ||
+                                   is_string_map<T>::value || pfr_aggregate<T>;
+
+}  // namespace detail
+
+/// A type ckpt can walk and name: a leaf, a `ckpt::fields` specialization, a `ckpt::ptree`, a
+/// `std::array`, `std::vector` or `std::map<std::string, T>`, or an aggregate. (Whether every
+/// member is itself named is checked when the structure is walked.)
+template <class T>
+concept named = detail::is_named_v<std::remove_cv_t<T>>;
+
+/// Calls `visit(name, leaf, leaves...)` for every leaf of `s` in order, with the corresponding
+/// leaves of `rest` (structures of the same shape: same vector lengths, map keys, ptree kinds).
+/// `name` is the leaf's path from the root (empty for a bare leaf); leaves are passed by
+/// reference, const where the structure is.
+/// \throws std::invalid_argument if the structures' shapes differ (the message names the path);
+/// whatever `visit` throws.
+template <class S, class... Rest, class Visit>
+void for_each_leaf(Visit&& visit, S& s, Rest&... rest) {
+  std::string path;
+  detail::walk(path, visit, s, rest...);
+}
+
+/// The names of the leaves of `s`, in walking order.
+/// \throws std::bad_alloc
+template <class S>
+[[nodiscard]] std::vector<std::string> leaf_names(const S& s) {
+  std::vector<std::string> out;
+  for_each_leaf([&out](std::string_view name, const auto&) { out.emplace_back(name); }, s);
+  return out;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,111 @@
+#pragma once
+/// \file
+/// Typed structures into checkpoints and back: `of_params`, `to_params`, `of_tensor` of a leaf.
+
+#include <ckpt/cast.hpp>
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/named.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ckpt {
+
+/// Options of `to_params`.
+struct extract_options {
+  /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf).
+  std::string_view prefix;
+  /// Convert entries whose dtype differs from the leaf's instead of raising.
+  bool cast = false;
+};
+
+namespace detail {
+
+inline std::string join_name(std::string_view prefix, std::string_view name) {
+  if (prefix.empty()) return std::string(name);
+  if (name.empty()) return std::string(prefix);
+  std::string out;
+  out.reserve(prefix.size() + 1 + name.size());
+  out.append(prefix).append(1, '.').append(name);
+  return out;
+}
+
+// The seed's rule for P.names: one name per leaf, distinct and non-empty.
+void check_leaf_names(std::vector<std::string> names, std::string_view function);
+
+[[noreturn]] void throw_missing_entry(std::string_view name);
+[[noreturn]] void throw_shape_mismatch(std::string_view name, std::span<const std::int64_t> entry,
+                                       std::span<const std::int64_t> leaf);
+[[noreturn]] void throw_dtype_mismatch(std::string_view name, dtype entry, dtype leaf);
+
+}  // namespace detail
+
+/// A checkpoint with one entry per leaf of `params`, named by the leaf's path (see named.hpp)
+/// and prefixed by `prefix` (`prefix + "." + name`, or `prefix` alone for a bare root leaf).
+/// Each entry is a C-order snapshot of its leaf: later changes to `params` do not affect it.
+/// \throws std::invalid_argument if the names are not distinct and non-empty (the message
+/// quotes the offending name), or name `__metadata__`.
+template <class P>
+[[nodiscard]] checkpoint of_params(const P& params, std::string_view prefix = {}) {
+  static_assert(named<P>, "ckpt: of_params needs a named structure or a leaf");
+  std::vector<checkpoint::entry> entries;
+  for_each_leaf(
+      [&](std::string_view name, const auto& x) {
+        entries.emplace_back(detail::join_name(prefix, name), to_tensor(x));
+      },
+      params);
+  return checkpoint(std::move(entries));
+}
+
+/// A checkpoint with the single entry `name` holding a C-order copy of the leaf `x`.
+/// \throws std::invalid_argument if `name` is empty or `__metadata__`.
+template <leaf L>
+  requires(!std::is_same_v<L, tensor>)
+[[nodiscard]] checkpoint of_tensor(std::string_view name, const L& x) {
+  return of_tensor(name, to_tensor(x));
+}
+
+/// `like` with every leaf replaced by the entry of `t` of the same name (prefixed as in
+/// `of_params`). `like` supplies structure, names, dtypes and shapes; its values are discarded.
+/// Entries `like` does not name are ignored. Entries are copied once into the leaves, reordered
+/// for column-major leaves; `ckpt::tensor` leaves share the entry's bytes.
+/// \throws std::invalid_argument if an entry named by `like` is missing, has another shape, or
+/// another dtype while `opts.cast` is false (each message names the entry and both shapes or
+/// dtypes), if a dtype cannot be cast (sub-byte formats), or if `like`'s names are invalid.
+template <class P>
+[[nodiscard]] P to_params(const checkpoint& t, const P& like, extract_options opts = {}) {
+  static_assert(named<P>, "ckpt: to_params needs a named structure or a leaf");
+  {
+    std::vector<std::string> names;
+    for_each_leaf([&](std::string_view leaf_name, const auto&) {
+      names.push_back(detail::join_name(opts.prefix, leaf_name));
+    }, like);
+    detail::check_leaf_names(std::move(names), "to_params");
+  }
+  P out = like;
+  for_each_leaf(
+      [&](std::string_view leaf_name, auto& x) {
+        using leaf_type = std::remove_cvref_t<decltype(x)>;
+        std::string name = detail::join_name(opts.prefix, leaf_name);
+        const tensor* entry = t.find(name);
+        if (!entry) detail::throw_missing_entry(name);
+        const dims shape = leaf_traits<leaf_type>::shape(x);
+        if (!std::ranges::equal(entry->shape(), shape)) detail::throw_shape_mismatch(name, entry->shape(), shape);
+        const dtype type = leaf_traits<leaf_type>::dtype(x);
+        if (entry->dtype() == type) {
+          leaf_traits<leaf_type>::read(x, *entry);
+        } else if (opts.cast) {
+          leaf_traits<leaf_type>::read(x, cast(*entry, type));
+        } else {
+          detail::throw_dtype_mismatch(name, entry->dtype(), type);
+        }
+      },
+      out);
+  return out;
+}
+
+}  // namespace ckpt

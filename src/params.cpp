@@ -1,0 +1,33 @@
+#include <ckpt/params.hpp>
+
+namespace ckpt::detail {
+
+void check_leaf_names(std::vector<std::string> names, std::string_view function) {
+  std::sort(names.begin(), names.end());
+  if (!names.empty() && names.front().empty())
+    throw std::invalid_argument("ckpt: " + std::string(function) +
+                                ": a leaf has an empty name (a bare leaf needs a prefix)");
+  const auto duplicate = std::adjacent_find(names.begin(), names.end());
+  if (duplicate != names.end())
+    throw std::invalid_argument("ckpt: " + std::string(function) + ": two leaves are named '" +
+                                *duplicate + "'");
+}
+
+void throw_missing_entry(std::string_view name) {
+  throw std::invalid_argument("ckpt: to_params: no entry named '" + std::string(name) + "'");
+}
+
+void throw_shape_mismatch(std::string_view name, std::span<const std::int64_t> entry,
+                          std::span<const std::int64_t> leaf) {
+  throw std::invalid_argument("ckpt: to_params: entry '" + std::string(name) + "' has shape " +
+                              to_string(entry) + " but the template's leaf has shape " +
+                              to_string(leaf));
+}
+
+void throw_dtype_mismatch(std::string_view name, dtype entry, dtype leaf) {
+  throw std::invalid_argument("ckpt: to_params: entry '" + std::string(name) + "' has dtype " +
+                              std::string(to_string(entry)) + " but the template's leaf has dtype " +
+                              std::string(to_string(leaf)) + " (pass cast = true to convert)");
+}
+
+}  // namespace ckpt::detail

@@ -1,0 +1,462 @@
+#include "safetensors.hpp"
+
+#include <boost/json/basic_parser_impl.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/string.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace ckpt::detail {
+namespace {
+
+using boost::json::error_code;
+using boost::json::string_view;
+
+// One tensor as the header describes it. `type` is empty for a dtype the format does not define:
+// such entries are skipped, but their bytes still take part in the layout checks.
+struct header_entry {
+  std::string name;
+  std::string dtype_spelling;
+  std::optional<dtype> type;
+  dims shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  bool has_dtype = false, has_shape = false, has_offsets = false;
+};
+
+struct parsed_header {
+  std::vector<header_entry> entries;
+  metadata_map metadata;
+  bool has_metadata = false;
+};
+
+[[noreturn]] void fail(const std::filesystem::path& origin, const std::string& rule) {
+  throw format_error(origin, rule);
+}
+
+std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// A SAX handler for boost::json::basic_parser that reads the header straight into
+// header_entry records: no DOM, and duplicate keys (which a DOM would silently merge, last one
+// winning) are seen and refused. Handlers may throw; the parser passes exceptions through.
+class header_handler {
+ public:
+  static constexpr std::size_t max_object_size = std::size_t(-1);
+  static constexpr std::size_t max_array_size = std::size_t(-1);
+  static constexpr std::size_t max_key_size = std::size_t(-1);
+  static constexpr std::size_t max_string_size = std::size_t(-1);
+
+  explicit header_handler(const std::filesystem::path& origin) : origin_(origin) {}
+
+  parsed_header result;
+
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+
+  bool on_object_begin(error_code&) {
+    switch (where_) {
+      case place::root: where_ = place::top; return true;
+      case place::top_value:
+        if (is_metadata_) {
+          where_ = place::metadata;
+        } else {
+          result.entries.emplace_back().name = key_;
+          where_ = place::entry;
+        }
+        return true;
+      case place::entry_value:
+        if (field_ == field::unknown) return skip_begin();
+        return bad_field("an object");
+      case place::skipping: ++skip_depth_; return true;
+      case place::metadata_value: return bad_metadata("an object");
+      default: return unexpected("an object");
+    }
+  }
+
+  bool on_object_end(std::size_t, error_code&) {
+    switch (where_) {
+      case place::top: where_ = place::done; return true;
+      case place::metadata: where_ = place::top; return true;
+      case place::entry: {
+        const header_entry& e = result.entries.back();
+        const char* missing = !e.has_dtype ? "dtype" : !e.has_shape ? "shape" : !e.has_offsets ? "data_offsets" : nullptr;
+        if (missing) fail(origin_, "entry " + quote(e.name) + " has no '" + missing + "'");
+        where_ = place::top;
+        return true;
+      }
+      case place::skipping: return skip_end();
+      default: return unexpected("the end of an object");
+    }
+  }
+
+  bool on_array_begin(error_code&) {
+    switch (where_) {
+      case place::root: fail(origin_, "the header is a JSON array, not an object");
+      case place::entry_value:
+        if (field_ == field::shape || field_ == field::data_offsets) {
+          numbers_.clear();
+          where_ = place::entry_array;
+          return true;
+        }
+        if (field_ == field::unknown) return skip_begin();
+        return bad_field("an array");
+      case place::skipping: ++skip_depth_; return true;
+      case place::entry_array: return bad_field("a nested array");
+      case place::metadata_value: return bad_metadata("an array");
+      default: return unexpected("an array");
+    }
+  }
+
+  bool on_array_end(std::size_t, error_code&) {
+    if (where_ == place::skipping) return skip_end();
+    if (where_ != place::entry_array) return unexpected("the end of an array");
+    header_entry& e = result.entries.back();
+    if (field_ == field::shape) {
+      e.shape.assign(numbers_.begin(), numbers_.end());
+    } else {
+      if (numbers_.size() != 2)
+        fail(origin_, "entry " + quote(e.name) + " has 'data_offsets' of " +
+                          std::to_string(numbers_.size()) + " numbers instead of 2");
+      e.begin = static_cast<std::uint64_t>(numbers_[0]);
+      e.end = static_cast<std::uint64_t>(numbers_[1]);
+    }
+    where_ = place::entry;
+    return true;
+  }
+
+  bool on_key_part(string_view s, std::size_t, error_code&) {
+    partial_.append(s.data(), s.size());
+    return true;
+  }
+
+  bool on_key(string_view s, std::size_t, error_code&) {
+    partial_.append(s.data(), s.size());
+    switch (where_) {
+      case place::top:
+        is_metadata_ = partial_ == "__metadata__";
+        if (is_metadata_) {
+          if (result.has_metadata) fail(origin_, "'__metadata__' appears twice");
+          result.has_metadata = true;
+        }
+        key_ = std::move(partial_);
+        where_ = place::top_value;
+        break;
+      case place::entry: {
+        header_entry& e = result.entries.back();
+        bool* seen = nullptr;
+        if (partial_ == "dtype") field_ = field::dtype, seen = &e.has_dtype;
+        else if (partial_ == "shape") field_ = field::shape, seen = &e.has_shape;
+        else if (partial_ == "data_offsets") field_ = field::data_offsets, seen = &e.has_offsets;
+        else field_ = field::unknown;  // the reference reader ignores unknown fields too
+        if (seen) {
+          if (*seen) fail(origin_, "entry " + quote(e.name) + " has '" + partial_ + "' twice");
+          *seen = true;
+        }
+        where_ = place::entry_value;
+        break;
+      }
+      case place::metadata:
+        key_ = std::move(partial_);
+        if (result.metadata.contains(key_))
+          fail(origin_, "'__metadata__' has the key " + quote(key_) + " twice");
+        where_ = place::metadata_value;
+        break;
+      case place::skipping: break;
+      default: unexpected("a key");
+    }
+    partial_.clear();
+    return true;
+  }
+
+  bool on_string_part(string_view s, std::size_t, error_code&) {
+    partial_.append(s.data(), s.size());
+    return true;
+  }
+
+  bool on_string(string_view s, std::size_t, error_code&) {
+    partial_.append(s.data(), s.size());
+    switch (where_) {
+      case place::metadata_value:
+        result.metadata.emplace(std::move(key_), std::move(partial_));
+        where_ = place::metadata;
+        break;
+      case place::entry_value:
+        if (field_ == field::dtype) {
+          header_entry& e = result.entries.back();
+          e.type = dtype_from_string(partial_);
+          e.dtype_spelling = std::move(partial_);
+          where_ = place::entry;
+        } else if (field_ == field::unknown) {
+          where_ = place::entry;
+        } else {
+          bad_field("a string");
+        }
+        break;
+      case place::skipping: break;
+      default: unexpected("a string");
+    }
+    partial_.clear();
+    return true;
+  }
+
+  bool on_number_part(string_view, error_code&) { return true; }
+  bool on_int64(std::int64_t i, string_view, error_code&) {
+    if (i < 0) return number_value("a negative number");
+    return unsigned_value(static_cast<std::uint64_t>(i));
+  }
+  bool on_uint64(std::uint64_t u, string_view, error_code&) { return unsigned_value(u); }
+  bool on_double(double, string_view, error_code&) { return number_value("a non-integer number"); }
+  bool on_bool(bool, error_code&) { return scalar_value("a boolean"); }
+  bool on_null(error_code&) { return scalar_value("null"); }
+  bool on_comment_part(string_view, error_code&) { return true; }
+  bool on_comment(string_view, error_code&) { return true; }
+
+ private:
+  enum class place {
+    root, top, top_value, entry, entry_value, entry_array, metadata, metadata_value, skipping, done
+  };
+  enum class field { dtype, shape, data_offsets, unknown };
+
+  bool unsigned_value(std::uint64_t u) {
+    if (where_ == place::entry_array) {
+      // Extents and offsets are kept as int64: a file cannot be larger than that.
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        return number_value("a number too large");
+      numbers_.push_back(static_cast<std::int64_t>(u));
+      return true;
+    }
+    return scalar_value("a number");
+  }
+
+  bool number_value(const char* what) {
+    if (where_ == place::entry_array)
+      fail(origin_, "entry " + quote(result.entries.back().name) + " has " + what + " in '" +
+                        field_name() + "'");
+    return scalar_value(what);
+  }
+
+  bool scalar_value(const char* what) {
+    switch (where_) {
+      case place::skipping: return true;
+      case place::entry_value:
+        if (field_ == field::unknown) {
+          where_ = place::entry;
+          return true;
+        }
+        return bad_field(what);
+      case place::metadata_value: return bad_metadata(what);
+      default: return unexpected(what);
+    }
+  }
+
+  bool skip_begin() {
+    where_ = place::skipping;
+    skip_depth_ = 1;
+    return true;
+  }
+  bool skip_end() {
+    if (--skip_depth_ == 0) where_ = place::entry;
+    return true;
+  }
+
+  std::string field_name() const {
+    switch (field_) {
+      case field::dtype: return "dtype";
+      case field::shape: return "shape";
+      case field::data_offsets: return "data_offsets";
+      case field::unknown: break;
+    }
+    return "?";
+  }
+
+  bool bad_field(const char* what) {
+    static constexpr const char* expected[] = {"a string", "an array of non-negative integers",
+                                               "an array of two non-negative integers"};
+    fail(origin_, "entry " + quote(result.entries.back().name) + " has " + what + " as '" +
+                      field_name() + "' instead of " + expected[static_cast<int>(field_)]);
+  }
+  bool bad_metadata(const char* what) {
+    fail(origin_, "'__metadata__' maps " + quote(key_) + " to " + what +
+                      " instead of a string");
+  }
+  bool unexpected(const char* what) {
+    if (where_ == place::root) fail(origin_, std::string("the header is ") + what + ", not a JSON object");
+    if (where_ == place::top_value)
+      fail(origin_, (is_metadata_ ? std::string("'__metadata__'") : "entry " + quote(key_)) +
+                        " is " + what + " instead of an object");
+    fail(origin_, std::string("unexpected ") + what + " in the header");
+  }
+
+  const std::filesystem::path& origin_;
+  place where_ = place::root;
+  field field_ = field::unknown;
+  bool is_metadata_ = false;
+  std::size_t skip_depth_ = 0;
+  std::string key_, partial_;
+  std::vector<std::int64_t> numbers_;
+};
+
+parsed_header parse_header(std::string_view json, const std::filesystem::path& origin) {
+  boost::json::parse_options options;
+  options.max_depth = 64;
+  boost::json::basic_parser<header_handler> parser(options, origin);
+  error_code ec;
+  const std::size_t used = parser.write_some(false, json.data(), json.size(), ec);
+  if (ec) fail(origin, "the header is not valid JSON (" + ec.message() + ")");
+  // The format pads the header with spaces; anything else after the object is garbage.
+  if (json.find_first_not_of(" \t\r\n", used) != std::string_view::npos)
+    fail(origin, "the header has bytes other than spaces after its JSON object");
+  return std::move(parser.handler().result);
+}
+
+std::uint64_t read_le64(const std::byte* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
+                      const std::shared_ptr<const void>& owner) {
+  if (file.size() < 8)
+    fail(origin, "the file has " + std::to_string(file.size()) +
+                     " bytes, fewer than the 8 of the header length");
+  const std::uint64_t header_size = read_le64(file.data());
+  if (header_size > max_header_size)
+    fail(origin, "the header length " + std::to_string(header_size) + " exceeds the limit of " +
+                     std::to_string(max_header_size) + " bytes");
+  if (header_size > file.size() - 8)
+    fail(origin, "the header length " + std::to_string(header_size) + " runs past the end of the " +
+                     std::to_string(file.size()) + "-byte file");
+  const std::string_view json(reinterpret_cast<const char*>(file.data() + 8), header_size);
+  parsed_header header = parse_header(json, origin);
+
+  const std::span<const std::byte> data = file.subspan(8 + header_size);
+  std::vector<header_entry>& entries = header.entries;
+
+  // Names must be distinct, even where two entries would describe the same bytes.
+  std::vector<const header_entry*> by_name;
+  by_name.reserve(entries.size());
+  for (const header_entry& e : entries) by_name.push_back(&e);
+  std::sort(by_name.begin(), by_name.end(),
+            [](const header_entry* a, const header_entry* b) { return a->name < b->name; });
+  for (std::size_t i = 1; i < by_name.size(); ++i)
+    if (by_name[i]->name == by_name[i - 1]->name)
+      fail(origin, "the entry name " + quote(by_name[i]->name) + " appears twice");
+
+  for (const header_entry& e : entries) {
+    if (e.name.empty()) fail(origin, "an entry has an empty name");
+    if (e.end < e.begin)
+      fail(origin, "entry " + quote(e.name) + " has data_offsets [" + std::to_string(e.begin) +
+                       ", " + std::to_string(e.end) + "] that end before they begin");
+    if (e.end > data.size())
+      fail(origin, "entry " + quote(e.name) + " has data_offsets [" + std::to_string(e.begin) +
+                       ", " + std::to_string(e.end) + "] past the end of the " +
+                       std::to_string(data.size()) + "-byte data buffer");
+    if (!e.type) continue;
+    std::size_t expected = 0;
+    try {
+      expected = nbytes_of(*e.type, numel_of(e.shape));
+    } catch (const std::invalid_argument&) {
+      fail(origin, "entry " + quote(e.name) + " has shape " + to_string(e.shape) +
+                       " whose byte count as " + e.dtype_spelling +
+                       " overflows or is not a whole number of bytes");
+    }
+    if (expected != e.end - e.begin)
+      fail(origin, "entry " + quote(e.name) + " of dtype " + e.dtype_spelling + " and shape " +
+                       to_string(e.shape) + " needs " + std::to_string(expected) +
+                       " bytes but its data_offsets span " + std::to_string(e.end - e.begin));
+  }
+
+  // The entries must tile the data buffer exactly: no overlap, no hole, nothing after.
+  std::vector<const header_entry*> by_offset(by_name);
+  std::sort(by_offset.begin(), by_offset.end(), [](const header_entry* a, const header_entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  std::uint64_t covered = 0;
+  const header_entry* previous = nullptr;
+  for (const header_entry* e : by_offset) {
+    if (e->begin > covered)
+      fail(origin, "bytes " + std::to_string(covered) + " to " + std::to_string(e->begin) +
+                       " of the data buffer belong to no entry (a hole before " + quote(e->name) + ")");
+    if (e->begin < covered)
+      fail(origin, "entry " + quote(e->name) + " overlaps entry " + quote(previous->name));
+    covered = e->end;
+    previous = e;
+  }
+  if (covered != data.size())
+    fail(origin, "the data buffer has " + std::to_string(data.size() - covered) +
+                     " trailing bytes after the last entry");
+
+  std::vector<checkpoint::entry> out;
+  out.reserve(entries.size());
+  for (header_entry& e : entries) {
+    if (!e.type) {
+      std::cerr << "ckpt: warning: '" << origin.string() << "': skipping entry '" << e.name
+                << "' of unknown dtype '" << e.dtype_spelling << "'\n";
+      continue;
+    }
+    if (e.name == "__metadata__") continue;  // unreachable: the key is taken by the metadata
+    out.emplace_back(std::move(e.name),
+                     tensor::view_of(*e.type, std::move(e.shape),
+                                     data.subspan(e.begin, e.end - e.begin), owner));
+  }
+  return checkpoint(std::move(out), std::move(header.metadata));
+}
+
+std::string make_header(const checkpoint& t) {
+  std::string json = "{";
+  const auto append_string = [&json](std::string_view s) {
+    json += boost::json::serialize(boost::json::string_view(s.data(), s.size()));
+  };
+  if (!t.metadata().empty()) {
+    json += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [key, value] : t.metadata()) {
+      if (!first) json += ',';
+      first = false;
+      append_string(key);
+      json += ':';
+      append_string(value);
+    }
+    json += '}';
+  }
+  std::uint64_t offset = 0;
+  for (const auto& [name, x] : t) {
+    if (json.size() > 1) json += ',';
+    append_string(name);
+    json += ":{\"dtype\":\"";
+    json += to_string(x.dtype());
+    json += "\",\"shape\":[";
+    for (std::size_t i = 0; i < x.rank(); ++i) {
+      if (i != 0) json += ',';
+      json += std::to_string(x.shape()[i]);
+    }
+    json += "],\"data_offsets\":[";
+    json += std::to_string(offset);
+    json += ',';
+    offset += x.nbytes();
+    json += std::to_string(offset);
+    json += "]}";
+  }
+  json += '}';
+  // Pad with spaces so that the data starts at a multiple of 8 bytes into the file.
+  json.append((8 - json.size() % 8) % 8, ' ');
+  if (json.size() > max_header_size)
+    throw std::invalid_argument("ckpt: the header of " + std::to_string(t.size()) +
+                                " entries would take " + std::to_string(json.size()) +
+                                " bytes, over the format's limit of " +
+                                std::to_string(max_header_size));
+  const std::uint64_t size = json.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &size, 8);
+  return out + json;
+}
+
+}  // namespace ckpt::detail

@@ -1,0 +1,29 @@
+#pragma once
+// The safetensors format itself, apart from how bytes reach or leave the disk.
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace ckpt::detail {
+
+// The format's cap on the JSON header, as the reference implementation enforces it.
+inline constexpr std::uint64_t max_header_size = 100'000'000;
+
+// Builds a checkpoint from the bytes of a whole file. Tensors view `file`, kept alive by
+// `owner`. Throws format_error naming `origin` and the broken rule.
+checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
+                      const std::shared_ptr<const void>& owner);
+
+// The first 8 + N bytes of the file for `t`: the length prefix and the JSON header, padded with
+// spaces so that the data that follows starts 8-byte aligned. Entries are laid out in name order.
+// Throws std::invalid_argument if the header would exceed max_header_size.
+std::string make_header(const checkpoint& t);
+
+}  // namespace ckpt::detail

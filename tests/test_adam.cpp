@@ -1,0 +1,179 @@
+// Adam: the update against hand-computed and closed-form values, and the training-state
+// helpers (model.* / optim.mu.* / optim.nu.* / optim.step).
+#define BOOST_TEST_MODULE adam
+#include <boost/test/unit_test.hpp>
+
+#include <ckpt/adam.hpp>
+#include <ckpt/file.hpp>
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+struct linear {
+  Eigen::MatrixXd w;
+  Eigen::VectorXd b;
+};
+
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  BOOST_FAIL("no exception was thrown");
+  return {};
+}
+
+}  // namespace
+
+// lr = 0.1, β1 = 0.9, β2 = 0.999, ε = 1e-8; one scalar parameter p = 1, gradients 2 then -1.
+// Step 1: m = 0.2, v = 0.004, m̂ = 0.2/0.1 = 2, v̂ = 0.004/0.001 = 4,
+//         p = 1 - 0.1 * 2 / (2 + 1e-8) = 0.9000000005
+// Step 2: m = 0.18 - 0.1 = 0.08, v = 0.003996 + 0.001 = 0.004996,
+//         m̂ = 0.08/0.19 = 0.42105263157894735, v̂ = 0.004996/0.001999 = 2.4992496248124062,
+//         p = 0.9000000005 - 0.1 * 0.42105263157894735 / (1.5809015228 + 1e-8)
+//           = 0.8733662967...
+BOOST_AUTO_TEST_CASE(two_steps_by_hand) {
+  const ckpt::adam opt{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+  linear p{Eigen::MatrixXd::Constant(1, 1, 1.0), Eigen::VectorXd::Constant(1, 1.0)};
+  auto st = opt.init(p);
+  BOOST_TEST(st.step == 0);
+  BOOST_TEST(st.mu.w.rows() == 1);
+  BOOST_TEST(st.nu.b(0) == 0.0);
+
+  opt.update(p, linear{Eigen::MatrixXd::Constant(1, 1, 2.0), Eigen::VectorXd::Constant(1, 2.0)}, st);
+  BOOST_TEST(st.step == 1);
+  BOOST_TEST(st.mu.w(0, 0) == 0.2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(st.nu.w(0, 0) == 0.004, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(p.w(0, 0) == 0.9000000005, boost::test_tools::tolerance(1e-14));
+
+  opt.update(p, linear{Eigen::MatrixXd::Constant(1, 1, -1.0), Eigen::VectorXd::Constant(1, -1.0)}, st);
+  BOOST_TEST(st.step == 2);
+  BOOST_TEST(st.mu.w(0, 0) == 0.08, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(st.nu.w(0, 0) == 0.004996, boost::test_tools::tolerance(1e-12));
+  const double m_hat = 0.08 / (1 - 0.81);
+  const double v_hat = 0.004996 / (1 - 0.998001);
+  const double expected = 0.9000000005 - 0.1 * m_hat / (std::sqrt(v_hat) + 1e-8);
+  BOOST_TEST(p.w(0, 0) == expected, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(p.w(0, 0) == 0.8733662967, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(p.b(0) == p.w(0, 0));
+}
+
+// With a constant gradient g the bias-corrected moments are exactly m̂ = g, v̂ = g² at every step,
+// so each step moves p by lr · g / (|g| + ε): after n steps p = p0 − n · lr · sign(g) (ε → 0).
+BOOST_AUTO_TEST_CASE(closed_form_constant_gradient) {
+  const ckpt::adam opt{.lr = 0.01, .eps = 0};
+  Eigen::VectorXd p = Eigen::VectorXd::LinSpaced(5, -2.0, 2.0);
+  const Eigen::VectorXd p0 = p;
+  Eigen::VectorXd g(5);
+  g << 3.0, -0.5, 1e-3, -7.0, 2.0;
+  auto st = opt.init(p);
+  for (int i = 0; i < 50; ++i) opt.update(p, g, st);
+  const Eigen::VectorXd expected = p0 - 50 * 0.01 * g.array().sign().matrix();
+  BOOST_TEST((p - expected).cwiseAbs().maxCoeff() < 1e-12);
+}
+
+// AdamW's decoupled decay with a zero gradient: the Adam term is 0/(0+ε) = 0, so only the decay
+// acts and p = p0 · (1 − lr·λ)^n.
+BOOST_AUTO_TEST_CASE(closed_form_decoupled_weight_decay) {
+  const ckpt::adam opt{.lr = 0.1, .weight_decay = 0.5};
+  Eigen::ArrayXf p = Eigen::ArrayXf::Constant(3, 2.0f);
+  const Eigen::ArrayXf g = Eigen::ArrayXf::Zero(3);
+  auto st = opt.init(p);
+  for (int i = 0; i < 10; ++i) opt.update(p, g, st);
+  BOOST_TEST(p(0) == 2.0f * std::pow(0.95f, 10.0f), boost::test_tools::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE(ptree_parameters_update_like_eigen_ones) {
+  const ckpt::adam opt{.lr = 0.05};
+  Eigen::VectorXf e = Eigen::VectorXf::LinSpaced(4, 0.0f, 1.0f);
+  const Eigen::VectorXf ge = Eigen::VectorXf::Constant(4, 0.3f);
+  auto ste = opt.init(e);
+  auto tree = ckpt::ptree::dict({{"x", ckpt::ptree::tensor(e)}});
+  const auto gtree = ckpt::ptree::dict({{"x", ckpt::ptree::tensor(ge)}});
+  auto stt = opt.init(tree);
+  for (int i = 0; i < 3; ++i) {
+    opt.update(e, ge, ste);
+    opt.update(tree, gtree, stt);
+  }
+  BOOST_TEST((tree.at("x").as_tensor() == ckpt::to_tensor(e)));
+}
+
+BOOST_AUTO_TEST_CASE(mismatched_gradients_change_nothing) {
+  const ckpt::adam opt;
+  linear p{Eigen::MatrixXd::Ones(2, 2), Eigen::VectorXd::Ones(2)};
+  auto st = opt.init(p);
+  const linear g{Eigen::MatrixXd::Ones(2, 2), Eigen::VectorXd::Ones(3)};
+  BOOST_TEST(message_of<std::invalid_argument>([&] { opt.update(p, g, st); }).find("'b'") !=
+             std::string::npos);
+  BOOST_TEST(p.w(0, 0) == 1.0);
+  BOOST_TEST(st.step == 0);
+  BOOST_CHECK_THROW((ckpt::adam{.beta1 = 1.0}.update(p, p, st)), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(training_state_uses_the_seed_sections) {
+  const ckpt::adam opt{.lr = 0.1};
+  linear p{Eigen::MatrixXd::Random(2, 3), Eigen::VectorXd::Random(2)};
+  auto st = opt.init(p);
+  opt.update(p, linear{Eigen::MatrixXd::Ones(2, 3), Eigen::VectorXd::Ones(2)}, st);
+  const ckpt::checkpoint c = ckpt::training_state(p, st);
+  BOOST_TEST(c.names() == (std::vector<std::string>{"model.b", "model.w", "optim.mu.b", "optim.mu.w",
+                                                    "optim.nu.b", "optim.nu.w", "optim.step"}));
+  BOOST_TEST(ckpt::to_int("optim.step", c) == 1);
+
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("ckpt_test_adam_" + std::to_string(::getpid()) + ".safetensors");
+  ckpt::save(path, c);
+  linear q{Eigen::MatrixXd::Zero(2, 3), Eigen::VectorXd::Zero(2)};
+  ckpt::adam_state<linear> restored;
+  ckpt::restore_training_state(ckpt::load(path), q, restored);
+  std::filesystem::remove(path);
+  BOOST_TEST((q.w == p.w));
+  BOOST_TEST((q.b == p.b));
+  BOOST_TEST((restored.mu.w == st.mu.w));
+  BOOST_TEST((restored.nu.b == st.nu.b));
+  BOOST_TEST(restored.step == 1);
+}
+
+BOOST_AUTO_TEST_CASE(restore_changes_nothing_on_a_missing_entry) {
+  linear p{Eigen::MatrixXd::Ones(1, 1), Eigen::VectorXd::Ones(1)};
+  ckpt::adam_state<linear> st = ckpt::adam{}.init(p);
+  const ckpt::checkpoint partial = ckpt::concat({ckpt::of_params(p, "model"), ckpt::of_int("optim.step", 3)});
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(partial, p, st); })
+                 .find("optim.mu") != std::string::npos);
+  BOOST_TEST(st.step == 0);
+}
+
+BOOST_AUTO_TEST_CASE(steps_past_2_pow_31_are_kept_whole) {
+  const std::int64_t big = std::int64_t{1} << 40;
+  const ckpt::checkpoint c = ckpt::of_step("optim.step", big);
+  BOOST_TEST(c.get("optim.step").dtype() == ckpt::dtype::i64);
+  BOOST_TEST(ckpt::to_step("optim.step", c) == big);
+  BOOST_CHECK_THROW((void)ckpt::to_int("optim.step", c), std::invalid_argument);
+
+  const std::int64_t max32 = std::numeric_limits<std::int32_t>::max();
+  const ckpt::checkpoint small = ckpt::of_step("optim.step", max32);
+  BOOST_TEST(small.get("optim.step").dtype() == ckpt::dtype::i32);  // the seed's of_int format
+  BOOST_TEST(ckpt::to_step("optim.step", small) == max32);
+  BOOST_TEST(ckpt::to_step("optim.step", ckpt::of_step("optim.step", max32 + 1)) == max32 + 1);
+  BOOST_CHECK_THROW((void)ckpt::of_step("optim.step", -1), std::invalid_argument);
+
+  Eigen::VectorXf p = Eigen::VectorXf::Ones(2);
+  ckpt::adam_state<Eigen::VectorXf> st = ckpt::adam{}.init(p);
+  st.step = big;
+  ckpt::adam{}.update(p, Eigen::VectorXf(Eigen::VectorXf::Ones(2)), st);
+  Eigen::VectorXf q = Eigen::VectorXf::Zero(2);
+  ckpt::adam_state<Eigen::VectorXf> back;
+  ckpt::restore_training_state(ckpt::training_state(p, st), q, back);
+  BOOST_TEST(back.step == big + 1);
+}

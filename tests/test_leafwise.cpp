@@ -1,0 +1,149 @@
+// Leaf-wise operations: map_leaves, zip_leaves, zeros_like and flat_array over the kinds of
+// structures the core names.
+#define BOOST_TEST_MODULE leafwise
+#include <boost/test/unit_test.hpp>
+
+#include <ckpt/leafwise.hpp>
+
+#include <Eigen/Core>
+
+#include <array>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct linear {
+  Eigen::MatrixXf w;
+  Eigen::VectorXf b;
+};
+
+struct net {
+  linear l1;
+  std::vector<Eigen::ArrayXd> extra;
+  std::map<std::string, float> scales;
+  std::array<double, 2> pair;
+};
+
+net make_net() {
+  net n;
+  n.l1.w = Eigen::MatrixXf::Constant(2, 3, 1.5f);
+  n.l1.b = Eigen::VectorXf::LinSpaced(2, 1.0f, 2.0f);
+  n.extra = {Eigen::ArrayXd::Constant(4, 2.0), Eigen::ArrayXd::Constant(1, -3.0)};
+  n.scales = {{"a", 0.5f}, {"b", 4.0f}};
+  n.pair = {1.0, 2.0};
+  return n;
+}
+
+ckpt::tensor floats(std::initializer_list<float> values) {
+  return ckpt::tensor::copy_of(ckpt::dtype::f32, {static_cast<std::int64_t>(values.size())},
+                               std::as_bytes(std::span(values.begin(), values.size())));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(map_leaves_builds_a_new_structure) {
+  const net n = make_net();
+  const net doubled = ckpt::map_leaves(
+      [](const auto& x) {
+        if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(x)>>) return x * 2;
+        else return (x * 2).eval();
+      },
+      n);
+  BOOST_TEST(doubled.l1.w.isApproxToConstant(3.0f));
+  BOOST_TEST(doubled.l1.b(1) == 4.0f);
+  BOOST_TEST(doubled.extra.size() == 2u);
+  BOOST_TEST(doubled.extra[1](0) == -6.0);
+  BOOST_TEST(doubled.scales.at("b") == 8.0f);
+  BOOST_TEST(doubled.pair[1] == 4.0);
+  BOOST_TEST(n.l1.w(0, 0) == 1.5f);  // the source is untouched
+}
+
+BOOST_AUTO_TEST_CASE(map_leaves_accepts_eigen_expressions_and_several_structures) {
+  const linear a{Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
+  const linear b{Eigen::MatrixXf::Constant(2, 2, 3.0f), Eigen::VectorXf::Constant(2, 5.0f)};
+  // Returning the unevaluated expression is fine: it is assigned straight into the new leaf.
+  const linear sum = ckpt::map_leaves([](const auto& x, const auto& y) { return x + y; }, a, b);
+  BOOST_TEST(sum.w.isApproxToConstant(4.0f));
+  BOOST_TEST(sum.b.isApproxToConstant(6.0f));
+}
+
+BOOST_AUTO_TEST_CASE(zip_leaves_updates_in_place) {
+  linear p{Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(3)};
+  const linear g{Eigen::MatrixXf::Constant(2, 2, 10.0f), Eigen::VectorXf::Constant(3, 20.0f)};
+  linear m{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(3)};
+  ckpt::zip_leaves(
+      [](auto& x, const auto& y, auto& z) {
+        z = 0.5f * y;
+        x -= 0.1f * y;
+      },
+      p, g, m);
+  BOOST_TEST(p.w.isApproxToConstant(0.0f));
+  BOOST_TEST(p.b.isApproxToConstant(-1.0f));
+  BOOST_TEST(m.b.isApproxToConstant(10.0f));
+}
+
+BOOST_AUTO_TEST_CASE(zip_leaves_rejects_different_shapes) {
+  std::vector<Eigen::VectorXf> a(2, Eigen::VectorXf::Ones(2));
+  std::vector<Eigen::VectorXf> b(3, Eigen::VectorXf::Ones(2));
+  BOOST_CHECK_THROW(ckpt::zip_leaves([](auto&, auto&) {}, a, b), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(zeros_like_keeps_shapes) {
+  const net z = ckpt::zeros_like(make_net());
+  BOOST_TEST(z.l1.w.rows() == 2);
+  BOOST_TEST(z.l1.w.cols() == 3);
+  BOOST_TEST(z.l1.w.isZero(0.0f));
+  BOOST_TEST(z.l1.b.isZero(0.0f));
+  BOOST_TEST(z.extra[0].size() == 4);
+  BOOST_TEST((z.extra[0] == 0.0).all());
+  BOOST_TEST(z.scales.at("a") == 0.0f);
+  BOOST_TEST(z.pair[0] == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(zeros_like_of_a_ptree_and_an_eigen_tensor) {
+  const auto tree = ckpt::ptree::dict({{"w", ckpt::ptree::tensor(floats({1, 2, 3}))},
+                                       {"l", ckpt::ptree::list({ckpt::ptree::tensor(7.0)})}});
+  const ckpt::ptree zero = ckpt::zeros_like(tree);
+  const ckpt::tensor& w = zero.at("w").as_tensor();
+  BOOST_TEST(w.dtype() == ckpt::dtype::f32);
+  BOOST_TEST((ckpt::dims(w.shape().begin(), w.shape().end()) == ckpt::dims{3}));
+  BOOST_TEST(w.as<float>()[2] == 0.0f);
+  const ckpt::tensor& l0 = zero.at("l").at(std::size_t{0}).as_tensor();
+  BOOST_TEST(l0.dtype() == ckpt::dtype::f64);
+  BOOST_TEST(l0.as<double>()[0] == 0.0);
+  BOOST_TEST(tree.at("w").as_tensor().as<float>()[2] == 3.0f);  // the source is untouched
+
+  Eigen::Tensor<float, 3> t(2, 3, 4);
+  t.setConstant(5.0f);
+  const Eigen::Tensor<float, 3> tz = ckpt::zeros_like(t);
+  BOOST_TEST(tz.dimension(2) == 4);
+  BOOST_TEST(tz(1, 2, 3) == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(map_leaves_over_a_ptree) {
+  const auto tree = ckpt::ptree::dict({{"w", ckpt::ptree::tensor(floats({1, 2}))}});
+  const ckpt::ptree out = ckpt::map_leaves(
+      [](const ckpt::tensor& x) {
+        Eigen::ArrayXf a = Eigen::Map<const Eigen::ArrayXf>(x.as<float>().data(), x.numel()) + 1.0f;
+        return ckpt::to_tensor(a);
+      },
+      tree);
+  BOOST_TEST(out.at("w").as_tensor().as<float>()[1] == 3.0f);
+}
+
+BOOST_AUTO_TEST_CASE(flat_array_views_any_storage_order) {
+  Eigen::Matrix<float, 2, 3, Eigen::RowMajor> r;
+  r << 1, 2, 3, 4, 5, 6;
+  auto flat = ckpt::flat_array(r);
+  BOOST_TEST(flat.size() == 6);
+  flat *= 2.0f;
+  BOOST_TEST(r(1, 2) == 12.0f);
+  double s = 3.0;
+  ckpt::flat_array(s) += 1.0;
+  BOOST_TEST(s == 4.0);
+  const Eigen::MatrixXd c = Eigen::MatrixXd::Ones(2, 2);
+  BOOST_TEST(ckpt::flat_array(c).sum() == 4.0);
+}

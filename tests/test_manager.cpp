@@ -1,0 +1,273 @@
+// checkpoint_manager: file naming, metadata, retention rules together, crash leftovers, the
+// advisory lock against a second writer, background saves and their errors, resuming.
+#define BOOST_TEST_MODULE manager
+#include <boost/test/unit_test.hpp>
+
+#include <ckpt/adam.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
+
+#include <Eigen/Core>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh folder per test case, removed afterwards.
+struct scratch {
+  fs::path dir;
+  scratch() {
+    dir = fs::temp_directory_path() /
+          ("ckpt_test_manager_" + std::to_string(::getpid()) + "_" +
+           boost::unit_test::framework::current_test_case().p_name.get());
+    fs::remove_all(dir);
+  }
+  ~scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+};
+
+ckpt::checkpoint value(float x) {
+  return ckpt::of_tensor("w", ckpt::to_tensor(Eigen::VectorXf::Constant(3, x).eval()));
+}
+
+std::vector<std::int64_t> ints(std::initializer_list<std::int64_t> xs) { return xs; }
+
+std::vector<std::string> folder_listing(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::ranges::sort(out);
+  return out;
+}
+
+void touch(const fs::path& path, const std::string& text = "x") { std::ofstream(path) << text; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(files_are_numbered_and_carry_metadata) {
+  scratch s;
+  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 0});
+  BOOST_TEST(!m.latest_step().has_value());
+  BOOST_TEST(!m.load_latest().has_value());
+  BOOST_TEST(m.save(42, value(1.0f), {{"loss", "0.5"}}));
+  BOOST_TEST(fs::exists(s.dir / "ckpt-0000000042.safetensors"));
+  BOOST_TEST(m.path_of(42) == s.dir / "ckpt-0000000042.safetensors");
+  const ckpt::checkpoint c = ckpt::load(s.dir / "ckpt-0000000042.safetensors");
+  BOOST_TEST(c.metadata().at("step") == "42");
+  BOOST_TEST(c.metadata().at("loss") == "0.5");
+  const std::string& t = c.metadata().at("wall_time");
+  BOOST_TEST(t.size() == 24u);  // 2024-05-01T12:00:00.000Z
+  BOOST_TEST(t.back() == 'Z');
+  BOOST_TEST((m.latest_step() == 42));
+  BOOST_TEST(m.load(42).get("w").as<float>()[0] == 1.0f);
+  BOOST_CHECK_THROW((void)m.load(41), std::invalid_argument);
+  BOOST_CHECK_THROW(m.save(41, value(0)), std::invalid_argument);  // older than the latest
+  BOOST_CHECK_THROW(m.save(-1, value(0)), std::invalid_argument);
+  BOOST_TEST(m.save(42, value(2.0f)));  // the latest step again replaces it
+  BOOST_TEST(m.load(42).get("w").as<float>()[0] == 2.0f);
+}
+
+BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
+  scratch s;
+  ckpt::checkpoint_manager m(s.dir, {.save_interval_steps = 10});
+  BOOST_TEST(m.should_save(0));
+  BOOST_TEST(!m.should_save(5));
+  BOOST_TEST(m.should_save(20));
+  BOOST_TEST(!m.save(5, value(0)));
+  BOOST_TEST(m.save(10, value(0)));
+  BOOST_TEST(!m.save_async(15, value(0)));
+  BOOST_TEST(m.save(17, value(0), {}, true));
+  BOOST_TEST(m.steps() == ints({10, 17}));
+}
+
+// max_to_keep = 2, keep_every_n_steps = 40, keep the best 2 by min "val_loss".
+BOOST_AUTO_TEST_CASE(retention_rules_together) {
+  scratch s;
+  const ckpt::checkpoint_manager_options options{.max_to_keep = 2,
+                                                 .keep_every_n_steps = 40,
+                                                 .keep_best = 2,
+                                                 .best_metric = "val_loss",
+                                                 .best_mode = ckpt::metric_mode::min};
+  {
+    ckpt::checkpoint_manager m(s.dir, options);
+    const std::vector<std::pair<std::int64_t, std::string>> saves = {
+        {10, "0.9"}, {20, "0.3"}, {30, "0.8"}, {40, "0.7"}, {50, "0.2"},
+        {60, "0.6"}, {70, "0.5"}, {80, "0.95"}, {90, "0.4"}, {100, "0.45"}};
+    for (const auto& [step, loss] : saves) m.save(step, value(0), {{"val_loss", loss}});
+    // newest 2: 90, 100; multiples of 40: 40, 80; best 2: 50 (0.2), 20 (0.3).
+    BOOST_TEST(m.steps() == ints({20, 40, 50, 80, 90, 100}));
+    BOOST_CHECK_THROW(m.save(110, value(0), {{"val_loss", "low"}}), std::invalid_argument);
+  }
+  touch(s.dir / "notes.txt");
+  touch(s.dir / "ckpt-7.safetensors");  // not our spelling: not ours
+  {
+    // A new manager ranks the existing files by the metric in their headers.
+    ckpt::checkpoint_manager m(s.dir, options);
+    BOOST_TEST(m.steps() == ints({20, 40, 50, 80, 90, 100}));
+    m.save(110, value(0), {{"val_loss", "0.1"}});
+    m.save(120, value(0));  // no metric: does not compete
+    // newest 2: 110, 120; multiples of 40: 40, 80, 120; best 2: 110 (0.1), 50 (0.2).
+    BOOST_TEST(m.steps() == ints({40, 50, 80, 110, 120}));
+  }
+  BOOST_TEST(fs::exists(s.dir / "notes.txt"));
+  BOOST_TEST(fs::exists(s.dir / "ckpt-7.safetensors"));
+  {
+    ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 1, .best_mode = ckpt::metric_mode::max});
+    m.save(130, value(0));
+    BOOST_TEST(m.steps() == ints({130}));
+  }
+  BOOST_TEST(folder_listing(s.dir) == (std::vector<std::string>{".ckpt-manager.lock", "ckpt-0000000130.safetensors",
+                                                                "ckpt-7.safetensors", "notes.txt"}));
+}
+
+BOOST_AUTO_TEST_CASE(keep_best_by_max) {
+  scratch s;
+  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 1, .keep_best = 1, .best_metric = "acc",
+                                     .best_mode = ckpt::metric_mode::max});
+  m.save(1, value(0), {{"acc", "0.5"}});
+  m.save(2, value(0), {{"acc", "0.9"}});
+  m.save(3, value(0), {{"acc", "0.7"}});
+  m.save(4, value(0), {{"acc", "0.6"}});
+  BOOST_TEST(m.steps() == ints({2, 4}));
+}
+
+BOOST_AUTO_TEST_CASE(latest_after_a_crash_ignores_and_cleans_temporaries) {
+  scratch s;
+  {
+    ckpt::checkpoint_manager m(s.dir);
+    m.save(100, value(1.0f));
+  }
+  // What a save killed before its rename leaves: a partial temporary of a newer step.
+  touch(s.dir / ".ckpt-0000000200.safetensors.tmp-Ab3dEf", "partial");
+  touch(s.dir / ".other.safetensors.tmp-Ab3dEf", "someone else's");
+  ckpt::checkpoint_manager m(s.dir);
+  BOOST_TEST((m.latest_step() == 100));
+  BOOST_TEST(m.load_latest()->get("w").as<float>()[0] == 1.0f);
+  BOOST_TEST(!fs::exists(s.dir / ".ckpt-0000000200.safetensors.tmp-Ab3dEf"));
+  BOOST_TEST(fs::exists(s.dir / ".other.safetensors.tmp-Ab3dEf"));
+}
+
+BOOST_AUTO_TEST_CASE(a_second_writer_is_refused) {
+  scratch s;
+  ckpt::checkpoint_manager m(s.dir);
+  // In this process: a second manager opens the lock file anew and is refused.
+  try {
+    ckpt::checkpoint_manager second(s.dir);
+    BOOST_FAIL("the second manager was not refused");
+  } catch (const ckpt::lock_error& e) {
+    BOOST_TEST(std::string(e.what()).find("'" + s.dir.string() + "'") != std::string::npos);
+    BOOST_TEST(e.path() == s.dir);
+  }
+  // In another process. The child reports through its exit status: 0 refused, 1 not refused,
+  // 2 another exception.
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 1;
+    try {
+      ckpt::checkpoint_manager other(s.dir);
+    } catch (const ckpt::lock_error&) {
+      code = 0;
+    } catch (...) {
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0);
+  // Once the first manager is gone, the folder is free again.
+  { ckpt::checkpoint_manager moved = std::move(m); }
+  ckpt::checkpoint_manager third(s.dir);
+  BOOST_TEST(third.steps().empty());
+}
+
+BOOST_AUTO_TEST_CASE(async_saves_complete_in_order) {
+  scratch s;
+  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 3});
+  Eigen::VectorXf live = Eigen::VectorXf::Zero(1000);
+  for (int step = 1; step <= 6; ++step) {
+    live.setConstant(static_cast<float>(step));
+    BOOST_TEST(m.save_async(step, ckpt::of_tensor("w", ckpt::to_tensor(live))));
+    live.setConstant(-1.0f);  // the snapshot is already taken
+  }
+  m.wait();
+  BOOST_TEST(m.steps() == ints({4, 5, 6}));
+  BOOST_TEST(m.load(6).get("w").as<float>()[999] == 6.0f);
+  BOOST_TEST(m.load(4).get("w").as<float>()[0] == 4.0f);
+}
+
+BOOST_AUTO_TEST_CASE(async_errors_surface_at_wait_and_at_the_next_call) {
+  scratch s;
+  {
+    ckpt::checkpoint_manager m(s.dir);
+    m.save(1, value(0));
+    // The folder vanishes under the manager (tests run as root, so permissions would not stop
+    // the write): the background write cannot create its file.
+    fs::remove_all(s.dir);
+    BOOST_TEST(m.save_async(2, value(0)));
+    BOOST_CHECK_THROW(m.wait(), ckpt::io_error);
+    m.wait();  // reported once
+
+    BOOST_TEST(m.save_async(3, value(0)));
+    BOOST_CHECK_THROW((void)m.steps(), ckpt::io_error);  // surfaces at the next call
+    BOOST_TEST(m.steps() == ints({1}));
+    BOOST_TEST(m.save_async(4, value(0)));
+    BOOST_CHECK_THROW(m.save(5, value(0)), ckpt::io_error);  // step 4's error, before saving 5
+    BOOST_CHECK_THROW(m.save(5, value(0)), ckpt::io_error);  // step 5's own error
+    BOOST_TEST(m.save_async(6, value(0)));
+  }  // the destructor waits and reports the uncollected error on stderr
+}
+
+BOOST_AUTO_TEST_CASE(a_folder_that_cannot_exist_is_refused) {
+  scratch s;
+  fs::create_directories(s.dir);
+  touch(s.dir / "file");
+  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.dir / "file" / "run"), ckpt::io_error);
+  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.dir, {.save_interval_steps = 0}), std::invalid_argument);
+  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.dir, {.keep_best = 1}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
+  scratch s;
+  struct linear {
+    Eigen::MatrixXf w;
+    Eigen::VectorXf b;
+  };
+  const ckpt::adam opt{.lr = 0.1};
+  linear p{Eigen::MatrixXf::Constant(2, 2, 1.0f), Eigen::VectorXf::Constant(2, 1.0f)};
+  const linear g{Eigen::MatrixXf::Constant(2, 2, 0.5f), Eigen::VectorXf::Constant(2, -0.5f)};
+  auto st = opt.init(p);
+  {
+    ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 2, .save_interval_steps = 2});
+    for (int i = 0; i < 5; ++i) {
+      opt.update(p, g, st);
+      m.save_async(st.step, ckpt::training_state(p, st));
+    }
+  }  // destruction waits
+  linear q{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)};
+  ckpt::adam_state<linear> back;
+  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 2, .save_interval_steps = 2});
+  BOOST_TEST(m.steps() == ints({2, 4}));
+  const auto latest = m.load_latest();
+  BOOST_REQUIRE(latest.has_value());
+  ckpt::restore_training_state(*latest, q, back);
+  BOOST_TEST(back.step == 4);
+  BOOST_TEST(latest->metadata().at("step") == "4");
+  opt.update(q, g, back);
+  BOOST_TEST((q.w.array() == p.w.array()).all());  // step 5 again, bit for bit
+  BOOST_TEST((q.b.array() == p.b.array()).all());
+}

@@ -1,0 +1,405 @@
+// Named structures into checkpoints and back: the seed's stories, every leaf kind, both storage
+// orders byte by byte, the customization point, ptree paths and every extraction error.
+#define BOOST_TEST_MODULE params
+#include <boost/test/unit_test.hpp>
+
+#include <ckpt/ckpt.hpp>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  BOOST_FAIL("no exception was thrown");
+  return {};
+}
+
+template <class T>
+std::vector<T> elements(const ckpt::tensor& x) {
+  const auto span = x.as<T>();
+  return {span.begin(), span.end()};
+}
+
+std::vector<std::int64_t> shape_of(const ckpt::tensor& x) { return {x.shape().begin(), x.shape().end()}; }
+
+struct linear {
+  Eigen::MatrixXf w;
+  Eigen::VectorXf b;
+};
+
+struct mlp {
+  linear l1;
+  linear l2;
+};
+
+mlp make_mlp(float seed) {
+  mlp m{{Eigen::MatrixXf(3, 2), Eigen::VectorXf(3)}, {Eigen::MatrixXf(1, 3), Eigen::VectorXf(1)}};
+  float v = seed;
+  for (Eigen::MatrixXf* w : {&m.l1.w, &m.l2.w})
+    for (Eigen::Index i = 0; i < w->size(); ++i) w->data()[i] = v++;
+  for (Eigen::VectorXf* b : {&m.l1.b, &m.l2.b})
+    for (Eigen::Index i = 0; i < b->size(); ++i) (*b)[i] = v++;
+  return m;
+}
+
+struct mixed {
+  Eigen::MatrixXd weights;
+  Eigen::Matrix<Eigen::half, 2, 2> half_block;
+  Eigen::Array<Eigen::bfloat16, Eigen::Dynamic, 1> bf;
+  Eigen::Matrix<std::int64_t, 1, 3> ids;
+  Eigen::Array<std::uint8_t, 2, 3, Eigen::RowMajor> bytes;
+  Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic> mask;
+  Eigen::VectorX<std::complex<float>> spectrum;
+  Eigen::Tensor<float, 3> volume;
+  Eigen::Tensor<std::int16_t, 3, Eigen::RowMajor> counts;
+  Eigen::TensorFixedSize<double, Eigen::Sizes<2, 3>> fixed;
+  Eigen::Tensor<std::uint32_t, 0> rank0;
+  float lr;
+  std::int32_t epoch;
+  bool frozen;
+  std::uint16_t u16;
+  std::int8_t i8;
+  std::uint64_t u64;
+};
+
+mixed make_mixed() {
+  mixed m;
+  m.weights = Eigen::MatrixXd::Random(3, 4);
+  m.half_block << Eigen::half(1.5f), Eigen::half(-2.0f), Eigen::half(0.25f), Eigen::half(3.0f);
+  m.bf = Eigen::Array<Eigen::bfloat16, Eigen::Dynamic, 1>::Constant(5, Eigen::bfloat16(0.5f));
+  m.ids << 1, -2, std::int64_t{1} << 40;
+  m.bytes << 1, 2, 3, 4, 5, 255;
+  m.mask = Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic>::Zero(2, 3);
+  m.mask(1, 2) = true;
+  m.spectrum = Eigen::VectorX<std::complex<float>>::Constant(2, {1.0f, -1.0f});
+  m.volume = Eigen::Tensor<float, 3>(2, 3, 4);
+  m.volume.setRandom();
+  m.counts = Eigen::Tensor<std::int16_t, 3, Eigen::RowMajor>(1, 2, 3);
+  m.counts.setConstant(-7);
+  m.fixed.setConstant(2.5);
+  m.rank0() = 42u;
+  m.lr = 0.001f;
+  m.epoch = 7;
+  m.frozen = true;
+  m.u16 = 65535;
+  m.i8 = -128;
+  m.u64 = ~std::uint64_t{0};
+  return m;
+}
+
+template <class T>
+bool same_tensor(const T& a, const T& b) {
+  for (std::size_t i = 0; i < std::size_t{T::NumIndices}; ++i)
+    if (a.dimension(i) != b.dimension(i)) return false;
+  return std::memcmp(a.data(), b.data(), sizeof(typename T::Scalar) * static_cast<std::size_t>(a.size())) == 0;
+}
+
+bool same_mixed(const mixed& a, const mixed& b) {
+  return a.weights == b.weights && a.half_block == b.half_block && (a.bf == b.bf).all() &&
+         a.ids == b.ids && (a.bytes == b.bytes).all() && a.mask == b.mask &&
+         a.spectrum == b.spectrum && same_tensor(a.volume, b.volume) &&
+         same_tensor(a.counts, b.counts) && same_tensor(a.fixed, b.fixed) &&
+         a.rank0() == b.rank0() && a.lr == b.lr && a.epoch == b.epoch && a.frozen == b.frozen &&
+         a.u16 == b.u16 && a.i8 == b.i8 && a.u64 == b.u64;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(names_come_from_field_identifiers) {
+  const auto t = ckpt::of_params(make_mlp(0));
+  BOOST_TEST(t.names() == (std::vector<std::string>{"l1.b", "l1.w", "l2.b", "l2.w"}));
+  BOOST_TEST(ckpt::leaf_names(make_mlp(0)) == (std::vector<std::string>{"l1.w", "l1.b", "l2.w", "l2.b"}));
+}
+
+BOOST_AUTO_TEST_CASE(prefix_joins_with_a_dot) {
+  const auto t = ckpt::of_params(make_mlp(0), "model");
+  BOOST_TEST(t.names() == (std::vector<std::string>{"model.l1.b", "model.l1.w", "model.l2.b", "model.l2.w"}));
+}
+
+BOOST_AUTO_TEST_CASE(mixed_dtype_struct_round_trips_through_a_file) {
+  const mixed original = make_mixed();
+  const auto path = std::filesystem::temp_directory_path() / "ckpt_test_params_mixed.safetensors";
+  ckpt::save(path, ckpt::of_params(original, "m"));
+  const ckpt::checkpoint loaded = ckpt::load(path);
+  std::filesystem::remove(path);
+
+  BOOST_TEST(loaded.get("m.weights").dtype() == ckpt::dtype::f64);
+  BOOST_TEST(loaded.get("m.half_block").dtype() == ckpt::dtype::f16);
+  BOOST_TEST(loaded.get("m.bf").dtype() == ckpt::dtype::bf16);
+  BOOST_TEST(loaded.get("m.ids").dtype() == ckpt::dtype::i64);
+  BOOST_TEST(loaded.get("m.bytes").dtype() == ckpt::dtype::u8);
+  BOOST_TEST(loaded.get("m.mask").dtype() == ckpt::dtype::boolean);
+  BOOST_TEST(loaded.get("m.spectrum").dtype() == ckpt::dtype::c64);
+  BOOST_TEST(loaded.get("m.volume").dtype() == ckpt::dtype::f32);
+  BOOST_TEST(loaded.get("m.counts").dtype() == ckpt::dtype::i16);
+  BOOST_TEST(loaded.get("m.rank0").dtype() == ckpt::dtype::u32);
+  BOOST_TEST(loaded.get("m.epoch").dtype() == ckpt::dtype::i32);
+  BOOST_TEST(loaded.get("m.frozen").dtype() == ckpt::dtype::boolean);
+  BOOST_TEST(loaded.get("m.u16").dtype() == ckpt::dtype::u16);
+  BOOST_TEST(loaded.get("m.i8").dtype() == ckpt::dtype::i8);
+  BOOST_TEST(loaded.get("m.u64").dtype() == ckpt::dtype::u64);
+
+  BOOST_TEST(shape_of(loaded.get("m.weights")) == (std::vector<std::int64_t>{3, 4}));
+  BOOST_TEST(shape_of(loaded.get("m.bf")) == (std::vector<std::int64_t>{5}));
+  BOOST_TEST(shape_of(loaded.get("m.ids")) == (std::vector<std::int64_t>{3}));
+  BOOST_TEST(shape_of(loaded.get("m.volume")) == (std::vector<std::int64_t>{2, 3, 4}));
+  BOOST_TEST(shape_of(loaded.get("m.fixed")) == (std::vector<std::int64_t>{2, 3}));
+  BOOST_TEST(shape_of(loaded.get("m.rank0")).empty());
+  BOOST_TEST(shape_of(loaded.get("m.lr")).empty());
+
+  mixed like = make_mixed();
+  like.weights.setZero();
+  like.volume.setZero();
+  like.lr = 0;
+  const mixed restored = ckpt::to_params(loaded, like, {.prefix = "m"});
+  BOOST_TEST(same_mixed(restored, original));
+}
+
+BOOST_AUTO_TEST_CASE(column_major_matrices_are_written_in_c_order) {
+  Eigen::MatrixXf m(2, 3);
+  m << 1, 2, 3, 4, 5, 6;
+  const Eigen::Matrix<float, 2, 3, Eigen::RowMajor> r = m;
+  const std::vector<float> c_order{1, 2, 3, 4, 5, 6};
+  BOOST_TEST(elements<float>(ckpt::of_tensor("w", m).get("w")) == c_order);
+  BOOST_TEST(elements<float>(ckpt::of_tensor("w", r).get("w")) == c_order);
+  BOOST_TEST(shape_of(ckpt::of_tensor("w", m).get("w")) == (std::vector<std::int64_t>{2, 3}));
+
+  // And read back into either order.
+  const auto t = ckpt::of_tensor("w", m);
+  BOOST_TEST((ckpt::to_params(t, Eigen::MatrixXf::Zero(2, 3).eval(), {.prefix = "w"}) == m));
+  BOOST_TEST((ckpt::to_params(t, Eigen::Matrix<float, 2, 3, Eigen::RowMajor>::Zero().eval(), {.prefix = "w"}) == r));
+  const Eigen::Array<float, 2, 3> fixed = ckpt::to_params(t, Eigen::Array<float, 2, 3>::Zero().eval(), {.prefix = "w"});
+  BOOST_TEST((fixed.matrix() == m));
+}
+
+BOOST_AUTO_TEST_CASE(vector_shapes_follow_compile_time_extents) {
+  BOOST_TEST(ckpt::leaf_shape(Eigen::VectorXf(4)) == ckpt::dims{4});
+  BOOST_TEST(ckpt::leaf_shape(Eigen::RowVectorXf(4)) == ckpt::dims{4});
+  BOOST_TEST(ckpt::leaf_shape(Eigen::Matrix<float, 3, 1>::Zero().eval()) == ckpt::dims{3});
+  BOOST_TEST(ckpt::leaf_shape(Eigen::MatrixXf(4, 1)) == (ckpt::dims{4, 1}));
+  BOOST_TEST(ckpt::leaf_shape(Eigen::MatrixXf(1, 4)) == (ckpt::dims{1, 4}));
+  BOOST_TEST(ckpt::leaf_shape(Eigen::ArrayXXd(0, 3)) == (ckpt::dims{0, 3}));
+  BOOST_TEST(ckpt::leaf_shape(2.0f) == ckpt::dims{});
+}
+
+BOOST_AUTO_TEST_CASE(column_major_tensors_are_written_in_c_order) {
+  Eigen::Tensor<int, 3> col(2, 3, 4);
+  Eigen::Tensor<int, 3, Eigen::RowMajor> row(2, 3, 4);
+  std::vector<int> c_order;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) {
+        const int v = 100 * i + 10 * j + k;
+        col(i, j, k) = v;
+        row(i, j, k) = v;
+        c_order.push_back(v);
+      }
+  BOOST_TEST(elements<int>(ckpt::of_tensor("t", col).get("t")) == c_order);
+  BOOST_TEST(elements<int>(ckpt::of_tensor("t", row).get("t")) == c_order);
+
+  const auto t = ckpt::of_tensor("t", row);
+  Eigen::Tensor<int, 3> col_back = ckpt::to_params(t, Eigen::Tensor<int, 3>(2, 3, 4).setZero(), {.prefix = "t"});
+  BOOST_TEST(same_tensor(col_back, col));
+  Eigen::TensorFixedSize<int, Eigen::Sizes<2, 3, 4>> fixed_back =
+      ckpt::to_params(t, Eigen::TensorFixedSize<int, Eigen::Sizes<2, 3, 4>>().setZero(), {.prefix = "t"});
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) BOOST_TEST(fixed_back(i, j, k) == col(i, j, k));
+}
+
+BOOST_AUTO_TEST_CASE(bools_read_any_nonzero_byte_as_true) {
+  const std::array<std::uint8_t, 4> raw{0, 1, 2, 255};
+  const auto t = ckpt::of_tensor("m", ckpt::tensor::copy_of(ckpt::dtype::boolean, {2, 2}, std::as_bytes(std::span(raw))));
+  const Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic> col =
+      ckpt::to_params(t, Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic>(2, 2), {.prefix = "m"});
+  BOOST_TEST(!col(0, 0));
+  BOOST_TEST(col(0, 1));
+  BOOST_TEST(col(1, 0));
+  BOOST_TEST(col(1, 1));
+}
+
+BOOST_AUTO_TEST_CASE(containers_are_named_by_position_and_key) {
+  struct block {
+    Eigen::VectorXf b;
+  };
+  struct net {
+    std::vector<block> layers;
+    std::array<float, 2> scales;
+    std::map<std::string, Eigen::VectorXf> heads;
+  };
+  const net n{{{Eigen::VectorXf::Ones(2)}, {Eigen::VectorXf::Zero(2)}},
+              {1.0f, 2.0f},
+              {{"cls", Eigen::VectorXf::Ones(1)}, {"box", Eigen::VectorXf::Ones(4)}}};
+  BOOST_TEST(ckpt::of_params(n).names() ==
+             (std::vector<std::string>{"heads.box", "heads.cls", "layers.0.b", "layers.1.b", "scales.0", "scales.1"}));
+  const net back = ckpt::to_params(ckpt::of_params(n), n);
+  BOOST_TEST((back.layers[0].b == n.layers[0].b));
+  BOOST_TEST(back.scales[1] == 2.0f);
+  BOOST_TEST((back.heads.at("box") == n.heads.at("box")));
+}
+
+BOOST_AUTO_TEST_CASE(ptree_leaves_are_named_by_path_as_in_the_seed) {
+  const ckpt::ptree tree = ckpt::ptree::dict({
+      {"layers", ckpt::ptree::list({ckpt::ptree::tensor(Eigen::MatrixXf::Ones(2, 2).eval()),
+                                    ckpt::ptree::tensor(Eigen::MatrixXf::Zero(2, 2).eval())})},
+      {"head", ckpt::ptree::tensor(Eigen::VectorXf::Ones(2).eval())},
+  });
+  BOOST_TEST(ckpt::leaf_names(tree) == (std::vector<std::string>{"layers.0", "layers.1", "head"}));
+  BOOST_TEST(ckpt::of_params(tree).names() == (std::vector<std::string>{"head", "layers.0", "layers.1"}));
+
+  // The seed's example: dict {layers: [ {w}, {w} ], head}.
+  const ckpt::ptree seed = ckpt::ptree::dict({
+      {"layers", ckpt::ptree::list({ckpt::ptree::dict({{"w", ckpt::ptree::tensor(1.0f)}}),
+                                    ckpt::ptree::dict({{"w", ckpt::ptree::tensor(2.0f)}})})},
+      {"head", ckpt::ptree::tensor(3.0f)},
+  });
+  BOOST_TEST(ckpt::of_params(seed).names() == (std::vector<std::string>{"head", "layers.0.w", "layers.1.w"}));
+}
+
+BOOST_AUTO_TEST_CASE(to_params_with_a_ptree_gives_the_files_values) {
+  const ckpt::ptree like = ckpt::ptree::dict({{"a", ckpt::ptree::tensor(0.0f)},
+                                              {"b", ckpt::ptree::list({ckpt::ptree::tensor(Eigen::Vector2d(0, 0))})}});
+  const auto t = ckpt::concat({ckpt::of_tensor("p.a", 5.0f), ckpt::of_tensor("p.b.0", Eigen::Vector2d(1, 2)),
+                               ckpt::of_tensor("unrelated", 1.0f)});
+  const ckpt::ptree got = ckpt::to_params(t, like, {.prefix = "p"});
+  BOOST_TEST(got.at("a").as_tensor().as<float>()[0] == 5.0f);
+  BOOST_TEST(elements<double>(got.at("b").at(0).as_tensor()) == (std::vector<double>{1, 2}));
+  // A ptree leaf shares the entry's bytes rather than copying them.
+  BOOST_TEST(got.at("a").as_tensor().bytes().data() == t.get("p.a").bytes().data());
+  BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::ptree::dict({{"k", {}}, {"k", {}}}); }) ==
+             "ckpt: ptree::dict: duplicate key 'k'");
+}
+
+BOOST_AUTO_TEST_CASE(bare_root_leaf_is_named_by_the_prefix) {
+  const auto t = ckpt::of_params(Eigen::Vector3f(1, 2, 3), "bias");
+  BOOST_TEST(t.names() == std::vector<std::string>{"bias"});
+  BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::of_params(Eigen::Vector3f(1, 2, 3)); }) ==
+             "ckpt: entry names must not be empty");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, Eigen::Vector3f::Zero().eval()); }) ==
+             "ckpt: to_params: a leaf has an empty name (a bare leaf needs a prefix)");
+  BOOST_TEST((ckpt::to_params(t, Eigen::Vector3f::Zero().eval(), {.prefix = "bias"}) == Eigen::Vector3f(1, 2, 3)));
+}
+
+BOOST_AUTO_TEST_CASE(pretrained_bare_tensors_load_into_a_struct) {
+  // Tensors saved one by one under the names a struct will have, as another tool would.
+  Eigen::MatrixXf w(3, 2);
+  w << 1, 2, 3, 4, 5, 6;
+  const auto t = ckpt::concat({ckpt::of_tensor("l1.w", w), ckpt::of_tensor("l1.b", Eigen::VectorXf::Ones(3).eval()),
+                               ckpt::of_tensor("l2.w", Eigen::MatrixXf::Zero(1, 3).eval()),
+                               ckpt::of_tensor("l2.b", Eigen::VectorXf::Constant(1, 9).eval())});
+  const mlp m = ckpt::to_params(t, make_mlp(100));
+  BOOST_TEST((m.l1.w == w));
+  BOOST_TEST(m.l2.b(0) == 9.0f);
+}
+
+BOOST_AUTO_TEST_CASE(sections_load_independently_and_extra_entries_are_ignored) {
+  const mlp model = make_mlp(1);
+  const linear head{Eigen::MatrixXf::Constant(2, 2, 7), Eigen::VectorXf::Constant(2, 8)};
+  const auto t = ckpt::concat({ckpt::of_params(model, "model"), ckpt::of_params(head, "head"), ckpt::of_int("optim.step", 3)});
+  const linear head_back = ckpt::to_params(t, linear{Eigen::MatrixXf(2, 2), Eigen::VectorXf(2)}, {.prefix = "head"});
+  BOOST_TEST((head_back.w == head.w));
+  const linear l1 = ckpt::to_params(t, make_mlp(0).l1, {.prefix = "model.l1"});
+  BOOST_TEST((l1.w == model.l1.w));
+  BOOST_TEST(ckpt::to_int("optim.step", t) == 3);
+}
+
+BOOST_AUTO_TEST_CASE(extraction_errors_name_the_entry_and_both_sides) {
+  const auto t = ckpt::of_params(make_mlp(0), "model");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, make_mlp(0), {.prefix = "other"}); }) ==
+             "ckpt: to_params: no entry named 'other.l1.w'");
+  mlp wrong_shape = make_mlp(0);
+  wrong_shape.l2.w.resize(3, 1);
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, wrong_shape, {.prefix = "model"}); }) ==
+             "ckpt: to_params: entry 'model.l2.w' has shape [1, 3] but the template's leaf has shape [3, 1]");
+  struct linear_d {
+    Eigen::MatrixXd w;
+    Eigen::VectorXf b;
+  };
+  const linear_d like{Eigen::MatrixXd(3, 2), Eigen::VectorXf(3)};
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, like, {.prefix = "model.l1"}); }) ==
+             "ckpt: to_params: entry 'model.l1.w' has dtype F32 but the template's leaf has dtype F64 "
+             "(pass cast = true to convert)");
+  const linear_d cast = ckpt::to_params(t, like, {.prefix = "model.l1", .cast = true});
+  BOOST_TEST((cast.w == make_mlp(0).l1.w.cast<double>()));
+}
+
+BOOST_AUTO_TEST_CASE(cast_converts_integers_and_halves) {
+  const Eigen::Vector3f values(1.5f, -2.75f, 65504.0f);
+  const auto t = ckpt::of_tensor("v", values);
+  const auto as_int = ckpt::to_params(t, Eigen::Vector3i::Zero().eval(), {.prefix = "v", .cast = true});
+  BOOST_TEST((as_int == Eigen::Vector3i(1, -2, 65504)));
+  const auto as_half = ckpt::to_params(t, Eigen::Matrix<Eigen::half, 3, 1>::Zero().eval(), {.prefix = "v", .cast = true});
+  BOOST_TEST(static_cast<float>(as_half(1)) == -2.75f);
+}
+
+namespace {
+// A class with private members and a constructor: not an aggregate, named through ckpt::fields.
+class dense_layer {
+ public:
+  dense_layer() = default;
+  explicit dense_layer(int n) : weight_(Eigen::MatrixXf::Constant(n, n, 1.0f)), bias_(Eigen::VectorXf::Zero(n)) {}
+  [[nodiscard]] const Eigen::MatrixXf& weight() const { return weight_; }
+
+ private:
+  friend struct ckpt::fields<dense_layer>;
+  Eigen::MatrixXf weight_;
+  Eigen::VectorXf bias_;
+};
+
+// An aggregate whose field was renamed after checkpoints were written with the old name.
+struct renamed {
+  Eigen::VectorXf new_name;
+  float scale;
+};
+}  // namespace
+
+template <>
+struct ckpt::fields<dense_layer> {
+  static constexpr std::array names{"w", "b"};
+  static auto tie(auto& self) { return std::tie(self.weight_, self.bias_); }
+};
+
+template <>
+struct ckpt::fields<renamed> {
+  static constexpr std::array names{"old_name", "scale"};
+  static auto tie(auto& self) { return std::tie(self.new_name, self.scale); }
+};
+
+BOOST_AUTO_TEST_CASE(customization_point_names_non_aggregates) {
+  struct model {
+    dense_layer first;
+    std::vector<dense_layer> rest;
+  };
+  const model m{dense_layer(2), {dense_layer(3)}};
+  BOOST_TEST(ckpt::of_params(m).names() == (std::vector<std::string>{"first.b", "first.w", "rest.0.b", "rest.0.w"}));
+  model like{dense_layer(2), {dense_layer(3)}};
+  const auto t = ckpt::of_params(model{dense_layer(2), {dense_layer(3)}});
+  BOOST_TEST((ckpt::to_params(t, like).rest[0].weight() == Eigen::MatrixXf::Constant(3, 3, 1.0f)));
+}
+
+BOOST_AUTO_TEST_CASE(customization_point_renames_aggregate_fields) {
+  const renamed r{Eigen::VectorXf::Ones(2), 0.5f};
+  BOOST_TEST(ckpt::of_params(r).names() == (std::vector<std::string>{"old_name", "scale"}));
+  const renamed back = ckpt::to_params(ckpt::of_params(r), renamed{Eigen::VectorXf(2), 0});
+  BOOST_TEST((back.new_name == r.new_name));
+}
+
+BOOST_AUTO_TEST_CASE(duplicate_leaf_names_are_refused) {
+  // A map key with a dot can collide with a nested path.
+  const std::map<std::string, std::map<std::string, float>> clash{{"a", {{"b.c", 1.0f}}}, {"a.b", {{"c", 2.0f}}}};
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::of_params(clash); }) ==
+             "ckpt: duplicate entry name 'a.b.c'");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(ckpt::checkpoint{}, clash); }) ==
+             "ckpt: to_params: two leaves are named 'a.b.c'");
+}
