@@ -9,9 +9,11 @@
 //
 // Rounding to a narrow float goes through one generic encoder working on an exact value
 // m * 2^e (m up to 64 bits), so F64 and 64-bit integers round once, directly to the target.
-// Hardware conversions are used only where they are exact or correctly rounded whatever the
-// flush-to-zero / denormals-are-zero modes: integer -> F32/F64, normal F32 -> F64, and F64 ->
-// F32 when the result is normal.
+// When an F32 or F64 value is normal in the target, a fast path rebiases its exponent in
+// place and rounds the mantissa with integer arithmetic (same result, checked against the
+// generic encoder for all 2^32 floats). Hardware conversions are used only where they are
+// exact or correctly rounded whatever the flush-to-zero / denormals-are-zero modes: integer
+// -> F32/F64, normal F32 -> F64, and F64 -> F32 when the result is normal.
 
 #include <ckpt/cast.hpp>
 
@@ -181,12 +183,28 @@ template <class F>
   return with_sign<F>(negative, code);
 }
 
+/// Fast path of the encoders, for a finite source value that is normal in F: `mag` is the
+/// magnitude bits of a binary float with SM mantissa bits and bias SB (F32 or F64). The
+/// exponent is rebiased in place and the mantissa rounded to M bits, ties to even; a carry
+/// moves into the exponent, and past the largest finite code it is an overflow.
+template <class F, int SM, int SB, class Bits>
+[[nodiscard]] constexpr std::uint64_t encode_normal(bool negative, Bits mag) noexcept {
+  constexpr int drop = SM - F::mbits;
+  static_assert(drop > 0 && SB >= F::bias);
+  const Bits t = mag - (static_cast<Bits>(SB - F::bias) << SM);
+  const Bits code = (t + ((Bits{1} << (drop - 1)) - 1) + ((t >> drop) & 1)) >> drop;
+  if (code > F::max_code) return overflow<F>(negative);
+  return with_sign<F>(negative, code);
+}
+
 /// The code of the double `d` in format F.
 template <class F>
 [[nodiscard]] constexpr std::uint64_t encode(double d) noexcept {
   const auto b = std::bit_cast<std::uint64_t>(d);
   const bool negative = (b & f64_sign) != 0;
   const std::uint64_t mag = b & ~f64_sign;
+  const int top = static_cast<int>(mag >> 52) - 1023;
+  if (top >= F::emin && top <= F::emax) [[likely]] return encode_normal<F, 52, 1023>(negative, mag);
   if (mag >= f64_exp_mask) return mag == f64_exp_mask ? overflow<F>(negative) : nan_of<F>(negative, mag);
   if (mag == 0) return with_sign<F>(negative, 0);
   const std::uint64_t field = mag >> 52;
@@ -250,6 +268,17 @@ template <class I>
   const auto b = std::bit_cast<std::uint32_t>(f);
   if (((b >> 23) & 0xFF) - 1U < 254U) return static_cast<double>(f);  // normal: exact
   return decode<f32_format>(b);
+}
+
+/// The code of the float `f` in format F: like encode<F>(widen(f)), faster when the value
+/// is normal in F.
+template <class F>
+[[nodiscard]] inline std::uint64_t encode(float f) noexcept {
+  const auto b = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t mag = b & 0x7FFF'FFFFU;
+  const int top = static_cast<int>(mag >> 23) - 127;
+  if (top >= F::emin && top <= F::emax) [[likely]] return encode_normal<F, 23, 127>((b >> 31) != 0, mag);
+  return encode<F>(widen(f));
 }
 
 /// The F32 bits of `d`, rounded to nearest, ties to even.
@@ -373,8 +402,7 @@ struct small_codec {
   static void put(std::byte* p, V v) noexcept {
     std::uint64_t code = 0;
     if constexpr (std::is_integral_v<V>) code = encode_integer<F>(v);
-    else if constexpr (std::is_same_v<V, float>) code = encode<F>(widen(v));
-    else code = encode<F>(v);
+    else code = encode<F>(v);  // float or double
     store<bits>(p, static_cast<bits>(code));
   }
 };

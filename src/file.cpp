@@ -125,21 +125,24 @@ checkpoint load(const std::filesystem::path& path) {
   void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   if (address != MAP_FAILED) {
     auto owner = std::make_shared<const mapping>(address, size);
-    return detail::parse_file(owner->bytes(), path, owner);
+    return detail::parse_file(owner->bytes(), path, owner, tensor::storage::file_mapping);
   }
   // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
   std::shared_ptr<const std::byte[]> buffer = read_whole(fd.get(), path, size);
-  return detail::parse_file({buffer.get(), size}, path, buffer);
+  return detail::parse_file({buffer.get(), size}, path, buffer, tensor::storage::memory);
 }
 
 checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  return detail::parse_file({copy.get(), file_bytes.size()}, origin, copy);
+  return detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, tensor::storage::memory);
 }
 
-void save(const std::filesystem::path& path, const checkpoint& t) {
-  std::string header = detail::make_header(t);
+namespace detail {
+
+void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
+                const metadata_map& metadata) {
+  std::string header = make_header(entries, metadata);
   const std::filesystem::path folder =
       path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::string pattern = (folder / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
@@ -151,12 +154,32 @@ void save(const std::filesystem::path& path, const checkpoint& t) {
   ::umask(mask);
   static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
 
+  // Bytes already in memory go out in large writev batches, straight from where they live;
+  // entries that need reordering go through one bounded buffer, a run of whole rows at a time.
   std::vector<iovec> pieces;
-  pieces.reserve(t.size() + 1);
+  pieces.reserve(entries.size() + 1);
   pieces.push_back({header.data(), header.size()});
-  for (const auto& [name, x] : t)
-    if (x.nbytes() != 0)
-      pieces.push_back({const_cast<std::byte*>(x.bytes().data()), x.nbytes()});
+  std::vector<std::byte> buffer;
+  for (const entry_source& e : entries) {
+    if (e.nbytes == 0) continue;
+    if (!e.write_rows) {
+      pieces.push_back({const_cast<std::byte*>(e.contiguous.data()), e.nbytes});
+      continue;
+    }
+    write_all(fd.get(), pieces, temporary.path());
+    pieces.clear();
+    const auto rows = static_cast<std::size_t>(e.shape.front());
+    const std::size_t row_bytes = e.nbytes / rows;
+    constexpr std::size_t buffer_bytes = std::size_t{8} << 20;
+    const std::size_t rows_per_chunk = std::max<std::size_t>(1, buffer_bytes / row_bytes);
+    buffer.resize(std::max(buffer.size(), std::min(rows, rows_per_chunk) * row_bytes));
+    for (std::size_t first = 0; first < rows; first += rows_per_chunk) {
+      const std::size_t count = std::min(rows_per_chunk, rows - first);
+      e.write_rows(first, count, buffer.data());
+      std::vector<iovec> chunk{{buffer.data(), count * row_bytes}};
+      write_all(fd.get(), chunk, temporary.path());
+    }
+  }
   write_all(fd.get(), pieces, temporary.path());
   if (::fsync(fd.get()) != 0) throw io_error(temporary.path(), "fsync", last_error());
   if (fd.close() != 0) throw io_error(temporary.path(), "close", last_error());
@@ -164,6 +187,17 @@ void save(const std::filesystem::path& path, const checkpoint& t) {
     throw io_error(path, "rename a temporary file over", last_error());
   temporary.commit();
   fsync_folder(folder);
+}
+
+}  // namespace detail
+
+void save(const std::filesystem::path& path, const checkpoint& t) {
+  std::vector<detail::entry_source> entries;
+  entries.reserve(t.size());
+  for (const auto& [name, x] : t)
+    entries.push_back({.name = name, .dtype = x.dtype(), .shape = dims(x.shape().begin(), x.shape().end()),
+                       .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = {}});
+  detail::write_file(path, entries, t.metadata());
 }
 
 }  // namespace ckpt

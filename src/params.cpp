@@ -1,4 +1,5 @@
 #include <ckpt/params.hpp>
+#include <ckpt/save_params.hpp>
 
 namespace ckpt::detail {
 
@@ -31,3 +32,28 @@ void throw_dtype_mismatch(std::string_view name, dtype entry, dtype leaf) {
 }
 
 }  // namespace ckpt::detail
+
+namespace ckpt {
+
+void save_params(const std::filesystem::path& path, std::initializer_list<section> sections,
+                 const metadata_map& metadata) {
+  std::vector<const detail::entry_source*> order;
+  for (const section& s : sections)
+    for (const detail::entry_source& e : s.entries_) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
+  std::vector<std::string> names;
+  names.reserve(order.size());
+  for (const auto* e : order) {
+    if (e->name == "__metadata__")
+      throw std::invalid_argument("ckpt: '__metadata__' is reserved by the safetensors format and cannot name an entry");
+    names.push_back(e->name);
+  }
+  detail::check_leaf_names(std::move(names), "save_params");
+  // Lay out the descriptors (not the bytes) in name order.
+  std::vector<detail::entry_source> entries;
+  entries.reserve(order.size());
+  for (const auto* e : order) entries.push_back(*e);
+  detail::write_file(path, entries, metadata);
+}
+
+}  // namespace ckpt

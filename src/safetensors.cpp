@@ -210,7 +210,12 @@ class header_handler {
     return unsigned_value(static_cast<std::uint64_t>(i));
   }
   bool on_uint64(std::uint64_t u, string_view, error_code&) { return unsigned_value(u); }
-  bool on_double(double, string_view, error_code&) { return number_value("a non-integer number"); }
+  bool on_double(double, string_view text, error_code&) {
+    // Boost.JSON reports integers beyond 64 bits as doubles: tell them from fractions.
+    if (text.find_first_of(".eE") == string_view::npos)
+      return number_value(text.starts_with('-') ? "a negative number" : "a number too large");
+    return number_value("a non-integer number");
+  }
   bool on_bool(bool, error_code&) { return scalar_value("a boolean"); }
   bool on_null(error_code&) { return scalar_value("null"); }
   bool on_comment_part(string_view, error_code&) { return true; }
@@ -285,6 +290,9 @@ class header_handler {
                       " instead of a string");
   }
   bool unexpected(const char* what) {
+    if (where_ == place::entry_array)
+      fail(origin_, "entry " + quote(result.entries.back().name) + " has " + what + " in '" +
+                        field_name() + "'");
     if (where_ == place::root) fail(origin_, std::string("the header is ") + what + ", not a JSON object");
     if (where_ == place::top_value)
       fail(origin_, (is_metadata_ ? std::string("'__metadata__'") : "entry " + quote(key_)) +
@@ -323,7 +331,7 @@ std::uint64_t read_le64(const std::byte* p) {
 }  // namespace
 
 checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner) {
+                      const std::shared_ptr<const void>& owner, tensor::storage where) {
   if (file.size() < 8)
     fail(origin, "the file has " + std::to_string(file.size()) +
                      " bytes, fewer than the 8 of the header length");
@@ -405,20 +413,20 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
     if (e.name == "__metadata__") continue;  // unreachable: the key is taken by the metadata
     out.emplace_back(std::move(e.name),
                      tensor::view_of(*e.type, std::move(e.shape),
-                                     data.subspan(e.begin, e.end - e.begin), owner));
+                                     data.subspan(e.begin, e.end - e.begin), owner, where));
   }
   return checkpoint(std::move(out), std::move(header.metadata));
 }
 
-std::string make_header(const checkpoint& t) {
+std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata) {
   std::string json = "{";
   const auto append_string = [&json](std::string_view s) {
     json += boost::json::serialize(boost::json::string_view(s.data(), s.size()));
   };
-  if (!t.metadata().empty()) {
+  if (!metadata.empty()) {
     json += "\"__metadata__\":{";
     bool first = true;
-    for (const auto& [key, value] : t.metadata()) {
+    for (const auto& [key, value] : metadata) {
       if (!first) json += ',';
       first = false;
       append_string(key);
@@ -428,20 +436,20 @@ std::string make_header(const checkpoint& t) {
     json += '}';
   }
   std::uint64_t offset = 0;
-  for (const auto& [name, x] : t) {
+  for (const entry_source& x : entries) {
     if (json.size() > 1) json += ',';
-    append_string(name);
+    append_string(x.name);
     json += ":{\"dtype\":\"";
-    json += to_string(x.dtype());
+    json += to_string(x.dtype);
     json += "\",\"shape\":[";
-    for (std::size_t i = 0; i < x.rank(); ++i) {
+    for (std::size_t i = 0; i < x.shape.size(); ++i) {
       if (i != 0) json += ',';
-      json += std::to_string(x.shape()[i]);
+      json += std::to_string(x.shape[i]);
     }
     json += "],\"data_offsets\":[";
     json += std::to_string(offset);
     json += ',';
-    offset += x.nbytes();
+    offset += x.nbytes;
     json += std::to_string(offset);
     json += "]}";
   }
@@ -449,7 +457,7 @@ std::string make_header(const checkpoint& t) {
   // Pad with spaces so that the data starts at a multiple of 8 bytes into the file.
   json.append((8 - json.size() % 8) % 8, ' ');
   if (json.size() > max_header_size)
-    throw std::invalid_argument("ckpt: the header of " + std::to_string(t.size()) +
+    throw std::invalid_argument("ckpt: the header of " + std::to_string(entries.size()) +
                                 " entries would take " + std::to_string(json.size()) +
                                 " bytes, over the format's limit of " +
                                 std::to_string(max_header_size));

@@ -2,6 +2,7 @@
 // The safetensors format itself, apart from how bytes reach or leave the disk.
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/entry_source.hpp>
 #include <ckpt/error.hpp>
 
 #include <cstddef>
@@ -19,11 +20,11 @@ inline constexpr std::uint64_t max_header_size = 100'000'000;
 // Builds a checkpoint from the bytes of a whole file. Tensors view `file`, kept alive by
 // `owner`. Throws format_error naming `origin` and the broken rule.
 checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner);
+                      const std::shared_ptr<const void>& owner, tensor::storage where);
 
-// The first 8 + N bytes of the file for `t`: the length prefix and the JSON header, padded with
-// spaces so that the data that follows starts 8-byte aligned. Entries are laid out in name order.
+// The first 8 + N bytes of a file: the length prefix and the JSON header, padded with spaces so
+// that the data that follows starts 8-byte aligned. Entries are laid out in the order given.
 // Throws std::invalid_argument if the header would exceed max_header_size.
-std::string make_header(const checkpoint& t);
+std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata);
 
 }  // namespace ckpt::detail

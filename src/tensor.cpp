@@ -1,4 +1,8 @@
 #include <ckpt/tensor.hpp>
+#include <ckpt/view.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <limits>
@@ -61,12 +65,13 @@ std::shared_ptr<std::byte[]> tensor::allocate(std::size_t size) {
 }
 
 tensor::tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-               std::shared_ptr<const void> owner)
+               std::shared_ptr<const void> owner, storage where)
     : dtype_(type),
       shape_(std::move(shape)),
       numel_(numel_of(shape_)),
       bytes_(bytes),
-      owner_(std::move(owner)) {}
+      owner_(std::move(owner)),
+      storage_(where) {}
 
 tensor tensor::copy_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes) {
   checked_size(type, shape, bytes.size());
@@ -76,11 +81,21 @@ tensor tensor::copy_of(ckpt::dtype type, dims shape, std::span<const std::byte> 
 }
 
 tensor tensor::view_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-                       std::shared_ptr<const void> owner) {
+                       std::shared_ptr<const void> owner, storage where) {
   checked_size(type, shape, bytes.size());
   if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignment_of(type) != 0)
     return copy_of(type, std::move(shape), bytes);
-  return tensor(type, std::move(shape), bytes, std::move(owner));
+  return tensor(type, std::move(shape), bytes, std::move(owner), where);
+}
+
+void tensor::release_pages() const noexcept {
+  if (storage_ != storage::file_mapping) return;
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes_.data());
+  const std::uintptr_t first = (begin + page - 1) / page * page;
+  const std::uintptr_t last = (begin + bytes_.size()) / page * page;
+  // Pages shared with a neighbouring entry stay: that entry may still be in use.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 bool operator==(const tensor& a, const tensor& b) noexcept {
@@ -95,3 +110,12 @@ void tensor::throw_dtype_mismatch(ckpt::dtype requested) const {
 }
 
 }  // namespace ckpt
+
+namespace ckpt::detail {
+
+void throw_rank_mismatch(const tensor& x, int wanted) {
+  throw std::invalid_argument("ckpt: a view of rank " + std::to_string(wanted) +
+                              " cannot show a tensor of shape " + to_string(x.shape()));
+}
+
+}  // namespace ckpt::detail

@@ -195,6 +195,13 @@ const std::string a_f32_2 = entry("a", "F32", "[2]", 0, 8);  // with data_of(8)
 
 }  // namespace
 
+BOOST_AUTO_TEST_CASE(the_allocation_cap_works) {
+  // Called directly, operator new cannot be elided: the cap must refuse this.
+  const allocation_cap cap(allocation_cap_bytes);
+  BOOST_CHECK_THROW(::operator delete(::operator new(allocation_cap_bytes + 1)), std::bad_alloc);
+  ::operator delete(::operator new(16));
+}
+
 // --- The length prefix ---------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(files_shorter_than_8_bytes) {
@@ -458,6 +465,11 @@ BOOST_AUTO_TEST_CASE(good_layouts) {
   BOOST_TEST(text_of(c.get("b").bytes()) == data_of(22).substr(16, 6));
   BOOST_TEST(dims_of(c.get("z1").shape()) == (ckpt::dims{0, 3}), boost::test_tools::per_element());
   BOOST_TEST(c.get("z2").nbytes() == 0u);
+  // Fields in any order.
+  const ckpt::checkpoint reordered =
+      accept(file_of(R"({"a":{"data_offsets":[0,8],"shape":[2,1],"dtype":"I32"}})", data_of(8)));
+  BOOST_TEST(ckpt::to_string(reordered.get("a").dtype()) == "I32");
+  BOOST_TEST(dims_of(reordered.get("a").shape()) == (ckpt::dims{2, 1}), boost::test_tools::per_element());
   // No entries at all, and no data.
   BOOST_TEST(accept(file_of("{}")).empty());
   BOOST_TEST(accept(file_of("{" + entry("z", "F32", "[0]", 0, 0) + "}")).size() == 1u);
@@ -529,6 +541,10 @@ BOOST_AUTO_TEST_CASE(metadata_is_kept) {
   const ckpt::metadata_map expected{{"format", "pt"}, {"empty", ""}, {"esc", "q\"b\\n\nt\tu\xc3\xa9"}};
   BOOST_TEST((c.metadata() == expected));
   BOOST_TEST(c.names() == std::vector<std::string>{"a"}, boost::test_tools::per_element());
+  // After the entries rather than first.
+  const ckpt::checkpoint last = accept(file_of("{" + a_f32_2 + R"(,"__metadata__":{"k":"v"}})", data_of(8)));
+  BOOST_TEST((last.metadata() == ckpt::metadata_map{{"k", "v"}}));
+  BOOST_TEST(last.names() == std::vector<std::string>{"a"}, boost::test_tools::per_element());
   BOOST_TEST(accept(file_of(R"({"__metadata__":{}})")).metadata().empty());
   const ckpt::checkpoint only = accept(file_of(R"({"__metadata__":{"k":"v"}})"));
   BOOST_TEST(only.empty());

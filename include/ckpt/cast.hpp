@@ -25,10 +25,10 @@
 ///
 /// - **Decoding** F16, BF16, F32 and the F8 formats to a wider floating dtype is exact
 ///   (the value, the sign of zero and the infinities are kept).
-/// - **Narrowing to a floating dtype** (F16, BF16, F32, C64 and the F8 formats, from a wider
-///   floating dtype or from an integer) rounds the exact source value once, to nearest, ties
-///   to even (to the encoding whose last bit is 0), including into the subnormal range. There
-///   is no double rounding: F64 and 64-bit integers are rounded directly to the target.
+/// - **Rounding**: a value the floating target cannot hold exactly (from a wider floating
+///   dtype, or an integer too wide for the target's significand) is rounded once, to nearest,
+///   ties to even (to the encoding whose last bit is 0), including into the subnormal range.
+///   There is no double rounding: F64 and 64-bit integers are rounded directly to the target.
 /// - **Overflow** (a value that rounds, with the exponent range unbounded, to a magnitude above
 ///   the largest finite one) gives infinity with the value's sign where the format has
 ///   infinities (F16, BF16, F32, F8_E5M2); for the formats without (F8_E4M3, both FNUZ formats

@@ -12,6 +12,8 @@
 /// - ckpt/ptree.hpp       run-time parameter trees
 /// - ckpt/named.hpp       walking and naming structures; the ckpt::fields customization point
 /// - ckpt/params.hpp      of_params / to_params
+/// - ckpt/save_params.hpp saving live structures without a snapshot
+/// - ckpt/view.hpp        zero-copy Eigen views of entries
 
 #include <ckpt/cast.hpp>
 #include <ckpt/checkpoint.hpp>
@@ -22,4 +24,6 @@
 #include <ckpt/named.hpp>
 #include <ckpt/params.hpp>
 #include <ckpt/ptree.hpp>
+#include <ckpt/save_params.hpp>
 #include <ckpt/tensor.hpp>
+#include <ckpt/view.hpp>

@@ -5,6 +5,7 @@
 /// and `ckpt::tensor` itself. `ckpt::leaf_traits<T>` is the customization point for other
 /// tensor types.
 
+#include <ckpt/detail/transpose.hpp>
 #include <ckpt/dtype.hpp>
 #include <ckpt/tensor.hpp>
 
@@ -64,20 +65,39 @@ constexpr dtype checked_dtype_of() {
   else return unsupported_scalar<S>::value;
 }
 
-// C-order bytes in, elements out. Bools go through a byte test: a foreign file may hold bytes
-// other than 0 and 1, and loading those into a bool is undefined.
+// A foreign file may hold bool bytes other than 0 and 1, and such a byte in a bool object is
+// undefined behaviour: rewrite the bytes as 0 or 1 through their representation.
+template <class S>
+void normalize_bools(S* out, std::size_t count) {
+  if constexpr (std::is_same_v<S, bool>) {
+    auto* bytes = reinterpret_cast<unsigned char*>(out);
+    for (std::size_t i = 0; i < count; ++i) bytes[i] = bytes[i] != 0 ? 1 : 0;
+  }
+}
+
+// C-order bytes into a leaf's storage: one copy.
 template <class S>
 void copy_in(S* out, const std::byte* in, std::size_t count) {
-  if constexpr (std::is_same_v<S, bool>) {
-    for (std::size_t i = 0; i < count; ++i) out[i] = in[i] != std::byte{0};
-  } else if (count != 0) {
-    std::memcpy(out, in, count * sizeof(S));
-  }
+  if (count == 0) return;
+  std::memcpy(static_cast<void*>(out), in, count * sizeof(S));
+  normalize_bools(out, count);
 }
 
 template <class S>
 void copy_out(std::byte* out, const S* in, std::size_t count) {
-  if (count != 0) std::memcpy(out, in, count * sizeof(S));
+  if (count != 0) std::memcpy(out, static_cast<const void*>(in), count * sizeof(S));
+}
+
+// Column-major storage of a rows x cols matrix is the row-major storage of its transpose.
+template <class S>
+void transpose_in(S* out, const std::byte* in, std::size_t rows, std::size_t cols) {
+  transpose(in, reinterpret_cast<std::byte*>(out), rows, cols, sizeof(S));
+  normalize_bools(out, rows * cols);
+}
+
+template <class S>
+void transpose_out(std::byte* out, const S* in, std::size_t rows, std::size_t cols) {
+  transpose(reinterpret_cast<const std::byte*>(in), out, cols, rows, sizeof(S));
 }
 
 template <class Derived>
@@ -91,30 +111,20 @@ dims dense_shape(const Eigen::DenseBase<Derived>& m) {
 template <class T>
 struct dense_leaf_traits {
   using scalar_type = typename T::Scalar;
-  using row_major = Eigen::Matrix<scalar_type, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   // Whether the storage already is C order: row-major, or a single row or column.
   static bool c_ordered(const T& m) { return T::IsRowMajor || m.rows() == 1 || m.cols() == 1; }
 
   static ckpt::dtype dtype(const T&) { return checked_dtype_of<scalar_type>(); }
   static dims shape(const T& m) { return dense_shape(m); }
   static void write(const T& m, std::span<std::byte> out) {
-    if (c_ordered(m)) {
-      copy_out(out.data(), m.data(), static_cast<std::size_t>(m.size()));
-    } else {
-      Eigen::Map<row_major>(reinterpret_cast<scalar_type*>(out.data()), m.rows(), m.cols()) = m.matrix();
-    }
+    const auto rows = static_cast<std::size_t>(m.rows()), cols = static_cast<std::size_t>(m.cols());
+    if (c_ordered(m)) copy_out(out.data(), m.data(), rows * cols);
+    else transpose_out(out.data(), m.data(), rows, cols);
   }
   static void read(T& m, const tensor& in) {
-    const auto* bytes = in.bytes().data();
-    if (c_ordered(m)) {
-      copy_in(m.data(), bytes, static_cast<std::size_t>(m.size()));
-    } else if constexpr (std::is_same_v<scalar_type, bool>) {
-      using byte_matrix = Eigen::Matrix<std::uint8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-      m.matrix() = Eigen::Map<const byte_matrix>(reinterpret_cast<const std::uint8_t*>(bytes), m.rows(), m.cols())
-                       .template cast<bool>();
-    } else {
-      m.matrix() = Eigen::Map<const row_major>(reinterpret_cast<const scalar_type*>(bytes), m.rows(), m.cols());
-    }
+    const auto rows = static_cast<std::size_t>(m.rows()), cols = static_cast<std::size_t>(m.cols());
+    if (c_ordered(m)) copy_in(m.data(), in.bytes().data(), rows * cols);
+    else transpose_in(m.data(), in.bytes().data(), rows, cols);
   }
 };
 
@@ -146,6 +156,8 @@ struct tensor_leaf_traits {
     const auto count = static_cast<std::size_t>(t.size());
     if constexpr (is_row_major || rank <= 1) {
       copy_out(out.data(), t.data(), count);
+    } else if constexpr (rank == 2) {
+      transpose_out(out.data(), t.data(), static_cast<std::size_t>(t.dimension(0)), static_cast<std::size_t>(t.dimension(1)));
     } else {
       using row_major = Eigen::Tensor<scalar_type, rank, Eigen::RowMajor, Eigen::Index>;
       using col_major = Eigen::Tensor<const scalar_type, rank, Eigen::ColMajor, Eigen::Index>;
@@ -159,7 +171,10 @@ struct tensor_leaf_traits {
     const auto* bytes = in.bytes().data();
     if constexpr (is_row_major || rank <= 1) {
       copy_in(t.data(), bytes, count);
+    } else if constexpr (rank == 2) {
+      transpose_in(t.data(), bytes, static_cast<std::size_t>(t.dimension(0)), static_cast<std::size_t>(t.dimension(1)));
     } else {
+      // Higher ranks reverse all axes: Eigen's shuffle does it, reading bools as bytes.
       using element = std::conditional_t<std::is_same_v<scalar_type, bool>, std::uint8_t, scalar_type>;
       using row_major = Eigen::Tensor<const element, rank, Eigen::RowMajor, Eigen::Index>;
       using col_major = Eigen::Tensor<scalar_type, rank, Eigen::ColMajor, Eigen::Index>;

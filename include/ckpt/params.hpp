@@ -98,6 +98,8 @@ template <class P>
         const dtype type = leaf_traits<leaf_type>::dtype(x);
         if (entry->dtype() == type) {
           leaf_traits<leaf_type>::read(x, *entry);
+          // The leaf holds its own copy now: the file's pages need not stay in memory too.
+          if constexpr (!std::is_same_v<leaf_type, tensor>) entry->release_pages();
         } else if (opts.cast) {
           leaf_traits<leaf_type>::read(x, cast(*entry, type));
         } else {

@@ -46,11 +46,19 @@ class tensor {
   /// \throws std::invalid_argument if `bytes.size()` is not the size `type` and `shape` need.
   [[nodiscard]] static tensor copy_of(dtype type, dims shape, std::span<const std::byte> bytes);
 
+  /// Where the bytes of a view live.
+  enum class storage {
+    memory,        ///< ordinary memory
+    file_mapping,  ///< a read-only private mapping of a file that stays unchanged
+  };
+
   /// A tensor viewing `bytes` without copying them; `owner` keeps them alive. Bytes that are
-  /// misaligned for the dtype's scalar are copied into aligned storage instead.
+  /// misaligned for the dtype's scalar are copied into aligned storage instead. With
+  /// `storage::file_mapping`, `release_pages` may drop the bytes' pages from memory.
   /// \throws std::invalid_argument if `bytes.size()` is not the size `type` and `shape` need.
   [[nodiscard]] static tensor view_of(dtype type, dims shape, std::span<const std::byte> bytes,
-                                      std::shared_ptr<const void> owner);
+                                      std::shared_ptr<const void> owner,
+                                      storage where = storage::memory);
 
   /// A tensor whose bytes `fill` writes: `fill(std::span<std::byte>)` receives the tensor's
   /// uninitialized storage (of the size `type` and `shape` need) and must write every byte.
@@ -91,13 +99,20 @@ class tensor {
     return {reinterpret_cast<const T*>(bytes_.data()), static_cast<std::size_t>(numel_)};
   }
 
+  /// Lets the operating system drop the pages of a file mapping that hold these bytes (the
+  /// whole pages only): they are read again from the file the next time they are touched. For a
+  /// loaded checkpoint whose entries were copied into leaves, this keeps a process from holding
+  /// both copies. Does nothing for bytes in ordinary memory.
+  /// \throws nothing
+  void release_pages() const noexcept;
+
   /// True if both tensors have the same dtype, shape and bytes.
   /// \throws nothing
   friend bool operator==(const tensor& a, const tensor& b) noexcept;
 
  private:
   tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-         std::shared_ptr<const void> owner);
+         std::shared_ptr<const void> owner, storage where = storage::memory);
   static std::shared_ptr<std::byte[]> allocate(std::size_t size);
   [[noreturn]] void throw_dtype_mismatch(ckpt::dtype requested) const;
 
@@ -106,6 +121,7 @@ class tensor {
   std::int64_t numel_ = 0;
   std::span<const std::byte> bytes_;
   std::shared_ptr<const void> owner_;
+  storage storage_ = storage::memory;
 };
 
 }  // namespace ckpt

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Trains mlp_trainer once without interruption and once stopped halfway and resumed, checks that
+# the final parameters are byte-identical, and plots both loss curves into loss.png.
+#
+#   examples/mlp_trainer/run_demo.sh [path/to/mlp_trainer] [output folder]
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+trainer="${1:-$here/../../build/examples/mlp_trainer}"
+out="${2:-mlp_demo}"
+steps=3000
+half=$((steps / 2))
+
+rm -rf "$out"
+mkdir -p "$out"
+"$trainer" --steps "$steps" --ckpt-dir "$out/straight" --params-out "$out/straight.safetensors"
+"$trainer" --steps "$half" --ckpt-dir "$out/resumed"
+"$trainer" --steps "$steps" --ckpt-dir "$out/resumed" --resume --params-out "$out/resumed.safetensors"
+
+if cmp -s "$out/straight.safetensors" "$out/resumed.safetensors"; then
+  echo "final parameters: byte-identical"
+else
+  echo "final parameters differ" >&2
+  exit 1
+fi
+if ! python3 -c 'import matplotlib' 2>/dev/null; then
+  echo "no matplotlib for python3: skipping the plot (the CSVs are in $out/*/loss.csv)"
+  exit 0
+fi
+python3 "$here/plot_loss.py" "$out/loss.png" \
+  "uninterrupted=$out/straight/loss.csv" "stopped at $half and resumed=$out/resumed/loss.csv" --stop "$half"

@@ -1,0 +1,35 @@
+#pragma once
+// What the file writer needs of an entry: its header fields and a way to its C-order bytes,
+// whether they already stand in memory (a tensor, a row-major leaf) or must be reordered on the
+// way out (a column-major leaf, written through a bounded buffer).
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/tensor.hpp>
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+
+namespace ckpt::detail {
+
+struct entry_source {
+  std::string name;
+  ckpt::dtype dtype = ckpt::dtype::f32;
+  dims shape;
+  std::size_t nbytes = 0;
+  // The C-order bytes, when they stand contiguous in memory.
+  std::span<const std::byte> contiguous;
+  // Otherwise: writes outermost rows [first, first + count) in C order to `out`.
+  std::function<void(std::size_t first, std::size_t count, std::byte* out)> write_rows;
+  // Keeps bytes alive that the source had to snapshot (a leaf type without a row writer).
+  tensor keep_alive;
+};
+
+// Writes a safetensors file of `entries` (already in the order they should be laid out, names
+// valid and distinct) and `metadata` at `path`, atomically; see ckpt::save.
+void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
+                const metadata_map& metadata);
+
+}  // namespace ckpt::detail

@@ -1,0 +1,55 @@
+// The tiled transpose that reorders column-major leaves, against the definition.
+#define BOOST_TEST_MODULE transpose
+#include <boost/test/unit_test.hpp>
+
+#include <ckpt/detail/transpose.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// Element (r, c) of a row-major matrix of `size`-byte elements: every byte distinct enough to
+// catch a misplaced element or a torn one.
+std::vector<std::byte> pattern(std::size_t rows, std::size_t cols, std::size_t size) {
+  std::vector<std::byte> out(rows * cols * size);
+  for (std::size_t i = 0; i < rows * cols; ++i)
+    for (std::size_t b = 0; b < size; ++b) out[i * size + b] = static_cast<std::byte>((i * 7 + b * 131 + i / 256) & 0xff);
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(matches_the_definition_for_every_element_size_and_odd_extents) {
+  for (const std::size_t size : {1u, 2u, 4u, 8u, 16u, 3u})
+    for (const std::size_t rows : {1u, 2u, 3u, 7u, 8u, 17u, 64u, 129u, 300u})
+      for (const std::size_t cols : {1u, 4u, 5u, 9u, 16u, 63u, 130u}) {
+        const auto src = pattern(rows, cols, size);
+        std::vector<std::byte> dst(src.size(), std::byte{0xEE});
+        ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+        bool same = true;
+        for (std::size_t r = 0; r < rows && same; ++r)
+          for (std::size_t c = 0; c < cols && same; ++c)
+            same = std::memcmp(dst.data() + (c * rows + r) * size, src.data() + (r * cols + c) * size, size) == 0;
+        BOOST_TEST(same, "size " << size << ", " << rows << " x " << cols);
+      }
+}
+
+BOOST_AUTO_TEST_CASE(works_on_unaligned_buffers) {
+  const std::size_t rows = 33, cols = 19, size = 4;
+  const auto src = pattern(rows, cols, size);
+  std::vector<std::byte> shifted_src(src.size() + 1), dst(src.size() + 3);
+  std::memcpy(shifted_src.data() + 1, src.data(), src.size());
+  ckpt::detail::transpose(shifted_src.data() + 1, dst.data() + 3, rows, cols, size);
+  std::vector<std::byte> back(src.size());
+  ckpt::detail::transpose(dst.data() + 3, back.data(), cols, rows, size);
+  BOOST_TEST((back == src));
+}
+
+BOOST_AUTO_TEST_CASE(empty_matrices_touch_nothing) {
+  std::byte sentinel{0x5A};
+  ckpt::detail::transpose(nullptr, &sentinel, 0, 5, 4);
+  ckpt::detail::transpose(nullptr, &sentinel, 5, 0, 4);
+  BOOST_TEST((sentinel == std::byte{0x5A}));
+}
