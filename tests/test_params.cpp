@@ -307,7 +307,7 @@ BOOST_AUTO_TEST_CASE(sections_load_independently_and_extra_entries_are_ignored) 
   const mlp model = make_mlp(1);
   const linear head{Eigen::MatrixXf::Constant(2, 2, 7), Eigen::VectorXf::Constant(2, 8)};
   const auto t = ckpt::concat({ckpt::of_params(model, "model"), ckpt::of_params(head, "head"), ckpt::of_int("optim.step", 3)});
-  const linear head_back = ckpt::to_params(t, linear{Eigen::MatrixXf(2, 2), Eigen::VectorXf(2)}, {.prefix = "head"});
+  const linear head_back = ckpt::to_params(t, linear{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)}, {.prefix = "head"});
   BOOST_TEST((head_back.w == head.w));
   const linear l1 = ckpt::to_params(t, make_mlp(0).l1, {.prefix = "model.l1"});
   BOOST_TEST((l1.w == model.l1.w));
@@ -326,7 +326,7 @@ BOOST_AUTO_TEST_CASE(extraction_errors_name_the_entry_and_both_sides) {
     Eigen::MatrixXd w;
     Eigen::VectorXf b;
   };
-  const linear_d like{Eigen::MatrixXd(3, 2), Eigen::VectorXf(3)};
+  const linear_d like{Eigen::MatrixXd::Zero(3, 2), Eigen::VectorXf::Zero(3)};
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, like, {.prefix = "model.l1"}); }) ==
              "ckpt: to_params: entry 'model.l1.w' has dtype F32 but the template's leaf has dtype F64 "
              "(pass cast = true to convert)");
@@ -391,7 +391,7 @@ BOOST_AUTO_TEST_CASE(customization_point_names_non_aggregates) {
 BOOST_AUTO_TEST_CASE(customization_point_renames_aggregate_fields) {
   const renamed r{Eigen::VectorXf::Ones(2), 0.5f};
   BOOST_TEST(ckpt::of_params(r).names() == (std::vector<std::string>{"old_name", "scale"}));
-  const renamed back = ckpt::to_params(ckpt::of_params(r), renamed{Eigen::VectorXf(2), 0});
+  const renamed back = ckpt::to_params(ckpt::of_params(r), renamed{Eigen::VectorXf::Zero(2), 0});
   BOOST_TEST((back.new_name == r.new_name));
 }
 
@@ -402,4 +402,27 @@ BOOST_AUTO_TEST_CASE(duplicate_leaf_names_are_refused) {
              "ckpt: duplicate entry name 'a.b.c'");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(ckpt::checkpoint{}, clash); }) ==
              "ckpt: to_params: two leaves are named 'a.b.c'");
+}
+
+BOOST_AUTO_TEST_CASE(views_read_entries_in_place) {
+  Eigen::MatrixXf m(2, 3);
+  m << 1, 2, 3, 4, 5, 6;
+  const auto t = ckpt::of_tensor("w", m);
+  const auto view = ckpt::matrix_view<float>(t.get("w"));
+  BOOST_TEST((view == m));
+  BOOST_TEST(view.data() == t.get("w").as<float>().data());
+  BOOST_TEST(ckpt::matrix_view<float>(ckpt::of_tensor("v", Eigen::Vector3f(1, 2, 3)).get("v")).rows() == 3);
+  BOOST_TEST(ckpt::matrix_view<double>(ckpt::of_tensor("s", 2.0).get("s"))(0, 0) == 2.0);
+
+  Eigen::Tensor<int, 3> cube(2, 3, 4);
+  cube.setRandom();
+  const auto u = ckpt::of_tensor("u", cube);
+  const auto tv = ckpt::tensor_view<int, 3>(u.get("u"));
+  BOOST_TEST(tv(1, 2, 3) == cube(1, 2, 3));
+  BOOST_TEST(tv(0, 1, 2) == cube(0, 1, 2));
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::tensor_view<int, 2>(u.get("u")); }) ==
+             "ckpt: a view of rank 2 cannot show a tensor of shape [2, 3, 4]");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::matrix_view<int>(u.get("u")); }) ==
+             "ckpt: a view of rank 2 cannot show a tensor of shape [2, 3, 4]");
+  BOOST_CHECK_THROW((void)ckpt::matrix_view<double>(t.get("w")), std::invalid_argument);
 }

@@ -79,10 +79,10 @@ struct checkpoint_manager_options {
 /// two writers deleting each other's files.
 ///
 /// Saves are synchronous (`save`) or in the background (`save_async`). At most one background
-/// write is in flight: every member function except `should_save`, `folder` and `options` first
-/// waits for it, and an error it raised is thrown from that call (or from `wait`), once. The
-/// destructor waits too; an error nobody collected is then written to stderr, since a
-/// destructor cannot throw it.
+/// write is in flight: every member function except `should_save`, `path_of`, `folder` and
+/// `options` first waits for it, and an error it raised is thrown from that call (or from
+/// `wait`), once. The destructor waits too; an error nobody collected is then written to
+/// stderr, since a destructor cannot throw it.
 ///
 /// Not thread-safe: use one manager from one thread (its background write is its own business).
 class checkpoint_manager {

@@ -1,0 +1,426 @@
+// ckpt_bench: the timed rows of issue 5 (1, 2, 3 and 6), each against a baseline measured side by
+// side in this process, on files in --dir. Prints RESULT lines (see common.hpp) on stdout and the
+// samples on stderr. Usage (bench/run.sh passes these):
+//
+//   ckpt_bench --dir=DIR [--rows=1,2,3,6] [--tensors=64] [--rows-per=2048] [--cols=2048]
+//              [--reps=7] [--io-reps=5] [--small=100000] [--train-batch=64]
+//              [--train-intervals=6] [--train-min-steps=10] [--train-fit=2.0]
+
+#include "common.hpp"
+
+#include <ckpt/detail/transpose.hpp>
+#include <ckpt/manager.hpp>
+
+#include <boost/json.hpp>
+
+#include <sys/mman.h>
+
+#include <cmath>
+#include <functional>
+#include <optional>
+
+namespace {
+
+using namespace bench;
+
+struct config {
+  fs::path dir;
+  long tensors = 64, rows = 2048, cols = 2048;
+  long reps = 7, io_reps = 5, diag_reps = 3;
+  long small = 100000;
+  long train_batch = 64, train_intervals = 6, train_min_steps = 10;
+  double train_fit = 2.0;
+  [[nodiscard]] double gib() const {
+    return static_cast<double>(tensors * rows * cols) * 4.0 / (1024.0 * 1024.0 * 1024.0);
+  }
+  [[nodiscard]] std::string size_label() const {
+    char text[96];
+    std::snprintf(text, sizeof text, "%.3g GiB F32, %ld x (%ldx%ld)", gib(), tensors, rows, cols);
+    return text;
+  }
+};
+
+struct layout_entry {
+  std::string name;
+  std::uint64_t begin = 0, end = 0;
+};
+
+// The entries of a header block (8-byte length + JSON), in file order; parsed here with
+// Boost.JSON's DOM, independently of ckpt's reader.
+std::vector<layout_entry> layout_of(const std::string& block) {
+  const boost::json::object header = boost::json::parse(std::string_view(block).substr(8)).as_object();
+  std::vector<layout_entry> out;
+  for (const auto& [key, value] : header) {
+    if (key == "__metadata__") continue;
+    const auto& offsets = value.as_object().at("data_offsets").as_array();
+    out.push_back({std::string(key), static_cast<std::uint64_t>(offsets[0].to_number<std::int64_t>()),
+                   static_cast<std::uint64_t>(offsets[1].to_number<std::int64_t>())});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  return out;
+}
+
+// "model.layers.17" -> 17
+std::size_t layer_index(const std::string& name) {
+  return static_cast<std::size_t>(std::stol(name.substr(name.rfind('.') + 1)));
+}
+
+void remove_quietly(const fs::path& p) {
+  std::error_code ec;
+  fs::remove(p, ec);
+}
+
+// Runs the variants once per repetition, rotating which goes first, so that drift in the
+// machine's load hits them alike.
+template <class... F>
+void rotated(long reps, F&... variant) {
+  std::vector<std::function<void()>> fs{std::function<void()>(variant)...};
+  for (long rep = 0; rep < reps; ++rep)
+    for (std::size_t i = 0; i < fs.size(); ++i) fs[(i + static_cast<std::size_t>(rep)) % fs.size()]();
+}
+
+// --- Row 1: save of 1 GiB --------------------------------------------------------------------------
+
+void row1(const config& c, const row_model& m) {
+  log("== row 1: save " + c.size_label());
+  const fs::path stream = c.dir / "r1_stream.safetensors", snapshot = c.dir / "r1_snapshot.safetensors",
+                 plain = c.dir / "r1_plain.safetensors", plain_tmp = c.dir / ".r1_plain.safetensors.tmp";
+  // The file ckpt writes, to take the exact bytes the baseline writes: the same header, then the
+  // leaves in the same order.
+  ckpt::save_params(stream, {{m, "model"}});
+  const std::string header = read_header_block(stream);
+  std::vector<std::pair<const float*, std::size_t>> pieces;
+  for (const auto& e : layout_of(header))
+    pieces.emplace_back(m.layers.at(layer_index(e.name)).data(), e.end - e.begin);
+  remove_quietly(stream);
+
+  series s_plain{"plain write+fsync+rename"}, s_stream{"ckpt::save_params (live)"},
+      s_snapshot{"ckpt::save(of_params) (snapshot)"};
+  auto plain_once = [&] {
+    remove_quietly(plain);
+    s_plain.add(measure([&] {
+      const int fd = ::open(plain_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) die("open");
+      write_all(fd, header.data(), header.size());
+      for (const auto& [data, size] : pieces) write_all(fd, data, size);
+      if (::fsync(fd) != 0) die("fsync");
+      if (::close(fd) != 0) die("close");
+      if (::rename(plain_tmp.c_str(), plain.c_str()) != 0) die("rename");
+    }));
+  };
+  auto stream_once = [&] {
+    remove_quietly(stream);
+    s_stream.add(measure([&] { ckpt::save_params(stream, {{m, "model"}}); }));
+  };
+  auto snapshot_once = [&] {
+    remove_quietly(snapshot);
+    s_snapshot.add(measure([&] { ckpt::save(snapshot, ckpt::of_params(m, "model")); }));
+  };
+  rotated(c.io_reps, plain_once, stream_once, snapshot_once);
+  if (fs::file_size(plain) != fs::file_size(stream) || fs::file_size(plain) != fs::file_size(snapshot))
+    throw std::runtime_error("row 1: the files differ in size");
+  for (const auto* s : {&s_plain, &s_stream, &s_snapshot}) log("  " + s->name + ": " + s->spread());
+  log("  plain write throughput: " + std::to_string(c.gib() / s_plain.med()) + " GiB/s");
+  ratio_result("1", "save " + c.size_label() + ", save_params (live, streaming) vs write+fsync+rename",
+               s_stream, s_plain, 1.10, "+" + fmt_mib(s_stream.peak()) + " (base +" + fmt_mib(s_plain.peak()) + ")");
+  ratio_result("1", "save, ckpt::save(of_params(...)) (snapshot incl. copy) vs the same baseline", s_snapshot,
+               s_plain, 0, "+" + fmt_mib(s_snapshot.peak()));
+  for (const fs::path& p : {stream, snapshot, plain}) remove_quietly(p);
+}
+
+// --- Row 2: load + to_params -----------------------------------------------------------------------
+
+void row2(const config& c, const row_model& m) {
+  log("== row 2: load + to_params " + c.size_label() + " (page cache warm)");
+  const fs::path path = c.dir / "r2.safetensors";
+  ckpt::save_params(path, {{m, "model"}});
+  const std::vector<layout_entry> layout = layout_of(read_header_block(path));
+  const std::uint64_t data_start = read_header_block(path).size();
+
+  row_model buffers = make_row_model(c.tensors, c.rows, c.cols, true);  // preallocated, touched
+  col_model col_like = make_col_model(c.tensors, c.rows, c.cols, true);
+  const row_model& row_like = m;
+
+  series s_pread{"pread into preallocated"}, s_row{"load+to_params row-major"},
+      s_col{"load+to_params column-major"}, s_template{"copy of the template (P out = like)"},
+      s_mmap{"mmap + memcpy into preallocated"}, s_memcpy{"memcpy in memory, preallocated"},
+      s_transpose{"ckpt transpose kernel in memory, preallocated"},
+      s_fresh{"malloc + memset of fresh memory, 16 MiB blocks"};
+  float checksum = 0;
+  auto pread_once = [&] {
+    s_pread.add(measure([&] {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) die("open");
+      for (const auto& e : layout)
+        pread_all(fd, buffers.layers[layer_index(e.name)].data(), e.end - e.begin, data_start + e.begin);
+      ::close(fd);
+    }));
+    checksum += buffers.layers[0](1, 2);
+  };
+  auto row_once = [&] {
+    std::optional<row_model> out;
+    s_row.add(measure([&] { out = ckpt::to_params(ckpt::load(path), row_like, {.prefix = "model"}); }));
+    checksum += out->layers[0](1, 2);
+  };
+  auto col_once = [&] {
+    std::optional<col_model> out;
+    s_col.add(measure([&] { out = ckpt::to_params(ckpt::load(path), col_like, {.prefix = "model"}); }));
+    checksum += out->layers[0](1, 2);
+  };
+  // Diagnostics: the parts of the row-major path, each alone, and what fresh memory costs here.
+  auto template_once = [&] {
+    std::optional<row_model> out;
+    s_template.add(measure([&] { out = row_like; }));
+    checksum += out->layers[0](1, 2);
+  };
+  auto mmap_once = [&] {
+    s_mmap.add(measure([&] {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      const std::size_t size = fs::file_size(path);
+      void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (base == MAP_FAILED) die("mmap");
+      for (const auto& e : layout)
+        std::memcpy(buffers.layers[layer_index(e.name)].data(),
+                    static_cast<const char*>(base) + data_start + e.begin, e.end - e.begin);
+      ::munmap(base, size);
+      ::close(fd);
+    }));
+  };
+  auto memcpy_once = [&] {
+    s_memcpy.add(measure([&] {
+      for (std::size_t i = 0; i < buffers.layers.size(); ++i)
+        std::memcpy(buffers.layers[i].data(), row_like.layers[i].data(),
+                    static_cast<std::size_t>(row_like.layers[i].size()) * sizeof(float));
+    }));
+  };
+  auto transpose_once = [&] {
+    s_transpose.add(measure([&] {
+      for (std::size_t i = 0; i < col_like.layers.size(); ++i)
+        ckpt::detail::transpose(reinterpret_cast<const std::byte*>(row_like.layers[i].data()),
+                                reinterpret_cast<std::byte*>(col_like.layers[i].data()),
+                                static_cast<std::size_t>(c.rows), static_cast<std::size_t>(c.cols), sizeof(float));
+    }));
+  };
+  auto fresh_once = [&] {
+    const std::size_t block = static_cast<std::size_t>(c.rows * c.cols) * sizeof(float);
+    std::vector<void*> blocks;
+    s_fresh.add(measure([&] {
+      for (long i = 0; i < c.tensors; ++i) {
+        blocks.push_back(std::malloc(block));
+        std::memset(blocks.back(), 1, block);
+      }
+    }));
+    for (void* p : blocks) std::free(p);
+  };
+  pread_once();  // warm the page cache (the file was just written: it mostly is already)
+  s_pread = series(s_pread.name);
+  rotated(c.reps, pread_once, row_once, col_once);
+  rotated(c.diag_reps, template_once, mmap_once, memcpy_once, transpose_once, fresh_once);
+  log("  (checksum " + std::to_string(checksum) + ")");
+  for (const auto* s : {&s_pread, &s_row, &s_col, &s_template, &s_mmap, &s_memcpy, &s_transpose, &s_fresh})
+    log("  " + s->name + ": " + s->spread());
+  ratio_result("2", "load + to_params into row-major leaves vs pread into preallocated buffers", s_row, s_pread,
+               1.15, "+" + fmt_mib(s_row.peak()));
+  ratio_result("2", "load + to_params into column-major leaves (MatrixXf) vs the same pread", s_col, s_pread,
+               1.60, "+" + fmt_mib(s_col.peak()));
+  ratio_result("2.d", "diagnostic: P out = like (the template copy inside to_params) vs pread", s_template,
+               s_pread, 0, "+" + fmt_mib(s_template.peak()));
+  ratio_result("2.d", "diagnostic: mmap + memcpy into preallocated buffers vs pread", s_mmap, s_pread, 0, "-");
+  ratio_result("2.d", "diagnostic: ckpt transpose kernel vs memcpy, both in memory, preallocated", s_transpose,
+               s_memcpy, 0, "-");
+  ratio_result("2.d", "diagnostic: this machine's first touch of fresh memory (malloc+memset) vs pread", s_fresh,
+               s_pread, 0, "+" + fmt_mib(s_fresh.peak()));
+  remove_quietly(path);
+}
+
+// --- Row 3: 100,000 small tensors --------------------------------------------------------------------
+
+ckpt::checkpoint small_tensors(long count) {
+  static constexpr const char* parts[] = {"q", "k", "v", "o"};
+  std::vector<ckpt::checkpoint::entry> entries;
+  entries.reserve(static_cast<std::size_t>(count));
+  std::vector<float> values(16);
+  for (long i = 0; i < count; ++i) {
+    const long block = i / 8, part = (i / 2) % 4;
+    const bool weight = i % 2 == 0;
+    fill(values.data(), values.size(), static_cast<std::uint32_t>(i));
+    const ckpt::dims shape = weight ? ckpt::dims{4, 4} : ckpt::dims{4};
+    const std::size_t n = weight ? 16 : 4;
+    entries.emplace_back("blocks." + std::to_string(block) + ".attn." + parts[part] + (weight ? ".w" : ".b"),
+                         ckpt::tensor::copy_of(ckpt::dtype::f32, shape,
+                                               std::as_bytes(std::span(values.data(), n))));
+  }
+  return ckpt::checkpoint(std::move(entries));
+}
+
+void row3(const config& c) {
+  log("== row 3: " + std::to_string(c.small) + " small tensors");
+  const fs::path path = c.dir / "r3.safetensors";
+  const ckpt::checkpoint t = small_tensors(c.small);
+  ckpt::save(path, t);
+  const std::string block = read_header_block(path);
+  const std::string_view json = std::string_view(block).substr(8);
+  log("  file " + std::to_string(fs::file_size(path)) + " bytes, header " + std::to_string(json.size()) + " bytes");
+
+  series s_json{"boost::json::parse(header)"}, s_load{"ckpt::load"}, s_save{"ckpt::save"};
+  std::size_t seen = 0;
+  auto json_once = [&] {
+    std::optional<boost::json::value> v;
+    s_json.add(measure([&] { v = boost::json::parse(json); }));
+    seen += v->as_object().size();
+  };
+  auto load_once = [&] {
+    std::optional<ckpt::checkpoint> loaded;
+    s_load.add(measure([&] { loaded = ckpt::load(path); }));
+    seen += loaded->size();
+  };
+  auto save_once = [&] {
+    remove_quietly(path);
+    s_save.add(measure([&] { ckpt::save(path, t); }));
+  };
+  rotated(1, json_once, load_once);  // warm-up
+  s_json = series(s_json.name), s_load = series(s_load.name);
+  rotated(c.reps, json_once, load_once, save_once);
+  log("  (entries seen " + std::to_string(seen) + ")");
+  for (const auto* s : {&s_json, &s_load, &s_save}) log("  " + s->name + ": " + s->spread());
+  const std::string n = std::to_string(c.small);
+  ratio_result("3", "load of " + n + " small tensors vs boost::json::parse of its header alone", s_load, s_json,
+               2.0, "+" + fmt_mib(s_load.peak()) + " (json +" + fmt_mib(s_json.peak()) + ")");
+  ratio_result("3", "save (incl. fsync+rename) of the same vs its load", s_save, s_load, 3.0,
+               "+" + fmt_mib(s_save.peak()));
+  remove_quietly(path);
+}
+
+// --- Row 6: save_async -------------------------------------------------------------------------------
+
+void row6(const config& c, row_model& m) {
+  log("== row 6: checkpoint_manager::save_async of " + c.size_label());
+  const fs::path folder = c.dir / "r6";
+  std::int64_t step = 0;
+  series s_sync{"manager.save(of_params) (sync)"}, s_call{"of_params + save_async call"},
+      s_total{"async call until wait() returns"}, s_bare{"save_async call with a prebuilt snapshot"},
+      s_live{"save_params (sync, no snapshot)"}, s_snapshot{"of_params (the snapshot) alone"};
+  {
+    ckpt::checkpoint_manager manager(folder, {.max_to_keep = 1});
+    auto sync_once = [&] {
+      s_sync.add(measure([&] { manager.save(++step, ckpt::of_params(m, "model")); }));
+    };
+    // The snapshot and the call are timed apart; the training loop blocks for both.
+    auto async_once = [&] {
+      const double t0 = now_s();
+      std::optional<ckpt::checkpoint> snapshot;
+      s_snapshot.add(measure([&] { snapshot = ckpt::of_params(m, "model"); }));
+      s_bare.add(measure([&] { manager.save_async(++step, *snapshot); }));
+      snapshot.reset();  // the background write holds its own reference
+      s_call.seconds.push_back(s_snapshot.seconds.back() + s_bare.seconds.back());
+      s_call.extra_mib.push_back(s_snapshot.extra_mib.back());
+      manager.wait();
+      s_total.seconds.push_back(now_s() - t0);
+    };
+    auto live_once = [&] {
+      const fs::path p = c.dir / "r6_live.safetensors";
+      remove_quietly(p);
+      s_live.add(measure([&] { ckpt::save_params(p, {{m, "model"}}); }));
+      remove_quietly(p);
+    };
+    rotated(c.io_reps, sync_once, async_once, live_once);
+    s_total.extra_mib.push_back(0);
+    for (const auto* s : {&s_sync, &s_call, &s_snapshot, &s_bare, &s_total, &s_live}) log("  " + s->name + ": " + s->spread());
+    ratio_result("6", "save_async(of_params(...)) call (blocks for the snapshot) vs sync manager.save(of_params(...))",
+                 s_call, s_sync, 0.15, "+" + fmt_mib(s_call.peak()) + " (sync +" + fmt_mib(s_sync.peak()) + ")");
+    ratio_result("6", "save_async call vs the cheapest sync save, save_params (no snapshot)", s_call, s_live, 0,
+                 "-");
+    ratio_result("6.d", "diagnostic: the save_async call alone, snapshot prebuilt, vs sync manager.save", s_bare,
+                 s_sync, 0, "-");
+  }
+
+  // The toy training loop: each step one matmul forward and one rank-B update of one layer.
+  const row_matrix x = [&] {
+    row_matrix r(c.cols, c.train_batch);
+    fill(r.data(), static_cast<std::size_t>(r.size()), 77);
+    return r;
+  }();
+  long s = 0;
+  auto train_step = [&] {
+    row_matrix& w = m.layers[static_cast<std::size_t>(s++ % c.tensors)];
+    const row_matrix y = w * x;
+    w.noalias() -= 1e-6f * (y * x.transpose());
+  };
+  std::vector<double> probe;
+  for (int i = 0; i < 7; ++i) {
+    const double t0 = now_s();
+    train_step();
+    probe.push_back(now_s() - t0);
+  }
+  const double step_time = median(probe);
+  const double write_time = median(s_total.seconds) - median(s_call.seconds);
+  const long n = std::max(c.train_min_steps, static_cast<long>(std::ceil(c.train_fit * write_time / step_time)));
+  log("  train step " + fmt_time(step_time) + ", background write " + fmt_time(write_time) + " -> save every " +
+      std::to_string(n) + " steps");
+
+  series s_nosave{"intervals without saves"}, s_save{"intervals with save_async at their start"};
+  double final_wait = 0;
+  {
+    ckpt::checkpoint_manager manager(folder, {.max_to_keep = 1});
+    auto interval = [&](bool save) {
+      const double t0 = now_s();
+      if (save) manager.save_async(++step, ckpt::of_params(m, "model"));
+      for (long i = 0; i < n; ++i) train_step();
+      (save ? s_save : s_nosave).seconds.push_back(now_s() - t0);
+    };
+    const long k = c.train_intervals;
+    for (long i = 0; i < (k + 1) / 2; ++i) interval(false);
+    for (long i = 0; i < k; ++i) interval(true);
+    const double t0 = now_s();
+    manager.wait();
+    final_wait = now_s() - t0;
+    for (long i = 0; i < k / 2; ++i) interval(false);
+  }
+  s_nosave.extra_mib.push_back(0);
+  s_save.extra_mib.push_back(0);
+  for (const auto* x_ : {&s_nosave, &s_save}) log("  " + x_->name + ": " + x_->spread());
+  log("  wait() after the last interval: " + fmt_time(final_wait));
+  ratio_result("6", "training loop, save_async every " + std::to_string(n) + " steps (" + fmt_time(step_time) +
+                        "/step) vs never saving; time per " + std::to_string(n) + " steps",
+               s_save, s_nosave, 1.05, "-");
+  std::error_code ec;
+  fs::remove_all(folder, ec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const args a(argc, argv);
+  config c;
+  c.dir = a.str("dir", "");
+  if (c.dir.empty()) throw std::invalid_argument("--dir=DIR is required");
+  fs::create_directories(c.dir);
+  c.tensors = a.num("tensors", c.tensors);
+  c.rows = a.num("rows-per", c.rows);
+  c.cols = a.num("cols", c.cols);
+  c.reps = a.num("reps", c.reps);
+  c.io_reps = a.num("io-reps", c.io_reps);
+  c.diag_reps = a.num("diag-reps", c.diag_reps);
+  c.small = a.num("small", c.small);
+  c.train_batch = a.num("train-batch", c.train_batch);
+  c.train_intervals = a.num("train-intervals", c.train_intervals);
+  c.train_min_steps = a.num("train-min-steps", c.train_min_steps);
+  c.train_fit = a.real("train-fit", c.train_fit);
+  const std::string rows = "," + a.str("rows", "1,2,3,6") + ",";
+  auto wants = [&](const char* r) { return rows.find("," + std::string(r) + ",") != std::string::npos; };
+
+  std::optional<row_model> m;
+  if (wants("1") || wants("2") || wants("6")) {
+    const double t0 = now_s();
+    m = make_row_model(c.tensors, c.rows, c.cols);
+    log("made " + c.size_label() + " in " + fmt_time(now_s() - t0));
+  }
+  if (wants("1")) row1(c, *m);
+  if (wants("2")) row2(c, *m);
+  if (wants("3")) row3(c);
+  if (wants("6")) row6(c, *m);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "ckpt_bench: %s\n", e.what());
+  return 1;
+}
