@@ -4,7 +4,8 @@
 //
 //   ckpt_bench --dir=DIR [--rows=1,2,3,6] [--tensors=64] [--rows-per=2048] [--cols=2048]
 //              [--reps=7] [--io-reps=5] [--small=100000] [--train-batch=64]
-//              [--train-intervals=6] [--train-min-steps=10] [--train-fit=2.0]
+//              [--diag-reps=3] [--train-intervals=5] [--train-min-steps=10] [--train-fit=2.0]
+//              [--train-steps=N (fixes N instead of train-fit x write time / step time)]
 
 #include "common.hpp"
 
@@ -28,7 +29,7 @@ struct config {
   long tensors = 64, rows = 2048, cols = 2048;
   long reps = 7, io_reps = 5, diag_reps = 3;
   long small = 100000;
-  long train_batch = 64, train_intervals = 6, train_min_steps = 10;
+  long train_batch = 64, train_intervals = 5, train_min_steps = 10, train_steps = 0;
   double train_fit = 2.0;
   [[nodiscard]] double gib() const {
     return static_cast<double>(tensors * rows * cols) * 4.0 / (1024.0 * 1024.0 * 1024.0);
@@ -81,6 +82,9 @@ void rotated(long reps, F&... variant) {
 
 // --- Row 1: save of 1 GiB --------------------------------------------------------------------------
 
+// The background write time of save_async, measured by row 1 for row 6's choice of N.
+std::optional<double> async_write_seconds;
+
 void row1(const config& c, const row_model& m) {
   log("== row 1: save " + c.size_label());
   const fs::path stream = c.dir / "r1_stream.safetensors", snapshot = c.dir / "r1_snapshot.safetensors",
@@ -116,16 +120,50 @@ void row1(const config& c, const row_model& m) {
     remove_quietly(snapshot);
     s_snapshot.add(measure([&] { ckpt::save(snapshot, ckpt::of_params(m, "model")); }));
   };
-  rotated(c.io_reps, plain_once, stream_once, snapshot_once);
+  // Row 6's first part rides along: checkpoint_manager::save_async of the same state, whose call
+  // (the snapshot, then starting the write) is timed apart from the write it starts.
+  const fs::path folder = c.dir / "r1_manager";
+  ckpt::checkpoint_manager manager(folder, {.max_to_keep = 1});
+  std::int64_t step = 0;
+  series s_call{"of_params + save_async call"}, s_of_params{"of_params alone (the snapshot)"},
+      s_bare{"save_async call alone, snapshot prebuilt"}, s_total{"of_params + save_async until wait() returns"},
+      s_manager_sync{"manager.save(of_params) (sync)"};
+  auto async_once = [&] {
+    const double t0 = now_s();
+    std::optional<ckpt::checkpoint> t;
+    s_of_params.add(measure([&] { t = ckpt::of_params(m, "model"); }));
+    s_bare.add(measure([&] { manager.save_async(++step, *t); }));
+    t.reset();  // the background write holds its own reference
+    s_call.seconds.push_back(s_of_params.seconds.back() + s_bare.seconds.back());
+    s_call.extra_mib.push_back(s_of_params.extra_mib.back());
+    manager.wait();
+    s_total.seconds.push_back(now_s() - t0);
+    s_total.extra_mib.push_back(0);
+  };
+  auto manager_sync_once = [&] {
+    s_manager_sync.add(measure([&] { manager.save(++step, ckpt::of_params(m, "model")); }));
+  };
+  rotated(c.io_reps, plain_once, stream_once, snapshot_once, async_once, manager_sync_once);
   if (fs::file_size(plain) != fs::file_size(stream) || fs::file_size(plain) != fs::file_size(snapshot))
     throw std::runtime_error("row 1: the files differ in size");
-  for (const auto* s : {&s_plain, &s_stream, &s_snapshot}) log("  " + s->name + ": " + s->spread());
+  for (const auto* s : {&s_plain, &s_stream, &s_snapshot, &s_manager_sync, &s_call, &s_of_params, &s_bare, &s_total})
+    log("  " + s->name + ": " + s->spread());
+  async_write_seconds = std::max(s_total.med() - s_call.med(), 0.0);
   log("  plain write throughput: " + std::to_string(c.gib() / s_plain.med()) + " GiB/s");
   ratio_result("1", "save " + c.size_label() + ", save_params (live, streaming) vs write+fsync+rename",
                s_stream, s_plain, 1.10, "+" + fmt_mib(s_stream.peak()) + " (base +" + fmt_mib(s_plain.peak()) + ")");
   ratio_result("1", "save, ckpt::save(of_params(...)) (snapshot incl. copy) vs the same baseline", s_snapshot,
                s_plain, 0, "+" + fmt_mib(s_snapshot.peak()));
+  ratio_result("6", "save_async(step, of_params(...)) call (the snapshot + starting the write) vs sync "
+               "manager.save(step, of_params(...))",
+               s_call, s_manager_sync, 0.15, "+" + fmt_mib(s_call.peak()) + " (sync +" + fmt_mib(s_manager_sync.peak()) + ")");
+  ratio_result("6.d", "diagnostic: the save_async call alone (snapshot prebuilt) vs the same sync save", s_bare,
+               s_manager_sync, 0, "-");
+  ratio_result("6.d", "diagnostic: the save_async call (with of_params) vs the cheapest sync save, save_params",
+               s_call, s_stream, 0, "-");
   for (const fs::path& p : {stream, snapshot, plain}) remove_quietly(p);
+  std::error_code ec;
+  fs::remove_all(folder, ec);
 }
 
 // --- Row 2: load + to_params -----------------------------------------------------------------------
@@ -144,8 +182,7 @@ void row2(const config& c, const row_model& m) {
   series s_pread{"pread into preallocated"}, s_row{"load+to_params row-major"},
       s_col{"load+to_params column-major"}, s_template{"copy of the template (P out = like)"},
       s_mmap{"mmap + memcpy into preallocated"}, s_memcpy{"memcpy in memory, preallocated"},
-      s_transpose{"ckpt transpose kernel in memory, preallocated"},
-      s_fresh{"malloc + memset of fresh memory, 16 MiB blocks"};
+      s_transpose{"ckpt transpose kernel in memory, preallocated"};
   float checksum = 0;
   auto pread_once = [&] {
     s_pread.add(measure([&] {
@@ -201,23 +238,12 @@ void row2(const config& c, const row_model& m) {
                                 static_cast<std::size_t>(c.rows), static_cast<std::size_t>(c.cols), sizeof(float));
     }));
   };
-  auto fresh_once = [&] {
-    const std::size_t block = static_cast<std::size_t>(c.rows * c.cols) * sizeof(float);
-    std::vector<void*> blocks;
-    s_fresh.add(measure([&] {
-      for (long i = 0; i < c.tensors; ++i) {
-        blocks.push_back(std::malloc(block));
-        std::memset(blocks.back(), 1, block);
-      }
-    }));
-    for (void* p : blocks) std::free(p);
-  };
   pread_once();  // warm the page cache (the file was just written: it mostly is already)
   s_pread = series(s_pread.name);
   rotated(c.reps, pread_once, row_once, col_once);
-  rotated(c.diag_reps, template_once, mmap_once, memcpy_once, transpose_once, fresh_once);
+  rotated(c.diag_reps, template_once, mmap_once, memcpy_once, transpose_once);
   log("  (checksum " + std::to_string(checksum) + ")");
-  for (const auto* s : {&s_pread, &s_row, &s_col, &s_template, &s_mmap, &s_memcpy, &s_transpose, &s_fresh})
+  for (const auto* s : {&s_pread, &s_row, &s_col, &s_template, &s_mmap, &s_memcpy, &s_transpose})
     log("  " + s->name + ": " + s->spread());
   ratio_result("2", "load + to_params into row-major leaves vs pread into preallocated buffers", s_row, s_pread,
                1.15, "+" + fmt_mib(s_row.peak()));
@@ -228,8 +254,6 @@ void row2(const config& c, const row_model& m) {
   ratio_result("2.d", "diagnostic: mmap + memcpy into preallocated buffers vs pread", s_mmap, s_pread, 0, "-");
   ratio_result("2.d", "diagnostic: ckpt transpose kernel vs memcpy, both in memory, preallocated", s_transpose,
                s_memcpy, 0, "-");
-  ratio_result("2.d", "diagnostic: this machine's first touch of fresh memory (malloc+memset) vs pread", s_fresh,
-               s_pread, 0, "+" + fmt_mib(s_fresh.peak()));
   remove_quietly(path);
 }
 
@@ -294,44 +318,16 @@ void row3(const config& c) {
 // --- Row 6: save_async -------------------------------------------------------------------------------
 
 void row6(const config& c, row_model& m) {
-  log("== row 6: checkpoint_manager::save_async of " + c.size_label());
+  log("== row 6: a training loop with checkpoint_manager::save_async of " + c.size_label());
   const fs::path folder = c.dir / "r6";
   std::int64_t step = 0;
-  series s_sync{"manager.save(of_params) (sync)"}, s_call{"of_params + save_async call"},
-      s_total{"async call until wait() returns"}, s_bare{"save_async call with a prebuilt snapshot"},
-      s_live{"save_params (sync, no snapshot)"}, s_snapshot{"of_params (the snapshot) alone"};
-  {
+  if (!async_write_seconds) {
+    // Row 1 did not run: time one background write here.
     ckpt::checkpoint_manager manager(folder, {.max_to_keep = 1});
-    auto sync_once = [&] {
-      s_sync.add(measure([&] { manager.save(++step, ckpt::of_params(m, "model")); }));
-    };
-    // The snapshot and the call are timed apart; the training loop blocks for both.
-    auto async_once = [&] {
-      const double t0 = now_s();
-      std::optional<ckpt::checkpoint> snapshot;
-      s_snapshot.add(measure([&] { snapshot = ckpt::of_params(m, "model"); }));
-      s_bare.add(measure([&] { manager.save_async(++step, *snapshot); }));
-      snapshot.reset();  // the background write holds its own reference
-      s_call.seconds.push_back(s_snapshot.seconds.back() + s_bare.seconds.back());
-      s_call.extra_mib.push_back(s_snapshot.extra_mib.back());
-      manager.wait();
-      s_total.seconds.push_back(now_s() - t0);
-    };
-    auto live_once = [&] {
-      const fs::path p = c.dir / "r6_live.safetensors";
-      remove_quietly(p);
-      s_live.add(measure([&] { ckpt::save_params(p, {{m, "model"}}); }));
-      remove_quietly(p);
-    };
-    rotated(c.io_reps, sync_once, async_once, live_once);
-    s_total.extra_mib.push_back(0);
-    for (const auto* s : {&s_sync, &s_call, &s_snapshot, &s_bare, &s_total, &s_live}) log("  " + s->name + ": " + s->spread());
-    ratio_result("6", "save_async(of_params(...)) call (blocks for the snapshot) vs sync manager.save(of_params(...))",
-                 s_call, s_sync, 0.15, "+" + fmt_mib(s_call.peak()) + " (sync +" + fmt_mib(s_sync.peak()) + ")");
-    ratio_result("6", "save_async call vs the cheapest sync save, save_params (no snapshot)", s_call, s_live, 0,
-                 "-");
-    ratio_result("6.d", "diagnostic: the save_async call alone, snapshot prebuilt, vs sync manager.save", s_bare,
-                 s_sync, 0, "-");
+    manager.save_async(++step, ckpt::of_params(m, "model"));
+    const double t0 = now_s();
+    manager.wait();
+    async_write_seconds = now_s() - t0;
   }
 
   // The toy training loop: each step one matmul forward and one rank-B update of one layer.
@@ -353,18 +349,24 @@ void row6(const config& c, row_model& m) {
     probe.push_back(now_s() - t0);
   }
   const double step_time = median(probe);
-  const double write_time = median(s_total.seconds) - median(s_call.seconds);
-  const long n = std::max(c.train_min_steps, static_cast<long>(std::ceil(c.train_fit * write_time / step_time)));
+  const double write_time = *async_write_seconds;
+  const long n = c.train_steps > 0 ? c.train_steps
+                 : std::max(c.train_min_steps, static_cast<long>(std::ceil(c.train_fit * write_time / step_time)));
   log("  train step " + fmt_time(step_time) + ", background write " + fmt_time(write_time) + " -> save every " +
       std::to_string(n) + " steps");
 
-  series s_nosave{"intervals without saves"}, s_save{"intervals with save_async at their start"};
+  series s_nosave{"intervals without saves"}, s_save{"intervals with save_async at their start"},
+      s_calls{"save_async(of_params) calls in the loop"};
   double final_wait = 0;
   {
     ckpt::checkpoint_manager manager(folder, {.max_to_keep = 1});
     auto interval = [&](bool save) {
       const double t0 = now_s();
-      if (save) manager.save_async(++step, ckpt::of_params(m, "model"));
+      if (save) {
+        manager.save_async(++step, ckpt::of_params(m, "model"));
+        s_calls.seconds.push_back(now_s() - t0);
+        s_calls.extra_mib.push_back(0);
+      }
       for (long i = 0; i < n; ++i) train_step();
       (save ? s_save : s_nosave).seconds.push_back(now_s() - t0);
     };
@@ -378,7 +380,7 @@ void row6(const config& c, row_model& m) {
   }
   s_nosave.extra_mib.push_back(0);
   s_save.extra_mib.push_back(0);
-  for (const auto* x_ : {&s_nosave, &s_save}) log("  " + x_->name + ": " + x_->spread());
+  for (const auto* x_ : {&s_nosave, &s_save, &s_calls}) log("  " + x_->name + ": " + x_->spread());
   log("  wait() after the last interval: " + fmt_time(final_wait));
   ratio_result("6", "training loop, save_async every " + std::to_string(n) + " steps (" + fmt_time(step_time) +
                         "/step) vs never saving; time per " + std::to_string(n) + " steps",
@@ -405,6 +407,7 @@ int main(int argc, char** argv) try {
   c.train_batch = a.num("train-batch", c.train_batch);
   c.train_intervals = a.num("train-intervals", c.train_intervals);
   c.train_min_steps = a.num("train-min-steps", c.train_min_steps);
+  c.train_steps = a.num("train-steps", c.train_steps);
   c.train_fit = a.real("train-fit", c.train_fit);
   const std::string rows = "," + a.str("rows", "1,2,3,6") + ",";
   auto wants = [&](const char* r) { return rows.find("," + std::string(r) + ",") != std::string::npos; };

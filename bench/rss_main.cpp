@@ -2,6 +2,7 @@
 // to run as its own process under `/usr/bin/time -v` so that its "Maximum resident set size" is
 // the figure. bench/run.sh drives it:
 //
+//   ckpt_bench_rss machine        - [--mib=256]  (what fresh memory costs on this machine)
 //   ckpt_bench_rss make           FILE [--tensors=64 --rows-per=2048 --cols=2048]
 //   ckpt_bench_rss load-extract   FILE [--layout=row|col] [--template=shape|init] [sizes]
 //   ckpt_bench_rss pread-extract  FILE [sizes]          (baseline: pread into a fresh struct)
@@ -108,6 +109,36 @@ int run(const args& a) {
   const std::string& command = a.positional[0];
   const fs::path path = a.positional[1];
 
+  if (command == "machine") {
+    // What fresh memory costs here: first touch of never-used anonymous pages, and whether
+    // reading an untouched page maps the shared zero page (not resident) or a new page.
+    const std::size_t size = static_cast<std::size_t>(a.num("mib", 256)) << 20;
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    auto* p = static_cast<char*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) die("mmap");
+    double t0 = now_s();
+    for (std::size_t i = 0; i < size; i += page) p[i] = 1;
+    const double touch = now_s() - t0;
+    t0 = now_s();
+    std::memset(p, 2, size);
+    const double memset_s = now_s() - t0;
+    ::munmap(p, size);
+    auto* q = static_cast<volatile char*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    const long before = read_status().anon_kib;
+    long sum = 0;
+    for (std::size_t i = 0; i < size; i += page) sum += q[i];
+    const long read_rise = read_status().anon_kib - before;
+    ::munmap(const_cast<char*>(q), size);
+    const double mib = static_cast<double>(size) / 1048576.0;
+    char what[200], cell[64], memory[160];
+    std::snprintf(what, sizeof what, "machine: first write to fresh anonymous memory, %.0f MiB in 4 KiB pages (%.1f us/page), "
+                  "vs memset of the same pages once mapped", mib, touch * 1e6 / static_cast<double>(size / page));
+    std::snprintf(cell, sizeof cell, "%.2f s/GiB", touch * 1024.0 / mib);
+    std::snprintf(memory, sizeof memory, "reading %.0f MiB of untouched memory made %.0f MiB resident (zero page %s)%s", mib,
+                  static_cast<double>(read_rise) / 1024.0, read_rise > 1024 ? "not used" : "used", sum ? "" : "");
+    result("0", what, fmt_time(touch), fmt_time(memset_s), fmt_ratio(touch / memset_s), "-", cell, memory);
+    return 0;
+  }
   if (command == "make") {
     const sizes z(a);
     const row_model m = make_row_model(z.tensors, z.rows, z.cols);

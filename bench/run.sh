@@ -68,6 +68,9 @@ log=$build/bench.log
 
 start=$(date +%s)
 
+# Row 0: a fact of the machine that the rows below depend on.
+"$rss" machine - --mib=256 >>"$results" 2>>"$log"
+
 # Rows 1, 2, 3 and 6: in one process, baselines side by side.
 in_process=""
 for r in 1 2 3 6; do wants $r && in_process+="${in_process:+,}$r"; done

@@ -23,9 +23,8 @@ else
   echo "final parameters differ" >&2
   exit 1
 fi
-if ! python3 -c 'import matplotlib' 2>/dev/null; then
-  echo "no matplotlib for python3: skipping the plot (the CSVs are in $out/*/loss.csv)"
+if ! command -v gnuplot >/dev/null; then
+  echo "no gnuplot (Debian: gnuplot-nox): skipping the plot (the CSVs are in $out/*/loss.csv)"
   exit 0
 fi
-python3 "$here/plot_loss.py" "$out/loss.png" \
-  "uninterrupted=$out/straight/loss.csv" "stopped at $half and resumed=$out/resumed/loss.csv" --stop "$half"
+"$here/plot_loss.sh" "$out/loss.png" "$out/straight/loss.csv" "$out/resumed/loss.csv" "$half"
