@@ -134,9 +134,9 @@ int run(const args& a) {
     std::snprintf(what, sizeof what, "machine: first write to fresh anonymous memory, %.0f MiB in 4 KiB pages (%.1f us/page), "
                   "vs memset of the same pages once mapped", mib, touch * 1e6 / static_cast<double>(size / page));
     std::snprintf(cell, sizeof cell, "%.2f s/GiB", touch * 1024.0 / mib);
-    std::snprintf(memory, sizeof memory, "reading %.0f MiB of untouched memory made %.0f MiB resident (zero page %s)%s", mib,
-                  static_cast<double>(read_rise) / 1024.0, read_rise > 1024 ? "not used" : "used", sum ? "" : "");
-    result("0", what, fmt_time(touch), fmt_time(memset_s), fmt_ratio(touch / memset_s), "-", cell, memory);
+    std::snprintf(memory, sizeof memory, "%s; reading %.0f MiB of untouched memory made %.0f MiB resident (zero page %s)%s",
+                  cell, mib, static_cast<double>(read_rise) / 1024.0, read_rise > 1024 ? "not used" : "used", sum ? "" : "");
+    result("0", what, fmt_time(touch), fmt_time(memset_s), fmt_ratio(touch / memset_s), "-", "-", memory);
     return 0;
   }
   if (command == "make") {
@@ -149,7 +149,7 @@ int run(const args& a) {
     const sizes z(a);
     const bool init = a.str("template", "shape") == "init";
     info("start");
-    float check = 0;
+    float check = 0;  // read, so that the extraction cannot be optimized away
     if (a.str("layout", "row") == "col") {
       // A template that only gives the shapes: Eigen leaves the storage uninitialized, so its
       // pages are never touched. With --template=init it is zeroed, as live parameters would be.
@@ -158,14 +158,15 @@ int run(const args& a) {
       info("template made");
       like = ckpt::to_params(ckpt::load(path), like, {.prefix = "model"});
       check = like.layers.back()(0, 1);
+      info("extracted (value " + std::to_string(check) + ")");
     } else {
       row_model like = make_row_model(z.tensors, z.rows, z.cols, false);
       if (init) for (auto& l : like.layers) l.setZero();
       info("template made");
       like = ckpt::to_params(ckpt::load(path), like, {.prefix = "model"});
       check = like.layers.back()(0, 1);
+      info("extracted (value " + std::to_string(check) + ")");
     }
-    info("extracted (value " + std::to_string(check) + ")");
     return 0;
   }
   if (command == "pread-extract") {

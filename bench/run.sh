@@ -2,7 +2,7 @@
 # Builds the benchmarks of issue 5 in build-bench/ (Release), runs every row with its baseline side
 # by side, prints the table and removes the files it wrote. Not run by CI.
 #
-#   bench/run.sh            the full sizes (1 GiB, 100,000 tensors, 10 GiB sparse): ~12 minutes here
+#   bench/run.sh            the full sizes (1 GiB, 100,000 tensors, 10 GiB sparse): ~11 minutes here
 #   bench/run.sh --smoke    tiny sizes: seconds
 #   options: --rows=1,2,3,4,5,6 (a subset)   --dir=DIR (scratch folder; default build-bench/work)
 #            --no-build (use the binaries already in build-bench/)
@@ -106,8 +106,6 @@ if wants 4; then
   read -r cp cw < <(timed "$rss" load-extract "$model" "${sizes[@]}" --layout=row --template=shape)
   row4 "load + to_params of all $mib MiB into a struct (row-major, template gives shapes only) vs a program that preads into a fresh struct" \
     "$load_target" "$bp" "$bw" "$cp" "$cw"
-  read -r cp cw < <(timed "$rss" load-extract "$model" "${sizes[@]}" --layout=col --template=shape)
-  row4 "the same into column-major leaves (MatrixXf)" "$load_target" "$bp" "$bw" "$cp" "$cw"
   read -r cp cw < <(timed "$rss" load-extract "$model" "${sizes[@]}" --layout=row --template=init)
   row4 "the same, restoring into initialized params: params = to_params(load(f), params)" "$load_target" "$bp" "$bw" "$cp" "$cw"
   read -r bp bw < <(timed "$rss" write-plain "$work/r4_plain.safetensors" "${sizes[@]}")

@@ -129,13 +129,11 @@ class header_handler {
     return true;
   }
 
-  bool on_key_part(string_view s, std::size_t, error_code&) {
-    partial_.append(s.data(), s.size());
-    return true;
-  }
+  // Keys and strings may arrive in parts (around escapes): both gather into partial_.
+  bool on_key_part(string_view s, std::size_t, error_code&) { return gather(s); }
 
   bool on_key(string_view s, std::size_t, error_code&) {
-    partial_.append(s.data(), s.size());
+    gather(s);
     switch (where_) {
       case place::top:
         is_metadata_ = partial_ == "__metadata__";
@@ -173,13 +171,10 @@ class header_handler {
     return true;
   }
 
-  bool on_string_part(string_view s, std::size_t, error_code&) {
-    partial_.append(s.data(), s.size());
-    return true;
-  }
+  bool on_string_part(string_view s, std::size_t, error_code&) { return gather(s); }
 
   bool on_string(string_view s, std::size_t, error_code&) {
-    partial_.append(s.data(), s.size());
+    gather(s);
     switch (where_) {
       case place::metadata_value:
         result.metadata.emplace(std::move(key_), std::move(partial_));
@@ -226,6 +221,11 @@ class header_handler {
     root, top, top_value, entry, entry_value, entry_array, metadata, metadata_value, skipping, done
   };
   enum class field { dtype, shape, data_offsets, unknown };
+
+  bool gather(string_view s) {
+    partial_.append(s.data(), s.size());
+    return true;
+  }
 
   bool unsigned_value(std::uint64_t u) {
     if (where_ == place::entry_array) {
@@ -410,7 +410,6 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
                 << "' of unknown dtype '" << e.dtype_spelling << "'\n";
       continue;
     }
-    if (e.name == "__metadata__") continue;  // unreachable: the key is taken by the metadata
     out.emplace_back(std::move(e.name),
                      tensor::view_of(*e.type, std::move(e.shape),
                                      data.subspan(e.begin, e.end - e.begin), owner, where));

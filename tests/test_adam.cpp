@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE adam
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
 
@@ -14,25 +16,15 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <unistd.h>
 
 namespace {
+
+using ckpt_test::message_of;
 
 struct linear {
   Eigen::MatrixXd w;
   Eigen::VectorXd b;
 };
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  BOOST_FAIL("no exception was thrown");
-  return {};
-}
 
 }  // namespace
 
@@ -131,8 +123,8 @@ BOOST_AUTO_TEST_CASE(training_state_uses_the_seed_sections) {
                                                     "optim.nu.b", "optim.nu.w", "optim.step"}));
   BOOST_TEST(ckpt::to_int("optim.step", c) == 1);
 
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("ckpt_test_adam_" + std::to_string(::getpid()) + ".safetensors");
+  const ckpt_test::temp_dir tmp;
+  const auto path = tmp.path() / "state.safetensors";
   ckpt::save(path, c);
   linear q{Eigen::MatrixXd::Zero(2, 3), Eigen::VectorXd::Zero(2)};
   ckpt::adam_state<linear> restored;

@@ -2,6 +2,8 @@
 #define BOOST_TEST_MODULE checkpoint
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <ckpt/checkpoint.hpp>
 
 #include <array>
@@ -11,22 +13,8 @@
 
 namespace {
 
-ckpt::tensor floats(std::initializer_list<float> values) {
-  return ckpt::tensor::copy_of(ckpt::dtype::f32, {static_cast<std::int64_t>(values.size())},
-                               std::as_bytes(std::span(values.begin(), values.size())));
-}
-
-// Runs `f`, which must throw E, and returns the message.
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  BOOST_FAIL("no exception was thrown");
-  return {};
-}
+using ckpt_test::floats;
+using ckpt_test::message_of;
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 #define BOOST_TEST_MODULE file
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <ckpt/ckpt.hpp>
 
 #include <sys/resource.h>
@@ -10,47 +12,25 @@
 
 #include <csignal>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh folder removed at the end of the test.
-struct scratch {
-  fs::path dir;
-  scratch() {
-    dir = fs::temp_directory_path() / ("ckpt_test_file_" + std::to_string(::getpid()) + "_" +
-                                       std::to_string(counter++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~scratch() { fs::remove_all(dir); }
-  static inline int counter = 0;
-};
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-std::vector<std::string> folder_listing(const fs::path& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using ckpt_test::folder_listing;
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(save_writes_the_exact_c_order_file) {
-  scratch s;
+  const temp_dir s;
   Eigen::MatrixXf w(2, 2);  // column-major
   w << 1, 2, 3, 4;
   const auto t = ckpt::concat({ckpt::of_tensor("w", w), ckpt::of_int("a", 5)});
-  ckpt::save(s.dir / "x.safetensors", t);
-  const std::string bytes = read_bytes(s.dir / "x.safetensors");
+  ckpt::save(s.path() / "x.safetensors", t);
+  const std::string bytes = read_bytes(s.path() / "x.safetensors");
   const std::string header =
       R"({"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[2,2],"data_offsets":[4,20]}})";
   const std::size_t padded = (header.size() + 7) / 8 * 8;
@@ -66,73 +46,73 @@ BOOST_AUTO_TEST_CASE(save_writes_the_exact_c_order_file) {
 }
 
 BOOST_AUTO_TEST_CASE(metadata_round_trips) {
-  scratch s;
+  const temp_dir s;
   const ckpt::metadata_map meta{{"format", "pt"}, {"note", "quote \" backslash \\ newline \n \xc3\xa9"}, {"", ""}};
-  ckpt::save(s.dir / "m.safetensors", ckpt::of_int("step", 1).with_metadata(meta));
-  const auto loaded = ckpt::load(s.dir / "m.safetensors");
+  ckpt::save(s.path() / "m.safetensors", ckpt::of_int("step", 1).with_metadata(meta));
+  const auto loaded = ckpt::load(s.path() / "m.safetensors");
   BOOST_TEST((loaded.metadata() == meta));
   BOOST_TEST(ckpt::to_int("step", loaded) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(empty_checkpoint_round_trips) {
-  scratch s;
-  ckpt::save(s.dir / "e.safetensors", ckpt::checkpoint{});
-  BOOST_TEST(read_bytes(s.dir / "e.safetensors").substr(8) == "{}      ");
-  BOOST_TEST(ckpt::load(s.dir / "e.safetensors").empty());
+  const temp_dir s;
+  ckpt::save(s.path() / "e.safetensors", ckpt::checkpoint{});
+  BOOST_TEST(read_bytes(s.path() / "e.safetensors").substr(8) == "{}      ");
+  BOOST_TEST(ckpt::load(s.path() / "e.safetensors").empty());
 }
 
 BOOST_AUTO_TEST_CASE(zero_size_and_scalar_entries_round_trip) {
-  scratch s;
+  const temp_dir s;
   const auto t = ckpt::concat({ckpt::of_tensor("empty", Eigen::MatrixXd(0, 3)), ckpt::of_tensor("s", 2.5),
                                ckpt::of_tensor("z", Eigen::VectorXf(0))});
-  ckpt::save(s.dir / "z.safetensors", t);
-  const auto back = ckpt::load(s.dir / "z.safetensors");
+  ckpt::save(s.path() / "z.safetensors", t);
+  const auto back = ckpt::load(s.path() / "z.safetensors");
   BOOST_TEST(back.names() == t.names());
   for (const auto& [name, x] : t) BOOST_TEST((back.get(name) == x));
 }
 
 BOOST_AUTO_TEST_CASE(save_replaces_an_existing_file) {
-  scratch s;
-  ckpt::save(s.dir / "r.safetensors", ckpt::of_int("v", 1));
-  ckpt::save(s.dir / "r.safetensors", ckpt::of_int("v", 2));
-  BOOST_TEST(ckpt::to_int("v", ckpt::load(s.dir / "r.safetensors")) == 2);
-  BOOST_TEST(folder_listing(s.dir) == std::vector<std::string>{"r.safetensors"});
+  const temp_dir s;
+  ckpt::save(s.path() / "r.safetensors", ckpt::of_int("v", 1));
+  ckpt::save(s.path() / "r.safetensors", ckpt::of_int("v", 2));
+  BOOST_TEST(ckpt::to_int("v", ckpt::load(s.path() / "r.safetensors")) == 2);
+  BOOST_TEST(folder_listing(s.path()) == std::vector<std::string>{"r.safetensors"});
 }
 
 BOOST_AUTO_TEST_CASE(loaded_tensors_outlive_the_checkpoint_and_the_file) {
-  scratch s;
-  ckpt::save(s.dir / "k.safetensors", ckpt::of_tensor("v", Eigen::Vector4d(1, 2, 3, 4)));
+  const temp_dir s;
+  ckpt::save(s.path() / "k.safetensors", ckpt::of_tensor("v", Eigen::Vector4d(1, 2, 3, 4)));
   ckpt::tensor kept;
   {
-    const auto loaded = ckpt::load(s.dir / "k.safetensors");
+    const auto loaded = ckpt::load(s.path() / "k.safetensors");
     kept = loaded.get("v");
   }
-  fs::remove(s.dir / "k.safetensors");
+  fs::remove(s.path() / "k.safetensors");
   BOOST_TEST(kept.as<double>()[3] == 4.0);
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_rename_leaves_no_temporary_file) {
-  scratch s;
-  fs::create_directories(s.dir / "taken" / "child");  // rename() cannot replace a non-empty folder
+  const temp_dir s;
+  fs::create_directories(s.path() / "taken" / "child");  // rename() cannot replace a non-empty folder
   try {
-    ckpt::save(s.dir / "taken", ckpt::of_int("v", 1));
+    ckpt::save(s.path() / "taken", ckpt::of_int("v", 1));
     BOOST_FAIL("no exception");
   } catch (const ckpt::io_error& e) {
-    BOOST_TEST(std::string(e.what()).find("cannot rename a temporary file over '" + (s.dir / "taken").string() + "'") !=
+    BOOST_TEST(std::string(e.what()).find("cannot rename a temporary file over '" + (s.path() / "taken").string() + "'") !=
                std::string::npos);
-    BOOST_TEST(e.path() == s.dir / "taken");
+    BOOST_TEST(e.path() == s.path() / "taken");
   }
-  BOOST_TEST(folder_listing(s.dir) == std::vector<std::string>{"taken"});
+  BOOST_TEST(folder_listing(s.path()) == std::vector<std::string>{"taken"});
 }
 
 BOOST_AUTO_TEST_CASE(a_save_into_a_missing_folder_names_it) {
-  scratch s;
+  const temp_dir s;
   try {
-    ckpt::save(s.dir / "missing" / "x.safetensors", ckpt::of_int("v", 1));
+    ckpt::save(s.path() / "missing" / "x.safetensors", ckpt::of_int("v", 1));
     BOOST_FAIL("no exception");
   } catch (const ckpt::io_error& e) {
     BOOST_TEST(std::string(e.what()) == "ckpt: cannot create a temporary file beside '" +
-                                            (s.dir / "missing" / "x.safetensors").string() +
+                                            (s.path() / "missing" / "x.safetensors").string() +
                                             "': No such file or directory");
   }
 }
@@ -140,8 +120,8 @@ BOOST_AUTO_TEST_CASE(a_save_into_a_missing_folder_names_it) {
 BOOST_AUTO_TEST_CASE(a_write_failing_part_way_keeps_the_old_file) {
   // A child process whose file size limit is below the checkpoint's size: write() fails with
   // EFBIG part-way through, as on a full disk.
-  scratch s;
-  const fs::path path = s.dir / "old.safetensors";
+  const temp_dir s;
+  const fs::path path = s.path() / "old.safetensors";
   ckpt::save(path, ckpt::of_int("v", 1));
   const std::string before = read_bytes(path);
   const pid_t child = ::fork();
@@ -164,24 +144,24 @@ BOOST_AUTO_TEST_CASE(a_write_failing_part_way_keeps_the_old_file) {
   BOOST_TEST(WIFEXITED(status));
   BOOST_TEST(WEXITSTATUS(status) == 0);
   BOOST_TEST(read_bytes(path) == before);
-  BOOST_TEST(folder_listing(s.dir) == std::vector<std::string>{"old.safetensors"});
+  BOOST_TEST(folder_listing(s.path()) == std::vector<std::string>{"old.safetensors"});
 }
 
 BOOST_AUTO_TEST_CASE(load_names_a_missing_file) {
-  scratch s;
+  const temp_dir s;
   try {
-    (void)ckpt::load(s.dir / "nope.safetensors");
+    (void)ckpt::load(s.path() / "nope.safetensors");
     BOOST_FAIL("no exception");
   } catch (const ckpt::io_error& e) {
-    BOOST_TEST(std::string(e.what()) == "ckpt: cannot open '" + (s.dir / "nope.safetensors").string() +
+    BOOST_TEST(std::string(e.what()) == "ckpt: cannot open '" + (s.path() / "nope.safetensors").string() +
                                             "': No such file or directory");
     BOOST_TEST((e.code() == std::errc::no_such_file_or_directory));
   }
 }
 
 BOOST_AUTO_TEST_CASE(load_refuses_a_folder) {
-  scratch s;
-  BOOST_CHECK_THROW((void)ckpt::load(s.dir), ckpt::format_error);
+  const temp_dir s;
+  BOOST_CHECK_THROW((void)ckpt::load(s.path()), ckpt::format_error);
 }
 
 namespace {
@@ -196,14 +176,14 @@ long rss_file_kib() {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(extraction_releases_the_mapped_pages) {
-  scratch s;
+  const temp_dir s;
   struct big {
     std::vector<Eigen::MatrixXf> blocks;
   };
   big original;
   for (int i = 0; i < 8; ++i) original.blocks.push_back(Eigen::MatrixXf::Constant(1024, 1024, static_cast<float>(i)));
-  ckpt::save(s.dir / "big.safetensors", ckpt::of_params(original));
-  const auto loaded = ckpt::load(s.dir / "big.safetensors");
+  ckpt::save(s.path() / "big.safetensors", ckpt::of_params(original));
+  const auto loaded = ckpt::load(s.path() / "big.safetensors");
   const long before = rss_file_kib();
   double sum = 0;  // touch every page of the mapping
   for (const auto& [name, x] : loaded)

@@ -7,6 +7,8 @@
 #define BOOST_TEST_MODULE fixtures
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <boost/json.hpp>  // declarations only: the test links Boost::json
 
 #include <ckpt/file.hpp>
@@ -23,24 +25,21 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
 #include <span>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <unistd.h>
-
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
 namespace {
+
+using ckpt_test::temp_dir;
 
 const fs::path fixtures_dir = CKPT_FIXTURES_DIR;
 
@@ -50,15 +49,7 @@ constexpr std::size_t valid_fixture_count = 37;
 constexpr std::size_t layout_fixture_count = 23;
 constexpr std::size_t wild_fixture_count = 5;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path.string());
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-json::value read_json(const fs::path& path) { return json::parse(read_text(path)); }
+json::value read_json(const fs::path& path) { return json::parse(ckpt_test::read_bytes(path)); }
 
 std::string str(const json::value& v) {
   const json::string& s = v.as_string();
@@ -124,26 +115,6 @@ std::vector<fs::path> files_in(const fs::path& folder, std::string_view suffix) 
   std::sort(out.begin(), out.end());
   return out;
 }
-
-// A fresh folder under the system's temporary folder, removed with its contents at the end.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "ckpt-fixtures-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // --- Decoded values ------------------------------------------------------------------------
 

@@ -5,6 +5,8 @@
 #define BOOST_TEST_MODULE format
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <boost/json.hpp>  // declarations only: the test links Boost::json
 
 #include <ckpt/file.hpp>
@@ -17,9 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <limits>
 #include <new>
 #include <numeric>
@@ -30,8 +30,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <unistd.h>
 
 // --- An allocation cap ---------------------------------------------------------------------
 // While an `allocation_cap` lives, any operator new larger than its limit fails with
@@ -82,6 +80,9 @@ namespace fs = std::filesystem;
 namespace json = boost::json;
 
 namespace {
+
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
 
 const fs::path origin = "mem.safetensors";
 
@@ -163,33 +164,6 @@ class cerr_capture {
   std::ostringstream out_;
   std::streambuf* old_;
 };
-
-// A fresh folder under the system's temporary folder, removed with its contents at the end.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "ckpt-format-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 const std::string a_f32_2 = entry("a", "F32", "[2]", 0, 8);  // with data_of(8)
 
@@ -712,7 +686,7 @@ BOOST_AUTO_TEST_CASE(awkward_names_round_trip) {
   BOOST_TEST((again.metadata() == metadata));
 
   // And the header is strict JSON any other reader accepts, with the same strings.
-  const std::string raw = read_file(path);
+  const std::string raw = read_bytes(path);
   std::uint64_t n = 0;
   std::memcpy(&n, raw.data(), 8);
   const json::object header = json::parse(std::string_view(raw).substr(8, n)).as_object();
@@ -738,7 +712,7 @@ BOOST_AUTO_TEST_CASE(save_writes_the_canonical_layout) {
           with_metadata ? plain.with_metadata({{"format", "pt"}, {"step", "12"}}) : plain;
       const fs::path path = dir.path() / "layout.safetensors";
       ckpt::save(path, c);
-      const std::string raw = read_file(path);
+      const std::string raw = read_bytes(path);
       BOOST_TEST_REQUIRE(raw.size() >= 8u);
       std::uint64_t n = 0;
       for (std::size_t i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(raw[i])) << (8 * i);
@@ -796,11 +770,11 @@ BOOST_AUTO_TEST_CASE(save_writes_the_canonical_layout) {
   // The empty checkpoint: "{}" padded to 8 bytes, nothing else.
   const fs::path empty = dir.path() / "empty.safetensors";
   ckpt::save(empty, ckpt::checkpoint{});
-  BOOST_TEST(read_file(empty) == std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
+  BOOST_TEST(read_bytes(empty) == std::string("\x08\0\0\0\0\0\0\0{}      ", 16));
   BOOST_TEST(ckpt::load(empty).empty());
   // Metadata alone.
   ckpt::save(empty, ckpt::checkpoint{}.with_metadata({{"k", "v"}}));
-  const std::string raw = read_file(empty);
+  const std::string raw = read_bytes(empty);
   BOOST_TEST(raw.size() % 8 == 0u);
   BOOST_TEST(raw.find("\"__metadata__\"") != std::string::npos);
   BOOST_TEST((ckpt::load(empty).metadata() == ckpt::metadata_map{{"k", "v"}}));

@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE leafwise
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <ckpt/leafwise.hpp>
 
 #include <Eigen/Core>
@@ -14,6 +16,8 @@
 #include <vector>
 
 namespace {
+
+using ckpt_test::floats;
 
 struct linear {
   Eigen::MatrixXf w;
@@ -35,11 +39,6 @@ net make_net() {
   n.scales = {{"a", 0.5f}, {"b", 4.0f}};
   n.pair = {1.0, 2.0};
   return n;
-}
-
-ckpt::tensor floats(std::initializer_list<float> values) {
-  return ckpt::tensor::copy_of(ckpt::dtype::f32, {static_cast<std::int64_t>(values.size())},
-                               std::as_bytes(std::span(values.begin(), values.size())));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE manager
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
@@ -22,22 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder per test case, removed afterwards.
-struct scratch {
-  fs::path dir;
-  scratch() {
-    dir = fs::temp_directory_path() /
-          ("ckpt_test_manager_" + std::to_string(::getpid()) + "_" +
-           boost::unit_test::framework::current_test_case().p_name.get());
-    fs::remove_all(dir);
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  scratch(const scratch&) = delete;
-  scratch& operator=(const scratch&) = delete;
-};
+using ckpt_test::folder_listing;
+using ckpt_test::temp_dir;
 
 ckpt::checkpoint value(float x) {
   return ckpt::of_tensor("w", ckpt::to_tensor(Eigen::VectorXf::Constant(3, x).eval()));
@@ -45,26 +33,19 @@ ckpt::checkpoint value(float x) {
 
 std::vector<std::int64_t> ints(std::initializer_list<std::int64_t> xs) { return xs; }
 
-std::vector<std::string> folder_listing(const fs::path& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::ranges::sort(out);
-  return out;
-}
-
 void touch(const fs::path& path, const std::string& text = "x") { std::ofstream(path) << text; }
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(files_are_numbered_and_carry_metadata) {
-  scratch s;
-  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 0});
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
   BOOST_TEST(!m.latest_step().has_value());
   BOOST_TEST(!m.load_latest().has_value());
   BOOST_TEST(m.save(42, value(1.0f), {{"loss", "0.5"}}));
-  BOOST_TEST(fs::exists(s.dir / "ckpt-0000000042.safetensors"));
-  BOOST_TEST(m.path_of(42) == s.dir / "ckpt-0000000042.safetensors");
-  const ckpt::checkpoint c = ckpt::load(s.dir / "ckpt-0000000042.safetensors");
+  BOOST_TEST(fs::exists(s.path() / "ckpt-0000000042.safetensors"));
+  BOOST_TEST(m.path_of(42) == s.path() / "ckpt-0000000042.safetensors");
+  const ckpt::checkpoint c = ckpt::load(s.path() / "ckpt-0000000042.safetensors");
   BOOST_TEST(c.metadata().at("step") == "42");
   BOOST_TEST(c.metadata().at("loss") == "0.5");
   const std::string& t = c.metadata().at("wall_time");
@@ -80,8 +61,8 @@ BOOST_AUTO_TEST_CASE(files_are_numbered_and_carry_metadata) {
 }
 
 BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
-  scratch s;
-  ckpt::checkpoint_manager m(s.dir, {.save_interval_steps = 10});
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager m(s.path(), {.save_interval_steps = 10});
   BOOST_TEST(m.should_save(0));
   BOOST_TEST(!m.should_save(5));
   BOOST_TEST(m.should_save(20));
@@ -94,14 +75,14 @@ BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
 
 // max_to_keep = 2, keep_every_n_steps = 40, keep the best 2 by min "val_loss".
 BOOST_AUTO_TEST_CASE(retention_rules_together) {
-  scratch s;
+  const temp_dir s(temp_dir::absent);
   const ckpt::checkpoint_manager_options options{.max_to_keep = 2,
                                                  .keep_every_n_steps = 40,
                                                  .keep_best = 2,
                                                  .best_metric = "val_loss",
                                                  .best_mode = ckpt::metric_mode::min};
   {
-    ckpt::checkpoint_manager m(s.dir, options);
+    ckpt::checkpoint_manager m(s.path(), options);
     const std::vector<std::pair<std::int64_t, std::string>> saves = {
         {10, "0.9"}, {20, "0.3"}, {30, "0.8"}, {40, "0.7"}, {50, "0.2"},
         {60, "0.6"}, {70, "0.5"}, {80, "0.95"}, {90, "0.4"}, {100, "0.45"}};
@@ -110,32 +91,32 @@ BOOST_AUTO_TEST_CASE(retention_rules_together) {
     BOOST_TEST(m.steps() == ints({20, 40, 50, 80, 90, 100}));
     BOOST_CHECK_THROW(m.save(110, value(0), {{"val_loss", "low"}}), std::invalid_argument);
   }
-  touch(s.dir / "notes.txt");
-  touch(s.dir / "ckpt-7.safetensors");  // not our spelling: not ours
+  touch(s.path() / "notes.txt");
+  touch(s.path() / "ckpt-7.safetensors");  // not our spelling: not ours
   {
     // A new manager ranks the existing files by the metric in their headers.
-    ckpt::checkpoint_manager m(s.dir, options);
+    ckpt::checkpoint_manager m(s.path(), options);
     BOOST_TEST(m.steps() == ints({20, 40, 50, 80, 90, 100}));
     m.save(110, value(0), {{"val_loss", "0.1"}});
     m.save(120, value(0));  // no metric: does not compete
     // newest 2: 110, 120; multiples of 40: 40, 80, 120; best 2: 110 (0.1), 50 (0.2).
     BOOST_TEST(m.steps() == ints({40, 50, 80, 110, 120}));
   }
-  BOOST_TEST(fs::exists(s.dir / "notes.txt"));
-  BOOST_TEST(fs::exists(s.dir / "ckpt-7.safetensors"));
+  BOOST_TEST(fs::exists(s.path() / "notes.txt"));
+  BOOST_TEST(fs::exists(s.path() / "ckpt-7.safetensors"));
   {
-    ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 1, .best_mode = ckpt::metric_mode::max});
+    ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .best_mode = ckpt::metric_mode::max});
     m.save(130, value(0));
     BOOST_TEST(m.steps() == ints({130}));
   }
-  BOOST_TEST(folder_listing(s.dir) == (std::vector<std::string>{".ckpt-manager.lock", "ckpt-0000000130.safetensors",
-                                                                "ckpt-7.safetensors", "notes.txt"}));
+  BOOST_TEST(folder_listing(s.path()) == (std::vector<std::string>{".ckpt-manager.lock", "ckpt-0000000130.safetensors",
+                                                                   "ckpt-7.safetensors", "notes.txt"}));
 }
 
 BOOST_AUTO_TEST_CASE(keep_best_by_max) {
-  scratch s;
-  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 1, .keep_best = 1, .best_metric = "acc",
-                                     .best_mode = ckpt::metric_mode::max});
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .keep_best = 1, .best_metric = "acc",
+                                        .best_mode = ckpt::metric_mode::max});
   m.save(1, value(0), {{"acc", "0.5"}});
   m.save(2, value(0), {{"acc", "0.9"}});
   m.save(3, value(0), {{"acc", "0.7"}});
@@ -144,31 +125,31 @@ BOOST_AUTO_TEST_CASE(keep_best_by_max) {
 }
 
 BOOST_AUTO_TEST_CASE(latest_after_a_crash_ignores_and_cleans_temporaries) {
-  scratch s;
+  const temp_dir s(temp_dir::absent);
   {
-    ckpt::checkpoint_manager m(s.dir);
+    ckpt::checkpoint_manager m(s.path());
     m.save(100, value(1.0f));
   }
   // What a save killed before its rename leaves: a partial temporary of a newer step.
-  touch(s.dir / ".ckpt-0000000200.safetensors.tmp-Ab3dEf", "partial");
-  touch(s.dir / ".other.safetensors.tmp-Ab3dEf", "someone else's");
-  ckpt::checkpoint_manager m(s.dir);
+  touch(s.path() / ".ckpt-0000000200.safetensors.tmp-Ab3dEf", "partial");
+  touch(s.path() / ".other.safetensors.tmp-Ab3dEf", "someone else's");
+  ckpt::checkpoint_manager m(s.path());
   BOOST_TEST((m.latest_step() == 100));
   BOOST_TEST(m.load_latest()->get("w").as<float>()[0] == 1.0f);
-  BOOST_TEST(!fs::exists(s.dir / ".ckpt-0000000200.safetensors.tmp-Ab3dEf"));
-  BOOST_TEST(fs::exists(s.dir / ".other.safetensors.tmp-Ab3dEf"));
+  BOOST_TEST(!fs::exists(s.path() / ".ckpt-0000000200.safetensors.tmp-Ab3dEf"));
+  BOOST_TEST(fs::exists(s.path() / ".other.safetensors.tmp-Ab3dEf"));
 }
 
 BOOST_AUTO_TEST_CASE(a_second_writer_is_refused) {
-  scratch s;
-  ckpt::checkpoint_manager m(s.dir);
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager m(s.path());
   // In this process: a second manager opens the lock file anew and is refused.
   try {
-    ckpt::checkpoint_manager second(s.dir);
+    ckpt::checkpoint_manager second(s.path());
     BOOST_FAIL("the second manager was not refused");
   } catch (const ckpt::lock_error& e) {
-    BOOST_TEST(std::string(e.what()).find("'" + s.dir.string() + "'") != std::string::npos);
-    BOOST_TEST(e.path() == s.dir);
+    BOOST_TEST(std::string(e.what()).find("'" + s.path().string() + "'") != std::string::npos);
+    BOOST_TEST(e.path() == s.path());
   }
   // In another process. The child reports through its exit status: 0 refused, 1 not refused,
   // 2 another exception.
@@ -177,7 +158,7 @@ BOOST_AUTO_TEST_CASE(a_second_writer_is_refused) {
   if (child == 0) {
     int code = 1;
     try {
-      ckpt::checkpoint_manager other(s.dir);
+      ckpt::checkpoint_manager other(s.path());
     } catch (const ckpt::lock_error&) {
       code = 0;
     } catch (...) {
@@ -191,13 +172,13 @@ BOOST_AUTO_TEST_CASE(a_second_writer_is_refused) {
   BOOST_TEST(WEXITSTATUS(status) == 0);
   // Once the first manager is gone, the folder is free again.
   { ckpt::checkpoint_manager moved = std::move(m); }
-  ckpt::checkpoint_manager third(s.dir);
+  ckpt::checkpoint_manager third(s.path());
   BOOST_TEST(third.steps().empty());
 }
 
 BOOST_AUTO_TEST_CASE(async_saves_complete_in_order) {
-  scratch s;
-  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 3});
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 3});
   Eigen::VectorXf live = Eigen::VectorXf::Zero(1000);
   for (int step = 1; step <= 6; ++step) {
     live.setConstant(static_cast<float>(step));
@@ -211,13 +192,13 @@ BOOST_AUTO_TEST_CASE(async_saves_complete_in_order) {
 }
 
 BOOST_AUTO_TEST_CASE(async_errors_surface_at_wait_and_at_the_next_call) {
-  scratch s;
+  const temp_dir s(temp_dir::absent);
   {
-    ckpt::checkpoint_manager m(s.dir);
+    ckpt::checkpoint_manager m(s.path());
     m.save(1, value(0));
     // The folder vanishes under the manager (tests run as root, so permissions would not stop
     // the write): the background write cannot create its file.
-    fs::remove_all(s.dir);
+    fs::remove_all(s.path());
     BOOST_TEST(m.save_async(2, value(0)));
     BOOST_CHECK_THROW(m.wait(), ckpt::io_error);
     m.wait();  // reported once
@@ -233,16 +214,16 @@ BOOST_AUTO_TEST_CASE(async_errors_surface_at_wait_and_at_the_next_call) {
 }
 
 BOOST_AUTO_TEST_CASE(a_folder_that_cannot_exist_is_refused) {
-  scratch s;
-  fs::create_directories(s.dir);
-  touch(s.dir / "file");
-  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.dir / "file" / "run"), ckpt::io_error);
-  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.dir, {.save_interval_steps = 0}), std::invalid_argument);
-  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.dir, {.keep_best = 1}), std::invalid_argument);
+  const temp_dir s(temp_dir::absent);
+  fs::create_directories(s.path());
+  touch(s.path() / "file");
+  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.path() / "file" / "run"), ckpt::io_error);
+  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.path(), {.save_interval_steps = 0}), std::invalid_argument);
+  BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.path(), {.keep_best = 1}), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
-  scratch s;
+  const temp_dir s(temp_dir::absent);
   struct linear {
     Eigen::MatrixXf w;
     Eigen::VectorXf b;
@@ -252,7 +233,7 @@ BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
   const linear g{Eigen::MatrixXf::Constant(2, 2, 0.5f), Eigen::VectorXf::Constant(2, -0.5f)};
   auto st = opt.init(p);
   {
-    ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 2, .save_interval_steps = 2});
+    ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2, .save_interval_steps = 2});
     for (int i = 0; i < 5; ++i) {
       opt.update(p, g, st);
       m.save_async(st.step, ckpt::training_state(p, st));
@@ -260,7 +241,7 @@ BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
   }  // destruction waits
   linear q{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)};
   ckpt::adam_state<linear> back;
-  ckpt::checkpoint_manager m(s.dir, {.max_to_keep = 2, .save_interval_steps = 2});
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2, .save_interval_steps = 2});
   BOOST_TEST(m.steps() == ints({2, 4}));
   const auto latest = m.load_latest();
   BOOST_REQUIRE(latest.has_value());

@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE params
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <ckpt/ckpt.hpp>
 
 #include <array>
@@ -14,16 +16,7 @@
 
 namespace {
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  BOOST_FAIL("no exception was thrown");
-  return {};
-}
+using ckpt_test::message_of;
 
 template <class T>
 std::vector<T> elements(const ckpt::tensor& x) {
@@ -129,7 +122,8 @@ BOOST_AUTO_TEST_CASE(prefix_joins_with_a_dot) {
 
 BOOST_AUTO_TEST_CASE(mixed_dtype_struct_round_trips_through_a_file) {
   const mixed original = make_mixed();
-  const auto path = std::filesystem::temp_directory_path() / "ckpt_test_params_mixed.safetensors";
+  const ckpt_test::temp_dir tmp;
+  const auto path = tmp.path() / "mixed.safetensors";
   ckpt::save(path, ckpt::of_params(original, "m"));
   const ckpt::checkpoint loaded = ckpt::load(path);
   std::filesystem::remove(path);

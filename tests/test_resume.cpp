@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE resume
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include "mlp.hpp"
 
 #include <ckpt/adam.hpp>
@@ -14,8 +16,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,28 +28,8 @@ using namespace mlp_example;
 
 namespace {
 
-struct scratch {
-  fs::path dir;
-  scratch() {
-    dir = fs::temp_directory_path() /
-          ("ckpt_test_resume_" + std::to_string(::getpid()) + "_" +
-           boost::unit_test::framework::current_test_case().p_name.get());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  scratch(const scratch&) = delete;
-  scratch& operator=(const scratch&) = delete;
-};
-
-std::string bytes_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  BOOST_REQUIRE_MESSAGE(in, "cannot read " << path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
 
 constexpr std::uint64_t seed = 7;
 constexpr int batch = 32;
@@ -70,41 +50,41 @@ struct run {
 // The final parameters as the file a user would compare.
 std::string params_file(const mlp& params, const fs::path& path) {
   ckpt::save(path, ckpt::of_params(params, "model"));
-  return bytes_of(path);
+  return read_bytes(path);
 }
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(library_api_resume_is_bit_exact) {
-  scratch s;
+  const temp_dir s;
   run straight;
   straight.train_to(total);
-  const std::string expected = params_file(straight.params, s.dir / "straight.safetensors");
+  const std::string expected = params_file(straight.params, s.path() / "straight.safetensors");
 
   {
     run first_half;
     first_half.train_to(total / 2);
-    ckpt::checkpoint_manager manager(s.dir / "ckpt", {.max_to_keep = 2});
+    ckpt::checkpoint_manager manager(s.path() / "ckpt", {.max_to_keep = 2});
     manager.save_async(first_half.state.step, ckpt::training_state(first_half.params, first_half.state));
   }  // the process "stops": everything of the first run is gone
 
   run resumed;  // fresh parameters: only the template of the restore
-  ckpt::checkpoint_manager manager(s.dir / "ckpt", {.max_to_keep = 2});
+  ckpt::checkpoint_manager manager(s.path() / "ckpt", {.max_to_keep = 2});
   const auto latest = manager.load_latest();
   BOOST_REQUIRE(latest.has_value());
   ckpt::restore_training_state(*latest, resumed.params, resumed.state);
   BOOST_TEST(resumed.state.step == total / 2);
   resumed.train_to(total);
-  BOOST_TEST(params_file(resumed.params, s.dir / "resumed.safetensors") == expected);
+  BOOST_TEST(params_file(resumed.params, s.path() / "resumed.safetensors") == expected);
 }
 
 // Resuming with the parameters and step but a fresh Adam state gives other parameters, so the
 // test above really depends on restoring the optimizer.
 BOOST_AUTO_TEST_CASE(control_resume_without_optimizer_state_differs) {
-  scratch s;
+  const temp_dir s;
   run straight;
   straight.train_to(total);
-  const std::string expected = params_file(straight.params, s.dir / "straight.safetensors");
+  const std::string expected = params_file(straight.params, s.path() / "straight.safetensors");
 
   run first_half;
   first_half.train_to(total / 2);
@@ -114,14 +94,14 @@ BOOST_AUTO_TEST_CASE(control_resume_without_optimizer_state_differs) {
   resumed.params = ckpt::to_params(saved, resumed.params, {.prefix = "model"});
   resumed.state.step = ckpt::to_step("optim.step", saved);  // same batches, fresh moments
   resumed.train_to(total);
-  BOOST_TEST(params_file(resumed.params, s.dir / "control.safetensors") != expected);
+  BOOST_TEST(params_file(resumed.params, s.path() / "control.safetensors") != expected);
 
   // And the data order alone matters as well: the full state but step 0 differs too.
   run restarted;
   ckpt::restore_training_state(saved, restarted.params, restarted.state);
   restarted.state.step = 0;
   restarted.train_to(total / 2);
-  BOOST_TEST(params_file(restarted.params, s.dir / "restarted.safetensors") != expected);
+  BOOST_TEST(params_file(restarted.params, s.path() / "restarted.safetensors") != expected);
 }
 
 #ifdef CKPT_MLP_TRAINER
@@ -156,40 +136,40 @@ void same_entries(const fs::path& a, const fs::path& b) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(example_binary_resume_is_bit_exact) {
-  scratch s;
-  const fs::path a = s.dir / "a", b = s.dir / "b";
-  BOOST_REQUIRE(trainer(flags(a, 600) + " --params-out '" + (s.dir / "a.safetensors").string() + "'", s.dir / "a.log") == 0);
-  BOOST_REQUIRE(trainer(flags(b, 300), s.dir / "b1.log") == 0);
-  BOOST_REQUIRE(trainer(flags(b, 600) + " --resume --params-out '" + (s.dir / "b.safetensors").string() + "'",
-                        s.dir / "b2.log") == 0);
-  BOOST_TEST(bytes_of(s.dir / "a.safetensors") == bytes_of(s.dir / "b.safetensors"));
+  const temp_dir s;
+  const fs::path a = s.path() / "a", b = s.path() / "b";
+  BOOST_REQUIRE(trainer(flags(a, 600) + " --params-out '" + (s.path() / "a.safetensors").string() + "'", s.path() / "a.log") == 0);
+  BOOST_REQUIRE(trainer(flags(b, 300), s.path() / "b1.log") == 0);
+  BOOST_REQUIRE(trainer(flags(b, 600) + " --resume --params-out '" + (s.path() / "b.safetensors").string() + "'",
+                        s.path() / "b2.log") == 0);
+  BOOST_TEST(read_bytes(s.path() / "a.safetensors") == read_bytes(s.path() / "b.safetensors"));
   same_entries(a / checkpoint_name(600), b / checkpoint_name(600));
-  BOOST_TEST(bytes_of(a / "loss.csv") == bytes_of(b / "loss.csv"));
-  BOOST_TEST(bytes_of(s.dir / "b2.log").find("resumed from") != std::string::npos);
+  BOOST_TEST(read_bytes(a / "loss.csv") == read_bytes(b / "loss.csv"));
+  BOOST_TEST(read_bytes(s.path() / "b2.log").find("resumed from") != std::string::npos);
   // Without --resume an existing run is not overwritten.
-  BOOST_TEST(trainer(flags(b, 700), s.dir / "b3.log") == 2);
+  BOOST_TEST(trainer(flags(b, 700), s.path() / "b3.log") == 2);
 }
 
 BOOST_AUTO_TEST_CASE(example_binary_resume_from_empty_folder_starts_fresh) {
-  scratch s;
-  BOOST_REQUIRE(trainer(flags(s.dir / "a", 50) + " --resume", s.dir / "a.log") == 0);
-  BOOST_TEST(bytes_of(s.dir / "a.log").find("starting fresh") != std::string::npos);
-  BOOST_TEST(fs::exists(s.dir / "a" / checkpoint_name(50)));
+  const temp_dir s;
+  BOOST_REQUIRE(trainer(flags(s.path() / "a", 50) + " --resume", s.path() / "a.log") == 0);
+  BOOST_TEST(read_bytes(s.path() / "a.log").find("starting fresh") != std::string::npos);
+  BOOST_TEST(fs::exists(s.path() / "a" / checkpoint_name(50)));
 }
 
 // Preemption: SIGTERM finishes the step, saves and exits 0; resuming to the same total gives the
 // parameters of an uninterrupted run.
 BOOST_AUTO_TEST_CASE(example_binary_survives_sigterm) {
-  scratch s;
+  const temp_dir s;
   constexpr std::int64_t steps = 20000;
-  const fs::path a = s.dir / "a", b = s.dir / "b";
-  BOOST_REQUIRE(trainer(flags(a, steps, 5000) + " --params-out '" + (s.dir / "a.safetensors").string() + "'", s.dir / "a.log") == 0);
+  const fs::path a = s.path() / "a", b = s.path() / "b";
+  BOOST_REQUIRE(trainer(flags(a, steps, 5000) + " --params-out '" + (s.path() / "a.safetensors").string() + "'", s.path() / "a.log") == 0);
 
   std::fflush(nullptr);  // or the child would write the test log's buffered lines again
   const pid_t child = ::fork();
   BOOST_REQUIRE(child >= 0);
   if (child == 0) {
-    const fs::path log = s.dir / "b1.log";
+    const fs::path log = s.path() / "b1.log";
     std::freopen(log.c_str(), "w", stdout);
     const std::string dir = b.string(), count = std::to_string(steps);
     ::execl(CKPT_MLP_TRAINER, CKPT_MLP_TRAINER, "--seed", "3", "--batch", "48", "--lr", "0.02", "--save-every",
@@ -206,14 +186,14 @@ BOOST_AUTO_TEST_CASE(example_binary_survives_sigterm) {
   BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
   BOOST_REQUIRE(WIFEXITED(status));
   BOOST_TEST(WEXITSTATUS(status) == 0);
-  const std::string log = bytes_of(s.dir / "b1.log");
+  const std::string log = read_bytes(s.path() / "b1.log");
   BOOST_TEST_MESSAGE(log);
   if (log.find("stopped by a signal") == std::string::npos)
     BOOST_TEST_MESSAGE("the run finished before the signal: the resume below has nothing to do");
 
-  BOOST_REQUIRE(trainer(flags(b, steps, 5000) + " --resume --params-out '" + (s.dir / "b.safetensors").string() + "'",
-                        s.dir / "b2.log") == 0);
-  BOOST_TEST(bytes_of(s.dir / "a.safetensors") == bytes_of(s.dir / "b.safetensors"));
+  BOOST_REQUIRE(trainer(flags(b, steps, 5000) + " --resume --params-out '" + (s.path() / "b.safetensors").string() + "'",
+                        s.path() / "b2.log") == 0);
+  BOOST_TEST(read_bytes(s.path() / "a.safetensors") == read_bytes(s.path() / "b.safetensors"));
 }
 
 #endif

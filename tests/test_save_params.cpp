@@ -3,27 +3,16 @@
 #define BOOST_TEST_MODULE save_params
 #include <boost/test/unit_test.hpp>
 
+#include "support.hpp"
+
 #include <ckpt/ckpt.hpp>
-
-#include <unistd.h>
-
-#include <fstream>
-#include <iterator>
 
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-struct scratch {
-  fs::path dir = fs::temp_directory_path() / ("ckpt_test_save_params_" + std::to_string(::getpid()));
-  scratch() { fs::create_directories(dir); }
-  ~scratch() { fs::remove_all(dir); }
-};
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
 
 struct model {
   Eigen::MatrixXf col_major;                                                  // reordered in bands
@@ -59,37 +48,37 @@ model make_model(Eigen::Index big) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(live_save_equals_snapshot_save) {
-  scratch s;
+  const temp_dir s;
   const model m = make_model(64);
-  ckpt::save_params(s.dir / "live.safetensors", {{m, "model"}, {m.vec, "optim.v"}, {ckpt::of_int("optim.step", 9)}},
+  ckpt::save_params(s.path() / "live.safetensors", {{m, "model"}, {m.vec, "optim.v"}, {ckpt::of_int("optim.step", 9)}},
                     {{"k", "v"}});
-  ckpt::save(s.dir / "snap.safetensors",
+  ckpt::save(s.path() / "snap.safetensors",
              ckpt::concat({ckpt::of_params(m, "model"), ckpt::of_params(m.vec, "optim.v"), ckpt::of_int("optim.step", 9)})
                  .with_metadata({{"k", "v"}}));
-  BOOST_TEST((read_bytes(s.dir / "live.safetensors") == read_bytes(s.dir / "snap.safetensors")));
+  BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
 }
 
 BOOST_AUTO_TEST_CASE(leaves_larger_than_the_reorder_buffer_are_written_in_several_bands) {
   // A 2100 x 2103 column-major float matrix (17 MiB) goes out in three 8 MiB bands.
-  scratch s;
+  const temp_dir s;
   const model m = make_model(2100);
-  ckpt::save_params(s.dir / "live.safetensors", {{m}});
-  ckpt::save(s.dir / "snap.safetensors", ckpt::of_params(m));
-  BOOST_TEST((read_bytes(s.dir / "live.safetensors") == read_bytes(s.dir / "snap.safetensors")));
-  const model back = ckpt::to_params(ckpt::load(s.dir / "live.safetensors"), make_model(2100));
+  ckpt::save_params(s.path() / "live.safetensors", {{m}});
+  ckpt::save(s.path() / "snap.safetensors", ckpt::of_params(m));
+  BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
+  const model back = ckpt::to_params(ckpt::load(s.path() / "live.safetensors"), make_model(2100));
   BOOST_TEST((back.col_major == m.col_major));
 }
 
 BOOST_AUTO_TEST_CASE(names_are_checked_across_sections) {
-  scratch s;
+  const temp_dir s;
   const Eigen::Vector2f v(1, 2);
   try {
-    ckpt::save_params(s.dir / "x.safetensors", {{v, "a"}, {ckpt::of_tensor("a", v)}});
+    ckpt::save_params(s.path() / "x.safetensors", {{v, "a"}, {ckpt::of_tensor("a", v)}});
     BOOST_FAIL("no exception");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()) == "ckpt: save_params: two leaves are named 'a'");
   }
-  BOOST_CHECK_THROW(ckpt::save_params(s.dir / "x.safetensors", {{v}}), std::invalid_argument);
-  BOOST_CHECK_THROW(ckpt::save_params(s.dir / "x.safetensors", {{v, "__metadata__"}}), std::invalid_argument);
-  BOOST_TEST(!fs::exists(s.dir / "x.safetensors"));
+  BOOST_CHECK_THROW(ckpt::save_params(s.path() / "x.safetensors", {{v}}), std::invalid_argument);
+  BOOST_CHECK_THROW(ckpt::save_params(s.path() / "x.safetensors", {{v, "__metadata__"}}), std::invalid_argument);
+  BOOST_TEST(!fs::exists(s.path() / "x.safetensors"));
 }

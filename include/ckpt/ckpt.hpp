@@ -14,13 +14,19 @@
 /// - ckpt/params.hpp      of_params / to_params
 /// - ckpt/save_params.hpp saving live structures without a snapshot
 /// - ckpt/view.hpp        zero-copy Eigen views of entries
+/// - ckpt/leafwise.hpp    leaf-by-leaf operations over structures (map, zip, zeros_like)
+/// - ckpt/adam.hpp        the Adam optimizer and its training-state sections
+/// - ckpt/manager.hpp     a folder of step-numbered checkpoints for training loops
 
+#include <ckpt/adam.hpp>
 #include <ckpt/cast.hpp>
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/dtype.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/leaf.hpp>
+#include <ckpt/leafwise.hpp>
+#include <ckpt/manager.hpp>
 #include <ckpt/named.hpp>
 #include <ckpt/params.hpp>
 #include <ckpt/ptree.hpp>

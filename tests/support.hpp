@@ -1,0 +1,99 @@
+// Helpers shared by the test executables, so that each exists once instead of once per file.
+// Header-only: every test is its own executable (tests/CMakeLists.txt), with nothing to link.
+//
+// Include it after <boost/test/unit_test.hpp>, itself after `#define BOOST_TEST_MODULE`: the
+// module must define the test runner's main(), and message_of() uses BOOST_FAIL.
+#pragma once
+
+#ifndef BOOST_TEST_MODULE
+#error "define BOOST_TEST_MODULE and include <boost/test/unit_test.hpp> before support.hpp"
+#endif
+#include <boost/test/unit_test.hpp>
+
+#include <ckpt/tensor.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <stdlib.h>  // mkdtemp (POSIX)
+
+namespace ckpt_test {
+
+// Runs `f`, which must throw E, and returns the exception's what(). Fails the test case when
+// nothing is thrown; any other exception propagates, so the test case reports it as an error.
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  BOOST_FAIL("no exception was thrown");
+  return {};  // not reached: BOOST_FAIL throws
+}
+
+// A folder of this test's own under the system's temporary folder, removed with its contents at
+// the end (errors ignored: a test may have removed it already). mkdtemp makes the name unique
+// per process and per test, so that parallel ctest runs and several build trees never share one.
+//
+// By default path() exists and is empty. With `absent`, path() is a folder that does not exist
+// yet (inside the private one), for tests of code that must create its folder itself.
+class temp_dir {
+ public:
+  enum state { created, absent };
+
+  explicit temp_dir(state initial = created) {
+    const std::string module = boost::unit_test::framework::master_test_suite().p_name.get();
+    std::string pattern = (std::filesystem::temp_directory_path() / ("ckpt-" + module + "-XXXXXX")).string();
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw std::system_error(errno, std::generic_category(), "mkdtemp('" + pattern + "')");
+    root_ = pattern;
+    path_ = initial == created ? root_ : root_ / "dir";
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(root_, ignored);
+  }
+
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path root_;  // what mkdtemp made, and what the destructor removes
+  std::filesystem::path path_;
+};
+
+// The whole file as bytes. Throws when it cannot be opened, so that a missing file is an error of
+// its own rather than an empty string compared with the expected contents.
+inline std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open '" + path.string() + "'");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The names in `dir`, sorted: what a test expects a folder to hold, leftovers included.
+inline std::vector<std::string> folder_listing(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A 1-D F32 tensor holding `values`.
+inline ckpt::tensor floats(std::initializer_list<float> values) {
+  return ckpt::tensor::copy_of(ckpt::dtype::f32, {static_cast<std::int64_t>(values.size())},
+                               std::as_bytes(std::span(values.begin(), values.size())));
+}
+
+}  // namespace ckpt_test
