@@ -142,7 +142,7 @@ sort -t'|' -k2,2 -s "$results" >"$results.sorted"
 {
   echo "| row | what | ckpt | baseline | ratio | target | verdict | peak memory |"
   echo "|---|---|---|---|---|---|---|---|"
-  cut -d'|' -f2- "$results.sorted" | sed 's/^/| /; s/|/ | /g; s/$/ |/'
+  cut -d'|' -f2- "$results.sorted" | sed 's/|/ | /g; s/^/| /; s/$/ |/'
 } >"$build/results.md"
 rm -f "$results.sorted"
 echo "(Markdown: $build/results.md; samples: $log)"

@@ -36,8 +36,10 @@ const std::vector<checkpoint::entry>& no_entries() {
 
 checkpoint::checkpoint(std::vector<entry> entries, metadata_map metadata) {
   for (const entry& e : entries) check_name(e.first);
-  std::sort(entries.begin(), entries.end(),
-            [](const entry& a, const entry& b) { return a.first < b.first; });
+  const auto by_name = [](const entry& a, const entry& b) { return a.first < b.first; };
+  // Entries mostly arrive sorted already (a loaded file, concat of sorted parts).
+  if (!std::is_sorted(entries.begin(), entries.end(), by_name))
+    std::sort(entries.begin(), entries.end(), by_name);
   const auto duplicate = std::adjacent_find(
       entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.first == b.first; });
   if (duplicate != entries.end())

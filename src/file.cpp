@@ -124,6 +124,9 @@ checkpoint load(const std::filesystem::path& path) {
 
   void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   if (address != MAP_FAILED) {
+    // No read-ahead: loading reads the header alone, and an entry is read when it is extracted
+    // (to_params asks for its pages then with MADV_WILLNEED).
+    ::madvise(address, size, MADV_RANDOM);
     auto owner = std::make_shared<const mapping>(address, size);
     return detail::parse_file(owner->bytes(), path, owner, tensor::storage::file_mapping);
   }

@@ -14,19 +14,19 @@ void check_leaf_names(std::vector<std::string> names, std::string_view function)
                                 *duplicate + "'");
 }
 
-void throw_missing_entry(std::string_view name) {
-  throw std::invalid_argument("ckpt: to_params: no entry named '" + std::string(name) + "'");
+void throw_missing_entry(std::string_view function, std::string_view name) {
+  throw std::invalid_argument("ckpt: " + std::string(function) + ": no entry named '" + std::string(name) + "'");
 }
 
-void throw_shape_mismatch(std::string_view name, std::span<const std::int64_t> entry,
-                          std::span<const std::int64_t> leaf) {
-  throw std::invalid_argument("ckpt: to_params: entry '" + std::string(name) + "' has shape " +
+void throw_shape_mismatch(std::string_view function, std::string_view name,
+                          std::span<const std::int64_t> entry, std::span<const std::int64_t> leaf) {
+  throw std::invalid_argument("ckpt: " + std::string(function) + ": entry '" + std::string(name) + "' has shape " +
                               to_string(entry) + " but the template's leaf has shape " +
                               to_string(leaf));
 }
 
-void throw_dtype_mismatch(std::string_view name, dtype entry, dtype leaf) {
-  throw std::invalid_argument("ckpt: to_params: entry '" + std::string(name) + "' has dtype " +
+void throw_dtype_mismatch(std::string_view function, std::string_view name, dtype entry, dtype leaf) {
+  throw std::invalid_argument("ckpt: " + std::string(function) + ": entry '" + std::string(name) + "' has dtype " +
                               std::string(to_string(entry)) + " but the template's leaf has dtype " +
                               std::string(to_string(leaf)) + " (pass cast = true to convert)");
 }

@@ -352,8 +352,10 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
   std::vector<const header_entry*> by_name;
   by_name.reserve(entries.size());
   for (const header_entry& e : entries) by_name.push_back(&e);
-  std::sort(by_name.begin(), by_name.end(),
-            [](const header_entry* a, const header_entry* b) { return a->name < b->name; });
+  const auto name_order = [](const header_entry* a, const header_entry* b) { return a->name < b->name; };
+  // Writers lay out headers in name order (ckpt's, the reference one's JSON): skip the sort then.
+  if (!std::is_sorted(by_name.begin(), by_name.end(), name_order))
+    std::sort(by_name.begin(), by_name.end(), name_order);
   for (std::size_t i = 1; i < by_name.size(); ++i)
     if (by_name[i]->name == by_name[i - 1]->name)
       fail(origin, "the entry name " + quote(by_name[i]->name) + " appears twice");
@@ -384,9 +386,11 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
 
   // The entries must tile the data buffer exactly: no overlap, no hole, nothing after.
   std::vector<const header_entry*> by_offset(by_name);
-  std::sort(by_offset.begin(), by_offset.end(), [](const header_entry* a, const header_entry* b) {
+  const auto offset_order = [](const header_entry* a, const header_entry* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
+  };
+  if (!std::is_sorted(by_offset.begin(), by_offset.end(), offset_order))
+    std::sort(by_offset.begin(), by_offset.end(), offset_order);
   std::uint64_t covered = 0;
   const header_entry* previous = nullptr;
   for (const header_entry* e : by_offset) {

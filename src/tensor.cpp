@@ -88,6 +88,14 @@ tensor tensor::view_of(ckpt::dtype type, dims shape, std::span<const std::byte> 
   return tensor(type, std::move(shape), bytes, std::move(owner), where);
 }
 
+void tensor::prefetch_pages() const noexcept {
+  if (storage_ != storage::file_mapping || bytes_.empty()) return;
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes_.data());
+  const std::uintptr_t first = begin / page * page;
+  ::madvise(reinterpret_cast<void*>(first), begin + bytes_.size() - first, MADV_WILLNEED);
+}
+
 void tensor::release_pages() const noexcept {
   if (storage_ != storage::file_mapping) return;
   static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));

@@ -420,3 +420,29 @@ BOOST_AUTO_TEST_CASE(views_read_entries_in_place) {
              "ckpt: a view of rank 2 cannot show a tensor of shape [2, 3, 4]");
   BOOST_CHECK_THROW((void)ckpt::matrix_view<double>(t.get("w")), std::invalid_argument);
 }
+
+BOOST_AUTO_TEST_CASE(read_params_fills_existing_leaves_in_place) {
+  const mlp saved = make_mlp(1);
+  const auto t = ckpt::of_params(saved, "model");
+  mlp live = make_mlp(50);
+  const float* storage = live.l1.w.data();
+  ckpt::read_params(t, live, {.prefix = "model"});
+  BOOST_TEST((live.l1.w == saved.l1.w));
+  BOOST_TEST((live.l2.b == saved.l2.b));
+  BOOST_TEST(live.l1.w.data() == storage);  // no reallocation: the leaf's own storage was filled
+}
+
+BOOST_AUTO_TEST_CASE(read_params_changes_nothing_when_an_entry_is_wrong) {
+  // l2.w comes after l1.* in walking order: a late error must not leave l1 half-loaded.
+  mlp saved = make_mlp(1);
+  saved.l2.w.resize(3, 1);
+  const auto t = ckpt::of_params(saved);
+  const mlp before = make_mlp(50);
+  mlp live = before;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(t, live); }) ==
+             "ckpt: read_params: entry 'l2.w' has shape [3, 1] but the template's leaf has shape [1, 3]");
+  BOOST_TEST((live.l1.w == before.l1.w));
+  BOOST_TEST((live.l1.b == before.l1.b));
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(ckpt::checkpoint{}, live); }) ==
+             "ckpt: read_params: no entry named 'l1.w'");
+}

@@ -37,10 +37,12 @@ inline std::string join_name(std::string_view prefix, std::string_view name) {
 // The seed's rule for P.names: one name per leaf, distinct and non-empty.
 void check_leaf_names(std::vector<std::string> names, std::string_view function);
 
-[[noreturn]] void throw_missing_entry(std::string_view name);
-[[noreturn]] void throw_shape_mismatch(std::string_view name, std::span<const std::int64_t> entry,
+[[noreturn]] void throw_missing_entry(std::string_view function, std::string_view name);
+[[noreturn]] void throw_shape_mismatch(std::string_view function, std::string_view name,
+                                       std::span<const std::int64_t> entry,
                                        std::span<const std::int64_t> leaf);
-[[noreturn]] void throw_dtype_mismatch(std::string_view name, dtype entry, dtype leaf);
+[[noreturn]] void throw_dtype_mismatch(std::string_view function, std::string_view name, dtype entry,
+                                       dtype leaf);
 
 }  // namespace detail
 
@@ -69,45 +71,81 @@ template <leaf L>
   return of_tensor(name, to_tensor(x));
 }
 
+namespace detail {
+
+// Everything that can go wrong with an extraction, checked before any leaf is written, so that a
+// failed read_params leaves the parameters as they were.
+template <class P>
+void check_extraction(const checkpoint& t, const P& like, const extract_options& opts,
+                      std::string_view function) {
+  std::vector<std::string> names;
+  for_each_leaf([&](std::string_view leaf_name, const auto&) { names.push_back(join_name(opts.prefix, leaf_name)); },
+                like);
+  check_leaf_names(names, function);
+  auto name = names.begin();
+  for_each_leaf(
+      [&](std::string_view, const auto& x) {
+        using leaf_type = std::remove_cvref_t<decltype(x)>;
+        const tensor* entry = t.find(*name);
+        if (!entry) throw_missing_entry(function, *name);
+        const dims shape = leaf_traits<leaf_type>::shape(x);
+        if (!std::ranges::equal(entry->shape(), shape)) throw_shape_mismatch(function, *name, entry->shape(), shape);
+        const dtype type = leaf_traits<leaf_type>::dtype(x);
+        if (entry->dtype() != type && !opts.cast) throw_dtype_mismatch(function, *name, entry->dtype(), type);
+        if (!can_cast(entry->dtype(), type)) (void)cast(*entry, type);  // throws cast's own message
+        ++name;
+      },
+      like);
+}
+
+// Copies each entry into its leaf, once; check_extraction has vouched for every one.
+template <class P>
+void copy_entries(const checkpoint& t, P& params, const extract_options& opts) {
+  for_each_leaf(
+      [&](std::string_view leaf_name, auto& x) {
+        using leaf_type = std::remove_cvref_t<decltype(x)>;
+        const tensor& entry = *t.find(join_name(opts.prefix, leaf_name));
+        const dtype type = leaf_traits<leaf_type>::dtype(x);
+        if (entry.dtype() != type) {
+          leaf_traits<leaf_type>::read(x, cast(entry, type));
+          return;
+        }
+        entry.prefetch_pages();
+        leaf_traits<leaf_type>::read(x, entry);
+        // The leaf holds its own copy now: the file's pages need not stay in memory too.
+        if constexpr (!std::is_same_v<leaf_type, tensor>) entry.release_pages();
+      },
+      params);
+}
+
+}  // namespace detail
+
 /// `like` with every leaf replaced by the entry of `t` of the same name (prefixed as in
 /// `of_params`). `like` supplies structure, names, dtypes and shapes; its values are discarded.
 /// Entries `like` does not name are ignored. Entries are copied once into the leaves, reordered
-/// for column-major leaves; `ckpt::tensor` leaves share the entry's bytes.
+/// for column-major leaves; `ckpt::tensor` leaves share the entry's bytes. To fill existing
+/// parameters without first copying `like`, use `read_params`.
 /// \throws std::invalid_argument if an entry named by `like` is missing, has another shape, or
 /// another dtype while `opts.cast` is false (each message names the entry and both shapes or
 /// dtypes), if a dtype cannot be cast (sub-byte formats), or if `like`'s names are invalid.
 template <class P>
 [[nodiscard]] P to_params(const checkpoint& t, const P& like, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: to_params needs a named structure or a leaf");
-  {
-    std::vector<std::string> names;
-    for_each_leaf([&](std::string_view leaf_name, const auto&) {
-      names.push_back(detail::join_name(opts.prefix, leaf_name));
-    }, like);
-    detail::check_leaf_names(std::move(names), "to_params");
-  }
+  detail::check_extraction(t, like, opts, "to_params");
   P out = like;
-  for_each_leaf(
-      [&](std::string_view leaf_name, auto& x) {
-        using leaf_type = std::remove_cvref_t<decltype(x)>;
-        std::string name = detail::join_name(opts.prefix, leaf_name);
-        const tensor* entry = t.find(name);
-        if (!entry) detail::throw_missing_entry(name);
-        const dims shape = leaf_traits<leaf_type>::shape(x);
-        if (!std::ranges::equal(entry->shape(), shape)) detail::throw_shape_mismatch(name, entry->shape(), shape);
-        const dtype type = leaf_traits<leaf_type>::dtype(x);
-        if (entry->dtype() == type) {
-          leaf_traits<leaf_type>::read(x, *entry);
-          // The leaf holds its own copy now: the file's pages need not stay in memory too.
-          if constexpr (!std::is_same_v<leaf_type, tensor>) entry->release_pages();
-        } else if (opts.cast) {
-          leaf_traits<leaf_type>::read(x, cast(*entry, type));
-        } else {
-          detail::throw_dtype_mismatch(name, entry->dtype(), type);
-        }
-      },
-      out);
+  detail::copy_entries(t, out, opts);
   return out;
+}
+
+/// Replaces every leaf of `params`, in place, by the entry of `t` of the same name: `to_params`
+/// without the copy of the template, so that loading a model needs no second copy of it. All
+/// entries are checked before any leaf is written: on an error `params` is unchanged.
+/// \throws std::invalid_argument as `to_params` (the messages say `read_params`).
+template <class P>
+void read_params(const checkpoint& t, P& params, extract_options opts = {}) {
+  static_assert(named<P>, "ckpt: read_params needs a named structure or a leaf");
+  detail::check_extraction(t, params, opts, "read_params");
+  detail::copy_entries(t, params, opts);
 }
 
 }  // namespace ckpt

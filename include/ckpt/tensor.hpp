@@ -106,6 +106,13 @@ class tensor {
   /// \throws nothing
   void release_pages() const noexcept;
 
+  /// Asks the operating system to read these bytes in ahead of use, if they are in a file
+  /// mapping (a loaded checkpoint maps its file without read-ahead, so that loading reads only
+  /// the header and extracting an entry reads only that entry). Call it before reading a large
+  /// entry of a loaded checkpoint directly; `to_params` does. Does nothing for ordinary memory.
+  /// \throws nothing
+  void prefetch_pages() const noexcept;
+
   /// True if both tensors have the same dtype, shape and bytes.
   /// \throws nothing
   friend bool operator==(const tensor& a, const tensor& b) noexcept;
