@@ -176,7 +176,8 @@ void row2(const config& c, const row_model& m) {
   const row_model& row_like = m;
 
   series s_pread{"pread into preallocated"}, s_row{"load+to_params row-major"},
-      s_col{"load+to_params column-major"}, s_template{"copy of the template (P out = like)"},
+      s_col{"load+to_params column-major"}, s_row_in_place{"load+read_params row-major"},
+      s_col_in_place{"load+read_params column-major"}, s_template{"copy of the template (P out = like)"},
       s_mmap{"mmap + memcpy into preallocated"}, s_memcpy{"memcpy in memory, preallocated"},
       s_transpose{"ckpt transpose kernel in memory, preallocated"};
   float checksum = 0;
@@ -199,6 +200,15 @@ void row2(const config& c, const row_model& m) {
     std::optional<col_model> out;
     s_col.add(measure([&] { out = ckpt::to_params(ckpt::load(path), col_like, {.prefix = "model"}); }));
     checksum += out->layers[0](1, 2);
+  };
+  // read_params fills the preallocated (touched) leaves in place: restoring a live model.
+  auto row_in_place_once = [&] {
+    s_row_in_place.add(measure([&] { ckpt::read_params(ckpt::load(path), buffers, {.prefix = "model"}); }));
+    checksum += buffers.layers[0](1, 2);
+  };
+  auto col_in_place_once = [&] {
+    s_col_in_place.add(measure([&] { ckpt::read_params(ckpt::load(path), col_like, {.prefix = "model"}); }));
+    checksum += col_like.layers[0](1, 2);
   };
   // Diagnostics: the parts of the row-major path, each alone, and what fresh memory costs here.
   auto template_once = [&] {
@@ -236,11 +246,15 @@ void row2(const config& c, const row_model& m) {
   };
   pread_once();  // warm the page cache (the file was just written: it mostly is already)
   s_pread = series(s_pread.name);
-  rotated(c.io_reps, pread_once, row_once, col_once);
+  rotated(c.io_reps, pread_once, row_in_place_once, col_in_place_once, row_once, col_once);
   rotated(c.diag_reps, template_once, mmap_once, memcpy_once, transpose_once);
   log("  (checksum " + std::to_string(checksum) + ")");
-  for (const auto* s : {&s_pread, &s_row, &s_col, &s_template, &s_mmap, &s_memcpy, &s_transpose})
+  for (const auto* s : {&s_pread, &s_row_in_place, &s_col_in_place, &s_row, &s_col, &s_template, &s_mmap, &s_memcpy, &s_transpose})
     log("  " + s->name + ": " + s->spread());
+  ratio_result("2", "load + read_params into row-major leaves vs pread into preallocated buffers", s_row_in_place,
+               s_pread, 1.15, "+" + fmt_mib(s_row_in_place.peak()));
+  ratio_result("2", "load + read_params into column-major leaves (MatrixXf) vs the same pread", s_col_in_place,
+               s_pread, 1.60, "+" + fmt_mib(s_col_in_place.peak()));
   ratio_result("2", "load + to_params into row-major leaves vs pread into preallocated buffers", s_row, s_pread,
                1.15, "+" + fmt_mib(s_row.peak()));
   ratio_result("2", "load + to_params into column-major leaves (MatrixXf) vs the same pread", s_col, s_pread,

@@ -156,14 +156,14 @@ int run(const args& a) {
       col_model like = make_col_model(z.tensors, z.rows, z.cols, false);
       if (init) for (auto& l : like.layers) l.setZero();
       info("template made");
-      like = ckpt::to_params(ckpt::load(path), like, {.prefix = "model"});
+      ckpt::read_params(ckpt::load(path), like, {.prefix = "model"});
       check = like.layers.back()(0, 1);
       info("extracted (value " + std::to_string(check) + ")");
     } else {
       row_model like = make_row_model(z.tensors, z.rows, z.cols, false);
       if (init) for (auto& l : like.layers) l.setZero();
       info("template made");
-      like = ckpt::to_params(ckpt::load(path), like, {.prefix = "model"});
+      ckpt::read_params(ckpt::load(path), like, {.prefix = "model"});
       check = like.layers.back()(0, 1);
       info("extracted (value " + std::to_string(check) + ")");
     }
@@ -250,9 +250,9 @@ int run(const args& a) {
     const mem_status m1 = read_status();
     const std::size_t pages1 = cached_pages(path);
     info("after load (" + std::to_string(t->size()) + " entries)");
-    block like{row_matrix(rows, cols)};  // shapes only: storage untouched
+    block one{row_matrix(rows, cols)};  // shapes only: storage untouched
     t0 = now_s();
-    const block one = ckpt::to_params(*t, like, {.prefix = sparse_name(index)});
+    ckpt::read_params(*t, one, {.prefix = sparse_name(index)});
     const double extract = now_s() - t0;
     const mem_status m2 = read_status();
     const std::size_t pages2 = cached_pages(path);
@@ -278,7 +278,7 @@ int run(const args& a) {
     char what[256], memory[256], cell[64];
     std::snprintf(what, sizeof what,
                   "load of a %.3g GiB sparse file (%zu entries, header %.2f MiB) vs boost::json::parse of its header; "
-                  "then to_params of one %.3g MiB entry: resident size",
+                  "then read_params of one %.3g MiB entry: resident size",
                   file_gib, t->size(), header_mib, entry_mib);
     std::snprintf(memory, sizeof memory, "RSS +%.2f MiB by load, +%.2f MiB by extraction (file-backed %+.2f MiB)",
                   load_rise, extract_rise, extract_file);
