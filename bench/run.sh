@@ -104,10 +104,10 @@ if wants 4; then
   echo "== row 4: peak RSS (/usr/bin/time -v)" >>"$log"
   read -r bp bw < <(timed "$rss" pread-extract "$model" "${sizes[@]}")
   read -r cp cw < <(timed "$rss" load-extract "$model" "${sizes[@]}" --layout=row --template=shape)
-  row4 "load + to_params of all $mib MiB into a struct (row-major, template gives shapes only) vs a program that preads into a fresh struct" \
+  row4 "load + read_params of all $mib MiB into a struct (row-major, fresh leaves: shapes only) vs a program that preads into a fresh struct" \
     "$load_target" "$bp" "$bw" "$cp" "$cw"
   read -r cp cw < <(timed "$rss" load-extract "$model" "${sizes[@]}" --layout=row --template=init)
-  row4 "the same, restoring into initialized params: params = to_params(load(f), params)" "$load_target" "$bp" "$bw" "$cp" "$cw"
+  row4 "the same, restoring into initialized params: read_params(load(f), params)" "$load_target" "$bp" "$bw" "$cp" "$cw"
   read -r bp bw < <(timed "$rss" write-plain "$work/r4_plain.safetensors" "${sizes[@]}")
   read -r cp cw < <(timed "$rss" save-live "$work/r4_live.safetensors" "${sizes[@]}")
   row4 "hold $mib MiB of params and save_params them (live) vs a program that writes them with write+fsync" \
