@@ -19,6 +19,15 @@ std::vector<std::byte> pattern(std::size_t rows, std::size_t cols, std::size_t s
   return out;
 }
 
+// Whether `dst` (cols x rows) holds the transpose of `src` (rows x cols), element by element.
+bool is_transpose(const std::vector<std::byte>& src, const std::vector<std::byte>& dst, std::size_t rows,
+                  std::size_t cols, std::size_t size) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c)
+      if (std::memcmp(dst.data() + (c * rows + r) * size, src.data() + (r * cols + c) * size, size) != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(matches_the_definition_for_every_element_size_and_odd_extents) {
@@ -28,11 +37,7 @@ BOOST_AUTO_TEST_CASE(matches_the_definition_for_every_element_size_and_odd_exten
         const auto src = pattern(rows, cols, size);
         std::vector<std::byte> dst(src.size(), std::byte{0xEE});
         ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
-        bool same = true;
-        for (std::size_t r = 0; r < rows && same; ++r)
-          for (std::size_t c = 0; c < cols && same; ++c)
-            same = std::memcmp(dst.data() + (c * rows + r) * size, src.data() + (r * cols + c) * size, size) == 0;
-        BOOST_TEST(same, "size " << size << ", " << rows << " x " << cols);
+        BOOST_TEST(is_transpose(src, dst, rows, cols, size), "size " << size << ", " << rows << " x " << cols);
       }
 }
 
@@ -47,11 +52,7 @@ BOOST_AUTO_TEST_CASE(power_of_two_strides_take_the_buffered_path) {
       std::vector<std::byte> back(src.size());
       ckpt::detail::transpose(dst.data(), back.data(), cols, rows, size);
       BOOST_TEST((back == src), "size " << size << ", " << rows << " x " << cols);
-      bool same = true;
-      for (std::size_t r = 0; r < rows && same; ++r)
-        for (std::size_t c = 0; c < cols && same; ++c)
-          same = std::memcmp(dst.data() + (c * rows + r) * size, src.data() + (r * cols + c) * size, size) == 0;
-      BOOST_TEST(same, "size " << size << ", " << rows << " x " << cols);
+      BOOST_TEST(is_transpose(src, dst, rows, cols, size), "size " << size << ", " << rows << " x " << cols);
     }
 }
 
