@@ -1,6 +1,7 @@
 #include <ckpt/file.hpp>
 
 #include "safetensors.hpp"
+#include "temporary_name.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -148,7 +149,7 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
   std::string header = make_header(entries, metadata);
   const std::filesystem::path folder =
       path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::string pattern = (folder / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
+  std::string pattern = detail::temporary_pattern(path);
   file_descriptor fd(::mkostemp(pattern.data(), O_CLOEXEC));
   if (fd.get() < 0) throw io_error(path, "create a temporary file beside", last_error());
   temporary_file temporary(pattern);

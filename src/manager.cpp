@@ -1,6 +1,8 @@
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 
+#include "temporary_name.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -28,7 +30,6 @@ namespace {
 
 constexpr std::string_view file_prefix = "ckpt-";
 constexpr std::string_view file_suffix = ".safetensors";
-constexpr std::string_view temporary_marker = ".tmp-";
 constexpr std::string_view lock_name = ".ckpt-manager.lock";
 
 std::error_code last_error() { return {errno, std::system_category()}; }
@@ -54,13 +55,10 @@ std::optional<std::int64_t> step_of(std::string_view name) {
   return step;
 }
 
-// `ckpt::save` writes `.<file name>.tmp-XXXXXX` beside the file.
+// A leftover of a crashed ckpt::save of one of our own files.
 bool is_own_temporary(std::string_view name) {
-  if (!name.starts_with('.')) return false;
-  const std::size_t marker = name.rfind(temporary_marker);
-  if (marker == std::string_view::npos || name.size() - marker - temporary_marker.size() != 6)
-    return false;
-  return step_of(name.substr(1, marker - 1)).has_value();
+  const auto target = detail::target_of_temporary(name);
+  return target && step_of(*target).has_value();
 }
 
 std::optional<double> parse_metric(std::string_view text) {

@@ -277,11 +277,17 @@ template <class P>
 /// leaf in `params`, or `optim.step` is missing or malformed (the message names the entry).
 template <class P>
 void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state) {
-  P new_params = to_params(t, params, {.prefix = "model"});
-  P mu = to_params(t, params, {.prefix = "optim.mu"});
-  P nu = to_params(t, params, {.prefix = "optim.nu"});
+  // Every entry is checked before anything changes; then the parameters are filled in place and
+  // the moments in copies of them (`state` may hold nothing yet).
+  detail::check_extraction(t, params, {.prefix = "model"}, "to_params");
+  detail::check_extraction(t, params, {.prefix = "optim.mu"}, "to_params");
+  detail::check_extraction(t, params, {.prefix = "optim.nu"}, "to_params");
   const std::int64_t step = to_step(detail::step_entry_name(), t);
-  params = std::move(new_params);
+  P mu = params;
+  P nu = params;
+  detail::copy_entries(t, mu, {.prefix = "optim.mu"});
+  detail::copy_entries(t, nu, {.prefix = "optim.nu"});
+  detail::copy_entries(t, params, {.prefix = "model"});
   state.mu = std::move(mu);
   state.nu = std::move(nu);
   state.step = step;
