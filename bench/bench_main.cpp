@@ -1,8 +1,8 @@
-// ckpt_bench: the timed rows of issue 5 (1, 2, 3 and 6), each against a baseline measured side by
-// side in this process, on files in --dir. Prints RESULT lines (see common.hpp) on stdout and the
-// samples on stderr. Usage (bench/run.sh passes these):
+// ckpt_bench: the timed rows of issue 5 (1, 2, 3 and 6) and the digest's cost of issue 6 (7), each
+// against a baseline measured side by side in this process, on files in --dir. Prints RESULT lines
+// (see common.hpp) on stdout and the samples on stderr. Usage (bench/run.sh passes these):
 //
-//   ckpt_bench --dir=DIR [--rows=1,2,3,6] [--tensors=64] [--rows-per=2048] [--cols=2048]
+//   ckpt_bench --dir=DIR [--rows=1,2,3,6,7] [--tensors=64] [--rows-per=2048] [--cols=2048]
 //              [--reps=7] [--io-reps=5] [--small=100000] [--train-batch=64]
 //              [--diag-reps=3] [--train-intervals=5] [--train-min-steps=10] [--train-fit=1.5]
 //              [--train-steps=N (fixes N instead of train-fit x write time / step time)]
@@ -13,6 +13,13 @@
 #include <ckpt/manager.hpp>
 
 #include <boost/json.hpp>
+
+// The digest's hash, as src/file.cpp reaches it (runtime-dispatched on x86).
+#if (defined(__x86_64__) || defined(__i386__)) && __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#else
+#include <xxhash.h>
+#endif
 
 #include <sys/mman.h>
 
@@ -399,6 +406,86 @@ void row6(const config& c, row_model& m) {
   fs::remove_all(folder, ec);
 }
 
+// --- Row 7: what the digest costs ------------------------------------------------------------------
+
+void row7(const config& c, const row_model& m) {
+  log("== row 7: the data digest (XXH3-64) on " + c.size_label() + " (page cache warm for loads)");
+  const fs::path plain = c.dir / "r7_plain.safetensors", hashed = c.dir / "r7_digest.safetensors";
+  series s_save{"save_params"}, s_save_digest{"save_params, digest on"},
+      s_read_skip{"load(verify_digest = false) + read_params"}, s_read_verify{"load (verifying) + read_params"},
+      s_to_skip{"load(verify_digest = false) + to_params"}, s_to_verify{"load (verifying) + to_params"},
+      s_hash{"XXH3-64 of the data section, through a fresh mapping"};
+  row_model buffers = make_row_model(c.tensors, c.rows, c.cols, true);  // preallocated, touched
+  float checksum = 0;
+  auto save_once = [&] {
+    remove_quietly(plain);
+    s_save.add(measure([&] { ckpt::save_params(plain, {{m, "model"}}); }));
+  };
+  auto save_digest_once = [&] {
+    remove_quietly(hashed);
+    s_save_digest.add(measure([&] { ckpt::save_params(hashed, {{m, "model"}}, {}, {.digest = true}); }));
+  };
+  // What the digest adds to a save, without the noise of the disk: XXH3-64 of the same bytes in
+  // memory, through the streaming state the writer uses.
+  series s_hash_memory{"XXH3-64 of the parameters in memory (streaming)"};
+  auto hash_memory_once = [&] {
+    s_hash_memory.add(measure([&] {
+      XXH3_state_t* state = XXH3_createState();
+      XXH3_64bits_reset(state);
+      for (const auto& layer : m.layers)
+        XXH3_64bits_update(state, layer.data(), static_cast<std::size_t>(layer.size()) * sizeof(float));
+      checksum += static_cast<float>(XXH3_64bits_digest(state) & 1);
+      XXH3_freeState(state);
+    }));
+  };
+  rotated(c.io_reps, save_once, save_digest_once, hash_memory_once);
+  if (fs::file_size(plain) - read_header_block(plain).size() != fs::file_size(hashed) - read_header_block(hashed).size())
+    throw std::runtime_error("row 7: the data sections differ in size");
+  // Both loads read the file with the digest; only the verification differs.
+  auto read_skip_once = [&] {
+    s_read_skip.add(measure([&] {
+      ckpt::read_params(ckpt::load(hashed, {.verify_digest = false}), buffers, {.prefix = "model"});
+    }));
+    checksum += buffers.layers[0](1, 2);
+  };
+  auto read_verify_once = [&] {
+    s_read_verify.add(measure([&] { ckpt::read_params(ckpt::load(hashed), buffers, {.prefix = "model"}); }));
+    checksum += buffers.layers[0](1, 2);
+  };
+  auto to_skip_once = [&] {
+    std::optional<row_model> out;
+    s_to_skip.add(measure([&] { out = ckpt::to_params(ckpt::load(hashed, {.verify_digest = false}), m, {.prefix = "model"}); }));
+    checksum += out->layers[0](1, 2);
+  };
+  auto to_verify_once = [&] {
+    std::optional<row_model> out;
+    s_to_verify.add(measure([&] { out = ckpt::to_params(ckpt::load(hashed), m, {.prefix = "model"}); }));
+    checksum += out->layers[0](1, 2);
+  };
+  // The verification alone: load() with the digest checked, minus nothing else (only the header
+  // is parsed besides).
+  auto hash_once = [&] { s_hash.add(measure([&] { checksum += static_cast<float>(ckpt::load(hashed).size()); })); };
+  read_skip_once();  // warm the page cache
+  s_read_skip = series(s_read_skip.name);
+  rotated(c.io_reps, read_skip_once, read_verify_once, hash_once);
+  rotated(c.io_reps, to_skip_once, to_verify_once);
+  log("  (checksum " + std::to_string(checksum) + ")");
+  for (const auto* s : {&s_save, &s_save_digest, &s_hash_memory, &s_read_skip, &s_read_verify, &s_to_skip, &s_to_verify, &s_hash})
+    log("  " + s->name + ": " + s->spread());
+  log("  verification throughput: " + std::to_string(c.gib() / s_hash.med()) + " GiB/s");
+  ratio_result("7", "save " + c.size_label() + " with the digest vs without (save_params, live)", s_save_digest,
+               s_save, 1.10, "+" + fmt_mib(s_save_digest.peak()) + " (without +" + fmt_mib(s_save.peak()) + ")");
+  ratio_result("7.d", "diagnostic: XXH3-64 of the same GiB in memory (the work the digest adds to a save) vs the save without digest",
+               s_hash_memory, s_save, 0, "-");
+  ratio_result("7", "load (digest verified) + read_params into row-major leaves (in place) vs load(verify_digest = false) + read_params",
+               s_read_verify, s_read_skip, 1.10, "+" + fmt_mib(s_read_verify.peak()));
+  ratio_result("7", "load (digest verified) + to_params (returns a new struct) vs load(verify_digest = false) + to_params",
+               s_to_verify, s_to_skip, 1.10, "+" + fmt_mib(s_to_verify.peak()));
+  ratio_result("7.d", "diagnostic: load() alone with verification (maps the file, hashes all of it) vs load(verify_digest = false) + read_params",
+               s_hash, s_read_skip, 0, "+" + fmt_mib(s_hash.peak()));
+  for (const fs::path& p : {plain, hashed}) remove_quietly(p);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -419,11 +506,11 @@ int main(int argc, char** argv) try {
   c.train_min_steps = a.num("train-min-steps", c.train_min_steps);
   c.train_steps = a.num("train-steps", c.train_steps);
   c.train_fit = a.real("train-fit", c.train_fit);
-  const std::string rows = "," + a.str("rows", "1,2,3,6") + ",";
+  const std::string rows = "," + a.str("rows", "1,2,3,6,7") + ",";
   auto wants = [&](const char* r) { return rows.find("," + std::string(r) + ",") != std::string::npos; };
 
   std::optional<row_model> m;
-  if (wants("1") || wants("2") || wants("6")) {
+  if (wants("1") || wants("2") || wants("6") || wants("7")) {
     const double t0 = now_s();
     m = make_row_model(c.tensors, c.rows, c.cols);
     log("made " + c.size_label() + " in " + fmt_time(now_s() - t0));
@@ -432,6 +519,7 @@ int main(int argc, char** argv) try {
   if (wants("2")) row2(c, *m);
   if (wants("3")) row3(c);
   if (wants("6")) row6(c, *m);
+  if (wants("7")) row7(c, *m);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "ckpt_bench: %s\n", e.what());

@@ -1,4 +1,6 @@
+#include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/sharded.hpp>
 
 #include "safetensors.hpp"
 #include "temporary_name.hpp"
@@ -8,14 +10,37 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+// On x86, Debian's libxxhash picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
+// through its *_dispatch entry points; this header maps the usual names onto them.
+#if (defined(__x86_64__) || defined(__i386__)) && __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#else
+#include <xxhash.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace ckpt {
+
+namespace detail {
+
+io_hooks system_hooks() noexcept {
+  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .rename = ::rename, .unlink = ::unlink};
+}
+
+io_hooks& hooks() noexcept {
+  static io_hooks table = system_hooks();
+  return table;
+}
+
+}  // namespace detail
+
 namespace {
 
 std::error_code last_error() { return {errno, std::system_category()}; }
@@ -77,7 +102,7 @@ void write_all(int fd, std::vector<iovec>& pieces, const std::filesystem::path& 
   std::size_t first = 0;
   while (first < pieces.size()) {
     const int count = static_cast<int>(std::min<std::size_t>(pieces.size() - first, IOV_MAX));
-    const ssize_t n = ::writev(fd, pieces.data() + first, count);
+    const ssize_t n = detail::hooks().writev(fd, pieces.data() + first, count);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw io_error(path, "write", last_error());
     // Advance past what was written; a short write leaves part of one piece to go.
@@ -110,12 +135,87 @@ class temporary_file {
 void fsync_folder(const std::filesystem::path& folder) {
   file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
-  if (::fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
+  if (detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
+}
+
+// The streaming XXH3-64 state of a data section being written.
+class digest_state {
+ public:
+  digest_state() : state_(XXH3_createState()) {
+    if (state_ == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(state_.get());
+  }
+  void update(std::span<const std::byte> bytes) noexcept {
+    XXH3_64bits_update(state_.get(), bytes.data(), bytes.size());
+  }
+  [[nodiscard]] XXH64_hash_t value() const noexcept { return XXH3_64bits_digest(state_.get()); }
+
+ private:
+  struct deleter {
+    void operator()(XXH3_state_t* state) const noexcept { XXH3_freeState(state); }
+  };
+  std::unique_ptr<XXH3_state_t, deleter> state_;
+};
+
+constexpr std::size_t digest_digits = 16;
+
+std::string to_hex(XXH64_hash_t value) {
+  std::string out(digest_digits, '0');
+  for (std::size_t i = digest_digits; i-- > 0; value >>= 4) out[i] = "0123456789abcdef"[value & 0xf];
+  return out;
+}
+
+// Where the data section of a parsed (hence valid) file starts: after the length prefix and the
+// header it gives.
+std::span<const std::byte> data_section(std::span<const std::byte> file) {
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, file.data(), sizeof header_size);
+  return file.subspan(8 + static_cast<std::size_t>(header_size));
+}
+
+// The XXH3-64 of `data`. When `data` is part of a file mapping, it is read a window at a time:
+// each window is read ahead (the mapping is MADV_RANDOM) and unmapped again once hashed, so that
+// verifying a checkpoint of many GiB keeps one window resident, not the whole file (the pages
+// stay in the page cache for the extraction that usually follows).
+XXH64_hash_t hash_of(std::span<const std::byte> data, bool mapped) {
+  if (!mapped) return XXH3_64bits(data.data(), data.size());
+  constexpr std::size_t window = std::size_t{64} << 20;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  digest_state state;
+  for (std::size_t first = 0; first < data.size(); first += window) {
+    const std::span<const std::byte> part = data.subspan(first, std::min(window, data.size() - first));
+    // madvise wants page-aligned ranges; the mapping itself starts on a page.
+    const auto begin = reinterpret_cast<std::uintptr_t>(part.data()) / page * page;
+    const auto length = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(part.data() + part.size()) - begin);
+    ::madvise(reinterpret_cast<void*>(begin), length, MADV_WILLNEED);
+    state.update(part);
+    ::madvise(reinterpret_cast<void*>(begin), length, MADV_DONTNEED);
+  }
+  return state.value();
+}
+
+// Checks the digest `t` records, if any, against the data section of `file` (`mapped` if it is
+// a file mapping).
+void verify_digest(const checkpoint& t, std::span<const std::byte> file, bool mapped,
+                   const std::filesystem::path& origin, const load_options& options) {
+  const auto it = t.metadata().find(std::string(digest_key));
+  if (it == t.metadata().end()) return;
+  const std::string& expected = it->second;
+  if (expected.size() != digest_digits ||
+      !std::ranges::all_of(expected, [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }))
+    throw format_error(origin, "the __metadata__ entry '" + std::string(digest_key) + "' is \"" + expected +
+                                   "\", not 16 lowercase hex digits");
+  if (!options.verify_digest) return;
+  const std::span<const std::byte> data = data_section(file);
+  const std::string computed = to_hex(hash_of(data, mapped));
+  if (computed != expected) throw integrity_error(origin, std::string(digest_key), expected, computed);
 }
 
 }  // namespace
 
-checkpoint load(const std::filesystem::path& path) {
+checkpoint load(const std::filesystem::path& path, const load_options& options) {
+  // A Hugging Face sharded checkpoint: an index file, or a folder holding one (src/sharded.cpp).
+  if (is_sharded_path(path)) return load_sharded(path, options);
   file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw io_error(path, "open", last_error());
   struct stat info {};
@@ -129,24 +229,108 @@ checkpoint load(const std::filesystem::path& path) {
     // (to_params asks for its pages then with MADV_WILLNEED).
     ::madvise(address, size, MADV_RANDOM);
     auto owner = std::make_shared<const mapping>(address, size);
-    return detail::parse_file(owner->bytes(), path, owner, tensor::storage::file_mapping);
+    checkpoint t = detail::parse_file(owner->bytes(), path, owner, tensor::storage::file_mapping);
+    verify_digest(t, owner->bytes(), true, path, options);
+    return t;
   }
   // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
   std::shared_ptr<const std::byte[]> buffer = read_whole(fd.get(), path, size);
-  return detail::parse_file({buffer.get(), size}, path, buffer, tensor::storage::memory);
+  checkpoint t = detail::parse_file({buffer.get(), size}, path, buffer, tensor::storage::memory);
+  verify_digest(t, {buffer.get(), size}, false, path, options);
+  return t;
 }
 
-checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin) {
+checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
+                 const load_options& options) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  return detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, tensor::storage::memory);
+  checkpoint t = detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, tensor::storage::memory);
+  verify_digest(t, {copy.get(), file_bytes.size()}, false, origin, options);
+  return t;
 }
 
 namespace detail {
 
+namespace {
+
+// Sends the bytes of a save to the temporary file in large writev batches, straight from where
+// they live, hashing the data section on the way when a digest is asked for.
+class data_writer {
+ public:
+  data_writer(int fd, const std::filesystem::path& path, bool digest) : fd_(fd), path_(path) {
+    if (digest) digest_.emplace();
+  }
+  // Queues bytes that are not part of the data section (the header).
+  void add_unhashed(std::span<const std::byte> bytes) { pieces_.push_back(as_iovec(bytes)); }
+  // Queues data bytes; they must stay valid until the next flush.
+  void add(std::span<const std::byte> bytes) {
+    if (!digest_) {
+      pieces_.push_back(as_iovec(bytes));
+      return;
+    }
+    // Hash a slice just before writing it, so that writev finds it still in cache instead of
+    // reading the whole section from memory a second time.
+    for (std::size_t first = 0; first < bytes.size(); first += slice_bytes) {
+      const std::span<const std::byte> part = bytes.subspan(first, std::min(slice_bytes, bytes.size() - first));
+      digest_->update(part);
+      pieces_.push_back(as_iovec(part));
+      pending_ += part.size();
+      if (pending_ >= slice_bytes) flush();
+    }
+  }
+  void flush() {
+    write_all(fd_, pieces_, path_);
+    pieces_.clear();
+    pending_ = 0;
+  }
+  [[nodiscard]] std::optional<XXH64_hash_t> digest() const {
+    return digest_ ? std::optional(digest_->value()) : std::nullopt;
+  }
+
+ private:
+  static constexpr std::size_t slice_bytes = std::size_t{2} << 20;
+  static iovec as_iovec(std::span<const std::byte> bytes) {
+    return {const_cast<std::byte*>(bytes.data()), bytes.size()};
+  }
+  int fd_;
+  const std::filesystem::path& path_;
+  std::vector<iovec> pieces_;
+  std::size_t pending_ = 0;
+  std::optional<digest_state> digest_;
+};
+
+// Writes all of `text` at `offset` of `fd`.
+void pwrite_all(int fd, std::string_view text, off_t offset, const std::filesystem::path& path) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = hooks().pwrite(fd, text.data() + done, text.size() - done,
+                                     offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(path, "write", last_error());
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
 void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata) {
-  std::string header = make_header(entries, metadata);
+                const metadata_map& metadata, bool digest) {
+  // ckpt owns the digest key: a value carried over from a loaded file would be stale.
+  metadata_map fields = metadata;
+  fields.erase(std::string(digest_key));
+  std::string header;
+  std::size_t digest_at = 0;
+  if (digest) {
+    // A fixed-width placeholder, patched once the data are out. It sits where the headers with
+    // two different placeholders differ, which does not depend on how the JSON escapes names.
+    fields.insert_or_assign(std::string(digest_key), std::string(digest_digits, '0'));
+    header = make_header(entries, fields);
+    fields.insert_or_assign(std::string(digest_key), std::string(digest_digits, 'f'));
+    const std::string other = make_header(entries, fields);
+    digest_at = static_cast<std::size_t>(std::ranges::mismatch(header, other).in1 - header.begin());
+  } else {
+    header = make_header(entries, fields);
+  }
   const std::filesystem::path folder =
       path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::string pattern = detail::temporary_pattern(path);
@@ -158,20 +342,18 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
   ::umask(mask);
   static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
 
-  // Bytes already in memory go out in large writev batches, straight from where they live;
-  // entries that need reordering go through one bounded buffer, a run of whole rows at a time.
-  std::vector<iovec> pieces;
-  pieces.reserve(entries.size() + 1);
-  pieces.push_back({header.data(), header.size()});
+  // Errors name `path`, the file the caller knows, rather than the temporary's random name.
+  // Entries that need reordering go through one bounded buffer, a run of whole rows at a time.
+  data_writer out(fd.get(), path, digest);
+  out.add_unhashed(std::as_bytes(std::span(header)));
   std::vector<std::byte> buffer;
   for (const entry_source& e : entries) {
     if (e.nbytes == 0) continue;
     if (!e.write_rows) {
-      pieces.push_back({const_cast<std::byte*>(e.contiguous.data()), e.nbytes});
+      out.add({e.contiguous.data(), e.nbytes});
       continue;
     }
-    write_all(fd.get(), pieces, temporary.path());
-    pieces.clear();
+    out.flush();
     const auto rows = static_cast<std::size_t>(e.shape.front());
     const std::size_t row_bytes = e.nbytes / rows;
     constexpr std::size_t buffer_bytes = std::size_t{8} << 20;
@@ -180,14 +362,17 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
     for (std::size_t first = 0; first < rows; first += rows_per_chunk) {
       const std::size_t count = std::min(rows_per_chunk, rows - first);
       e.write_rows(first, count, buffer.data());
-      std::vector<iovec> chunk{{buffer.data(), count * row_bytes}};
-      write_all(fd.get(), chunk, temporary.path());
+      out.add(std::span(buffer).first(count * row_bytes));
+      out.flush();
     }
   }
-  write_all(fd.get(), pieces, temporary.path());
-  if (::fsync(fd.get()) != 0) throw io_error(temporary.path(), "fsync", last_error());
-  if (fd.close() != 0) throw io_error(temporary.path(), "close", last_error());
-  if (::rename(temporary.path().c_str(), path.c_str()) != 0)
+  out.flush();
+  if (const auto value = out.digest()) pwrite_all(fd.get(), to_hex(*value), static_cast<off_t>(digest_at), path);
+  // Durability: the data must be on disk before a name points at them (fsync, then rename), and
+  // the rename itself is only durable once the folder is fsynced (see ckpt::save).
+  if (hooks().fsync(fd.get()) != 0) throw io_error(path, "fsync", last_error());
+  if (fd.close() != 0) throw io_error(path, "close", last_error());
+  if (hooks().rename(temporary.path().c_str(), path.c_str()) != 0)
     throw io_error(path, "rename a temporary file over", last_error());
   temporary.commit();
   fsync_folder(folder);
@@ -195,13 +380,13 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
 
 }  // namespace detail
 
-void save(const std::filesystem::path& path, const checkpoint& t) {
+void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options) {
   std::vector<detail::entry_source> entries;
   entries.reserve(t.size());
   for (const auto& [name, x] : t)
     entries.push_back({.name = name, .dtype = x.dtype(), .shape = dims(x.shape().begin(), x.shape().end()),
                        .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = {}});
-  detail::write_file(path, entries, t.metadata());
+  detail::write_file(path, entries, t.metadata(), options.digest);
 }
 
 }  // namespace ckpt

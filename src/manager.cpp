@@ -1,6 +1,9 @@
+#include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
+#include <ckpt/snapshot.hpp>
 
+#include "retention.hpp"
 #include "temporary_name.hpp"
 
 #include <algorithm>
@@ -61,13 +64,6 @@ bool is_own_temporary(std::string_view name) {
   return target && step_of(*target).has_value();
 }
 
-std::optional<double> parse_metric(std::string_view text) {
-  double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || std::isnan(value)) return std::nullopt;
-  return value;
-}
-
 std::string wall_time_now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
@@ -90,6 +86,8 @@ struct checkpoint_manager::impl {
   std::map<std::int64_t, std::optional<double>> checkpoints;
   std::thread worker;
   std::exception_ptr error;
+  // Buffers of the snapshots of live sections for save_async, reused from save to save.
+  snapshot_arena arena;
 
   impl(std::filesystem::path folder_path, checkpoint_manager_options opts)
       : folder(std::move(folder_path)), options(std::move(opts)) {}
@@ -141,15 +139,17 @@ struct checkpoint_manager::impl {
     // We hold the lock, so no save of ours is writing them: they are debris of a crash. Failing
     // to remove one is harmless (it is ignored when listing), so that is not an error.
     for (const auto& path : leftovers) std::filesystem::remove(path, ec);
+    // Only the headers are needed: verifying digests here would read every checkpoint whole.
     if (options.keep_best > 0)
-      for (auto& [step, metric] : checkpoints) metric = metric_of(ckpt::load(path_of(step)).metadata());
+      for (auto& [step, metric] : checkpoints)
+        metric = metric_of(ckpt::load(path_of(step), {.verify_digest = false}).metadata());
   }
 
   [[nodiscard]] std::optional<double> metric_of(const metadata_map& metadata) const {
     if (options.keep_best == 0) return std::nullopt;
     const auto it = metadata.find(options.best_metric);
     if (it == metadata.end()) return std::nullopt;
-    return parse_metric(it->second);
+    return detail::parse_metric(it->second);
   }
 
   [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const {
@@ -175,7 +175,7 @@ struct checkpoint_manager::impl {
                                   "' (step " + std::to_string(checkpoints.rbegin()->first) + ")");
     if (options.keep_best > 0) {
       const auto it = metadata.find(options.best_metric);
-      if (it != metadata.end() && !parse_metric(it->second))
+      if (it != metadata.end() && !detail::parse_metric(it->second))
         throw std::invalid_argument("ckpt: checkpoint_manager: the metric '" + options.best_metric +
                                     "' = '" + it->second + "' is not a number");
     }
@@ -188,34 +188,33 @@ struct checkpoint_manager::impl {
   }
 
   void write(std::int64_t step, const checkpoint& t) {
-    ckpt::save(path_of(step), t);
-    checkpoints.insert_or_assign(step, metric_of(t.metadata()));
+    before_write();
+    ckpt::save(path_of(step), t, save_options{.digest = options.digest});
+    written(step, t.metadata());
+  }
+
+  // Finishes the retention of a save that a crash interrupted between its rename and its
+  // deletions, before adding a file. Otherwise every such crash would leave one checkpoint more
+  // (the crash test saw 5 with max_to_keep = 3); with it, the folder never holds more than one
+  // checkpoint beyond what the rules keep. It deletes only what the retention after this save
+  // would delete too, so without such a crash (or stricter options than the last run's) it
+  // deletes nothing.
+  void before_write() { retain(); }
+
+  // Records `step`'s new file and applies the retention rules.
+  void written(std::int64_t step, const metadata_map& metadata) {
+    checkpoints.insert_or_assign(step, metric_of(metadata));
     retain();
   }
 
   void retain() {
-    if (options.max_to_keep == 0 || checkpoints.size() <= options.max_to_keep) return;
-    std::vector<std::int64_t> steps;
-    for (const auto& [step, metric] : checkpoints) steps.push_back(step);
-    std::vector<std::int64_t> keep(steps.end() - static_cast<std::ptrdiff_t>(options.max_to_keep), steps.end());
-    if (options.keep_every_n_steps > 0)
-      for (std::int64_t step : steps)
-        if (step % options.keep_every_n_steps == 0) keep.push_back(step);
-    if (options.keep_best > 0) {
-      std::vector<std::pair<double, std::int64_t>> ranked;
-      for (const auto& [step, metric] : checkpoints)
-        if (metric) ranked.emplace_back(options.best_mode == metric_mode::min ? *metric : -*metric, -step);
-      // Ties go to the newer checkpoint (hence -step).
-      std::ranges::sort(ranked);
-      for (std::size_t i = 0; i < ranked.size() && i < options.keep_best; ++i) keep.push_back(-ranked[i].second);
-    }
-    std::ranges::sort(keep);
-    for (std::int64_t step : steps) {
-      if (std::ranges::binary_search(keep, step)) continue;
+    for (std::int64_t step : detail::steps_to_drop(checkpoints, options)) {
+      // Only after the new checkpoint is durable (save fsyncs it and the folder), so a crash
+      // leaves at worst an old checkpoint too many. The unlink is not fsynced: if power loss
+      // undoes it, the next manager lists the old file again and the next save drops it.
       const std::filesystem::path path = path_of(step);
-      std::error_code ec;
-      std::filesystem::remove(path, ec);
-      if (ec) throw io_error(path, "remove", ec);
+      if (detail::hooks().unlink(path.c_str()) != 0 && errno != ENOENT)
+        throw io_error(path, "remove", last_error());
       checkpoints.erase(step);
     }
   }
@@ -276,6 +275,28 @@ bool checkpoint_manager::save_async(std::int64_t step, const checkpoint& t, cons
   return true;
 }
 
+bool checkpoint_manager::save(std::int64_t step, std::initializer_list<section> sections,
+                              const metadata_map& metadata, bool force) {
+  impl_->settle();
+  // The metadata the file gets, and the argument checks, without a snapshot: the leaves are
+  // written straight from where they live.
+  const std::optional<checkpoint> prepared = impl_->prepare(step, checkpoint{}, metadata, force);
+  if (!prepared) return false;
+  impl_->before_write();
+  ckpt::save_params(impl_->path_of(step), sections, prepared->metadata(), save_options{.digest = impl_->options.digest});
+  impl_->written(step, prepared->metadata());
+  return true;
+}
+
+bool checkpoint_manager::save_async(std::int64_t step, std::initializer_list<section> sections,
+                                    const metadata_map& metadata, bool force) {
+  // Settling first also frees the previous snapshot, whose buffer this one then reuses.
+  impl_->settle();
+  // Check the arguments before copying anything, so that a skipped or refused step costs nothing.
+  if (!impl_->prepare(step, checkpoint{}, metadata, force)) return false;
+  return save_async(step, impl_->arena.snapshot(sections), metadata, force);
+}
+
 void checkpoint_manager::wait() { impl_->settle(); }
 
 std::vector<std::int64_t> checkpoint_manager::steps() {
@@ -292,18 +313,35 @@ std::optional<std::int64_t> checkpoint_manager::latest_step() {
   return impl_->checkpoints.rbegin()->first;
 }
 
-checkpoint checkpoint_manager::load(std::int64_t step) {
+checkpoint checkpoint_manager::load(std::int64_t step, const load_options& options) {
   impl_->settle();
   if (!impl_->checkpoints.contains(step))
     throw std::invalid_argument("ckpt: checkpoint_manager: no checkpoint for step " + std::to_string(step) +
                                 " in '" + impl_->folder.string() + "'");
-  return ckpt::load(impl_->path_of(step));
+  return ckpt::load(impl_->path_of(step), options);
 }
 
-std::optional<checkpoint> checkpoint_manager::load_latest() {
+std::optional<checkpoint> checkpoint_manager::load_latest(const load_options& options) {
   const std::optional<std::int64_t> step = latest_step();
   if (!step) return std::nullopt;
-  return load(*step);
+  return load(*step, options);
+}
+
+std::vector<std::int64_t> list_steps(const std::filesystem::path& folder) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(folder, ec);
+  if (ec) throw io_error(folder, "list", ec);
+  std::vector<std::int64_t> steps;
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec))
+    if (const auto step = step_of(it->path().filename().string())) steps.push_back(*step);
+  if (ec) throw io_error(folder, "list", ec);
+  std::ranges::sort(steps);
+  return steps;
+}
+
+std::filesystem::path checkpoint_path(const std::filesystem::path& folder, std::int64_t step) {
+  if (step < 0) throw std::invalid_argument("ckpt: checkpoint_path: negative step " + std::to_string(step));
+  return folder / file_name_of(step);
 }
 
 }  // namespace ckpt

@@ -35,11 +35,12 @@ void throw_dtype_mismatch(std::string_view function, std::string_view name, dtyp
 
 namespace ckpt {
 
-void save_params(const std::filesystem::path& path, std::initializer_list<section> sections,
-                 const metadata_map& metadata) {
-  std::vector<const detail::entry_source*> order;
+namespace detail {
+
+std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function) {
+  std::vector<const entry_source*> order;
   for (const section& s : sections)
-    for (const detail::entry_source& e : s.entries_) order.push_back(&e);
+    for (const entry_source& e : s.entries_) order.push_back(&e);
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
   std::vector<std::string> names;
   names.reserve(order.size());
@@ -48,12 +49,20 @@ void save_params(const std::filesystem::path& path, std::initializer_list<sectio
       throw std::invalid_argument("ckpt: '__metadata__' is reserved by the safetensors format and cannot name an entry");
     names.push_back(e->name);
   }
-  detail::check_leaf_names(std::move(names), "save_params");
+  check_leaf_names(std::move(names), function);
+  return order;
+}
+
+}  // namespace detail
+
+void save_params(const std::filesystem::path& path, std::initializer_list<section> sections,
+                 const metadata_map& metadata, const save_options& options) {
+  const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "save_params");
   // Lay out the descriptors (not the bytes) in name order.
   std::vector<detail::entry_source> entries;
   entries.reserve(order.size());
   for (const auto* e : order) entries.push_back(*e);
-  detail::write_file(path, entries, metadata);
+  detail::write_file(path, entries, metadata, options.digest);
 }
 
 }  // namespace ckpt

@@ -3,6 +3,7 @@
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>
+#include <boost/locale/utf.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -312,6 +313,8 @@ class header_handler {
 parsed_header parse_header(std::string_view json, const std::filesystem::path& origin) {
   boost::json::parse_options options;
   options.max_depth = 64;
+  // Invalid UTF-8 anywhere (overlong forms, surrogates, stray or missing continuation bytes) and
+  // lone escaped surrogates are refused by the parser itself: allow_invalid_utf8 stays false.
   boost::json::basic_parser<header_handler> parser(options, origin);
   error_code ec;
   const std::size_t used = parser.write_some(false, json.data(), json.size(), ec);
@@ -421,6 +424,69 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
   return checkpoint(std::move(out), std::move(header.metadata));
 }
 
+namespace {
+
+// The offset of the first byte of `s` that does not begin a well-formed UTF-8 sequence (an
+// overlong form, a surrogate, a code point past U+10FFFF, a stray or missing continuation byte
+// all count), or nullopt if `s` is valid UTF-8.
+std::optional<std::size_t> invalid_utf8_at(std::string_view s) {
+  using traits = boost::locale::utf::utf_traits<char>;
+  const char* p = s.data();
+  const char* const end = p + s.size();
+  while (p != end) {
+    if (static_cast<unsigned char>(*p) < 0x80) {
+      ++p;
+      continue;
+    }
+    const char* const start = p;
+    const boost::locale::utf::code_point c = traits::decode(p, end);
+    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete)
+      return static_cast<std::size_t>(start - s.data());
+  }
+  return std::nullopt;
+}
+
+// `s` quoted for a message: valid UTF-8 kept, control bytes and invalid bytes written as \xNN,
+// so that a message about a broken name can still be printed and compared.
+std::string quote_bytes(std::string_view s) {
+  using traits = boost::locale::utf::utf_traits<char>;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "'";
+  const char* p = s.data();
+  const char* const end = p + s.size();
+  while (p != end) {
+    const auto byte = static_cast<unsigned char>(*p);
+    const char* const start = p;
+    if (byte >= 0x80) {
+      const boost::locale::utf::code_point c = traits::decode(p, end);
+      if (c != boost::locale::utf::illegal && c != boost::locale::utf::incomplete) {
+        out.append(start, p);
+        continue;
+      }
+      p = start;
+    }
+    ++p;
+    if (byte < 0x20 || byte >= 0x7f) {
+      out += "\\x";
+      out += hex[byte >> 4];
+      out += hex[byte & 0xf];
+    } else {
+      out += static_cast<char>(byte);
+    }
+  }
+  return out + "'";
+}
+
+// Boost.JSON would write the bytes as they are: a file no JSON reader (ckpt's included) accepts.
+void require_utf8_to_save(const std::string& what, std::string_view s) {
+  if (const std::optional<std::size_t> at = invalid_utf8_at(s))
+    throw std::invalid_argument("ckpt: cannot save " + what + " " + quote_bytes(s) +
+                                ": it is not valid UTF-8 (byte " + std::to_string(*at) + " of " +
+                                std::to_string(s.size()) + ") and safetensors headers are JSON");
+}
+
+}  // namespace
+
 std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata) {
   std::string json = "{";
   const auto append_string = [&json](std::string_view s) {
@@ -430,6 +496,8 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
     json += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [key, value] : metadata) {
+      require_utf8_to_save("the '__metadata__' key", key);
+      require_utf8_to_save("the '__metadata__' value of " + quote_bytes(key), value);
       if (!first) json += ',';
       first = false;
       append_string(key);
@@ -440,6 +508,7 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
   }
   std::uint64_t offset = 0;
   for (const entry_source& x : entries) {
+    require_utf8_to_save("the entry name", x.name);
     if (json.size() > 1) json += ',';
     append_string(x.name);
     json += ":{\"dtype\":\"";

@@ -24,7 +24,8 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
 
 // The first 8 + N bytes of a file: the length prefix and the JSON header, padded with spaces so
 // that the data that follows starts 8-byte aligned. Entries are laid out in the order given.
-// Throws std::invalid_argument if the header would exceed max_header_size.
+// Throws std::invalid_argument if the header would exceed max_header_size, or if a name, a
+// metadata key or value is not valid UTF-8 (JSON strings must be; nobody could read the file).
 std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata);
 
 }  // namespace ckpt::detail

@@ -1,6 +1,8 @@
 #include <ckpt/tensor.hpp>
 #include <ckpt/view.hpp>
 
+#include "memory.hpp"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -59,10 +61,7 @@ std::size_t alignment_of(dtype type) {
 }
 }  // namespace
 
-std::shared_ptr<std::byte[]> tensor::allocate(std::size_t size) {
-  // Uninitialized on purpose: every caller overwrites every byte, and zeroing a GiB is not free.
-  return std::make_shared_for_overwrite<std::byte[]>(size);
-}
+std::shared_ptr<std::byte[]> tensor::allocate(std::size_t size) { return detail::allocate_bytes(size); }
 
 tensor::tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
                std::shared_ptr<const void> owner, storage where)

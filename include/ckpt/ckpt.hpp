@@ -13,12 +13,16 @@
 /// - ckpt/named.hpp       walking and naming structures; the ckpt::fields customization point
 /// - ckpt/params.hpp      of_params / to_params
 /// - ckpt/save_params.hpp saving live structures without a snapshot
+/// - ckpt/snapshot.hpp    snapshots of live structures into reused memory (for async saves)
 /// - ckpt/view.hpp        zero-copy Eigen views of entries
 /// - ckpt/leafwise.hpp    leaf-by-leaf operations over structures (map, zip, zeros_like)
 /// - ckpt/adam.hpp        the Adam optimizer and its training-state sections
 /// - ckpt/manager.hpp     a folder of step-numbered checkpoints for training loops
+/// - ckpt/sharded.hpp     Hugging Face sharded checkpoints (index + shards)
+/// - ckpt/adapt.hpp       adapters for foreign checkpoints: rename, transpose, split, cast
 
 #include <ckpt/adam.hpp>
+#include <ckpt/adapt.hpp>
 #include <ckpt/cast.hpp>
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/dtype.hpp>
@@ -31,5 +35,7 @@
 #include <ckpt/params.hpp>
 #include <ckpt/ptree.hpp>
 #include <ckpt/save_params.hpp>
+#include <ckpt/sharded.hpp>
+#include <ckpt/snapshot.hpp>
 #include <ckpt/tensor.hpp>
 #include <ckpt/view.hpp>

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace ckpt {
 
@@ -56,8 +57,44 @@ class format_error : public error {
   /// \throws nothing
   [[nodiscard]] const std::string& rule() const noexcept { return rule_; }
 
+ protected:
+  /// For subclasses with a message of their own: \param path the file; \param rule the broken
+  /// rule alone; \param what the full message (naming the file).
+  format_error(std::filesystem::path path, std::string rule, const std::string& what)
+      : error(std::move(path), what), rule_(std::move(rule)) {}
+
  private:
   std::string rule_;
+};
+
+/// A file's data section does not match the digest recorded in its `__metadata__` (see
+/// `ckpt::digest_key`): the bytes changed after they were written (a flipped bit on disk, a
+/// truncated copy patched up, a tool that edited the data). The message reads
+/// `ckpt: '<path>' is corrupted: its data section hashes to <computed> but its __metadata__
+/// entry '<key>' records <expected>`.
+class integrity_error : public format_error {
+ public:
+  /// \param path the file; \param key the metadata key of the digest; \param expected the digest
+  /// the file records; \param computed the digest of the data as read.
+  integrity_error(std::filesystem::path path, const std::string& key, const std::string& expected,
+                  const std::string& computed)
+      : format_error(path,
+                     "its data section hashes to " + computed + " but its __metadata__ entry '" +
+                         key + "' records " + expected,
+                     "ckpt: '" + path.string() + "' is corrupted: its data section hashes to " +
+                         computed + " but its __metadata__ entry '" + key + "' records " + expected),
+        expected_(expected),
+        computed_(computed) {}
+  /// The digest recorded in the file (16 lowercase hex digits).
+  /// \throws nothing
+  [[nodiscard]] const std::string& expected() const noexcept { return expected_; }
+  /// The digest of the data as read (16 lowercase hex digits).
+  /// \throws nothing
+  [[nodiscard]] const std::string& computed() const noexcept { return computed_; }
+
+ private:
+  std::string expected_;
+  std::string computed_;
 };
 
 }  // namespace ckpt

@@ -9,17 +9,52 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace ckpt {
+
+/// The `__metadata__` key under which ckpt stores the digest of a file's data section: the
+/// XXH3-64 hash (seed 0) of every byte after the 8 + N header bytes, as 16 lowercase hex digits.
+/// It is an ordinary metadata entry, so other safetensors readers load such files unchanged.
+inline constexpr std::string_view digest_key = "ckpt.xxh3_64";
+
+/// Options of `save` and `save_params`.
+struct save_options {
+  /// Store the digest of the data section in `__metadata__` under `digest_key`, computed while
+  /// the data are written (one pass), so that `load` detects corruption of the data later.
+  bool digest = false;
+};
+
+/// Options of `load` and `parse`.
+struct load_options {
+  /// If the file records a digest (`digest_key`), hash its data section and compare: this reads
+  /// the whole file once at load time. False trusts the file (the header rules still apply).
+  bool verify_digest = true;
+};
 
 /// Writes `t` to a safetensors file at `path`, replacing any existing file atomically: the data
 /// goes to a temporary file in the same folder, which is flushed, fsynced and renamed over
 /// `path`, and the folder is fsynced. Entries are written in name order, the header padded with
 /// spaces so the data starts 8-byte aligned. If anything fails, `path` keeps its old contents
 /// and no temporary file is left behind.
+///
+/// Durability (power loss, kernel crash), in the order the calls are issued:
+///  1. `fsync` of the temporary file, after its last byte is written: its data and size reach
+///     the disk before any name points at them;
+///  2. `rename` of the temporary over `path`: atomic for other processes, which see the old or
+///     the new file, never a mix, but only recorded in the folder's page cache;
+///  3. `fsync` of the folder: makes the rename itself durable.
+/// Without 1, a crash after the rename could leave `path` naming an empty or partial file (the
+/// folder entry may reach the disk before the data); without 3, the rename may be lost and
+/// `path` come back with its old contents after the crash (never torn). `save` returns after 3,
+/// so a returned save survives power loss, as far as the disk honours flushes. A failure in 3
+/// throws although the new file is already in place.
+///
+/// `t`'s metadata are written as given, except `digest_key`, which ckpt owns: a stale value (say,
+/// from a loaded file) is dropped, and a fresh one is written when `options.digest` is set.
 /// \throws io_error on an I/O error (the message names the file and the system error).
 /// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes.
-void save(const std::filesystem::path& path, const checkpoint& t);
+void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options = {});
 
 /// The checkpoint stored in the safetensors file at `path`, whether written by `save` or by
 /// another implementation. The file is mapped read-only and only its header is parsed: entries
@@ -32,15 +67,28 @@ void save(const std::filesystem::path& path, const checkpoint& t);
 /// that are reversed, out of the buffer, overlapping or leave holes, trailing bytes, duplicate
 /// names and a `__metadata__` that is not a string-to-string object. Entries of a dtype the
 /// format does not define are skipped with a warning on stderr.
+///
+/// If `__metadata__` holds `digest_key` and `options.verify_digest` is set, the whole data
+/// section is read and hashed (so the load costs one pass over the file), and a mismatch throws.
+/// The loaded metadata keep the `digest_key` entry.
+///
+/// A `path` whose name ends with `.index.json`, or a folder, is a Hugging Face sharded checkpoint
+/// instead: `load` returns `load_sharded(path, options)` (ckpt/sharded.hpp), one checkpoint
+/// spanning every shard, each mapped as above and its digest checked per `options`.
+/// \throws index_error, ckpt::error for a sharded checkpoint: see `load_sharded`.
 /// \throws io_error if the file cannot be opened or read.
+/// \throws integrity_error if the data do not match the recorded digest.
 /// \throws format_error if it is not a valid safetensors file (the message names the file and the
-/// broken rule).
-[[nodiscard]] checkpoint load(const std::filesystem::path& path);
+/// broken rule), including a `digest_key` value that is not 16 lowercase hex digits (checked even
+/// when verification is off).
+[[nodiscard]] checkpoint load(const std::filesystem::path& path, const load_options& options = {});
 
 /// Parses the bytes of a whole safetensors file held in memory, with the same rules as `load`.
 /// The tensors own a copy of the data. `origin` names the bytes in error messages.
+/// \throws integrity_error if the data do not match the recorded digest (see `load`).
 /// \throws format_error if they are not a valid safetensors file.
 [[nodiscard]] checkpoint parse(std::span<const std::byte> file_bytes,
-                               const std::filesystem::path& origin = "<memory>");
+                               const std::filesystem::path& origin = "<memory>",
+                               const load_options& options = {});
 
 }  // namespace ckpt

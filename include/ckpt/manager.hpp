@@ -21,10 +21,13 @@
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/save_params.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +72,9 @@ struct checkpoint_manager_options {
   std::string best_metric{};
   /// Whether smaller or larger metric values are better.
   metric_mode best_mode = metric_mode::min;
+  /// Store the digest of each checkpoint's data (`ckpt::save_options::digest`), which `load`
+  /// and `load_latest` verify.
+  bool digest = true;
 };
 
 /// Numbered checkpoints of one training run in a folder.
@@ -125,9 +131,15 @@ class checkpoint_manager {
 
   /// Writes `t` as `step`'s checkpoint, atomically, with `__metadata__` made of `t`'s metadata,
   /// then `metadata`, then the manager's `step` (decimal) and `wall_time` (UTC, ISO 8601 with
-  /// milliseconds) entries, later ones winning on equal keys. Then applies the retention
-  /// rules. Saving the latest step again replaces it. Skips (returning false) a step that is
-  /// not `should_save` unless `force` is true.
+  /// milliseconds) entries, later ones winning on equal keys, and the data's digest
+  /// (`ckpt::digest_key`) unless the `digest` option is off. Then applies the retention rules:
+  /// old checkpoints are deleted only once the new one is durable (see `ckpt::save`); the
+  /// deletions are not fsynced, so after a power loss an old checkpoint may reappear, to be
+  /// deleted by the next save. Before writing, it also deletes what the retention rules drop
+  /// among the checkpoints already there (a crash between a save and its deletions leaves one
+  /// too many), so the folder never holds more than one checkpoint beyond what the rules keep.
+  /// Saving the latest step again replaces it. Skips (returning false) a step that is not `should_save`
+  /// unless `force` is true.
   /// \return true if the checkpoint was written.
   /// \throws std::invalid_argument if `step` is negative or older than `latest_step()`.
   /// \throws io_error if writing the file or deleting an old one fails (the new file is either
@@ -144,6 +156,29 @@ class checkpoint_manager {
   bool save_async(std::int64_t step, const checkpoint& t, const metadata_map& metadata = {},
                   bool force = false);
 
+  /// As `save`, but writes the leaves of live structures straight from where they live, without a
+  /// snapshot, as `save_params` does: the trainer needs no memory beyond its parameters to save.
+  /// `manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {ckpt::of_step(state.step)}})`.
+  /// The leaves must not change during the call. The file's metadata are `metadata`, then `step`
+  /// and `wall_time`.
+  /// \return true if the checkpoint was written.
+  /// \throws std::invalid_argument as `save`, and if a leaf name is empty, `__metadata__` or appears
+  /// twice.
+  /// \throws io_error as `save`.
+  bool save(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+            bool force = false);
+
+  /// As `save_async`, snapshotting the leaves of live structures into memory the manager keeps
+  /// and reuses (a `snapshot_arena`): after the first save, the call costs a copy of the
+  /// parameters into memory already in place, not a fresh allocation, and the caller may change
+  /// its leaves as soon as it returns. The price: the manager keeps the size of one snapshot
+  /// allocated between saves.
+  /// \return true if a write was started.
+  /// \throws as `save_async`, and std::invalid_argument if a leaf name is empty, `__metadata__` or
+  /// appears twice.
+  bool save_async(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+                  bool force = false);
+
   /// Blocks until a background write, if any, is on disk.
   /// \throws the background write's error (io_error, or std::bad_alloc...), once.
   void wait();
@@ -154,17 +189,30 @@ class checkpoint_manager {
   /// The newest step, or nothing if the folder has no checkpoint.
   /// \throws a pending background error (see `wait`).
   [[nodiscard]] std::optional<std::int64_t> latest_step();
-  /// `step`'s checkpoint (its metadata include `step` and `wall_time`).
+  /// `step`'s checkpoint (its metadata include `step` and `wall_time`), its digest verified if
+  /// it has one and `options.verify_digest` is set.
   /// \throws std::invalid_argument if there is no checkpoint for `step`.
-  /// \throws io_error, format_error as `ckpt::load`; a pending background error.
-  [[nodiscard]] checkpoint load(std::int64_t step);
+  /// \throws io_error, format_error, integrity_error as `ckpt::load`; a pending background error.
+  [[nodiscard]] checkpoint load(std::int64_t step, const load_options& options = {});
   /// The newest checkpoint, or nothing if there is none.
-  /// \throws io_error, format_error as `ckpt::load`; a pending background error.
-  [[nodiscard]] std::optional<checkpoint> load_latest();
+  /// \throws io_error, format_error, integrity_error as `ckpt::load`; a pending background error.
+  [[nodiscard]] std::optional<checkpoint> load_latest(const load_options& options = {});
 
  private:
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+/// The steps of the checkpoints a `checkpoint_manager` wrote in `folder`, ascending: the files
+/// named exactly as `checkpoint_manager::path_of` names them. Read-only and lock-free, so that a
+/// tool may list a folder while a manager trains into it (a step the manager is deleting at that
+/// moment may still be listed). Other files, and temporaries of interrupted saves, are ignored.
+/// \throws io_error if `folder` cannot be listed (the message names it), a missing folder included.
+[[nodiscard]] std::vector<std::int64_t> list_steps(const std::filesystem::path& folder);
+
+/// The file of `step`'s checkpoint in `folder`, `<folder>/ckpt-<step, 10 digits>.safetensors`, as
+/// `checkpoint_manager::path_of` names it, without opening a manager (nor taking its lock).
+/// \throws std::invalid_argument if `step` is negative.
+[[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& folder, std::int64_t step);
 
 }  // namespace ckpt

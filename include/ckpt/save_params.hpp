@@ -6,6 +6,7 @@
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/entry_source.hpp>
+#include <ckpt/file.hpp>
 #include <ckpt/named.hpp>
 #include <ckpt/params.hpp>
 
@@ -82,6 +83,14 @@ entry_source live_source(std::string name, const L& x) {
 
 }  // namespace detail
 
+class section;
+
+namespace detail {
+// The entries of `sections` in name order, after checking their names (none empty, none
+// `__metadata__`, no two equal). `function` names the caller in the error messages.
+std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function);
+}  // namespace detail
+
 /// One part of a file written by `save_params`: the leaves of a named structure under a prefix,
 /// referred to in place (not copied), or the entries of a checkpoint.
 class section {
@@ -106,7 +115,10 @@ class section {
   }
 
  private:
-  friend void save_params(const std::filesystem::path&, std::initializer_list<section>, const metadata_map&);
+  friend std::vector<const detail::entry_source*> detail::ordered_entries(std::initializer_list<section>,
+                                                                          std::string_view);
+  friend void save_params(const std::filesystem::path&, std::initializer_list<section>, const metadata_map&,
+                          const save_options&);
   std::vector<detail::entry_source> entries_;
 };
 
@@ -114,10 +126,11 @@ class section {
 /// the leaves into a checkpoint first: C-order leaves are written straight from their storage and
 /// column-major ones are reordered through a bounded buffer. The file is the one
 /// `save(path, concat({of_params(...)...}).with_metadata(metadata))` would write.
-/// The leaves must not change during the call.
+/// The leaves must not change during the call. `options.digest` stores the digest of the data
+/// section, hashed as the bytes go out (see `save`).
 /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted).
 /// \throws io_error on an I/O error.
 void save_params(const std::filesystem::path& path, std::initializer_list<section> sections,
-                 const metadata_map& metadata = {});
+                 const metadata_map& metadata = {}, const save_options& options = {});
 
 }  // namespace ckpt

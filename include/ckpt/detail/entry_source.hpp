@@ -28,8 +28,9 @@ struct entry_source {
 };
 
 // Writes a safetensors file of `entries` (already in the order they should be laid out, names
-// valid and distinct) and `metadata` at `path`, atomically; see ckpt::save.
+// valid and distinct) and `metadata` at `path`, atomically, with the data's digest if `digest`;
+// see ckpt::save.
 void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata);
+                const metadata_map& metadata, bool digest = false);
 
 }  // namespace ckpt::detail

@@ -1,0 +1,70 @@
+#pragma once
+/// \file
+/// Checkpoint-to-checkpoint adapters for weights that come from elsewhere (PyTorch, Hugging
+/// Face): renaming entries, transposing `torch.nn.Linear` weights, splitting fused projections,
+/// converting dtypes. Each returns a new checkpoint and leaves its input untouched; entries it
+/// does not change are shared, not copied, and keep the input's metadata.
+///
+/// ```cpp
+/// ckpt::checkpoint t = ckpt::load("pytorch_model_dir");             // sharded or not
+/// t = ckpt::rename(t, [](std::string_view n) { return std::string(n.substr(n.find('.') + 1)); });
+/// t = ckpt::transpose(t, "l1.w");                                    // [out, in] -> [in, out]
+/// t = ckpt::split(t, "attn.qkv", {"attn.q", "attn.k", "attn.v"});   // fused along axis 0
+/// t = ckpt::cast(t, ckpt::dtype::f32);                               // BF16 weights -> F32
+/// ```
+///
+/// Which results stay views of the input's bytes (mapped lazily for a loaded checkpoint):
+/// `rename` shares every tensor; `split` along the outermost axis makes views; `transpose`,
+/// `split` along an inner axis and `cast` copy the entries they change.
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/dtype.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt {
+
+/// `t` with every entry renamed to `fn(name)`; the tensors and metadata are shared.
+/// \throws std::invalid_argument if `fn` gives an empty name or `__metadata__` (the message
+///   names the entry), or gives the same name to two entries (the message names both entries
+///   and the new name); whatever `fn` throws.
+[[nodiscard]] checkpoint rename(const checkpoint& t,
+                                const std::function<std::string(std::string_view)>& fn);
+
+/// `t` with the entry `name` transposed in its last two axes: a `[..., m, n]` tensor becomes
+/// `[..., n, m]` (the batch of matrices in front is kept). This turns a `torch.nn.Linear` weight,
+/// stored `[out, in]`, into the `[in, out]` matrix of `y = x W`, and back.
+/// \throws std::invalid_argument if `t` has no entry `name`, if its rank is below 2, or if its
+///   dtype is sub-byte (F6_E2M3, F6_E3M2, F4: elements are not byte-addressable); the message
+///   names the entry and its shape or dtype.
+[[nodiscard]] checkpoint transpose(const checkpoint& t, std::string_view name);
+
+/// `t` with the entry `name` replaced by `into.size()` equal parts along `axis`, named
+/// `into[0]`, `into[1]`, ... in order (a fused `qkv` projection into `q`, `k`, `v`). A negative
+/// `axis` counts from the last (-1 is the last axis). Parts along axis 0 are zero-copy views of
+/// the entry's bytes (a loaded entry stays mapped); parts along another axis are copies.
+/// \throws std::invalid_argument if `t` has no entry `name`; if `into` is empty, holds an empty
+///   name, `__metadata__` or a name twice, or names an entry of `t` other than `name`; if the
+///   entry is a scalar or `axis` is out of range; if the extent along `axis` is not divisible
+///   by `into.size()`; or if the dtype is sub-byte (F6, F4) and `axis` is not 0 or a part would
+///   not be a whole number of bytes. The message names the entry, its shape, the axis and the
+///   number of parts.
+[[nodiscard]] checkpoint split(const checkpoint& t, std::string_view name,
+                               const std::vector<std::string>& into, std::int64_t axis = 0);
+
+/// `t` with its floating entries converted to `to`, following the rules of ckpt/cast.hpp.
+/// Only floating entries (F16, BF16, F32, F64, the F8, F6 and F4 formats) are converted, so
+/// integer counters and masks keep their dtype; `filter`, if given, further selects them by
+/// name. Without a filter, sub-byte entries (F6, F4: raw bytes only) are left as they are.
+/// Entries already of dtype `to` are shared, not copied.
+/// \throws std::invalid_argument if `filter` selects a sub-byte entry and `to` is another dtype,
+///   or a floating entry cannot be converted to `to` (the message names the entry and both
+///   dtypes); whatever `filter` throws.
+[[nodiscard]] checkpoint cast(const checkpoint& t, dtype to,
+                              const std::function<bool(std::string_view)>& filter = {});
+
+}  // namespace ckpt

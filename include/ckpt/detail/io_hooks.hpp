@@ -1,0 +1,45 @@
+#pragma once
+// The system calls ckpt's writer makes, behind function pointers, so that tests can count them
+// (the fsyncs that make a save durable, and their order around the rename) and make them fail
+// part-way (EIO, ENOSPC at the k-th write). Not for production use: the table is global, read
+// without synchronisation by every save (background ones too), so swap it only while no save
+// runs, and put it back (io_hooks_guard does).
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+
+namespace ckpt::detail {
+
+struct io_hooks {
+  // Every write of a save's bytes (header and data) goes through writev.
+  ssize_t (*writev)(int fd, const iovec* pieces, int count);
+  // The digest is patched into the header with pwrite once the data are out.
+  ssize_t (*pwrite)(int fd, const void* data, std::size_t size, off_t offset);
+  // Both the temporary file's fsync and the folder's (tell them apart with fstat).
+  int (*fsync)(int fd);
+  int (*rename)(const char* from, const char* to);
+  // The manager's deletion of checkpoints its retention rules drop.
+  int (*unlink)(const char* path);
+};
+
+// The table in use; initially the system calls themselves.
+io_hooks& hooks() noexcept;
+
+// The system calls, to restore or to forward to.
+io_hooks system_hooks() noexcept;
+
+// Installs a table for the lifetime of the guard, then restores the one before.
+class io_hooks_guard {
+ public:
+  explicit io_hooks_guard(const io_hooks& replacement) noexcept : saved_(hooks()) { hooks() = replacement; }
+  io_hooks_guard(const io_hooks_guard&) = delete;
+  io_hooks_guard& operator=(const io_hooks_guard&) = delete;
+  ~io_hooks_guard() { hooks() = saved_; }
+
+ private:
+  io_hooks saved_;
+};
+
+}  // namespace ckpt::detail

@@ -1,0 +1,206 @@
+#pragma once
+/// \file
+/// `ckpt::mpi`: checkpoints of a training job that runs as MPI ranks, saved in parallel (each
+/// rank writes its own shard), committed by one small index written last, and restorable on any
+/// number of ranks. Link `ckpt::mpi` (built when CMake finds MPI); not part of `<ckpt/ckpt.hpp>`,
+/// so code without MPI never sees `mpi.h`.
+///
+/// \code
+/// // data parallel: every rank holds the whole (replicated) state; each entry is written once
+/// ckpt::mpi::save(MPI_COMM_WORLD, "runs/a", step, ckpt::training_state(params, state));
+/// // any number of ranks later:
+/// const ckpt::checkpoint t = ckpt::mpi::load(MPI_COMM_WORLD, "runs/a", *ckpt::mpi::latest_step(MPI_COMM_WORLD, "runs/a"));
+/// ckpt::restore_training_state(t, params, state);   // or to_params(t, like, {.prefix = ...})
+/// \endcode
+///
+/// **Layout.** Step `s` of `folder` is the folder `<folder>/step-<s, 10 digits>/` holding the
+/// shards `model-<k>-of-<K>.safetensors` (k = 1..K, five digits, as Hugging Face names shards)
+/// and the index `model.safetensors.index.json` (Hugging Face's layout: `metadata.total_size` and
+/// a `weight_map` from entry name to shard file). The index is the commit: a step folder without
+/// it does not exist for `committed_steps`, `latest_step` or `load`. Shard `k` is written by the
+/// k-th rank (in rank order) that writes any entry, so K is at most the number of ranks and
+/// nothing in the files depends on the rank count: a step saved by 4 ranks loads on 2, on 7, or
+/// in one process with `ckpt::load(<step folder>)`.
+///
+/// **Collective calls.** Every function taking an `MPI_Comm` is collective: every rank of the
+/// communicator must call it, with the same `folder` and `step`. Each rank gets the same outcome:
+/// either every rank returns, or every rank throws (a failure on one rank is reported on all,
+/// naming that rank). Communication errors follow the communicator's MPI error handler (by
+/// default they abort the job). The folder must be one file system seen by every rank (a local
+/// disk for ranks of one machine, or a shared/parallel file system); see docs/distributed.md.
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/error.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt::mpi {
+
+/// The index file of a step folder, whose presence commits the step.
+inline constexpr std::string_view index_file_name = "model.safetensors.index.json";
+
+/// A collective operation failed on some rank; every rank of the communicator throws this, with
+/// the same message: `ckpt: mpi::<operation> of step <s> in '<folder>' failed on rank <r> of
+/// <n>: <that rank's error message>` (the lowest failing rank if several failed). On the rank
+/// that failed, the original exception is attached as a nested exception
+/// (`std::rethrow_if_nested`).
+class collective_error : public error {
+ public:
+  /// \param folder the checkpoint folder; \param what the full message; \param rank the rank
+  /// whose failure is reported; \param cause that rank's own error message.
+  collective_error(std::filesystem::path folder, const std::string& what, int rank, std::string cause)
+      : error(std::move(folder), what), rank_(rank), cause_(std::move(cause)) {}
+  /// The rank whose failure is reported.
+  /// \throws nothing
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  /// That rank's error message.
+  /// \throws nothing
+  [[nodiscard]] const std::string& cause() const noexcept { return cause_; }
+
+ private:
+  int rank_;
+  std::string cause_;
+};
+
+/// Options of `save`.
+struct save_options {
+  /// Store each shard's data digest (`ckpt::save_options::digest`), which `load` verifies.
+  bool digest = true;
+  /// Added to the `__metadata__` of every shard (rank 0's value counts; see `save`).
+  metadata_map metadata{};
+};
+
+/// The folder of `step` in `folder`: `<folder>/step-<step, zero-padded to 10 digits>`.
+/// \throws std::invalid_argument if `step` is negative.
+[[nodiscard]] std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step);
+
+/// Saves step `step` collectively: `local` is what this rank holds (its model-parallel part, or
+/// the whole replicated state in data parallelism, or a mix).
+///
+/// 1. The ranks exchange the names, dtypes and shapes of their entries (one `MPI_Allgatherv` of
+///    a few bytes per entry; no tensor data crosses the network). An entry held by several ranks
+///    is written once, by the lowest rank holding it, after checking that every holder has the
+///    same dtype and shape (the values are not compared: replicas are the caller's business).
+/// 2. Each rank that writes anything writes its shard with `ckpt::save` (temporary file, fsync,
+///    rename, folder fsync), all ranks in parallel.
+/// 3. One `MPI_Allreduce` confirms that every shard is durable. Then rank 0 writes the index the
+///    same atomic way, and that commits the step; a second `MPI_Allreduce` tells the ranks.
+///
+/// Every shard's `__metadata__` is rank 0's: `local`'s metadata, then `options.metadata`, then
+/// `step` (decimal), later ones winning on equal keys; `load` gives them back.
+///
+/// If anything fails on any rank (disk full, an exception), every rank throws, each rank removes
+/// the shard it wrote, and no index is written: the step does not exist, and earlier steps are
+/// untouched. Leftover files of a step that was never committed (a crashed job) are replaced or
+/// removed when the step is saved again.
+/// \returns the step folder.
+/// \throws std::invalid_argument on every rank if `step` is negative or differs between ranks,
+///   if the step is already committed (a committed step is never rewritten in place, so that
+///   readers never see it change), or if ranks hold an entry with different dtypes or shapes
+///   (the message names the entry and both ranks' dtype and shape).
+/// \throws collective_error on every rank if a rank failed (an I/O error, an exception).
+std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                           const checkpoint& local, const save_options& options = {});
+
+/// Loads step `step` collectively: every rank gets a lazily mapped view of the whole step (every
+/// shard is mapped, only headers are read), from which it extracts what it needs (`to_params`
+/// with a prefix, `restore_training_state`...). Works on any number of ranks.
+///
+/// If `options.verify_digest` is set, the shards' digests are checked, each shard by one rank
+/// (shard k by rank k mod n), so the step is read once in all, not once per rank.
+/// \throws collective_error on every rank if the step is not committed, or a rank failed to map
+///   or verify it (the cause is then an `index_error`, `io_error`, `format_error` or
+///   `integrity_error` message naming the file).
+[[nodiscard]] checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                              const load_options& options = {});
+
+/// The committed steps of `folder` (step folders holding an index), oldest first; none if the
+/// folder does not exist. Not collective: it only lists the folder.
+/// \throws io_error if the folder exists but cannot be listed.
+[[nodiscard]] std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder);
+
+/// The newest committed step of `folder`, or nothing, as rank 0 sees it (so that every rank
+/// agrees even while another job writes the folder). Collective.
+/// \throws collective_error on every rank if rank 0 cannot list the folder.
+[[nodiscard]] std::optional<std::int64_t> latest_step(MPI_Comm comm, const std::filesystem::path& folder);
+
+/// Numbered steps of one MPI training job in a folder, with the retention rules of the
+/// single-process `ckpt::checkpoint_manager` (the same `checkpoint_manager_options`, the same
+/// decision). The constructor, the destructor, `save`, `load` and `load_latest` are collective:
+/// call them on every rank, in the same order, with the same arguments (the rest only reads the
+/// state every rank keeps alike).
+///
+/// Rank 0 takes the advisory lock `<folder>/.ckpt-mpi-manager.lock` (refusing a second manager
+/// with `lock_error`), lists the folder, removes the step folders left uncommitted by a crashed
+/// job, and applies the retention rules, then again after each save: it deletes what the rules
+/// drop, index first, so a step never appears half-deleted. Saves are synchronous. Differences from the single-process manager: a
+/// committed step is never replaced (saving the latest step again is refused), and there is no
+/// `save_async`.
+class checkpoint_manager {
+ public:
+  /// Opens `folder` (created if needed) for the ranks of `comm` (duplicated, so the manager's
+  /// messages never mix with the caller's). Collective.
+  /// \throws std::invalid_argument on every rank if an option is out of range (as the
+  ///   single-process manager).
+  /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder
+  ///   (the cause names the lock file if another manager holds it).
+  checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager_options options = {});
+  /// Releases the lock and frees the duplicated communicator (`MPI_Comm_free`, collective), unless
+  /// MPI is finalized already.
+  /// \throws nothing
+  ~checkpoint_manager();
+  checkpoint_manager(const checkpoint_manager&) = delete;
+  checkpoint_manager& operator=(const checkpoint_manager&) = delete;
+
+  /// The folder.
+  /// \throws nothing
+  [[nodiscard]] const std::filesystem::path& folder() const noexcept;
+  /// The options.
+  /// \throws nothing
+  [[nodiscard]] const checkpoint_manager_options& options() const noexcept;
+  /// True if `step` is a multiple of `save_interval_steps`. Not collective.
+  /// \throws nothing
+  [[nodiscard]] bool should_save(std::int64_t step) const noexcept;
+
+  /// Saves `local` as step `step` with `ckpt::mpi::save` (its `digest` from the options), the
+  /// shards' metadata being rank 0's `local` metadata, then `metadata`, then `step` and
+  /// `wall_time` (rank 0's clock), then applies the retention rules. Skips (returning false on
+  /// every rank) a step that is not `should_save` unless `force` is true. Collective.
+  /// \returns true if the step was written.
+  /// \throws std::invalid_argument on every rank if `step` is negative, differs between ranks,
+  ///   is not newer than `latest_step()`, if rank 0's keep-best metric is not a number, or as
+  ///   `ckpt::mpi::save`.
+  /// \throws collective_error on every rank if the save failed on a rank, or rank 0 failed to
+  ///   delete a dropped step.
+  bool save(std::int64_t step, const checkpoint& local, const metadata_map& metadata = {}, bool force = false);
+
+  /// The committed steps, oldest first (every rank has the same list).
+  /// \throws nothing beyond std::bad_alloc
+  [[nodiscard]] std::vector<std::int64_t> steps() const;
+  /// The newest committed step, or nothing.
+  /// \throws nothing
+  [[nodiscard]] std::optional<std::int64_t> latest_step() const noexcept;
+  /// Step `step`, as `ckpt::mpi::load`. Collective.
+  /// \throws std::invalid_argument on every rank if the manager has no such step.
+  /// \throws collective_error as `ckpt::mpi::load`.
+  [[nodiscard]] checkpoint load(std::int64_t step, const load_options& options = {});
+  /// The newest step, or nothing if there is none. Collective.
+  /// \throws collective_error as `ckpt::mpi::load`.
+  [[nodiscard]] std::optional<checkpoint> load_latest(const load_options& options = {});
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace ckpt::mpi

@@ -1,0 +1,58 @@
+#pragma once
+/// \file
+/// `ckpt::snapshot_arena`: snapshots of live parameters into memory reused from one snapshot to
+/// the next, so that a background save costs the trainer a copy, not a fresh allocation.
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/save_params.hpp>
+
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+namespace ckpt {
+
+/// Makes immutable checkpoints out of live structures (the `section`s of `save_params`), copying
+/// every leaf into buffers that it keeps and reuses: once every tensor of a snapshot has been
+/// released, its buffer serves the next snapshot. A training loop that snapshots the same
+/// parameters every N steps then allocates once, and each later snapshot is a plain copy into
+/// memory already in place (see bench/README.md, row 6). The price is that the arena holds the
+/// size of the last snapshot between snapshots; `release` gives it back.
+///
+/// A snapshot is a checkpoint like any other: it lives as long as any copy of it or of its tensors,
+/// and while it does, its buffer is not reused (a new one is allocated instead).
+///
+/// Not thread-safe: use an arena from one thread at a time. The snapshots themselves are
+/// ordinary checkpoints, safe to read from several threads and to drop on any thread.
+class snapshot_arena {
+ public:
+  /// An arena that holds no memory yet.
+  /// \throws nothing
+  snapshot_arena() noexcept = default;
+
+  /// A checkpoint holding a copy of every leaf of `sections`, in C order (column-major leaves are
+  /// reordered as they are copied), with `metadata`. The leaves are only read, and may change as
+  /// soon as this returns.
+  /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted),
+  /// before anything is copied.
+  /// \throws std::bad_alloc if a new buffer cannot be allocated.
+  [[nodiscard]] checkpoint snapshot(std::initializer_list<section> sections, const metadata_map& metadata = {});
+
+  /// The bytes of the buffers the arena holds, in use by snapshots or free.
+  /// \throws nothing
+  [[nodiscard]] std::size_t capacity() const noexcept;
+
+  /// Frees the buffers no snapshot uses any more.
+  /// \throws nothing
+  void release() noexcept;
+
+ private:
+  struct buffer {
+    std::shared_ptr<std::byte[]> bytes;
+    std::size_t size = 0;
+  };
+  std::vector<buffer> buffers_;
+};
+
+}  // namespace ckpt

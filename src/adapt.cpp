@@ -1,0 +1,168 @@
+#include <ckpt/adapt.hpp>
+#include <ckpt/cast.hpp>
+#include <ckpt/detail/transpose.hpp>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+namespace ckpt {
+namespace {
+
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+const tensor& entry_of(const checkpoint& t, std::string_view name, std::string_view adapter) {
+  const tensor* x = t.find(name);
+  if (x == nullptr)
+    throw std::invalid_argument("ckpt: " + std::string(adapter) + ": no entry named " + quoted(name));
+  return *x;
+}
+
+// The entries of `t` with the one named `name` replaced by `replacement` (kept in name order by
+// the checkpoint's constructor).
+checkpoint replace(const checkpoint& t, std::string_view name, std::vector<checkpoint::entry> replacement) {
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(t.size() + replacement.size());
+  for (const auto& e : t)
+    if (e.first != name) entries.push_back(e);
+  for (auto& e : replacement) entries.push_back(std::move(e));
+  return checkpoint(std::move(entries), t.metadata());
+}
+
+std::size_t product(std::span<const std::int64_t> extents) {
+  std::size_t n = 1;
+  for (const std::int64_t e : extents) n *= static_cast<std::size_t>(e);
+  return n;
+}
+
+}  // namespace
+
+checkpoint rename(const checkpoint& t, const std::function<std::string(std::string_view)>& fn) {
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(t.size());
+  std::map<std::string, std::string, std::less<>> source_of;  // new name -> old name
+  for (const auto& [name, x] : t) {
+    std::string renamed = fn(name);
+    if (renamed.empty())
+      throw std::invalid_argument("ckpt: rename: entry " + quoted(name) + " is renamed to the empty name");
+    if (renamed == "__metadata__")
+      throw std::invalid_argument("ckpt: rename: entry " + quoted(name) +
+                                  " is renamed to '__metadata__', which the format reserves");
+    const auto [it, inserted] = source_of.emplace(renamed, name);
+    if (!inserted)
+      throw std::invalid_argument("ckpt: rename: entries " + quoted(it->second) + " and " + quoted(name) +
+                                  " are both renamed to " + quoted(renamed));
+    entries.emplace_back(std::move(renamed), x);
+  }
+  return checkpoint(std::move(entries), t.metadata());
+}
+
+checkpoint transpose(const checkpoint& t, std::string_view name) {
+  const tensor& x = entry_of(t, name, "transpose");
+  if (x.rank() < 2)
+    throw std::invalid_argument("ckpt: transpose: entry " + quoted(name) + " has shape " + to_string(x.shape()) +
+                                ", not the 2 or more axes a transpose of the last two needs");
+  if (is_sub_byte(x.dtype()))
+    throw std::invalid_argument("ckpt: transpose: entry " + quoted(name) + " has dtype " +
+                                std::string(to_string(x.dtype())) +
+                                ", whose packed elements are not byte-addressable");
+  const std::size_t rank = x.rank();
+  const auto rows = static_cast<std::size_t>(x.shape()[rank - 2]);
+  const auto cols = static_cast<std::size_t>(x.shape()[rank - 1]);
+  const std::size_t batch = product(x.shape().first(rank - 2));
+  const std::size_t element = bit_width(x.dtype()) / 8;
+  dims shape(x.shape().begin(), x.shape().end());
+  std::swap(shape[rank - 2], shape[rank - 1]);
+  x.prefetch_pages();
+  tensor result = tensor::make(x.dtype(), std::move(shape), [&](std::span<std::byte> out) {
+    const std::size_t matrix = rows * cols * element;
+    for (std::size_t b = 0; b < batch; ++b)
+      detail::transpose(x.bytes().data() + b * matrix, out.data() + b * matrix, rows, cols, element);
+  });
+  return replace(t, name, {{std::string(name), std::move(result)}});
+}
+
+checkpoint split(const checkpoint& t, std::string_view name, const std::vector<std::string>& into,
+                 std::int64_t axis) {
+  const tensor& x = entry_of(t, name, "split");
+  const std::string what = "ckpt: split: entry " + quoted(name) + " of shape " + to_string(x.shape());
+  if (into.empty()) throw std::invalid_argument(what + ": no names to split it into");
+  std::set<std::string_view> seen;
+  for (const std::string& part : into) {
+    if (part.empty()) throw std::invalid_argument(what + ": a part name is empty");
+    if (part == "__metadata__")
+      throw std::invalid_argument(what + ": the part name '__metadata__' is reserved by the format");
+    if (!seen.insert(part).second) throw std::invalid_argument(what + ": the part name " + quoted(part) + " appears twice");
+    if (part != name && t.contains(part))
+      throw std::invalid_argument(what + ": the part name " + quoted(part) + " is already an entry");
+  }
+  const auto rank = static_cast<std::int64_t>(x.rank());
+  if (rank == 0) throw std::invalid_argument(what + ": a scalar has no axis to split along");
+  if (axis < -rank || axis >= rank)
+    throw std::invalid_argument(what + ": axis " + std::to_string(axis) + " is out of range for " +
+                                std::to_string(rank) + " axes");
+  const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
+  const auto parts = static_cast<std::int64_t>(into.size());
+  const std::int64_t extent = x.shape()[a];
+  if (extent % parts != 0)
+    throw std::invalid_argument(what + ": the extent " + std::to_string(extent) + " of axis " + std::to_string(a) +
+                                " does not divide into " + std::to_string(parts) + " equal parts");
+  dims shape(x.shape().begin(), x.shape().end());
+  shape[a] = extent / parts;
+  const std::size_t part_bytes = x.nbytes() / into.size();
+  if (is_sub_byte(x.dtype())) {
+    if (a != 0)
+      throw std::invalid_argument(what + ": its dtype " + std::string(to_string(x.dtype())) +
+                                  " is packed, so it splits along axis 0 only, not axis " + std::to_string(a));
+    if (static_cast<std::size_t>(numel_of(shape)) * bit_width(x.dtype()) % 8 != 0)
+      throw std::invalid_argument(what + ": parts of shape " + to_string(shape) + " of " +
+                                  std::string(to_string(x.dtype())) + " are not whole bytes");
+  }
+
+  std::vector<checkpoint::entry> pieces;
+  pieces.reserve(into.size());
+  if (a == 0) {
+    // The parts are consecutive runs of the bytes: views, which keep `x` (and so its file
+    // mapping, for a loaded entry) alive.
+    const auto owner = std::make_shared<const tensor>(x);
+    for (std::size_t i = 0; i < into.size(); ++i)
+      pieces.emplace_back(into[i], tensor::view_of(x.dtype(), shape, x.bytes().subspan(i * part_bytes, part_bytes),
+                                                   owner));
+  } else {
+    // Each outer index contributes one run of `run` bytes to every part.
+    const std::size_t outer = product(x.shape().first(a));
+    const std::size_t run = part_bytes / (outer == 0 ? 1 : outer);
+    x.prefetch_pages();
+    for (std::size_t i = 0; i < into.size(); ++i)
+      pieces.emplace_back(into[i], tensor::make(x.dtype(), shape, [&](std::span<std::byte> out) {
+                            for (std::size_t o = 0; o < outer && run != 0; ++o)
+                              std::memcpy(out.data() + o * run, x.bytes().data() + (o * into.size() + i) * run, run);
+                          }));
+  }
+  return replace(t, name, std::move(pieces));
+}
+
+checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::string_view)>& filter) {
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(t.size());
+  for (const auto& [name, x] : t) {
+    const dtype from = x.dtype();
+    const bool selected = is_floating(from) && from != to && (!filter || filter(name));
+    if (!selected || (!filter && is_sub_byte(from))) {
+      entries.emplace_back(name, x);
+      continue;
+    }
+    if (!can_cast(from, to))
+      throw std::invalid_argument("ckpt: cast: entry " + quoted(name) + " cannot be cast from " +
+                                  std::string(to_string(from)) + " to " + std::string(to_string(to)) +
+                                  ": F6_E2M3, F6_E3M2 and F4 are raw bytes only");
+    x.prefetch_pages();
+    entries.emplace_back(name, ckpt::cast(x, to));
+  }
+  return checkpoint(std::move(entries), t.metadata());
+}
+
+}  // namespace ckpt

@@ -1,0 +1,26 @@
+#include "memory.hpp"
+
+#include <sys/mman.h>
+
+#include <new>
+
+namespace ckpt::detail {
+namespace {
+
+constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+}  // namespace
+
+std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
+  if (size < huge_page) return std::make_shared_for_overwrite<std::byte[]>(size);
+  // Rounded up to whole huge pages, so the last one can be huge too; the slack is at most 2 MiB
+  // on a buffer of at least 2 MiB.
+  const std::size_t mapped = (size + huge_page - 1) / huge_page * huge_page;
+  void* address = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (address == MAP_FAILED) throw std::bad_alloc();
+  // Advice only: without huge pages (THP "never", or none free) the buffer works the same.
+  static_cast<void>(::madvise(address, mapped, MADV_HUGEPAGE));
+  return {static_cast<std::byte*>(address), [mapped](std::byte* p) { ::munmap(p, mapped); }};
+}
+
+}  // namespace ckpt::detail

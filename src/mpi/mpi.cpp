@@ -1,0 +1,434 @@
+#include <ckpt/detail/io_hooks.hpp>
+#include <ckpt/mpi.hpp>
+#include <ckpt/sharded.hpp>
+
+#include "../temporary_name.hpp"
+#include "common.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/string_view.hpp>
+#include <boost/json/value.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <fstream>
+#include <iterator>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace ckpt::mpi {
+namespace {
+
+constexpr std::string_view step_prefix = "step-";
+
+std::error_code last_error() { return {errno, std::system_category()}; }
+
+std::string step_name(std::int64_t step) {
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%010lld", static_cast<long long>(step));
+  return std::string(step_prefix) + digits;
+}
+
+// The step of a folder name `step_name` produced, or nothing for any other name.
+std::optional<std::int64_t> step_of(std::string_view name) {
+  if (!name.starts_with(step_prefix)) return std::nullopt;
+  const std::string_view digits = name.substr(step_prefix.size());
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size() || step < 0 || step_name(step) != name)
+    return std::nullopt;
+  return step;
+}
+
+std::string shard_name(std::size_t number, std::size_t count) {
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "model-%05zu-of-%05zu.safetensors", number, count);
+  return digits;
+}
+
+// What one rank brings to a save: its step, what it holds, and (rank 0) the step's metadata and
+// whether the step is committed already. `error` is set instead if the rank could not even say.
+struct holding {
+  std::string error;
+  std::int64_t step = 0;
+  bool committed = false;
+  metadata_map metadata;
+  struct entry {
+    std::string name;
+    ckpt::dtype type;
+    dims shape;
+  };
+  std::vector<entry> entries;
+};
+
+std::string encode(const holding& h) {
+  detail::encoder e;
+  e.str(h.error);
+  e.i64(h.step);
+  e.u64(h.committed ? 1 : 0);
+  e.u64(h.metadata.size());
+  for (const auto& [key, value] : h.metadata) {
+    e.str(key);
+    e.str(value);
+  }
+  e.u64(h.entries.size());
+  for (const auto& x : h.entries) {
+    e.str(x.name);
+    e.u64(static_cast<std::uint64_t>(x.type));
+    e.u64(x.shape.size());
+    for (std::int64_t d : x.shape) e.i64(d);
+  }
+  return std::move(e.bytes());
+}
+
+holding decode(std::string_view bytes) {
+  detail::decoder d(bytes);
+  holding h;
+  h.error = d.str();
+  h.step = d.i64();
+  h.committed = d.u64() != 0;
+  for (std::uint64_t n = d.u64(); n > 0; --n) {
+    std::string key = d.str();
+    h.metadata.insert_or_assign(std::move(key), d.str());
+  }
+  h.entries.resize(d.u64());
+  for (auto& x : h.entries) {
+    x.name = d.str();
+    x.type = static_cast<ckpt::dtype>(d.u64());
+    x.shape.resize(d.u64());
+    for (std::int64_t& dim : x.shape) dim = d.i64();
+  }
+  return h;
+}
+
+// Every rank's holding, on every rank: one MPI_Allgather of the sizes, one MPI_Allgatherv.
+std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {
+  const int size = detail::size_of(comm);
+  const std::string bytes = encode(mine);
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    throw std::length_error("ckpt: mpi::save: the description of this rank's entries is too long");
+  const int count = static_cast<int>(bytes.size());
+  std::vector<int> counts(static_cast<std::size_t>(size));
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  std::vector<int> offsets(counts.size());
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    offsets[r] = static_cast<int>(total);
+    total += counts[r];
+    if (total > INT_MAX) throw std::length_error("ckpt: mpi::save: the description of the entries is too long");
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_Allgatherv(bytes.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm);
+  std::vector<holding> out;
+  out.reserve(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    out.push_back(decode(std::string_view(all).substr(static_cast<std::size_t>(offsets[r]),
+                                                       static_cast<std::size_t>(counts[r]))));
+  return out;
+}
+
+std::string describe(ckpt::dtype type, std::span<const std::int64_t> shape) {
+  return std::string(to_string(type)) + " " + to_string(shape);
+}
+
+std::string json_string(std::string_view s) {
+  return boost::json::serialize(boost::json::string_view(s.data(), s.size()));
+}
+
+// The index as transformers writes it (json.dumps with indent=2 and sorted keys), as
+// save_sharded (src/sharded.cpp) writes it too.
+std::string index_text(std::uint64_t total_size, const std::map<std::string, std::string>& weight_map) {
+  std::string out = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total_size) + "\n  },\n";
+  out += "  \"weight_map\": {";
+  bool first = true;
+  for (const auto& [name, shard] : weight_map) {
+    out += first ? "\n    " : ",\n    ";
+    first = false;
+    out += json_string(name) + ": " + json_string(shard);
+  }
+  out += weight_map.empty() ? "}\n}\n" : "\n  }\n}\n";
+  return out;
+}
+
+// Owns a file descriptor.
+class file_descriptor {
+ public:
+  explicit file_descriptor(int fd) noexcept : fd_(fd) {}
+  file_descriptor(const file_descriptor&) = delete;
+  file_descriptor& operator=(const file_descriptor&) = delete;
+  ~file_descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  int close() noexcept { return ::close(std::exchange(fd_, -1)); }
+
+ private:
+  int fd_;
+};
+
+// Writes the index, the commit: a temporary beside it, fsynced, renamed over it, the folder
+// fsynced. If anything fails, the index is absent afterwards (even when only the folder's fsync
+// failed after the rename), so that the ranks can remove their shards without leaving a
+// committed step that names missing files.
+void write_index(const std::filesystem::path& path, std::string_view text) {
+  const std::filesystem::path folder = path.parent_path();
+  std::string temporary = ckpt::detail::temporary_pattern(path);
+  file_descriptor fd(::mkostemp(temporary.data(), O_CLOEXEC));
+  if (fd.get() < 0) throw io_error(path, "create a temporary file beside", last_error());
+  bool renamed = false;
+  struct remover {
+    const std::string* temporary;
+    const std::filesystem::path* index;
+    const bool* renamed;
+    bool armed = true;
+    ~remover() {
+      if (armed) ::unlink(*renamed ? index->c_str() : temporary->c_str());
+    }
+  } cleanup{&temporary, &path, &renamed};
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    iovec piece{const_cast<char*>(text.data() + done), text.size() - done};
+    const ssize_t n = ckpt::detail::hooks().writev(fd.get(), &piece, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(temporary, "write", last_error());
+    done += static_cast<std::size_t>(n);
+  }
+  if (ckpt::detail::hooks().fsync(fd.get()) != 0) throw io_error(temporary, "fsync", last_error());
+  if (fd.close() != 0) throw io_error(temporary, "close", last_error());
+  if (ckpt::detail::hooks().rename(temporary.c_str(), path.c_str()) != 0)
+    throw io_error(path, "rename a temporary file over", last_error());
+  renamed = true;
+  file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
+  if (ckpt::detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
+  cleanup.armed = false;
+}
+
+// After a failed save: each rank removes the shard it wrote, then rank 0 the step folder if
+// nothing else is left in it (a folder the failed save created; debris of other jobs stays).
+// Every rank returns once all that is done, so that the folder is as the caller will find it.
+void undo(MPI_Comm comm, const std::filesystem::path& dir, const std::optional<std::filesystem::path>& shard) {
+  std::error_code ignored;
+  if (shard) std::filesystem::remove(*shard, ignored);
+  MPI_Barrier(comm);
+  if (detail::rank_of(comm) == 0) std::filesystem::remove(dir, ignored);
+  MPI_Barrier(comm);
+}
+
+// The shard files an index names, in name order. load_sharded has just read and checked the
+// index (its rules live there); only the distinct file names are wanted here.
+std::vector<std::string> shards_of(const std::filesystem::path& index) {
+  std::ifstream in(index, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) throw io_error(index, "read", last_error());
+  boost::json::error_code json_error;
+  const boost::json::value root = boost::json::parse(text, json_error);
+  if (json_error) throw index_error(index, "it is not JSON: " + json_error.message());
+  std::set<std::string> shards;
+  for (const auto& [name, shard] : root.at("weight_map").as_object()) shards.emplace(shard.as_string());
+  return {shards.begin(), shards.end()};
+}
+
+}  // namespace
+
+std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step) {
+  if (step < 0) throw std::invalid_argument("ckpt: mpi: negative step " + std::to_string(step));
+  return folder / step_name(step);
+}
+
+std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                           const checkpoint& local, const save_options& options) {
+  const int rank = detail::rank_of(comm);
+  const int size = detail::size_of(comm);
+  const std::string operation = "save of step " + std::to_string(step);
+
+  // 1. Who holds what. A rank that cannot describe its part still takes part in the exchange.
+  holding mine;
+  std::exception_ptr local_error;
+  try {
+    mine.step = step;
+    for (const auto& [name, x] : local) mine.entries.push_back({name, x.dtype(), dims(x.shape().begin(), x.shape().end())});
+    if (rank == 0) {
+      mine.metadata = local.metadata();
+      for (const auto& [key, value] : options.metadata) mine.metadata.insert_or_assign(key, value);
+      if (step >= 0) {
+        std::error_code ec;
+        mine.committed = std::filesystem::exists(step_folder(folder, step) / index_file_name, ec);
+      }
+    }
+  } catch (...) {
+    local_error = std::current_exception();
+    mine = holding{};
+    mine.error = detail::message_of(local_error);
+  }
+  const std::vector<holding> all = exchange(comm, mine);
+  for (int r = 0; r < size; ++r)
+    if (!all[static_cast<std::size_t>(r)].error.empty())
+      detail::throw_failure(comm, {r, all[static_cast<std::size_t>(r)].error}, local_error, folder, operation);
+
+  // 2. The plan, computed identically on every rank from the same data, so that a refusal is
+  // thrown everywhere without another message.
+  for (int r = 1; r < size; ++r)
+    if (all[static_cast<std::size_t>(r)].step != all[0].step)
+      throw std::invalid_argument("ckpt: mpi::save: the ranks disagree on the step: rank 0 saves step " +
+                                  std::to_string(all[0].step) + ", rank " + std::to_string(r) + " step " +
+                                  std::to_string(all[static_cast<std::size_t>(r)].step));
+  const std::filesystem::path dir = step_folder(folder, step);  // throws on every rank alike
+  if (all[0].committed)
+    throw std::invalid_argument("ckpt: mpi::save: step " + std::to_string(step) + " is already committed in '" +
+                                folder.string() + "' ('" + (dir / index_file_name).string() +
+                                "' exists); a committed step is never rewritten");
+  struct placement {
+    int writer;
+    const holding::entry* first;
+  };
+  std::map<std::string, placement, std::less<>> plan;
+  std::vector<std::size_t> written_by(static_cast<std::size_t>(size), 0);
+  std::uint64_t total_size = 0;
+  for (int r = 0; r < size; ++r) {
+    for (const holding::entry& x : all[static_cast<std::size_t>(r)].entries) {
+      const auto [it, inserted] = plan.try_emplace(x.name, placement{r, &x});
+      if (inserted) {
+        ++written_by[static_cast<std::size_t>(r)];
+        total_size += nbytes_of(x.type, numel_of(x.shape));
+      } else if (it->second.first->type != x.type || it->second.first->shape != x.shape) {
+        throw std::invalid_argument("ckpt: mpi::save of step " + std::to_string(step) + ": the entry '" + x.name +
+                                    "' is " + describe(it->second.first->type, it->second.first->shape) +
+                                    " on rank " + std::to_string(it->second.writer) + " but " +
+                                    describe(x.type, x.shape) + " on rank " + std::to_string(r));
+      }
+    }
+  }
+  // Shard k goes to the k-th rank that writes anything, so that the names run 1..K without gaps.
+  std::vector<std::string> shard_of_rank(static_cast<std::size_t>(size));
+  const auto writers = static_cast<std::size_t>(std::ranges::count_if(written_by, [](std::size_t n) { return n > 0; }));
+  for (std::size_t r = 0, k = 0; r < written_by.size(); ++r)
+    if (written_by[r] > 0) shard_of_rank[r] = shard_name(++k, writers);
+  metadata_map metadata = all[0].metadata;
+  metadata.insert_or_assign("step", std::to_string(step));
+
+  // 3. Each rank writes its shard, all in parallel.
+  std::optional<std::filesystem::path> shard;
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw io_error(dir, "create the folder", ec);
+    const std::string& name = shard_of_rank[static_cast<std::size_t>(rank)];
+    if (!name.empty()) {
+      std::vector<checkpoint::entry> entries;
+      entries.reserve(written_by[static_cast<std::size_t>(rank)]);
+      for (const auto& e : local)
+        if (plan.find(e.first)->second.writer == rank) entries.push_back(e);
+      ckpt::save(dir / name, checkpoint(std::move(entries), metadata), ckpt::save_options{.digest = options.digest});
+      shard = dir / name;
+    }
+  } catch (...) {
+    local_error = std::current_exception();
+  }
+  // 4. The one agreement that every shard is durable (ckpt::save returned after its fsyncs).
+  if (const std::optional<detail::failure> f = detail::agree(comm, local_error)) {
+    undo(comm, dir, shard);
+    detail::throw_failure(comm, *f, local_error, folder, operation);
+  }
+
+  // 5. The commit: rank 0 writes the index, then tidies what an earlier, crashed attempt at this
+  // step may have left (files the index does not name); one broadcast tells every rank.
+  if (rank == 0) {
+    try {
+      std::map<std::string, std::string> weight_map;
+      for (const auto& [name, where] : plan) weight_map.emplace(name, shard_of_rank[static_cast<std::size_t>(where.writer)]);
+      write_index(dir / index_file_name, index_text(total_size, weight_map));
+      std::set<std::string, std::less<>> keep(shard_of_rank.begin(), shard_of_rank.end());
+      keep.emplace(index_file_name);
+      std::error_code ec;
+      for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+        if (!keep.contains(it->path().filename().string())) {
+          std::error_code ignored;
+          std::filesystem::remove_all(it->path(), ignored);
+        }
+    } catch (...) {
+      local_error = std::current_exception();
+    }
+  }
+  if (const std::optional<detail::failure> f = detail::agree(comm, local_error)) {
+    undo(comm, dir, shard);
+    detail::throw_failure(comm, *f, local_error, folder, operation);
+  }
+  return dir;
+}
+
+checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step, const load_options& options) {
+  const int rank = detail::rank_of(comm);
+  const int size = detail::size_of(comm);
+  checkpoint result;
+  std::exception_ptr local_error;
+  try {
+    const std::filesystem::path index = step_folder(folder, step) / index_file_name;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(index, ec))
+      throw std::invalid_argument("ckpt: mpi::load: step " + std::to_string(step) + " is not committed in '" +
+                                  folder.string() + "' (there is no '" + index.string() + "')");
+    // Every rank maps every shard (headers only), through the one reader of sharded checkpoints.
+    result = ckpt::load_sharded(index, {.verify_digest = false});
+    if (options.verify_digest) {
+      // Each shard's digest once in all: shard k by rank k mod size.
+      const std::vector<std::string> shards = shards_of(index);
+      for (std::size_t k = static_cast<std::size_t>(rank); k < shards.size(); k += static_cast<std::size_t>(size))
+        static_cast<void>(ckpt::load(index.parent_path() / shards[k], {.verify_digest = true}));
+    }
+  } catch (...) {
+    local_error = std::current_exception();
+  }
+  detail::settle(comm, local_error, folder, "load of step " + std::to_string(step));
+  return result;
+}
+
+std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  if (!std::filesystem::exists(folder, ec)) return steps;
+  std::filesystem::directory_iterator it(folder, ec);
+  if (ec) throw io_error(folder, "list", ec);
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::optional<std::int64_t> step = step_of(it->path().filename().string());
+    std::error_code ignored;
+    if (step && std::filesystem::is_regular_file(it->path() / index_file_name, ignored)) steps.push_back(*step);
+  }
+  if (ec) throw io_error(folder, "list", ec);
+  std::ranges::sort(steps);
+  return steps;
+}
+
+std::optional<std::int64_t> latest_step(MPI_Comm comm, const std::filesystem::path& folder) {
+  std::int64_t latest = -1;
+  std::exception_ptr local_error;
+  if (detail::rank_of(comm) == 0) {
+    try {
+      const std::vector<std::int64_t> steps = committed_steps(folder);
+      if (!steps.empty()) latest = steps.back();
+    } catch (...) {
+      local_error = std::current_exception();
+    }
+  }
+  detail::settle(comm, local_error, folder, "latest_step");
+  MPI_Bcast(&latest, 1, MPI_INT64_T, 0, comm);
+  if (latest < 0) return std::nullopt;
+  return latest;
+}
+
+}  // namespace ckpt::mpi

@@ -1,0 +1,359 @@
+#include <ckpt/detail/io_hooks.hpp>
+#include <ckpt/sharded.hpp>
+
+#include "safetensors.hpp"
+#include "temporary_name.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/string_view.hpp>
+#include <boost/json/value.hpp>
+#include <boost/locale/utf.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+namespace ckpt {
+namespace {
+
+constexpr std::string_view shard_suffix = ".safetensors";
+constexpr std::string_view index_suffix = ".safetensors.index.json";
+
+std::error_code last_error() { return {errno, std::system_category()}; }
+
+// Owns a file descriptor.
+class file_descriptor {
+ public:
+  explicit file_descriptor(int fd) noexcept : fd_(fd) {}
+  file_descriptor(const file_descriptor&) = delete;
+  file_descriptor& operator=(const file_descriptor&) = delete;
+  ~file_descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  // Closes now, reporting the error close() gives (a failed close may mean lost writes).
+  int close() noexcept { return ::close(std::exchange(fd_, -1)); }
+
+ private:
+  int fd_;
+};
+
+std::string shard_name(const std::string& base, std::size_t number, std::size_t count) {
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "-%05zu-of-%05zu", number, count);
+  return base + digits + std::string(shard_suffix);
+}
+
+// True for `<base>-NNNNN-of-NNNNN.safetensors`: a shard of some save with this base name.
+bool is_shard_name(std::string_view name, std::string_view base) {
+  if (!name.starts_with(base) || !name.ends_with(shard_suffix)) return false;
+  std::string_view rest = name.substr(base.size(), name.size() - base.size() - shard_suffix.size());
+  const auto digits = [&rest](std::string_view prefix) {
+    if (!rest.starts_with(prefix)) return false;
+    rest.remove_prefix(prefix.size());
+    const std::size_t n = std::min(rest.find_first_not_of("0123456789"), rest.size());
+    rest.remove_prefix(n);
+    return n >= 5;
+  };
+  return digits("-") && digits("-of-") && rest.empty();
+}
+
+std::string json_string(std::string_view s) { return boost::json::serialize(boost::json::string_view(s.data(), s.size())); }
+
+// `s` (valid UTF-8: every name was checked by the shards' save) as Python's json.dumps writes it
+// with its default ensure_ascii: printable ASCII as is, \" \\ \n \r \t \b \f, every other code
+// point as \uXXXX (a surrogate pair above U+FFFF), so that the index matches transformers' byte
+// for byte.
+std::string python_json_string(std::string_view s) {
+  using traits = boost::locale::utf::utf_traits<char>;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  const auto escape = [&out](std::uint32_t unit) {
+    out += "\\u";
+    for (int shift = 12; shift >= 0; shift -= 4) out += hex[(unit >> shift) & 0xf];
+  };
+  const char* p = s.data();
+  const char* const end = p + s.size();
+  while (p != end) {
+    const boost::locale::utf::code_point c = traits::decode(p, end);
+    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete) {
+      std::string shown;  // every byte past ASCII as \xNN, so that the message prints
+      for (const char byte : s) {
+        const auto b = static_cast<unsigned char>(byte);
+        if (b >= 0x20 && b < 0x7f) {
+          shown += byte;
+        } else {
+          shown += "\\x";
+          shown += hex[b >> 4];
+          shown += hex[b & 0xf];
+        }
+      }
+      throw std::invalid_argument("ckpt: save_sharded: the name '" + shown + "' is not valid UTF-8");
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c >= 0x20 && c < 0x7f) {
+          out += static_cast<char>(c);
+        } else if (c < 0x10000) {
+          escape(c);
+        } else {
+          escape(0xd800 + ((c - 0x10000) >> 10));
+          escape(0xdc00 + ((c - 0x10000) & 0x3ff));
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// The index as transformers writes it (json.dumps with indent=2 and sorted keys; `weight_map`
+// comes sorted by name).
+std::string index_text(std::uint64_t total_size, const std::vector<std::pair<std::string, std::string>>& weight_map) {
+  std::string out = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total_size) + "\n  },\n";
+  out += "  \"weight_map\": {";
+  for (std::size_t i = 0; i < weight_map.size(); ++i) {
+    out += i == 0 ? "\n    " : ",\n    ";
+    out += python_json_string(weight_map[i].first) + ": " + python_json_string(weight_map[i].second);
+  }
+  out += weight_map.empty() ? "}\n}\n" : "\n  }\n}\n";
+  return out;
+}
+
+// Writes `text` to `path` as ckpt::save writes a checkpoint: a temporary file beside it, fsynced,
+// renamed over it, and the folder fsynced; on failure `path` is unchanged and the temporary gone.
+// Errors name `path`, as the writer's do, rather than the temporary's random name.
+void write_atomically(const std::filesystem::path& path, std::string_view text) {
+  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : ".";
+  std::string temporary = detail::temporary_pattern(path);
+  file_descriptor fd(::mkostemp(temporary.data(), O_CLOEXEC));
+  if (fd.get() < 0) throw io_error(path, "create a temporary file beside", last_error());
+  struct remover {
+    const std::string* path;
+    ~remover() {
+      if (path != nullptr) ::unlink(path->c_str());
+    }
+  } cleanup{&temporary};
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    iovec piece{const_cast<char*>(text.data() + done), text.size() - done};
+    const ssize_t n = detail::hooks().writev(fd.get(), &piece, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(path, "write", last_error());
+    done += static_cast<std::size_t>(n);
+  }
+  if (detail::hooks().fsync(fd.get()) != 0) throw io_error(path, "fsync", last_error());
+  if (fd.close() != 0) throw io_error(path, "close", last_error());
+  if (detail::hooks().rename(temporary.c_str(), path.c_str()) != 0)
+    throw io_error(path, "rename a temporary file over", last_error());
+  cleanup.path = nullptr;
+  file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
+  if (detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
+}
+
+std::string read_index(const std::filesystem::path& path) {
+  file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw io_error(path, "open", last_error());
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) throw io_error(path, "stat", last_error());
+  if (!S_ISREG(info.st_mode)) throw index_error(path, "it is not a regular file");
+  // An index lists names only; one larger than the format's header cap is no index.
+  if (static_cast<std::uint64_t>(info.st_size) > detail::max_header_size)
+    throw index_error(path, "it is " + std::to_string(info.st_size) + " bytes, more than the " +
+                                std::to_string(detail::max_header_size) + " an index may have");
+  std::string text(static_cast<std::size_t>(info.st_size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::pread(fd.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(path, "read", last_error());
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
+  return text;
+}
+
+// The index in `folder`: its one `*.safetensors.index.json`.
+std::filesystem::path index_in(const std::filesystem::path& folder) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > index_suffix.size() && name.ends_with(index_suffix)) found.push_back(name);
+  }
+  if (ec) throw io_error(folder, "list the folder", ec);
+  std::sort(found.begin(), found.end());
+  if (found.empty())
+    throw error(folder, "ckpt: the folder '" + folder.string() + "' holds no sharded checkpoint index (*" +
+                            std::string(index_suffix) + ")");
+  if (found.size() > 1)
+    throw error(folder, "ckpt: the folder '" + folder.string() + "' holds " + std::to_string(found.size()) +
+                            " sharded checkpoint indexes ('" + found[0] + "', '" + found[1] +
+                            (found.size() > 2 ? "', ...)" : "')") + "; load the one you mean");
+  return folder / found.front();
+}
+
+bool is_plain_file_name(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
+}
+
+}  // namespace
+
+sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint& t, std::uint64_t max_shard_bytes,
+                           const shard_options& options) {
+  if (max_shard_bytes == 0) throw std::invalid_argument("ckpt: save_sharded: max_shard_bytes must be positive, got 0");
+  if (options.base_name.empty() || !is_plain_file_name(options.base_name))
+    throw std::invalid_argument("ckpt: save_sharded: the base name '" + options.base_name +
+                                "' is not a plain file name part");
+  static_cast<void>(python_json_string(options.base_name));  // valid UTF-8, before anything is written
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) throw io_error(folder, "create the folder", ec);
+
+  // huggingface_hub's split_state_dict_into_shards_factory, in name order: an entry over the
+  // limit is appended as a shard of its own at once; the others fill the current shard, which is
+  // appended when the next entry would take it over the limit, or at the end.
+  std::vector<std::vector<checkpoint::entry>> groups;
+  std::vector<checkpoint::entry> current;
+  std::uint64_t current_size = 0;
+  std::uint64_t total_size = 0;
+  for (const auto& e : t) {
+    const std::uint64_t size = e.second.nbytes();
+    total_size += size;
+    if (size > max_shard_bytes) {
+      groups.push_back({e});
+      continue;
+    }
+    if (current_size + size > max_shard_bytes) {
+      groups.push_back(std::exchange(current, {}));
+      current_size = 0;
+    }
+    current.push_back(e);
+    current_size += size;
+  }
+  if (!current.empty()) groups.push_back(std::move(current));
+
+  sharded_files files;
+  files.index = folder / (options.base_name + std::string(index_suffix));
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  weight_map.reserve(t.size());
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const std::string name = shard_name(options.base_name, i + 1, groups.size());
+    for (const auto& e : groups[i]) weight_map.emplace_back(e.first, name);
+    files.shards.push_back(folder / name);
+    save(files.shards.back(), checkpoint(std::move(groups[i]), t.metadata()), options.save);
+  }
+  // Sorted by name, as transformers' json.dumps(sort_keys=True) writes it.
+  std::sort(weight_map.begin(), weight_map.end());
+  // Last: until the index names the new shards, readers of the folder see the previous save.
+  write_atomically(files.index, index_text(total_size, weight_map));
+
+  if (options.remove_stale_shards) {
+    // Best effort: the save is complete once the index is in place, and a shard left behind is
+    // only wasted space (no index names it).
+    std::vector<std::filesystem::path> stale;
+    for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (is_shard_name(name, options.base_name) &&
+          std::find(files.shards.begin(), files.shards.end(), folder / name) == files.shards.end())
+        stale.push_back(it->path());
+    }
+    for (const auto& path : stale) {
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+  }
+  return files;
+}
+
+bool is_sharded_path(const std::filesystem::path& path) noexcept {
+  if (std::string_view(path.native()).ends_with(".index.json")) return true;
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
+  std::error_code ec;
+  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
+  const std::filesystem::path folder = index.has_parent_path() ? index.parent_path() : ".";
+  const std::string text = read_index(index);
+
+  boost::json::error_code json_error;
+  const boost::json::value root = boost::json::parse(text, json_error);
+  if (json_error) throw index_error(index, "it is not JSON: " + json_error.message());
+  const boost::json::object* object = root.if_object();
+  if (object == nullptr) throw index_error(index, "it is not a JSON object");
+  if (const boost::json::value* metadata = object->if_contains("metadata");
+      metadata != nullptr && !metadata->is_object())
+    throw index_error(index, "its 'metadata' is not an object");
+  const boost::json::value* map_value = object->if_contains("weight_map");
+  if (map_value == nullptr) throw index_error(index, "it has no 'weight_map'");
+  const boost::json::object* map = map_value->if_object();
+  if (map == nullptr) throw index_error(index, "its 'weight_map' is not an object");
+
+  // Entry names by shard, each shard loaded once.
+  std::map<std::string, std::vector<std::string>, std::less<>> by_shard;
+  for (const auto& [key, value] : *map) {
+    const std::string name(key);
+    if (name.empty() || name == "__metadata__")
+      throw index_error(index, "the weight_map entry '" + name + "' is not a valid entry name");
+    const boost::json::string* shard = value.if_string();
+    if (shard == nullptr)
+      throw index_error(index, "the weight_map entry '" + name + "' is " + boost::json::serialize(value) +
+                                   ", not a shard file name");
+    if (!is_plain_file_name(*shard))
+      throw index_error(index, "the weight_map entry '" + name + "' names the shard " + json_string(*shard) +
+                                   ", which is not a file name in the index's folder");
+    by_shard[std::string(*shard)].push_back(name);
+  }
+
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(map->size());
+  std::optional<metadata_map> common;
+  for (const auto& [shard, names] : by_shard) {
+    const checkpoint part = load(folder / shard, options);
+    for (const std::string& name : names) {
+      const tensor* x = part.find(name);
+      if (x == nullptr)
+        throw index_error(index, "the entry '" + name + "' is not in its shard '" + shard + "'");
+      entries.emplace_back(name, *x);
+    }
+    // Keep what every shard agrees on; a key that differs (a per-file digest) is not the whole's.
+    if (!common) {
+      common = part.metadata();
+    } else {
+      std::erase_if(*common, [&part](const auto& kv) {
+        const auto it = part.metadata().find(kv.first);
+        return it == part.metadata().end() || it->second != kv.second;
+      });
+    }
+  }
+  metadata_map metadata = common.value_or(metadata_map{});
+  // A digest describes one file's bytes, never a checkpoint spanning several.
+  if (const auto it = metadata.find(digest_key); it != metadata.end()) metadata.erase(it);
+  return checkpoint(std::move(entries), std::move(metadata));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Runs the libFuzzer campaign against the reader: tests/fuzz/run.sh [SECONDS] (default 60).
+#
+# Configures and builds fuzz_load in build-fuzz/ (clang, -fsanitize=fuzzer-no-link,address,undefined
+# for the whole of ckpt), seeds a work corpus there from ../shared/fixtures (every file, recursively)
+# and tests/corpus, and fuzzes for SECONDS. The growing corpus and any crash artifacts stay in the
+# build folder, outside the repository: see tests/corpus/README.md for what to keep.
+# Environment: CKPT_FUZZ_BUILD (the build folder), CKPT_FUZZ_SOURCE (the source tree to build, by
+# default this one: point it at a copy to fuzz a fixed snapshot), CKPT_SHARED_DIR, FUZZ_ARGS
+# (extra libFuzzer flags, e.g. -runs=0 to replay the corpus only, or -jobs=N).
+set -eu
+
+seconds=${1:-60}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+src_tree=${CKPT_FUZZ_SOURCE:-$root}
+build=${CKPT_FUZZ_BUILD:-$root/build-fuzz}
+shared=${CKPT_SHARED_DIR:-$root/../shared}
+
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S "$src_tree" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -g -DNDEBUG" \
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DCKPT_WERROR=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_EXAMPLES=OFF -DCKPT_BUILD_FUZZ=ON \
+    -DCKPT_SHARED_DIR="$shared"
+fi
+nice -n 10 cmake --build "$build" --target fuzz_load -j2
+
+# The seeds, flattened (fixtures/valid/x.safetensors -> valid_x.safetensors); libFuzzer writes
+# what it finds into the first folder only.
+seeds="$build/fuzz-seeds"
+work="$build/fuzz-corpus"
+artifacts="$build/fuzz-artifacts"
+rm -rf "$seeds"
+mkdir -p "$seeds" "$work" "$artifacts"
+(cd "$shared/fixtures" && find . -type f) | while read -r f; do
+  cp "$shared/fixtures/$f" "$seeds/$(echo "${f#./}" | tr / _)"
+done
+cp "$root"/tests/corpus/* "$seeds"/ 2>/dev/null || true
+
+# Leaks count as findings (detect_leaks), and so does any UBSan report (-fno-sanitize-recover).
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+# shellcheck disable=SC2086
+exec nice -n 10 "$build/tests/fuzz_load" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+  -timeout=10 -max_len=65536 -print_final_stats=1 -dict="$here/safetensors.dict" \
+  -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} "$work" "$seeds"

@@ -1,0 +1,170 @@
+// A rank that fails in the middle of ckpt::mpi::save: the disk fills up while it writes its shard,
+// or rank 0 cannot put the index in place. Every rank must then throw the same error, no index
+// may exist, the shards already written must be gone, and the previous step must load intact.
+// The faults come through the I/O seam of the single-process writer (ckpt/detail/io_hooks.hpp),
+// installed on the failing rank only.
+
+#include "mpi_test.hpp"
+
+#include <ckpt/detail/io_hooks.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/mpi.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace {
+
+using namespace ckpt_mpi_test;
+namespace fs = std::filesystem;
+
+ckpt::tensor f32(ckpt::dims shape, float first) {
+  std::vector<float> values(static_cast<std::size_t>(ckpt::numel_of(shape)));
+  for (std::size_t k = 0; k < values.size(); ++k) values[k] = first + static_cast<float>(k);
+  return ckpt::tensor::copy_of(ckpt::dtype::f32, std::move(shape), std::as_bytes(std::span(values)));
+}
+
+// What rank `rank` holds at `step`: an entry of its own (so that every rank writes a shard) and
+// a replicated one.
+ckpt::checkpoint state_of(int rank, std::int64_t step) {
+  return ckpt::concat({ckpt::of_tensor("part." + std::to_string(rank), f32({64, 16}, static_cast<float>(step * 10 + rank))),
+                       ckpt::of_tensor("shared", f32({8}, static_cast<float>(step)))});
+}
+
+ckpt::checkpoint whole_state(int size, std::int64_t step) {
+  std::vector<ckpt::checkpoint> parts{ckpt::of_tensor("shared", f32({8}, static_cast<float>(step)))};
+  for (int r = 0; r < size; ++r)
+    parts.push_back(ckpt::of_tensor("part." + std::to_string(r), f32({64, 16}, static_cast<float>(step * 10 + r))));
+  return ckpt::concat(parts);
+}
+
+std::string shard(int k, int count) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k, count);
+  return name;
+}
+
+// The disk fills up after the first 16 bytes of a file: a short write, then ENOSPC.
+int writes = 0;
+ssize_t disk_full_writev(int fd, const iovec* pieces, int count) {
+  if (count == 0) return 0;
+  if (writes++ == 0) return ::write(fd, pieces[0].iov_base, std::min<std::size_t>(pieces[0].iov_len, 16));
+  errno = ENOSPC;
+  return -1;
+}
+
+bool is_index(const char* path) { return std::string_view(path).ends_with(ckpt::mpi::index_file_name); }
+
+int failing_rename(const char* from, const char* to) {
+  if (is_index(to)) {
+    errno = EIO;
+    return -1;
+  }
+  return ::rename(from, to);
+}
+
+// The index is renamed into place, then the folder's fsync fails: the commit is not durable.
+bool index_renamed = false;
+int rename_noting_index(const char* from, const char* to) {
+  const int result = ::rename(from, to);
+  if (result == 0 && is_index(to)) index_renamed = true;
+  return result;
+}
+int failing_folder_fsync(int fd) {
+  struct stat info {};
+  if (index_renamed && ::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode)) {
+    errno = EIO;
+    return -1;
+  }
+  return ::fsync(fd);
+}
+
+// Saves step 1, then makes step 2 fail on rank `failing` with `hooks`; checks every rank's error
+// (the failing rank's message is `cause`), that nothing of step 2 remains, and that step 1 is
+// intact.
+void check_failed_save(const fs::path& folder, int failing, const ckpt::detail::io_hooks& hooks, const std::string& cause) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  ckpt::mpi::save(comm, folder, 1, state_of(rank, 1));
+
+  std::string message;
+  int reported = -1;
+  bool nested_io_error = false;
+  {
+    std::optional<ckpt::detail::io_hooks_guard> guard;
+    if (rank == failing) guard.emplace(hooks);
+    try {
+      ckpt::mpi::save(comm, folder, 2, state_of(rank, 2));
+      fail(__FILE__, __LINE__, "no exception was thrown");
+    } catch (const ckpt::mpi::collective_error& e) {
+      message = e.what();
+      reported = e.rank();
+      try {
+        std::rethrow_if_nested(e);
+      } catch (const ckpt::io_error&) {
+        nested_io_error = true;
+      }
+    }
+  }
+  CHECK_EQ(reported, failing);
+  CHECK_EQ(nested_io_error, rank == failing);
+  const std::string head = "ckpt: mpi::save of step 2 in '" + folder.string() + "' failed on rank " +
+                           std::to_string(failing) + " of " + std::to_string(size) + ": ";
+  CHECK_EQ(message, head + cause);
+  // Step 2 does not exist, not even as a folder; step 1 is as it was.
+  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 2)));
+  CHECK_EQ(ckpt::mpi::committed_steps(folder), std::vector<std::int64_t>{1});
+  CHECK_EQ(ckpt::mpi::latest_step(comm, folder), std::optional<std::int64_t>(1));
+  CHECK(same(ckpt::mpi::load(comm, folder, 1), whole_state(size, 1)));
+  // And the next save goes through.
+  ckpt::mpi::save(comm, folder, 2, state_of(rank, 2));
+  CHECK(same(ckpt::mpi::load(comm, folder, 2), whole_state(size, 2)));
+}
+
+void disk_full_on_the_last_rank(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  const int failing = size - 1;
+  writes = 0;
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.writev = disk_full_writev;
+  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(size, size);
+  check_failed_save(folder, failing, hooks, "ckpt: cannot write '" + shard_file.string() + "': No space left on device");
+}
+
+void disk_full_on_rank_0(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  writes = 0;
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.writev = disk_full_writev;
+  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(1, size);
+  check_failed_save(folder, 0, hooks, "ckpt: cannot write '" + shard_file.string() + "': No space left on device");
+}
+
+void index_cannot_be_renamed(const fs::path& folder) {
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.rename = failing_rename;
+  const fs::path index = ckpt::mpi::step_folder(folder, 2) / ckpt::mpi::index_file_name;
+  check_failed_save(folder, 0, hooks,
+                    "ckpt: cannot rename a temporary file over '" + index.string() + "': Input/output error");
+}
+
+void index_not_durable(const fs::path& folder) {
+  index_renamed = false;
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.rename = rename_noting_index;
+  hooks.fsync = failing_folder_fsync;
+  // The index was in place for a moment: it must be gone again, before the shards it names.
+  check_failed_save(folder, 0, hooks,
+                    "ckpt: cannot fsync folder '" + ckpt::mpi::step_folder(folder, 2).string() + "': Input/output error");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_all(argc, argv, "test_mpi_failure",
+                 {{"disk_full_on_the_last_rank", disk_full_on_the_last_rank},
+                  {"disk_full_on_rank_0", disk_full_on_rank_0},
+                  {"index_cannot_be_renamed", index_cannot_be_renamed},
+                  {"index_not_durable", index_not_durable}});
+}

@@ -1,0 +1,174 @@
+// ckpt::mpi::checkpoint_manager at 1, 2 and 4 ranks: the retention rules keep exactly what the
+// single-process manager keeps for the same saves, keep-best uses rank 0's metric and survives a
+// reopen, arguments are refused on every rank alike, opening removes uncommitted step folders
+// and finishes an interrupted retention, and a second manager on the folder is refused.
+
+#include "mpi_test.hpp"
+
+#include <ckpt/manager.hpp>
+#include <ckpt/mpi.hpp>
+
+namespace {
+
+using namespace ckpt_mpi_test;
+namespace fs = std::filesystem;
+
+// What rank `rank` holds at `step`: a part of its own and a replicated counter.
+ckpt::checkpoint state_of(int rank, std::int64_t step) {
+  return ckpt::concat({ckpt::of_int("part." + std::to_string(rank), static_cast<int>(step * 10 + rank)),
+                       ckpt::of_int("step", static_cast<int>(step))});
+}
+
+// The steps the single-process manager keeps for the same saves (rank 0 runs it in a folder of
+// its own): the reference the MPI manager must match.
+std::vector<std::int64_t> single_process_steps(const fs::path& folder, const ckpt::checkpoint_manager_options& options,
+                                               const std::vector<std::pair<std::int64_t, ckpt::metadata_map>>& saves) {
+  ckpt::checkpoint_manager reference(folder, options);
+  for (const auto& [step, metadata] : saves) reference.save(step, ckpt::of_int("step", static_cast<int>(step)), metadata);
+  return reference.steps();
+}
+
+std::vector<std::string> step_folders(const std::vector<std::int64_t>& steps) {
+  std::vector<std::string> names;
+  for (std::int64_t step : steps) names.push_back(ckpt::mpi::step_folder("", step).filename().string());
+  return names;
+}
+
+void retention_matches_the_single_process_manager(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const ckpt::checkpoint_manager_options options{.max_to_keep = 2, .keep_every_n_steps = 4};
+  std::vector<std::pair<std::int64_t, ckpt::metadata_map>> saves;
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
+    CHECK(manager.steps().empty());
+    CHECK(!manager.latest_step());
+    CHECK(!manager.load_latest());
+    for (std::int64_t step = 1; step <= 9; ++step) {
+      CHECK(manager.save(step, state_of(rank, step)));
+      saves.emplace_back(step, ckpt::metadata_map{});
+    }
+    CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 8, 9}));
+    CHECK_EQ(manager.steps(), ckpt::mpi::committed_steps(folder / "mpi"));
+    std::vector<std::string> expected = step_folders(manager.steps());
+    expected.push_back(".ckpt-mpi-manager.lock");
+    std::ranges::sort(expected);
+    CHECK_EQ(listing(folder / "mpi"), expected);
+    CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(9));
+    const std::optional<ckpt::checkpoint> latest = manager.load_latest();
+    CHECK(latest.has_value());
+    CHECK_EQ(ckpt::to_int("part." + std::to_string(rank), *latest), 90 + rank);
+    CHECK_EQ(latest->metadata().at("step"), std::string("9"));
+    CHECK(latest->metadata().contains("wall_time"));
+    CHECK_EQ(ckpt::to_int("step", manager.load(4)), 4);
+  }
+  if (rank == 0) CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
+}
+
+void keep_best_uses_rank_0s_metric(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const ckpt::checkpoint_manager_options options{.max_to_keep = 1, .keep_best = 1, .best_metric = "val_loss"};
+  const std::vector<std::string> losses{"0.5", "0.2", "0.9", "0.7", "0.8"};
+  std::vector<std::pair<std::int64_t, ckpt::metadata_map>> saves;
+  // Other ranks pass another value: rank 0's is the step's.
+  auto metadata_of = [&](std::int64_t step) {
+    return ckpt::metadata_map{{"val_loss", rank == 0 ? losses[static_cast<std::size_t>(step - 1)] : "0.0"}};
+  };
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
+    for (std::int64_t step = 1; step <= 4; ++step) {
+      manager.save(step, state_of(rank, step), metadata_of(step));
+      saves.emplace_back(step, ckpt::metadata_map{{"val_loss", losses[static_cast<std::size_t>(step - 1)]}});
+    }
+    CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 4}));
+    CHECK_EQ(manager.load(2).metadata().at("val_loss"), std::string("0.2"));
+    // A metric that is not a number is refused on every rank, before anything is written.
+    const ckpt::metadata_map bad{{"val_loss", rank == 0 ? "abc" : "0.1"}};
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(5, state_of(rank, 5), bad)),
+             std::string("ckpt: mpi::checkpoint_manager: the metric 'val_loss' = 'abc' is not a number"));
+    CHECK(!fs::exists(ckpt::mpi::step_folder(folder / "mpi", 5)));
+  }
+  {
+    // Reopened, the manager reads the metrics back from the steps' headers: step 2 stays best.
+    ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
+    manager.save(5, state_of(rank, 5), metadata_of(5));
+    saves.emplace_back(5, ckpt::metadata_map{{"val_loss", losses[4]}});
+    CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 5}));
+  }
+  if (rank == 0) CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
+}
+
+void arguments_refused_on_every_rank(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::checkpoint_manager(comm, folder, {.save_interval_steps = 0})),
+           std::string("ckpt: mpi::checkpoint_manager: save_interval_steps must be at least 1, not 0"));
+  ckpt::mpi::checkpoint_manager manager(comm, folder, {.save_interval_steps = 2});
+  CHECK(!manager.save(3, state_of(rank, 3)));  // not a multiple of 2: skipped everywhere
+  CHECK(manager.steps().empty());
+  CHECK(manager.save(3, state_of(rank, 3), {}, /*force=*/true));
+  CHECK(manager.save(4, state_of(rank, 4)));
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(4, state_of(rank, 4))),
+           "ckpt: mpi::checkpoint_manager: step 4 is not newer than the latest step in '" + folder.string() + "' (step 4)");
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(-2, state_of(rank, 4))),
+           std::string("ckpt: mpi::checkpoint_manager: negative step -2"));
+  if (size > 1) {
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(rank == size - 1 ? 8 : 6, state_of(rank, 6))),
+             std::string("ckpt: mpi::checkpoint_manager: the ranks disagree on the step (from 6 to 8)"));
+  }
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, static_cast<void>(manager.load(5))),
+           "ckpt: mpi::checkpoint_manager: no checkpoint for step 5 in '" + folder.string() + "'");
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{3, 4}));
+}
+
+void opening_removes_uncommitted_steps(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  ckpt::mpi::save(comm, folder, 3, state_of(rank, 3));
+  MPI_Barrier(comm);
+  if (rank == 0) {
+    // A crashed job's step 7 (shards, no index), and a folder of the user's that only looks alike.
+    fs::create_directories(ckpt::mpi::step_folder(folder, 7));
+    ckpt::save(ckpt::mpi::step_folder(folder, 7) / "model-00001-of-00002.safetensors", state_of(0, 7));
+    fs::create_directories(folder / "step-7");
+  }
+  MPI_Barrier(comm);
+  ckpt::mpi::checkpoint_manager manager(comm, folder, {});
+  CHECK_EQ(manager.steps(), std::vector<std::int64_t>{3});
+  std::vector<std::string> expected{".ckpt-mpi-manager.lock", "step-0000000003", "step-7"};
+  CHECK_EQ(listing(folder), expected);
+
+  // A second manager on the folder is refused while the first holds it, on every rank.
+  const fs::path lock = folder / ".ckpt-mpi-manager.lock";
+  CHECK_EQ(MESSAGE_OF(ckpt::mpi::collective_error, ckpt::mpi::checkpoint_manager(comm, folder, {})),
+           "ckpt: mpi::checkpoint_manager in '" + folder.string() + "' failed on rank 0 of " + std::to_string(size) +
+               ": ckpt: the checkpoint folder '" + folder.string() +
+               "' is in use by another checkpoint_manager (lock file '" + lock.string() + "')");
+  // The refused one did not disturb the first.
+  CHECK(manager.save(8, state_of(rank, 8)));
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{3, 8}));
+}
+
+void opening_finishes_retention(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  // A job that died after its commits and before its deletions left four steps.
+  for (std::int64_t step = 1; step <= 4; ++step) ckpt::mpi::save(comm, folder, step, state_of(rank, step));
+  ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 2});
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{3, 4}));
+  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-mpi-manager.lock", "step-0000000003", "step-0000000004"}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_all(argc, argv, "test_mpi_manager",
+                 {{"retention_matches_the_single_process_manager", retention_matches_the_single_process_manager},
+                  {"keep_best_uses_rank_0s_metric", keep_best_uses_rank_0s_metric},
+                  {"arguments_refused_on_every_rank", arguments_refused_on_every_rank},
+                  {"opening_removes_uncommitted_steps", opening_removes_uncommitted_steps},
+                  {"opening_finishes_retention", opening_finishes_retention}});
+}

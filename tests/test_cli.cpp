@@ -1,0 +1,664 @@
+// The command-line tool `ckpt` (tools/), run as a program on checkpoints the library writes: the
+// exact stdout, stderr and exit status of each subcommand, its --help and its usage errors; and
+// list_steps/checkpoint_path, the read-only view of a checkpoint_manager folder it relies on.
+#define BOOST_TEST_MODULE cli
+#include <boost/test/unit_test.hpp>
+
+#include "support.hpp"
+
+#include <ckpt/error.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
+#include <ckpt/sharded.hpp>
+
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <stdlib.h>  // posix_openpt, grantpt, unlockpt, ptsname
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using ckpt_test::folder_listing;
+using ckpt_test::message_of;
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
+
+struct result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs the tool with `args`, its stdout and stderr sent to files (no pipe to deadlock on), and
+// waits for it. The working folder is `cwd`, so that relative paths in messages are short.
+result run(const fs::path& cwd, const std::vector<std::string>& args) {
+  const fs::path out = cwd / ".stdout", err = cwd / ".stderr";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> argv_strings{CKPT_TOOL};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The tool runs in `cwd`: the parent changes folder around the spawn (posix_spawn has no chdir
+  // action before glibc 2.29's non-portable one), which is safe in this single-threaded test.
+  const fs::path before = fs::current_path();
+  fs::current_path(cwd);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  fs::current_path(before);
+  posix_spawn_file_actions_destroy(&actions);
+  BOOST_REQUIRE_EQUAL(rc, 0);
+  int wstatus = 0;
+  BOOST_REQUIRE_EQUAL(waitpid(pid, &wstatus, 0), pid);
+  BOOST_REQUIRE(WIFEXITED(wstatus));
+  result r{WEXITSTATUS(wstatus), read_bytes(out), read_bytes(err)};
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+// Runs the tool with a terminal (a pseudo-terminal) as its stdout, and returns its exit status and
+// what it wrote there (the terminal turns "\n" into "\r\n").
+result run_on_terminal(const fs::path& cwd, const std::vector<std::string>& args) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  BOOST_REQUIRE(master >= 0);
+  BOOST_REQUIRE(grantpt(master) == 0 && unlockpt(master) == 0);
+  const int slave = ::open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  BOOST_REQUIRE(slave >= 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, slave, STDOUT_FILENO);
+  std::vector<std::string> argv_strings{CKPT_TOOL};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const fs::path before = fs::current_path();
+  fs::current_path(cwd);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  fs::current_path(before);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(slave);
+  BOOST_REQUIRE_EQUAL(rc, 0);
+  // Until the child's end closes the terminal (read then fails with EIO); bounded by a timeout.
+  result r;
+  for (char buffer[4096];;) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) break;
+    const ssize_t n = ::read(master, buffer, sizeof buffer);
+    if (n <= 0) break;
+    r.out.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(master);
+  int wstatus = 0;
+  BOOST_REQUIRE_EQUAL(waitpid(pid, &wstatus, 0), pid);
+  BOOST_REQUIRE(WIFEXITED(wstatus));
+  r.status = WEXITSTATUS(wstatus);
+  return r;
+}
+
+ckpt::tensor f32(ckpt::dims shape, std::vector<float> values) {
+  return ckpt::tensor::copy_of(ckpt::dtype::f32, std::move(shape), std::as_bytes(std::span(values)));
+}
+
+// The checkpoint most tests use: two F32 entries, an I32 counter, a metadata entry.
+ckpt::checkpoint sample() {
+  return ckpt::concat({ckpt::of_tensor("l1.b", f32({2}, {0.5f, -1.0f})),
+                       ckpt::of_tensor("l1.w", f32({2, 3}, {1, 2, 3, 4, 5, 6})), ckpt::of_int("step", 7)})
+      .with_metadata({{"note", "first"}});
+}
+
+// `t` with the entry `name` replaced by `x`.
+ckpt::checkpoint with(const ckpt::checkpoint& t, const std::string& name, const ckpt::tensor& x) {
+  std::vector<ckpt::checkpoint::entry> entries;
+  for (const auto& e : t)
+    if (e.first != name) entries.push_back(e);
+  entries.emplace_back(name, x);
+  return ckpt::checkpoint(std::move(entries), t.metadata());
+}
+
+// Flips the bits of the file's last byte (in the data section, so only the digest notices).
+void flip_last_byte(const fs::path& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-1, std::ios::end);
+  const char c = static_cast<char>(f.get());
+  f.seekp(-1, std::ios::end);
+  f.put(static_cast<char>(~c));
+}
+
+std::string digest_of(const fs::path& path) {
+  return ckpt::load(path, {.verify_digest = false}).metadata().at(std::string(ckpt::digest_key));
+}
+
+// What `f` returns when run in the folder `cwd`: the library's message for a relative path, as
+// the tool, run in `cwd`, prints it.
+template <class F>
+std::string in_folder(const fs::path& cwd, F&& f) {
+  const fs::path before = fs::current_path();
+  fs::current_path(cwd);
+  try {
+    std::string out = f();
+    fs::current_path(before);
+    return out;
+  } catch (...) {
+    fs::current_path(before);
+    throw;
+  }
+}
+
+void check_usage_error(const temp_dir& d, const std::vector<std::string>& args, const std::string& err) {
+  const result r = run(d.path(), args);
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.out == "");
+  BOOST_TEST(r.err == err);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(manager_folder_listing)
+
+BOOST_AUTO_TEST_CASE(list_steps_reads_the_manager_s_file_names_only) {
+  const temp_dir d;
+  BOOST_TEST(ckpt::list_steps(d.path()).empty());
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    m.save(10, sample());
+    m.save(3000000000, sample());
+    // The manager names the files; the free function names them the same way.
+    BOOST_TEST(ckpt::checkpoint_path(d.path() / "run", 10) == m.path_of(10));
+    // Read-only and lock-free: listing works while the manager holds the folder.
+    BOOST_TEST(ckpt::list_steps(d.path() / "run") == (std::vector<std::int64_t>{10, 3000000000}));
+  }
+  for (const char* decoy : {"ckpt-7.safetensors", "ckpt-00000000007.safetensors", "ckpt-0000000008.json",
+                            ".ckpt-0000000009.safetensors.tmp-abcdef", "notes.txt"})
+    std::ofstream(d.path() / "run" / decoy) << "x";
+  std::ofstream(d.path() / "run" / "ckpt-0000000002.safetensors") << "not parsed";
+  BOOST_TEST(ckpt::list_steps(d.path() / "run") == (std::vector<std::int64_t>{2, 10, 3000000000}));
+  BOOST_TEST(ckpt::checkpoint_path("f", 7) == fs::path("f") / "ckpt-0000000007.safetensors");
+  BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::checkpoint_path("f", -1); }) ==
+             "ckpt: checkpoint_path: negative step -1");
+  const fs::path missing = d.path() / "missing";
+  BOOST_TEST(message_of<ckpt::io_error>([&] { (void)ckpt::list_steps(missing); }) ==
+             "ckpt: cannot list '" + missing.string() + "': No such file or directory");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(usage)
+
+BOOST_AUTO_TEST_CASE(help_on_the_tool_and_on_every_subcommand) {
+  const temp_dir d;
+  const result top = run(d.path(), {"--help"});
+  BOOST_TEST(top.status == 0);
+  BOOST_TEST(top.err == "");
+  BOOST_TEST(top.out.starts_with("Inspect, verify, compare and convert safetensors checkpoints"));
+  for (const std::string sub : {"inspect", "verify", "diff", "convert"}) {
+    BOOST_TEST_CONTEXT(sub) {
+      BOOST_TEST(top.out.find("\n  " + sub + " ") != std::string::npos);
+      const result r = run(d.path(), {sub, "--help"});
+      BOOST_TEST(r.status == 0);
+      BOOST_TEST(r.err == "");
+      BOOST_TEST(r.out.find("Usage: ckpt " + sub + " [OPTIONS]") != std::string::npos);
+      BOOST_TEST(r.out.find("Exit status") != std::string::npos);
+    }
+  }
+  const result convert = run(d.path(), {"convert", "-h"});
+  for (const std::string option : {"--dtype", "--rename", "--keep", "--drop", "--shard-size", "--base-name",
+                                   "--no-digest"})
+    BOOST_TEST(convert.out.find(option) != std::string::npos, option);
+  const result version = run(d.path(), {"--version"});
+  BOOST_TEST(version.status == 0);
+  BOOST_TEST(version.out == std::string("ckpt ") + CKPT_VERSION + "\n");
+}
+
+BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_message_on_stderr) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample());
+  const std::string more = "\nRun with --help for more information.\n";
+  check_usage_error(d, {}, "A subcommand is required" + more);
+  check_usage_error(d, {"frobnicate"}, "A subcommand is required" + more);
+  check_usage_error(d, {"inspect"}, "PATH is required" + more);
+  check_usage_error(d, {"diff", "a.safetensors"}, "B is required" + more);
+  check_usage_error(d, {"diff", "a.safetensors", "a.safetensors", "--atol", "-1"},
+                    "--atol: '-1' is not a number >= 0" + more);
+  check_usage_error(d, {"convert", "a.safetensors", "b.safetensors", "--dtype", "i32"},
+                    "--dtype: i32 not in {bf16,f16,f32,f64}" + more);
+  check_usage_error(d, {"convert", "a.safetensors", "b", "--shard-size", "2XB"},
+                    "ckpt convert: --shard-size: ckpt: the size '2XB' has an unknown unit (expected a byte count "
+                    "such as 2GB, 500MB, 1GiB or 123456)\n");
+  check_usage_error(d, {"convert", "a.safetensors", "b", "--shard-size", "0"},
+                    "ckpt convert: --shard-size: ckpt: the size '0' is zero (expected a byte count such as 2GB, "
+                    "500MB, 1GiB or 123456)\n");
+  check_usage_error(d, {"convert", "a.safetensors", "b.safetensors", "--rename", "l1"},
+                    "ckpt convert: --rename 'l1' has no '=' (expected 'REGEX=REPLACEMENT')\n");
+  const result bad_regex = run(d.path(), {"convert", "a.safetensors", "b.safetensors", "--rename", "(l1=x"});
+  BOOST_TEST(bad_regex.status == 2);
+  BOOST_TEST(bad_regex.err.starts_with("ckpt convert: --rename '(l1=x': the regular expression '(l1' is invalid: "));
+  fs::create_directory(d.path() / "out");
+  check_usage_error(d, {"convert", "a.safetensors", "out"},
+                    "ckpt convert: 'out' is a folder: give --shard-size to write a sharded checkpoint into it, or a "
+                    "file name\n");
+  check_usage_error(d, {"convert", "a.safetensors", "b.safetensors", "--keep", "l2."},
+                    "ckpt convert: no entry of 'a.safetensors' is left after --keep/--drop (it has 3)\n");
+  BOOST_TEST(!fs::exists(d.path() / "b.safetensors"));
+  BOOST_TEST(!fs::exists(d.path() / "b"));
+}
+
+BOOST_AUTO_TEST_CASE(unreadable_inputs_exit_2_with_the_library_s_message) {
+  const temp_dir d;
+  for (const std::string sub : {"inspect", "verify"}) {
+    const result r = run(d.path(), {sub, "missing.safetensors"});
+    BOOST_TEST(r.status == 2, sub);
+    BOOST_TEST(r.out == "");
+    // The library's message, naming the file as given to the tool.
+    BOOST_TEST(r.err == "ckpt: cannot open 'missing.safetensors': No such file or directory\n");
+  }
+  // A folder with neither a manager's checkpoints nor a sharded index: the library's message.
+  fs::create_directory(d.path() / "empty");
+  const result empty = run(d.path(), {"inspect", "empty"});
+  BOOST_TEST(empty.status == 2);
+  BOOST_TEST(empty.err == in_folder(d.path(), [] {
+               return message_of<ckpt::error>([] { (void)ckpt::load("empty"); });
+             }) + "\n");
+  BOOST_TEST(empty.err.find("'empty'") != std::string::npos);
+
+  std::ofstream(d.path() / "junk.safetensors") << "junk";
+  const std::string junk = in_folder(d.path(), [] {
+    return message_of<ckpt::format_error>([] { (void)ckpt::load("junk.safetensors"); });
+  });
+  for (const auto& args : {std::vector<std::string>{"diff", "junk.safetensors", "junk.safetensors"},
+                                              {"convert", "junk.safetensors", "b.safetensors"}}) {
+    const result r = run(d.path(), args);
+    BOOST_TEST(r.status == 2);
+    BOOST_TEST(r.out == "");
+    BOOST_TEST(r.err == junk + "\n");
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(inspect)
+
+BOOST_AUTO_TEST_CASE(a_file_as_a_table_with_totals_and_metadata) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample(), {.digest = true});
+  const result r = run(d.path(), {"inspect", "a.safetensors"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out ==
+             "name  dtype  shape   parameters  bytes\n"
+             "l1.b  F32    [2]              2      8\n"
+             "l1.w  F32    [2, 3]           6     24\n"
+             "step  I32    [1]              1      4\n"
+             "total: 3 entries, 9 parameters, 36 bytes\n"
+             "__metadata__:\n"
+             "  ckpt.xxh3_64: " + digest_of(d.path() / "a.safetensors") + "\n"
+             "  note: first\n");
+  const result filtered = run(d.path(), {"inspect", "a.safetensors", "--filter", "l1.w"});
+  BOOST_TEST(filtered.status == 0);
+  BOOST_TEST(filtered.out.starts_with("name  dtype  shape   parameters  bytes\n"
+                                      "l1.w  F32    [2, 3]           6     24\n"
+                                      "total: 1 entry, 6 parameters, 24 bytes\n"));
+  ckpt::save(d.path() / "bare.safetensors", ckpt::of_tensor("x", f32({}, {1})));
+  BOOST_TEST(run(d.path(), {"inspect", "bare.safetensors"}).out ==
+             "name  dtype  shape  parameters  bytes\n"
+             "x     F32    []              1      4\n"
+             "total: 1 entry, 1 parameter, 4 bytes\n"
+             "__metadata__: none\n");
+}
+
+BOOST_AUTO_TEST_CASE(json_for_scripts) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample());
+  const result r = run(d.path(), {"inspect", "--json", "a.safetensors", "--filter", "l1."});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.out.ends_with("}\n"));
+  BOOST_TEST(boost::json::parse(r.out) ==
+             boost::json::parse(R"({"path": "a.safetensors",
+               "entries": [{"name": "l1.b", "dtype": "F32", "shape": [2], "parameters": 2, "bytes": 8},
+                           {"name": "l1.w", "dtype": "F32", "shape": [2, 3], "parameters": 6, "bytes": 24}],
+               "total": {"entries": 2, "parameters": 8, "bytes": 32},
+               "metadata": {"note": "first"}})"));
+}
+
+BOOST_AUTO_TEST_CASE(a_manager_folder_lists_its_steps) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    m.save(5, sample());
+    m.save(12, ckpt::of_tensor("l1.b", f32({2}, {1, 2})));
+  }
+  const auto wall_time = [&](std::int64_t step) {
+    return ckpt::load(ckpt::checkpoint_path(d.path() / "run", step)).metadata().at("wall_time");
+  };
+  const result r = run(d.path(), {"inspect", "run"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out ==
+             "step  entries  parameters  bytes  wall_time                 file\n"
+             "   5        3           9     36  " + wall_time(5) + "  ckpt-0000000005.safetensors\n"
+             "  12        1           2      8  " + wall_time(12) + "  ckpt-0000000012.safetensors\n"
+             "checkpoint_manager folder: 2 steps, latest 12\n");
+  const result json = run(d.path(), {"inspect", "run", "--json", "--filter", "step"});
+  const boost::json::value v = boost::json::parse(json.out);
+  BOOST_TEST(v.at("steps").as_array().size() == 2u);
+  BOOST_TEST(v.at("steps").at(0).at("step") == 5);
+  BOOST_TEST(v.at("steps").at(0).at("file") == "ckpt-0000000005.safetensors");
+  BOOST_TEST(v.at("steps").at(0).at("total") == boost::json::parse(R"({"entries":1,"parameters":1,"bytes":4})"));
+  BOOST_TEST(v.at("steps").at(1).at("metadata").at("step") == "12");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(verify)
+
+BOOST_AUTO_TEST_CASE(ok_or_the_broken_rule) {
+  const temp_dir d;
+  const fs::path a = d.path() / "a.safetensors";
+  ckpt::save(a, sample(), {.digest = true});
+  const result ok = run(d.path(), {"verify", "a.safetensors"});
+  BOOST_TEST(ok.status == 0);
+  BOOST_TEST(ok.out == "ok\n");
+  BOOST_TEST(ok.err == "");
+
+  // A flipped data bit: only the digest sees it; verify reports the library's own words.
+  flip_last_byte(a);
+  const result corrupted = run(d.path(), {"verify", "a.safetensors"});
+  BOOST_TEST(corrupted.status == 1);
+  BOOST_TEST(corrupted.err == "");
+  BOOST_TEST(corrupted.out == in_folder(d.path(), [] {
+               return message_of<ckpt::integrity_error>([] { (void)ckpt::load("a.safetensors"); });
+             }) + "\n");
+  BOOST_TEST(corrupted.out.starts_with("ckpt: 'a.safetensors' is corrupted: its data section hashes to "));
+
+  // A header rule: a truncated file.
+  const std::string bytes = read_bytes(a);
+  std::ofstream(d.path() / "cut.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() - 4);
+  const result cut = run(d.path(), {"verify", "cut.safetensors"});
+  BOOST_TEST(cut.status == 1);
+  BOOST_TEST(cut.out == in_folder(d.path(), [] {
+               return message_of<ckpt::format_error>([] { (void)ckpt::load("cut.safetensors"); });
+             }) + "\n");
+  BOOST_TEST(cut.out.starts_with("ckpt: 'cut.safetensors' is not a valid safetensors file: "));
+
+  // Without a digest, a flipped data bit is not a broken rule.
+  ckpt::save(d.path() / "plain.safetensors", sample());
+  flip_last_byte(d.path() / "plain.safetensors");
+  BOOST_TEST(run(d.path(), {"verify", "plain.safetensors"}).out == "ok\n");
+}
+
+BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    for (const std::int64_t step : {1, 2, 3}) m.save(step, sample());
+  }
+  const result ok = run(d.path(), {"verify", "run"});
+  BOOST_TEST(ok.status == 0);
+  BOOST_TEST(ok.out ==
+             "ckpt-0000000001.safetensors: ok\n"
+             "ckpt-0000000002.safetensors: ok\n"
+             "ckpt-0000000003.safetensors: ok\n");
+  flip_last_byte(ckpt::checkpoint_path(d.path() / "run", 2));
+  const result broken = run(d.path(), {"verify", "run"});
+  BOOST_TEST(broken.status == 1);
+  BOOST_TEST(broken.err == "");
+  const std::string problem = in_folder(d.path(), [] {
+    return message_of<ckpt::integrity_error>([] { (void)ckpt::load(ckpt::checkpoint_path("run", 2)); });
+  });
+  BOOST_TEST(broken.out ==
+             "ckpt-0000000001.safetensors: ok\n"
+             "ckpt-0000000002.safetensors: " + problem + "\n"
+             "ckpt-0000000003.safetensors: ok\n");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(diff)
+
+BOOST_AUTO_TEST_CASE(identical_checkpoints) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample());
+  ckpt::save(d.path() / "b.safetensors", sample().with_metadata({}), {.digest = true});
+  const result r = run(d.path(), {"diff", "a.safetensors", "b.safetensors"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out ==
+             "name  max_abs  max_rel  beyond\n"
+             "l1.b        0        0       0\n"
+             "l1.w        0        0       0\n"
+             "step        0        0       0\n"
+             "same: 3 entries within atol 0, rtol 0\n");
+}
+
+BOOST_AUTO_TEST_CASE(findings_and_tolerances) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample());
+  // l1.w: 6 -> 6.5 (abs 0.5, rel 0.5 / 6.5); l1.b becomes F64 with the same values; "step" is
+  // reshaped; "extra" only in B; "l1.b" stays in both.
+  ckpt::checkpoint b = with(sample(), "l1.w", f32({2, 3}, {1, 2, 3, 4, 5, 6.5f}));
+  b = with(b, "step", ckpt::tensor::copy_of(ckpt::dtype::i32, {1, 1}, sample().get("step").bytes()));
+  const std::vector<double> b_values{0.5, -1.0};
+  b = with(b, "l1.b", ckpt::tensor::copy_of(ckpt::dtype::f64, {2}, std::as_bytes(std::span(b_values))));
+  b = with(b, "extra", f32({1}, {0}));
+  ckpt::save(d.path() / "b.safetensors", b);
+  const std::string rel = [] {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", 0.5 / 6.5);
+    return std::string(text);
+  }();
+
+  const result exact = run(d.path(), {"diff", "a.safetensors", "b.safetensors"});
+  BOOST_TEST(exact.status == 1);
+  BOOST_TEST(exact.err == "");
+  BOOST_TEST(exact.out ==
+             "only in B: extra\n"
+             "dtype differs: l1.b: F32 in A, F64 in B\n"
+             "shape differs: step: [1] in A, [1, 1] in B\n"
+             "name  max_abs  " + std::string(rel.size() - 7, ' ') + "max_rel  beyond\n"
+             "l1.b        0  " + std::string(rel.size() - 1, ' ') + "0       0\n"
+             "l1.w      0.5  " + rel + "       1\n"
+             "different: 0 only in A, 1 only in B, 2 dtype or shape mismatches, 1 of 2 compared entries beyond "
+             "atol 0, rtol 0\n");
+
+  // The same entries, dtypes and shapes: the tolerance decides.
+  ckpt::save(d.path() / "v.safetensors", with(sample(), "l1.w", f32({2, 3}, {1, 2, 3, 4, 5, 6.5f})));
+  const auto values = [&](std::vector<std::string> options) {
+    std::vector<std::string> args{"diff", "a.safetensors", "v.safetensors"};
+    args.insert(args.end(), options.begin(), options.end());
+    return run(d.path(), args);
+  };
+  BOOST_TEST(values({}).status == 1);
+  BOOST_TEST(values({"--atol", "0.4999"}).status == 1);
+  const result within = values({"--atol", "0.5"});
+  BOOST_TEST(within.status == 0);
+  BOOST_TEST(within.out.ends_with("same: 3 entries within atol 0.5, rtol 0\n"));
+  // |a - b| <= atol + rtol * |b|: 0.5 <= 0.1 + 0.0616 * 6.5 holds, 0.5 <= 0.1 + 0.0614 * 6.5 does not.
+  BOOST_TEST(values({"--atol", "0.1", "--rtol", "0.0616"}).status == 0);
+  BOOST_TEST(values({"--atol", "0.1", "--rtol", "0.0614"}).status == 1);
+  // A dtype difference alone is a finding, unless --ignore-dtype.
+  ckpt::save(d.path() / "f64.safetensors", with(sample(), "l1.b", b.get("l1.b")));
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "f64.safetensors"}).status == 1);
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "f64.safetensors", "--ignore-dtype"}).status == 0);
+}
+
+BOOST_AUTO_TEST_CASE(nan_and_infinities) {
+  const temp_dir d;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  ckpt::save(d.path() / "a.safetensors", ckpt::concat({ckpt::of_tensor("same", f32({3}, {nan, inf, -0.0f})),
+                                                       ckpt::of_tensor("nan", f32({2}, {nan, 1})),
+                                                       ckpt::of_tensor("inf", f32({1}, {inf}))}));
+  ckpt::save(d.path() / "b.safetensors", ckpt::concat({ckpt::of_tensor("same", f32({3}, {nan, inf, 0.0f})),
+                                                       ckpt::of_tensor("nan", f32({2}, {1, 1})),
+                                                       ckpt::of_tensor("inf", f32({1}, {3e38f}))}));
+  // NaN equals NaN and an infinity itself; NaN against a number, or an infinity against a finite
+  // value, is an infinite difference, beyond any tolerance.
+  const result r = run(d.path(), {"diff", "a.safetensors", "b.safetensors", "--atol", "1e300"});
+  BOOST_TEST(r.status == 1);
+  BOOST_TEST(r.out ==
+             "name  max_abs  max_rel  beyond\n"
+             "inf       inf      inf       1\n"
+             "nan       inf      inf       1\n"
+             "same        0        0       0\n"
+             "different: 0 only in A, 0 only in B, 0 dtype or shape mismatches, 2 of 3 compared entries beyond "
+             "atol 1e+300, rtol 0\n");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(convert)
+
+BOOST_AUTO_TEST_CASE(dtype_rename_keep_drop) {
+  const temp_dir d;
+  const ckpt::checkpoint a = ckpt::concat({sample(), ckpt::of_tensor("l2.w", f32({1}, {0.1f})),
+                                           ckpt::of_tensor("l2.b", f32({1}, {3}))});
+  ckpt::save(d.path() / "a.safetensors", a);
+
+  const result r = run(d.path(), {"convert", "a.safetensors", "b.safetensors", "--dtype", "BF16", "--keep", "l1.",
+                                  "--keep", "step", "--drop", "l1.b", "--rename", "^l1\\.(.*)$=layer1.$1", "--rename",
+                                  "w$=weight", "--no-digest"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == "wrote 'b.safetensors': 2 entries, 16 bytes of data\n");
+  const ckpt::checkpoint b = ckpt::load(d.path() / "b.safetensors");
+  BOOST_TEST(b.names() == (std::vector<std::string>{"layer1.weight", "step"}));
+  BOOST_TEST(b.get("layer1.weight").dtype() == ckpt::dtype::bf16);
+  BOOST_TEST((ckpt::cast(b.get("layer1.weight"), ckpt::dtype::f32) == a.get("l1.w")));  // small integers: exact
+  BOOST_TEST((b.get("step") == a.get("step")));  // integers keep their dtype
+  BOOST_TEST((b.metadata() == a.metadata()));    // carried over; no digest asked for
+
+  // BF16 rounds 0.1 by a relative 2^-9 at most: diff with --rtol says so.
+  BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "c.safetensors", "--dtype", "bf16"}).status == 0);
+  BOOST_TEST(ckpt::load(d.path() / "c.safetensors").metadata().contains(ckpt::digest_key));  // by default
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "c.safetensors", "--ignore-dtype"}).status == 1);
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "c.safetensors", "--ignore-dtype", "--rtol", "0.002"}).status ==
+             0);
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "c.safetensors", "--rtol", "0.002"}).status == 1);  // dtypes
+
+  // A rename that merges two entries is refused with the library's message; nothing is written.
+  const result clash = run(d.path(), {"convert", "a.safetensors", "e.safetensors", "--rename", "\\.[wb]$=.x"});
+  BOOST_TEST(clash.status == 2);
+  BOOST_TEST(clash.err.starts_with("ckpt: "));
+  BOOST_TEST(clash.err.find("'l1.x'") != std::string::npos);
+  BOOST_TEST(!fs::exists(d.path() / "e.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(sharded_and_back) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample(), {.digest = true});
+  // 24-byte shards: l1.b (8) + ... greedily in name order: [l1.b], [l1.w], [step] as 8 + 24 > 24.
+  const result r = run(d.path(), {"convert", "a.safetensors", "sharded", "--shard-size", "24"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == "wrote 'sharded/model.safetensors.index.json' and 3 shards: 3 entries, 36 bytes of data\n");
+  BOOST_TEST(folder_listing(d.path() / "sharded") ==
+             (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                       "model-00003-of-00003.safetensors", "model.safetensors.index.json"}));
+  const result index = run(d.path(), {"inspect", "sharded/model.safetensors.index.json"});
+  BOOST_TEST(index.status == 0);
+  BOOST_TEST(index.out.starts_with("name  dtype  shape   parameters  bytes\n"
+                                   "l1.b  F32    [2]              2      8\n"
+                                   "l1.w  F32    [2, 3]           6     24\n"
+                                   "step  I32    [1]              1      4\n"
+                                   "total: 3 entries, 9 parameters, 36 bytes\n"
+                                   "__metadata__:\n"
+                                   "  note: first\n"));  // each shard's own digest is not common
+  BOOST_TEST(run(d.path(), {"inspect", "sharded"}).out == index.out);
+  BOOST_TEST(run(d.path(), {"verify", "sharded"}).out == "ok\n");
+
+  const result back = run(d.path(), {"convert", "sharded", "back.safetensors"});
+  BOOST_TEST(back.status == 0);
+  BOOST_TEST(back.out == "wrote 'back.safetensors': 3 entries, 36 bytes of data\n");
+  const result same = run(d.path(), {"diff", "a.safetensors", "back.safetensors"});
+  BOOST_TEST(same.status == 0);
+  BOOST_TEST(same.out.ends_with("same: 3 entries within atol 0, rtol 0\n"));
+  // Byte for byte the file a save of the original writes (the digest is recomputed).
+  BOOST_TEST(read_bytes(d.path() / "back.safetensors") == read_bytes(d.path() / "a.safetensors"));
+
+  // A corrupted shard fails verify (naming the shard) and is not converted.
+  flip_last_byte(d.path() / "sharded" / "model-00002-of-00003.safetensors");
+  const result broken = run(d.path(), {"verify", "sharded"});
+  BOOST_TEST(broken.status == 1);
+  BOOST_TEST(broken.out.find("model-00002-of-00003.safetensors' is corrupted") != std::string::npos);
+  const result refused = run(d.path(), {"convert", "sharded", "again.safetensors"});
+  BOOST_TEST(refused.status == 2);
+  BOOST_TEST(refused.err == broken.out);
+  BOOST_TEST(!fs::exists(d.path() / "again.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(shard_sizes_in_decimal_and_binary_units) {
+  const temp_dir d;
+  // 1000 + 24 bytes: one shard under a 1 KiB limit (1024), two under 1 kB (1000).
+  ckpt::save(d.path() / "a.safetensors", ckpt::concat({ckpt::of_tensor("a", f32({250}, std::vector<float>(250, 1))),
+                                                       ckpt::of_tensor("b", f32({6}, std::vector<float>(6, 2)))}));
+  const auto shards = [&](const std::string& size) {
+    const fs::path out = d.path() / ("out-" + size);
+    const result r = run(d.path(), {"convert", "a.safetensors", out.filename().string(), "--shard-size", size});
+    BOOST_TEST(r.status == 0, size);
+    return folder_listing(out).size() - 1;  // less the index
+  };
+  BOOST_TEST(shards("1kB") == 2u);
+  BOOST_TEST(shards("1KB") == 2u);
+  BOOST_TEST(shards("1k") == 2u);
+  BOOST_TEST(shards("1000") == 2u);
+  BOOST_TEST(shards("1KiB") == 1u);
+  BOOST_TEST(shards("1024B") == 1u);
+  BOOST_TEST(shards("2GB") == 1u);
+  BOOST_TEST(shards("1gib") == 1u);
+  check_usage_error(d, {"convert", "a.safetensors", "x", "--shard-size", "99999999999999TB"},
+                    "ckpt convert: --shard-size: ckpt: the size '99999999999999TB' is too large (expected a byte "
+                    "count such as 2GB, 500MB, 1GiB or 123456)\n");
+  check_usage_error(d, {"convert", "a.safetensors", "x", "--shard-size", "GB"},
+                    "ckpt convert: --shard-size: ckpt: the size 'GB' does not start with a number (expected a byte "
+                    "count such as 2GB, 500MB, 1GiB or 123456)\n");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(progress)
+
+// On a terminal, long passes draw a bar on stdout and erase it before the result; on a pipe or a
+// file (every other test) nothing but the result is written.
+BOOST_AUTO_TEST_CASE(a_bar_on_a_terminal_only) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample(), {.digest = true});
+  const std::string erase = "\r\033[K";
+  const result verify = run_on_terminal(d.path(), {"verify", "a.safetensors"});
+  BOOST_TEST(verify.status == 0);
+  BOOST_TEST(verify.out.starts_with("\rverifying [..............................]   0%"));
+  BOOST_TEST(verify.out.ends_with("\rverifying [##############################] 100%" + erase + "ok\r\n"));
+
+  const result convert = run_on_terminal(d.path(), {"convert", "a.safetensors", "b.safetensors"});
+  BOOST_TEST(convert.status == 0);
+  BOOST_TEST(convert.out.find("\rreading [") != std::string::npos);
+  BOOST_TEST(convert.out.ends_with("\rconverting [##############################] 100%" + erase +
+                                   "wrote 'b.safetensors': 3 entries, 36 bytes of data\r\n"));
+  BOOST_TEST(read_bytes(d.path() / "b.safetensors") == read_bytes(d.path() / "a.safetensors"));
+  // Nothing long to show: a table alone.
+  BOOST_TEST(run_on_terminal(d.path(), {"inspect", "a.safetensors"}).out.starts_with("name  dtype"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

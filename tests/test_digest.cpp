@@ -1,0 +1,265 @@
+// The optional XXH3-64 digest of the data section: where it is stored, that it matches the data
+// as an independent hash of the file computes it, that a flipped byte anywhere in the data is
+// caught (and can be let through on request), and who writes it (save, save_params, the manager).
+#define BOOST_TEST_MODULE digest
+#include <boost/test/unit_test.hpp>
+
+#include "support.hpp"
+
+#include <ckpt/ckpt.hpp>
+
+#include <Eigen/Core>
+#include <xxhash.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using ckpt_test::folder_listing;
+using ckpt_test::message_of;
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
+
+const std::string key(ckpt::digest_key);
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Where the data section of a whole file starts.
+std::size_t data_start(const std::string& file) {
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  return 8 + static_cast<std::size_t>(n);
+}
+
+// The digest of a file's data section, computed here from the raw bytes.
+std::string digest_of_data(const std::string& file) {
+  const std::size_t start = data_start(file);
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(file.data() + start, file.size() - start)));
+  return text;
+}
+
+// A checkpoint of a few entries, a column-major matrix among them, with some metadata.
+ckpt::checkpoint sample() {
+  Eigen::MatrixXf w(3, 5);
+  for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(i) * 0.5f;
+  return ckpt::concat({ckpt::of_tensor("w", w), ckpt::of_tensor("b", Eigen::VectorXd::LinSpaced(7, -1, 1).eval()),
+                       ckpt::of_int("step", 12)})
+      .with_metadata({{"note", "hello"}});
+}
+
+std::string corrupted_message(const fs::path& path, const std::string& computed, const std::string& recorded) {
+  return "ckpt: '" + path.string() + "' is corrupted: its data section hashes to " + computed +
+         " but its __metadata__ entry 'ckpt.xxh3_64' records " + recorded;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_digest_is_xxh3_of_the_data_section_in_the_metadata) {
+  const temp_dir s;
+  const fs::path path = s.path() / "d.safetensors";
+  ckpt::save(path, sample(), {.digest = true});
+  const std::string file = read_bytes(path);
+  // A reader that knows nothing of digests sees one more string in __metadata__.
+  const ckpt::checkpoint plain = ckpt::load(path, {.verify_digest = false});
+  BOOST_TEST(plain.metadata().size() == 2u);
+  BOOST_TEST(plain.metadata().at("note") == "hello");
+  BOOST_TEST(plain.metadata().at(key) == digest_of_data(file));
+  // The data are those of the file without a digest: only the header differs.
+  ckpt::save(s.path() / "plain.safetensors", sample());
+  const std::string without = read_bytes(s.path() / "plain.safetensors");
+  BOOST_TEST(without.substr(data_start(without)) == file.substr(data_start(file)));
+  BOOST_TEST(!ckpt::load(s.path() / "plain.safetensors").metadata().contains(key));
+  const ckpt::checkpoint verified = ckpt::load(path);
+  for (const auto& [name, x] : sample()) BOOST_TEST((verified.get(name) == x));
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_data_section_has_a_digest_too) {
+  const temp_dir s;
+  const fs::path path = s.path() / "e.safetensors";
+  ckpt::save(path, ckpt::checkpoint{}, {.digest = true});
+  const std::string file = read_bytes(path);
+  BOOST_TEST(data_start(file) == file.size());
+  BOOST_TEST(ckpt::load(path).metadata().at(key) == digest_of_data(file));
+}
+
+BOOST_AUTO_TEST_CASE(a_flipped_byte_anywhere_in_the_data_is_caught) {
+  const temp_dir s;
+  const fs::path path = s.path() / "f.safetensors";
+  ckpt::save(path, sample(), {.digest = true});
+  const std::string good = read_bytes(path);
+  const std::string recorded = ckpt::load(path).metadata().at(key);
+  const std::size_t start = data_start(good);
+  for (const std::size_t at : {start, start + (good.size() - start) / 2, good.size() - 1}) {
+    for (const int mask : {0x01, 0x80}) {
+      std::string bad = good;
+      bad[at] = static_cast<char>(static_cast<unsigned char>(bad[at]) ^ mask);
+      write_bytes(path, bad);
+      const std::string computed = digest_of_data(bad);
+      BOOST_TEST(computed != recorded);
+      BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)ckpt::load(path); }) ==
+                 corrupted_message(path, computed, recorded));
+      // The same rule for bytes in memory.
+      BOOST_TEST(message_of<ckpt::integrity_error>([&] {
+                   (void)ckpt::parse(std::as_bytes(std::span(bad)), "mem");
+                 }) == corrupted_message("mem", computed, recorded));
+      // Verification can be skipped: the flipped byte is then what the entry holds.
+      for (const ckpt::checkpoint& trusted : {ckpt::load(path, {.verify_digest = false}),
+                                              ckpt::parse(std::as_bytes(std::span(bad)), "mem", {.verify_digest = false})}) {
+        std::string data;  // the entries in file order (name order, as save lays them out)
+        for (const auto& [name, x] : trusted)
+          data.append(reinterpret_cast<const char*>(x.bytes().data()), x.bytes().size());
+        BOOST_TEST((data == bad.substr(start)));
+      }
+    }
+  }
+  // An integrity_error is a format_error with the details at hand.
+  std::string bad = good;
+  bad[start] = static_cast<char>(bad[start] ^ 0x10);
+  write_bytes(path, bad);
+  try {
+    (void)ckpt::load(path);
+    BOOST_FAIL("no exception");
+  } catch (const ckpt::format_error& e) {
+    const auto* integrity = dynamic_cast<const ckpt::integrity_error*>(&e);
+    BOOST_REQUIRE(integrity != nullptr);
+    BOOST_TEST(integrity->expected() == recorded);
+    BOOST_TEST(integrity->computed() == digest_of_data(bad));
+    BOOST_TEST(e.path() == path);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_changed_digest_is_caught_and_a_malformed_one_refused) {
+  const temp_dir s;
+  const fs::path path = s.path() / "m.safetensors";
+  ckpt::save(path, sample(), {.digest = true});
+  const std::string good = read_bytes(path);
+  const std::string recorded = ckpt::load(path).metadata().at(key);
+  const std::size_t at = good.find(recorded);
+  BOOST_REQUIRE(at != std::string::npos);
+  BOOST_REQUIRE(at < data_start(good));
+  // Another valid digest: the data no longer match it.
+  std::string other = good;
+  other[at] = recorded[0] == '0' ? '1' : '0';
+  write_bytes(path, other);
+  BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)ckpt::load(path); }) ==
+             corrupted_message(path, recorded, other.substr(at, 16)));
+  // Not 16 lowercase hex digits: the file breaks ckpt's rule, verified or not.
+  for (const char c : {'A', 'g', ' '}) {
+    std::string bad = good;
+    bad[at + 15] = c;
+    write_bytes(path, bad);
+    const std::string expected = "ckpt: '" + path.string() +
+                                 "' is not a valid safetensors file: the __metadata__ entry 'ckpt.xxh3_64' is \"" +
+                                 bad.substr(at, 16) + "\", not 16 lowercase hex digits";
+    BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(path); }) == expected);
+    BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(path, {.verify_digest = false}); }) == expected);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_stale_digest_in_the_metadata_is_not_saved) {
+  const temp_dir s;
+  const fs::path first = s.path() / "a.safetensors", second = s.path() / "b.safetensors";
+  ckpt::save(first, sample(), {.digest = true});
+  // Load, change an entry, save again: the loaded digest must not describe the new data.
+  const ckpt::checkpoint loaded = ckpt::load(first);
+  const ckpt::checkpoint changed =
+      ckpt::concat({ckpt::of_int("step", 13), ckpt::of_tensor("w", loaded.get("w")), ckpt::of_tensor("b", loaded.get("b"))})
+          .with_metadata(loaded.metadata());
+  ckpt::save(second, changed);
+  BOOST_TEST(!ckpt::load(second).metadata().contains(key));
+  BOOST_TEST(ckpt::load(second).metadata().at("note") == "hello");
+  ckpt::save(second, changed, {.digest = true});
+  BOOST_TEST(ckpt::load(second).metadata().at(key) == digest_of_data(read_bytes(second)));
+  BOOST_TEST(ckpt::load(second).metadata().at(key) != loaded.metadata().at(key));
+}
+
+BOOST_AUTO_TEST_CASE(names_that_look_like_the_digest_field_do_not_confuse_the_writer) {
+  const temp_dir s;
+  const fs::path path = s.path() / "n.safetensors";
+  // Keys and names whose JSON spelling contains `"ckpt.xxh3_64":"` before the real field.
+  const ckpt::checkpoint t =
+      ckpt::concat({ckpt::of_int("a\"ckpt.xxh3_64", 1), ckpt::of_int("z", 2)})
+          .with_metadata({{"a\"ckpt.xxh3_64", "0000000000000000"}, {"b", "\"ckpt.xxh3_64\":\"ffffffffffffffff"}});
+  ckpt::save(path, t, {.digest = true});
+  const ckpt::checkpoint back = ckpt::load(path);
+  BOOST_TEST(back.metadata().at("a\"ckpt.xxh3_64") == "0000000000000000");
+  BOOST_TEST(back.metadata().at(key) == digest_of_data(read_bytes(path)));
+}
+
+BOOST_AUTO_TEST_CASE(save_params_hashes_reordered_leaves_as_they_go_out) {
+  const temp_dir s;
+  struct state {
+    Eigen::MatrixXf big;   // column-major, over the writer's 8 MiB buffer: reordered in chunks
+    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> r;  // straight from memory
+    Eigen::VectorXf v;
+  };
+  state x{Eigen::MatrixXf(1500, 1500), Eigen::MatrixXd::Constant(3, 4, 2.5), Eigen::VectorXf::LinSpaced(9, 0, 1)};
+  for (Eigen::Index i = 0; i < x.big.size(); ++i) x.big.data()[i] = static_cast<float>(i % 977);
+  ckpt::save_params(s.path() / "p.safetensors", {{x, "m"}, {ckpt::of_int("step", 3)}}, {{"k", "v"}}, {.digest = true});
+  ckpt::save(s.path() / "s.safetensors", ckpt::concat({ckpt::of_params(x, "m"), ckpt::of_int("step", 3)}).with_metadata({{"k", "v"}}),
+             {.digest = true});
+  const std::string p = read_bytes(s.path() / "p.safetensors");
+  BOOST_TEST((p == read_bytes(s.path() / "s.safetensors")));
+  BOOST_TEST(ckpt::load(s.path() / "p.safetensors").metadata().at(key) == digest_of_data(p));
+}
+
+BOOST_AUTO_TEST_CASE(the_manager_writes_digests_by_default_and_verifies_them) {
+  const temp_dir s(temp_dir::absent);
+  {
+    ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
+    m.save(1, sample());
+    const fs::path path = m.path_of(1);
+    std::string file = read_bytes(path);
+    BOOST_TEST(ckpt::load(path).metadata().at(key) == digest_of_data(file));
+    const std::string recorded = ckpt::load(path).metadata().at(key);
+    file[file.size() - 1] = static_cast<char>(file[file.size() - 1] ^ 0x04);
+    write_bytes(path, file);
+    BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)m.load_latest(); }) ==
+               corrupted_message(path, digest_of_data(file), recorded));
+    BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)m.load(1); }) ==
+               corrupted_message(path, digest_of_data(file), recorded));
+    BOOST_TEST(m.load(1, {.verify_digest = false}).names() == sample().names());
+  }
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0, .digest = false});
+  m.save(2, sample());
+  BOOST_TEST(!m.load(2).metadata().contains(key));
+  BOOST_TEST(folder_listing(s.path()) ==
+             (std::vector<std::string>{".ckpt-manager.lock", "ckpt-0000000001.safetensors", "ckpt-0000000002.safetensors"}));
+}
+
+namespace {
+// Kilobytes of file-backed pages mapped into this process.
+long rss_file_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("RssFile:", 0) == 0) return std::stol(line.substr(8));
+  return -1;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(verifying_does_not_leave_the_file_mapped_in_memory) {
+  const temp_dir s;
+  const fs::path path = s.path() / "big.safetensors";
+  ckpt::save(path, ckpt::of_tensor("x", Eigen::VectorXf::Constant(24 << 18, 1.0f).eval()), {.digest = true});  // 24 MiB
+  const long before = rss_file_kib();
+  const ckpt::checkpoint t = ckpt::load(path);  // hashes all 24 MiB through the mapping
+  const long verified = rss_file_kib();
+  BOOST_TEST(verified - before < 4 * 1024, "resident after verification: " << verified - before << " KiB");
+  double sum = 0;  // the measure works: reading the entry makes it resident
+  for (const float v : t.get("x").as<float>()) sum += v;
+  BOOST_TEST(sum == static_cast<double>(24 << 18));
+  BOOST_TEST(rss_file_kib() - before > 20 * 1024);
+}

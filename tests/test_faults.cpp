@@ -1,0 +1,334 @@
+// Faults while saving, through the I/O seam (include/ckpt/detail/io_hooks.hpp): the system calls
+// a save issues and their order (the fsyncs that make the rename durable), short and interrupted
+// writes, and EIO/ENOSPC injected at every stage: the error names the file and the system error,
+// the previous file is intact byte for byte, and no temporary is left behind.
+#define BOOST_TEST_MODULE faults
+#include <boost/test/unit_test.hpp>
+
+#include "support.hpp"
+
+#include <ckpt/ckpt.hpp>
+#include <ckpt/detail/io_hooks.hpp>
+
+#include <Eigen/Core>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using ckpt_test::folder_listing;
+using ckpt_test::message_of;
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
+
+// What the hooks saw and what they are told to do. Plain globals: the hooks are function
+// pointers, and every save in this file runs on the test's own thread.
+struct fault_plan {
+  std::vector<std::string> events;  // "writev", "pwrite", "fsync file <inode>", "fsync folder <inode>", ...
+  int writev_calls = 0;
+  int fail_writev_at = 0;  // 1-based call number, 0 = never
+  int writev_errno = EIO;
+  std::size_t max_write = 16 << 10;  // bytes a writev may take at once: short writes otherwise
+  int fail_pwrite = 0, fail_file_fsync = 0, fail_folder_fsync = 0, fail_rename = 0, fail_unlink = 0;  // errno or 0
+};
+fault_plan plan;
+
+ino_t inode_of_fd(int fd) {
+  struct stat info {};
+  ::fstat(fd, &info);
+  return info.st_ino;
+}
+
+ino_t inode_of(const fs::path& path) {
+  struct stat info {};
+  ::stat(path.c_str(), &info);
+  return info.st_ino;
+}
+
+bool is_folder(int fd) {
+  struct stat info {};
+  ::fstat(fd, &info);
+  return S_ISDIR(info.st_mode);
+}
+
+ssize_t test_writev(int fd, const iovec* pieces, int count) {
+  if (++plan.writev_calls == plan.fail_writev_at) {
+    errno = plan.writev_errno;
+    return -1;
+  }
+  if (plan.events.empty() || plan.events.back() != "writev") plan.events.emplace_back("writev");
+  std::vector<iovec> part;
+  std::size_t total = 0;
+  for (int i = 0; i < count && total < plan.max_write; ++i) {
+    const std::size_t n = std::min(pieces[i].iov_len, plan.max_write - total);
+    part.push_back({pieces[i].iov_base, n});
+    total += n;
+  }
+  return ::writev(fd, part.data(), static_cast<int>(part.size()));
+}
+
+ssize_t test_pwrite(int fd, const void* data, std::size_t size, off_t offset) {
+  plan.events.emplace_back("pwrite");
+  if (plan.fail_pwrite != 0) {
+    errno = plan.fail_pwrite;
+    return -1;
+  }
+  return ::pwrite(fd, data, size, offset);
+}
+
+int test_fsync(int fd) {
+  const bool folder = is_folder(fd);
+  plan.events.push_back((folder ? "fsync folder " : "fsync file ") + std::to_string(inode_of_fd(fd)));
+  if (const int code = folder ? plan.fail_folder_fsync : plan.fail_file_fsync; code != 0) {
+    errno = code;
+    return -1;
+  }
+  return ::fsync(fd);
+}
+
+int test_rename(const char* from, const char* to) {
+  plan.events.push_back("rename " + fs::path(from).filename().string() + " " + to);
+  if (plan.fail_rename != 0) {
+    errno = plan.fail_rename;
+    return -1;
+  }
+  return ::rename(from, to);
+}
+
+int test_unlink(const char* path) {
+  plan.events.push_back(std::string("unlink ") + path);
+  if (plan.fail_unlink != 0) {
+    errno = plan.fail_unlink;
+    return -1;
+  }
+  return ::unlink(path);
+}
+
+// Installs the test hooks with a fresh plan for one test case.
+struct hooked {
+  hooked() : guard({.writev = test_writev, .pwrite = test_pwrite, .fsync = test_fsync, .rename = test_rename,
+                    .unlink = test_unlink}) {
+    plan = {};
+  }
+  ckpt::detail::io_hooks_guard guard;
+};
+
+// About 0.85 MiB over several entries, so that a save takes many (16 KiB) writes.
+struct state {
+  Eigen::MatrixXf w;  // column-major: reordered through the writer's buffer
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> r;  // written in place
+  Eigen::VectorXd b;
+};
+
+state make_state(float seed) {
+  state s{Eigen::MatrixXf(300, 500), decltype(state::r)(200, 300), Eigen::VectorXd(1000)};
+  for (Eigen::Index i = 0; i < s.w.size(); ++i) s.w.data()[i] = seed + static_cast<float>(i % 1013);
+  for (Eigen::Index i = 0; i < s.r.size(); ++i) s.r.data()[i] = seed - static_cast<float>(i % 511);
+  for (Eigen::Index i = 0; i < s.b.size(); ++i) s.b[i] = seed * 0.5 + static_cast<double>(i);
+  return s;
+}
+
+ckpt::checkpoint as_checkpoint(const state& s) { return ckpt::of_params(s, "m"); }
+
+// The folder holds exactly `names` (no temporary).
+void require_listing(const fs::path& folder, std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  BOOST_TEST(folder_listing(folder) == names);
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(seam, hooked)
+
+BOOST_AUTO_TEST_CASE(a_save_fsyncs_the_file_then_renames_then_fsyncs_the_folder) {
+  const temp_dir s;
+  const fs::path path = s.path() / "c.safetensors";
+  for (const bool digest : {false, true}) {
+    plan = {};
+    ckpt::save(path, as_checkpoint(make_state(1)), {.digest = digest});
+    const std::string file = "fsync file " + std::to_string(inode_of(path));
+    const std::string folder = "fsync folder " + std::to_string(inode_of(s.path()));
+    BOOST_REQUIRE(plan.events.size() == (digest ? 5u : 4u));
+    std::vector<std::string> expected{"writev"};
+    if (digest) expected.emplace_back("pwrite");  // the digest patched into the header
+    // The inode fsynced is the one the name now points at: the data were durable before the rename.
+    expected.push_back(file);
+    BOOST_TEST(plan.events[expected.size()].starts_with("rename .c.safetensors.tmp-"));
+    BOOST_TEST(plan.events[expected.size()].ends_with(" " + path.string()));
+    expected.push_back(plan.events[expected.size()]);
+    expected.push_back(folder);
+    BOOST_TEST(plan.events == expected);
+    BOOST_TEST(plan.writev_calls >= static_cast<int>(fs::file_size(path) / plan.max_write));  // 16 KiB at a time
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_manager_deletes_old_checkpoints_only_after_the_new_one_is_durable) {
+  const temp_dir s;
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1});
+  m.save(1, as_checkpoint(make_state(1)));
+  plan.events.clear();
+  m.save(2, as_checkpoint(make_state(2)));
+  const fs::path second = m.path_of(2);
+  BOOST_REQUIRE(plan.events.size() == 6u);
+  BOOST_TEST(plan.events[0] == "writev");
+  BOOST_TEST(plan.events[1] == "pwrite");  // the manager writes digests by default
+  BOOST_TEST(plan.events[2] == "fsync file " + std::to_string(inode_of(second)));
+  BOOST_TEST(plan.events[3].ends_with(" " + second.string()));
+  BOOST_TEST(plan.events[4] == "fsync folder " + std::to_string(inode_of(s.path())));
+  BOOST_TEST(plan.events[5] == "unlink " + m.path_of(1).string());
+  require_listing(s.path(), {".ckpt-manager.lock", "ckpt-0000000002.safetensors"});
+}
+
+BOOST_AUTO_TEST_CASE(a_retention_a_crash_interrupted_is_finished_before_the_next_write) {
+  // A writer killed between its rename and its deletions leaves max_to_keep + 1 checkpoints; the
+  // next save must not add one more before deleting (repeated crashes would pile them up).
+  const temp_dir s;
+  {
+    ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
+    for (std::int64_t step = 1; step <= 3; ++step) m.save(step, as_checkpoint(make_state(1)));
+  }
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2});
+  BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2, 3}));  // opening deletes nothing
+  plan = {};
+  m.save(4, as_checkpoint(make_state(4)));
+  BOOST_REQUIRE(plan.events.size() >= 2u);
+  BOOST_TEST(plan.events.front() == "unlink " + m.path_of(1).string());  // before the first write
+  BOOST_TEST(plan.events[1] == "writev");
+  BOOST_TEST(plan.events.back() == "unlink " + m.path_of(2).string());
+  BOOST_TEST(m.steps() == (std::vector<std::int64_t>{3, 4}));
+}
+
+BOOST_AUTO_TEST_CASE(short_and_interrupted_writes_still_write_the_whole_file) {
+  const temp_dir s;
+  const state x = make_state(3);
+  {
+    const ckpt::detail::io_hooks_guard plain(ckpt::detail::system_hooks());
+    ckpt::save_params(s.path() / "reference.safetensors", {{x, "m"}}, {}, {.digest = true});
+  }
+  plan.max_write = 4093;  // odd-sized pieces: every write ends inside an iovec
+  ckpt::save_params(s.path() / "short.safetensors", {{x, "m"}}, {}, {.digest = true});
+  BOOST_TEST(plan.writev_calls >= static_cast<int>(fs::file_size(s.path() / "short.safetensors") / plan.max_write));
+  BOOST_TEST((read_bytes(s.path() / "short.safetensors") == read_bytes(s.path() / "reference.safetensors")));
+  // EINTR is retried, wherever it falls.
+  for (const int at : {1, 2, 100}) {
+    plan = {};
+    plan.fail_writev_at = at;
+    plan.writev_errno = EINTR;
+    ckpt::save_params(s.path() / "eintr.safetensors", {{x, "m"}}, {}, {.digest = true});
+    BOOST_TEST((read_bytes(s.path() / "eintr.safetensors") == read_bytes(s.path() / "reference.safetensors")));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_write_failing_at_any_point_keeps_the_old_file) {
+  const temp_dir s;
+  const fs::path path = s.path() / "c.safetensors";
+  const state next = make_state(5);
+  ckpt::save(path, as_checkpoint(make_state(4)));
+  const std::string before = read_bytes(path);
+  // How many writes a whole save takes, to fail the first, the second, one in the middle, the last.
+  plan = {};
+  ckpt::save_params(s.path() / "count.safetensors", {{next, "m"}}, {}, {.digest = true});
+  const int calls = plan.writev_calls;
+  fs::remove(s.path() / "count.safetensors");
+  BOOST_REQUIRE(calls > 20);
+  for (const int at : {1, 2, calls / 2, calls}) {
+    for (const auto& [code, text] : {std::pair{EIO, "Input/output error"}, std::pair{ENOSPC, "No space left on device"}}) {
+      BOOST_TEST_CONTEXT("write " << at << " of " << calls << " fails with " << text) {
+        plan = {};
+        plan.fail_writev_at = at;
+        plan.writev_errno = code;
+        BOOST_TEST(message_of<ckpt::io_error>([&] {
+                     ckpt::save_params(path, {{next, "m"}}, {}, {.digest = true});
+                   }) == "ckpt: cannot write '" + path.string() + "': " + text);
+        BOOST_TEST(plan.writev_calls == at);  // nothing more was attempted
+        BOOST_TEST((read_bytes(path) == before));
+        require_listing(s.path(), {"c.safetensors"});
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_digest_patch_fsync_or_rename_keeps_the_old_file) {
+  const temp_dir s;
+  const fs::path path = s.path() / "c.safetensors";
+  ckpt::save(path, as_checkpoint(make_state(6)));
+  const std::string before = read_bytes(path);
+  const ckpt::checkpoint next = as_checkpoint(make_state(7));
+  const auto attempt = [&](int fault_plan::*stage, int code) {
+    plan = {};
+    plan.*stage = code;
+    return message_of<ckpt::io_error>([&] { ckpt::save(path, next, {.digest = true}); });
+  };
+  BOOST_TEST(attempt(&fault_plan::fail_pwrite, ENOSPC) == "ckpt: cannot write '" + path.string() + "': No space left on device");
+  BOOST_TEST((read_bytes(path) == before));
+  require_listing(s.path(), {"c.safetensors"});
+  BOOST_TEST(attempt(&fault_plan::fail_file_fsync, EIO) == "ckpt: cannot fsync '" + path.string() + "': Input/output error");
+  BOOST_TEST(plan.events.back().starts_with("fsync file "));  // no rename after a failed fsync
+  BOOST_TEST((read_bytes(path) == before));
+  require_listing(s.path(), {"c.safetensors"});
+  BOOST_TEST(attempt(&fault_plan::fail_rename, EIO) ==
+             "ckpt: cannot rename a temporary file over '" + path.string() + "': Input/output error");
+  BOOST_TEST((read_bytes(path) == before));
+  require_listing(s.path(), {"c.safetensors"});
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_folder_fsync_is_reported_with_the_new_file_in_place) {
+  // The rename happened, so the new file is there (and not a temporary); but its durability was
+  // not confirmed, which the caller must hear about.
+  const temp_dir s;
+  const fs::path path = s.path() / "c.safetensors";
+  ckpt::save(path, as_checkpoint(make_state(8)));
+  plan = {};
+  plan.fail_folder_fsync = EIO;
+  BOOST_TEST(message_of<ckpt::io_error>([&] { ckpt::save(path, as_checkpoint(make_state(9)), {.digest = true}); }) ==
+             "ckpt: cannot fsync folder '" + s.path().string() + "': Input/output error");
+  BOOST_TEST((ckpt::to_params(ckpt::load(path), make_state(0), {.prefix = "m"}).b == make_state(9).b));
+  require_listing(s.path(), {"c.safetensors"});
+}
+
+BOOST_AUTO_TEST_CASE(a_manager_save_that_fails_keeps_every_checkpoint) {
+  const temp_dir s;
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2});
+  m.save(1, as_checkpoint(make_state(1)));
+  m.save(2, as_checkpoint(make_state(2)));
+  const std::string one = read_bytes(m.path_of(1)), two = read_bytes(m.path_of(2));
+  plan = {};
+  plan.fail_writev_at = 3;
+  plan.writev_errno = ENOSPC;
+  BOOST_TEST(message_of<ckpt::io_error>([&] { m.save(3, as_checkpoint(make_state(3))); }) ==
+             "ckpt: cannot write '" + m.path_of(3).string() + "': No space left on device");
+  BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2}));
+  BOOST_TEST((read_bytes(m.path_of(1)) == one));
+  BOOST_TEST((read_bytes(m.path_of(2)) == two));
+  require_listing(s.path(), {".ckpt-manager.lock", "ckpt-0000000001.safetensors", "ckpt-0000000002.safetensors"});
+  // The same in the background: the error surfaces at wait().
+  plan = {};
+  plan.fail_file_fsync = EIO;
+  m.save_async(3, as_checkpoint(make_state(3)));
+  BOOST_TEST(message_of<ckpt::io_error>([&] { m.wait(); }) ==
+             "ckpt: cannot fsync '" + m.path_of(3).string() + "': Input/output error");
+  BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2}));
+  require_listing(s.path(), {".ckpt-manager.lock", "ckpt-0000000001.safetensors", "ckpt-0000000002.safetensors"});
+  // A deletion that fails: the new checkpoint is in place, the old one still listed.
+  plan = {};
+  plan.fail_unlink = EIO;
+  BOOST_TEST(message_of<ckpt::io_error>([&] { m.save(3, as_checkpoint(make_state(3))); }) ==
+             "ckpt: cannot remove '" + m.path_of(1).string() + "': Input/output error");
+  BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2, 3}));
+  plan = {};
+  m.save(4, as_checkpoint(make_state(4)));  // and the next save's retention catches up
+  BOOST_TEST(m.steps() == (std::vector<std::int64_t>{3, 4}));
+  BOOST_TEST((ckpt::to_params(*m.load_latest(), make_state(0), {.prefix = "m"}).w == make_state(4).w));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,447 @@
+// Hugging Face sharded checkpoints: save_sharded, load_sharded and ckpt::load of an index or a
+// folder, their exact file names and index text, laziness, errors and atomicity.
+#define BOOST_TEST_MODULE sharded
+#include <boost/test/unit_test.hpp>
+
+#include "support.hpp"
+
+#include <ckpt/detail/io_hooks.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/sharded.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using ckpt_test::folder_listing;
+using ckpt_test::message_of;
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
+
+// A 1-D F32 tensor of `n` elements start, start + 1, ...: 4 n bytes.
+ckpt::tensor run(std::size_t n, float start) {
+  return ckpt::tensor::make(ckpt::dtype::f32, {static_cast<std::int64_t>(n)}, [&](std::span<std::byte> out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = start + static_cast<float>(i);
+      std::memcpy(out.data() + i * 4, &v, 4);
+    }
+  });
+}
+
+// Entries of 16, 16, 40 and 8 bytes: with a 32-byte limit, c (over the limit) gets the first shard
+// of its own when it is met, a and b fill the second, d would take it over and starts the third.
+// (huggingface_hub's split_state_dict_into_shards gives the same.)
+const ckpt::metadata_map meta{{"format", "pt"}, {"run", "7"}};
+ckpt::checkpoint sample() {
+  return ckpt::checkpoint({{"a", run(4, 0)}, {"b", run(4, 10)}, {"c", run(10, 20)}, {"d", run(2, 40)}}, meta);
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  BOOST_REQUIRE(out.good());
+}
+
+void check_same(const ckpt::checkpoint& got, const ckpt::checkpoint& expected) {
+  BOOST_TEST(got.names() == expected.names());
+  for (const auto& [name, x] : expected) {
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_REQUIRE(got.find(name) != nullptr);
+      BOOST_TEST((got.get(name) == x));
+    }
+  }
+}
+
+// True if `address` lies in a mapping of the file `file` (from /proc/self/maps).
+bool is_mapped_from(const void* address, const std::filesystem::path& file) {
+  const std::string wanted = std::filesystem::canonical(file).string();
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, device, inode, path;
+    fields >> range >> perms >> offset >> device >> inode;
+    std::getline(fields >> std::ws, path);
+    if (path != wanted) continue;
+    const std::uintptr_t begin = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const std::uintptr_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    if (at >= begin && at < end) return true;
+  }
+  return false;
+}
+
+const char* const expected_index = R"({
+  "metadata": {
+    "total_size": 80
+  },
+  "weight_map": {
+    "a": "model-00002-of-00003.safetensors",
+    "b": "model-00002-of-00003.safetensors",
+    "c": "model-00001-of-00003.safetensors",
+    "d": "model-00003-of-00003.safetensors"
+  }
+}
+)";
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(writes_hugging_face_names_and_index_and_loads_back) {
+  const temp_dir dir;
+  const ckpt::sharded_files files = ckpt::save_sharded(dir.path(), sample(), 32);
+  BOOST_TEST(folder_listing(dir.path()) ==
+             (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                       "model-00003-of-00003.safetensors", "model.safetensors.index.json"}));
+  BOOST_TEST(files.index == dir.path() / "model.safetensors.index.json");
+  BOOST_TEST(files.shards == (std::vector<std::filesystem::path>{dir.path() / "model-00001-of-00003.safetensors",
+                                                                 dir.path() / "model-00002-of-00003.safetensors",
+                                                                 dir.path() / "model-00003-of-00003.safetensors"}));
+  BOOST_TEST(read_bytes(files.index) == expected_index);
+
+  // Each shard is an ordinary safetensors file with its entries and the checkpoint's metadata.
+  const ckpt::checkpoint second = ckpt::load(files.shards[1]);
+  BOOST_TEST(second.names() == (std::vector<std::string>{"a", "b"}));
+  BOOST_TEST(second.metadata() == meta);
+  BOOST_TEST(ckpt::load(files.shards[0]).names() == std::vector<std::string>{"c"});
+
+  for (const auto& path : {files.index, dir.path()}) {
+    BOOST_TEST_CONTEXT(path) {
+      const ckpt::checkpoint t = ckpt::load(path);
+      check_same(t, sample());
+      BOOST_TEST(t.metadata() == meta);
+      check_same(ckpt::load_sharded(path), sample());
+    }
+  }
+}
+
+// The index text is json.dumps(index, indent=2, sort_keys=True) + "\n", as transformers writes
+// it, byte for byte, escapes included; the expected text is Python's own output.
+BOOST_AUTO_TEST_CASE(the_index_escapes_names_as_python_does) {
+  const temp_dir dir;
+  const ckpt::checkpoint t({{"caf\u00e9.w", run(1, 0)}, {"emoji \U0001F642", run(1, 1)},
+                            {"q\"uote\\back\ttab\x7f", run(1, 2)}});
+  const auto files = ckpt::save_sharded(dir.path(), t, 1000);
+  BOOST_TEST(read_bytes(files.index) == R"({
+  "metadata": {
+    "total_size": 12
+  },
+  "weight_map": {
+    "caf\u00e9.w": "model-00001-of-00001.safetensors",
+    "emoji \ud83d\ude42": "model-00001-of-00001.safetensors",
+    "q\"uote\\back\ttab\u007f": "model-00001-of-00001.safetensors"
+  }
+}
+)");
+  check_same(ckpt::load(files.index), t);
+}
+
+BOOST_AUTO_TEST_CASE(shards_are_mapped_lazily_and_outlive_the_checkpoint) {
+  const temp_dir dir;
+  const ckpt::sharded_files files = ckpt::save_sharded(dir.path(), sample(), 32);
+  ckpt::tensor d;
+  {
+    const ckpt::checkpoint t = ckpt::load(files.index);
+    BOOST_TEST(is_mapped_from(t.get("a").bytes().data(), files.shards[1]));
+    BOOST_TEST(is_mapped_from(t.get("c").bytes().data(), files.shards[0]));
+    BOOST_TEST(is_mapped_from(t.get("d").bytes().data(), files.shards[2]));
+    d = t.get("d");
+  }
+  BOOST_TEST(is_mapped_from(d.bytes().data(), files.shards[2]));
+  BOOST_TEST(d.as<float>()[1] == 41.0f);
+}
+
+BOOST_AUTO_TEST_CASE(an_entry_over_the_limit_gets_a_shard_of_its_own) {
+  const temp_dir dir;
+  // 8, 400, 8 bytes with a 16-byte limit: the big one gets the first shard when it is met, and
+  // the small ones before and after it share the second.
+  const ckpt::checkpoint t({{"a", run(2, 0)}, {"b", run(100, 0)}, {"c", run(2, 5)}});
+  const auto files = ckpt::save_sharded(dir.path(), t, 16);
+  BOOST_TEST(files.shards.size() == 2u);
+  BOOST_TEST(ckpt::load(files.shards[0]).names() == std::vector<std::string>{"b"});
+  BOOST_TEST(ckpt::load(files.shards[1]).names() == (std::vector<std::string>{"a", "c"}));
+  check_same(ckpt::load(dir.path()), t);
+  // A limit that holds everything makes one shard, still with an index.
+  const temp_dir one;
+  const auto single = ckpt::save_sharded(one.path(), t, 1'000'000);
+  BOOST_TEST(folder_listing(one.path()) ==
+             (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));
+  BOOST_TEST(single.shards.size() == 1u);
+  check_same(ckpt::load(one.path()), t);
+}
+
+BOOST_AUTO_TEST_CASE(the_base_name_is_an_option) {
+  const temp_dir dir;
+  ckpt::save_sharded(dir.path() / "unet", sample(), 40, {.base_name = "diffusion_pytorch_model"});
+  BOOST_TEST(folder_listing(dir.path() / "unet") ==
+             (std::vector<std::string>{"diffusion_pytorch_model-00001-of-00003.safetensors",
+                                       "diffusion_pytorch_model-00002-of-00003.safetensors",
+                                       "diffusion_pytorch_model-00003-of-00003.safetensors",
+                                       "diffusion_pytorch_model.safetensors.index.json"}));
+  check_same(ckpt::load(dir.path() / "unet"), sample());
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_checkpoint_is_an_index_alone) {
+  const temp_dir dir;
+  const auto files = ckpt::save_sharded(dir.path(), ckpt::checkpoint({}, meta), 32);
+  BOOST_TEST(files.shards.empty());
+  BOOST_TEST(read_bytes(files.index) == "{\n  \"metadata\": {\n    \"total_size\": 0\n  },\n  \"weight_map\": {}\n}\n");
+  BOOST_TEST(ckpt::load(dir.path()).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_new_save_removes_the_shards_of_the_previous_one) {
+  const temp_dir dir;
+  ckpt::save_sharded(dir.path(), sample(), 32);
+  write_text(dir.path() / "model-notes.txt", "mine");
+  write_text(dir.path() / "model-1-of-3.safetensors", "not a shard name of ours");
+  const ckpt::checkpoint smaller({{"a", run(4, 1)}});
+  ckpt::save_sharded(dir.path(), smaller, 32);
+  BOOST_TEST(folder_listing(dir.path()) ==
+             (std::vector<std::string>{"model-00001-of-00001.safetensors", "model-1-of-3.safetensors",
+                                       "model-notes.txt", "model.safetensors.index.json"}));
+  check_same(ckpt::load(dir.path()), smaller);
+  // Unless told to keep them: the index, not the folder, says what the checkpoint is.
+  ckpt::save_sharded(dir.path(), sample(), 32, {.remove_stale_shards = false});
+  ckpt::save_sharded(dir.path(), smaller, 32, {.remove_stale_shards = false});
+  BOOST_TEST(folder_listing(dir.path()).size() == 7u);
+  check_same(ckpt::load(dir.path()), smaller);
+}
+
+BOOST_AUTO_TEST_CASE(per_shard_digests_are_checked_and_not_merged) {
+  const temp_dir dir;
+  const auto files = ckpt::save_sharded(dir.path(), sample(), 32, {.save = {.digest = true}});
+  BOOST_TEST(ckpt::load(files.shards[0]).metadata().contains(std::string(ckpt::digest_key)));
+  const ckpt::checkpoint t = ckpt::load(dir.path());
+  BOOST_TEST(t.metadata() == meta);  // each shard's digest describes that file only
+  // Flip the last data byte of the last shard: its digest no longer matches.
+  {
+    std::fstream f(files.shards[2], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 1));
+  }
+  BOOST_CHECK_THROW(static_cast<void>(ckpt::load(dir.path())), ckpt::integrity_error);
+  BOOST_TEST(ckpt::load(dir.path(), {.verify_digest = false}).size() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(misuse_of_save_sharded) {
+  const temp_dir dir;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::save_sharded(dir.path(), sample(), 0); }) ==
+             "ckpt: save_sharded: max_shard_bytes must be positive, got 0");
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               ckpt::save_sharded(dir.path(), sample(), 32, {.base_name = "a/b"});
+             }) == "ckpt: save_sharded: the base name 'a/b' is not a plain file name part");
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               ckpt::save_sharded(dir.path(), sample(), 32, {.base_name = "caf\xe9"});  // Latin-1
+             }) == "ckpt: save_sharded: the name 'caf\\xe9' is not valid UTF-8");
+  BOOST_TEST(folder_listing(dir.path()).empty());
+}
+
+// Hugging Face's reader selects by weight_map: shards written by another implementation (the
+// reference Rust crate), with an index in the layout transformers writes (json.dumps, indent 2).
+BOOST_AUTO_TEST_CASE(loads_shards_written_elsewhere_by_the_weight_map) {
+  const std::filesystem::path fixtures = CKPT_FIXTURES_DIR;
+  const temp_dir dir;
+  std::filesystem::copy_file(fixtures / "valid/dtype_F32.safetensors", dir.path() / "model-00001-of-00002.safetensors");
+  std::filesystem::copy_file(fixtures / "valid/ranks.safetensors", dir.path() / "model-00002-of-00002.safetensors");
+  write_text(dir.path() / "model.safetensors.index.json", R"({
+  "metadata": {
+    "total_size": 4242
+  },
+  "weight_map": {
+    "r1": "model-00002-of-00002.safetensors",
+    "r4_i8": "model-00002-of-00002.safetensors",
+    "v": "model-00001-of-00002.safetensors",
+    "x": "model-00001-of-00002.safetensors"
+  }
+}
+)");
+  const ckpt::checkpoint t = ckpt::load(dir.path());
+  BOOST_TEST(t.names() == (std::vector<std::string>{"r1", "r4_i8", "v", "x"}));  // s, r2... are not in the map
+  const ckpt::checkpoint f32 = ckpt::load(fixtures / "valid/dtype_F32.safetensors");
+  const ckpt::checkpoint ranks = ckpt::load(fixtures / "valid/ranks.safetensors");
+  BOOST_TEST((t.get("x") == f32.get("x")));
+  BOOST_TEST((t.get("v") == f32.get("v")));
+  BOOST_TEST((t.get("r4_i8") == ranks.get("r4_i8")));
+}
+
+BOOST_AUTO_TEST_SUITE(broken_indexes)
+
+struct folder {
+  temp_dir dir;
+  ckpt::sharded_files files = ckpt::save_sharded(dir.path(), sample(), 32);
+  [[nodiscard]] std::string index_message() const {
+    return message_of<ckpt::index_error>([&] { static_cast<void>(ckpt::load(files.index)); });
+  }
+  [[nodiscard]] std::string prefix() const {
+    return "ckpt: '" + files.index.string() + "' is not a valid sharded checkpoint index: ";
+  }
+};
+
+BOOST_FIXTURE_TEST_CASE(a_missing_shard_is_an_io_error_naming_it, folder) {
+  std::filesystem::remove(files.shards[1]);
+  BOOST_TEST(message_of<ckpt::io_error>([&] { static_cast<void>(ckpt::load(dir.path())); }) ==
+             "ckpt: cannot open '" + files.shards[1].string() + "': No such file or directory");
+}
+
+BOOST_FIXTURE_TEST_CASE(an_entry_missing_from_its_shard, folder) {
+  std::string text = read_bytes(files.index);
+  const std::string from = R"("c": "model-00001-of-00003.safetensors")";
+  text.replace(text.find(from), from.size(), R"("c": "model-00003-of-00003.safetensors")");
+  write_text(files.index, text);
+  BOOST_TEST(index_message() == prefix() + "the entry 'c' is not in its shard 'model-00003-of-00003.safetensors'");
+}
+
+BOOST_FIXTURE_TEST_CASE(shard_names_must_stay_in_the_folder, folder) {
+  for (const std::string shard : {"../model-00001-of-00003.safetensors", "/etc/passwd", "..", "", "sub/x.safetensors"}) {
+    BOOST_TEST_CONTEXT(shard) {
+      write_text(files.index, R"({"weight_map": {"a": ")" + shard + R"("}})");
+      BOOST_TEST(index_message() == prefix() + "the weight_map entry 'a' names the shard \"" + shard +
+                                        "\", which is not a file name in the index's folder");
+    }
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(malformed_json_and_structure, folder) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {R"({"weight_map": {"a": "x.safetensors",})", "it is not JSON: syntax error"},
+      {"", "it is not JSON: incomplete JSON"},
+      {R"(["weight_map"])", "it is not a JSON object"},
+      {R"({"metadata": {"total_size": 1}})", "it has no 'weight_map'"},
+      {R"({"weight_map": ["a"]})", "its 'weight_map' is not an object"},
+      {R"({"metadata": 3, "weight_map": {}})", "its 'metadata' is not an object"},
+      {R"({"weight_map": {"a": 1}})", "the weight_map entry 'a' is 1, not a shard file name"},
+      {R"({"weight_map": {"": "x.safetensors"}})", "the weight_map entry '' is not a valid entry name"},
+      {R"({"weight_map": {"__metadata__": "x.safetensors"}})",
+       "the weight_map entry '__metadata__' is not a valid entry name"},
+  };
+  for (const auto& [text, rule] : cases) {
+    BOOST_TEST_CONTEXT(text) {
+      write_text(files.index, text);
+      BOOST_TEST(index_message() == prefix() + rule);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_folder_must_hold_exactly_one_index) {
+  const temp_dir dir;
+  BOOST_TEST(message_of<ckpt::error>([&] { static_cast<void>(ckpt::load(dir.path())); }) ==
+             "ckpt: the folder '" + dir.path().string() + "' holds no sharded checkpoint index (*.safetensors.index.json)");
+  ckpt::save_sharded(dir.path(), sample(), 32);
+  ckpt::save_sharded(dir.path(), sample(), 32, {.base_name = "other"});
+  BOOST_TEST(message_of<ckpt::error>([&] { static_cast<void>(ckpt::load(dir.path())); }) ==
+             "ckpt: the folder '" + dir.path().string() +
+                 "' holds 2 sharded checkpoint indexes ('model.safetensors.index.json', "
+                 "'other.safetensors.index.json'); load the one you mean");
+  BOOST_TEST(ckpt::load(dir.path() / "other.safetensors.index.json").size() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_index_is_an_io_error) {
+  const temp_dir dir;
+  const auto index = dir.path() / "model.safetensors.index.json";
+  BOOST_TEST(message_of<ckpt::io_error>([&] { static_cast<void>(ckpt::load(index)); }) ==
+             "ckpt: cannot open '" + index.string() + "': No such file or directory");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(atomicity)
+
+// Fault injection through the writer's system-call table: the k-th writev fails with EIO, or
+// the rename of the index.
+int writes_left = 0;
+ssize_t failing_writev(int fd, const iovec* pieces, int count) {
+  if (writes_left-- <= 0) {
+    errno = EIO;
+    return -1;
+  }
+  return ckpt::detail::system_hooks().writev(fd, pieces, count);
+}
+// The target of a temporary file descriptor, from /proc/self/fd.
+std::string path_of(int fd) {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec).string();
+}
+ssize_t failing_index_writev(int fd, const iovec* pieces, int count) {
+  if (path_of(fd).find(".index.json.tmp-") != std::string::npos) {
+    errno = EIO;
+    return -1;
+  }
+  return ckpt::detail::system_hooks().writev(fd, pieces, count);
+}
+int failing_index_rename(const char* from, const char* to) {
+  if (std::string_view(to).ends_with(".index.json")) {
+    errno = EIO;
+    return -1;
+  }
+  return ckpt::detail::system_hooks().rename(from, to);
+}
+
+ckpt::checkpoint second_version() {
+  return ckpt::checkpoint({{"a", run(4, 100)}, {"b", run(4, 110)}, {"c", run(10, 120)}, {"d", run(2, 140)}});
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_shard_leaves_the_previous_index_in_place) {
+  const temp_dir dir;
+  const auto files = ckpt::save_sharded(dir.path(), sample(), 32);
+  const std::string before = read_bytes(files.index);
+  const std::vector<std::string> listing = folder_listing(dir.path());
+  {
+    ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+    hooks.writev = failing_writev;
+    writes_left = 1;  // the first shard (c) goes through, the second (a, b) fails
+    const ckpt::detail::io_hooks_guard guard(hooks);
+    BOOST_TEST(message_of<ckpt::io_error>([&] { ckpt::save_sharded(dir.path(), second_version(), 32); }) ==
+               "ckpt: cannot write '" + files.shards[1].string() + "': Input/output error");
+  }
+  BOOST_TEST(read_bytes(files.index) == before);
+  BOOST_TEST(folder_listing(dir.path()) == listing);  // no temporary left behind
+  // The shards are replaced one by one: the old index now reads the new first shard beside the
+  // old second one (why a save over a previous one is not all-or-nothing; see save_sharded).
+  const ckpt::checkpoint mixed = ckpt::load(dir.path());
+  BOOST_TEST((mixed.get("c") == second_version().get("c")));
+  BOOST_TEST((mixed.get("a") == sample().get("a")));
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_index_write_leaves_the_previous_index_in_place) {
+  const ckpt::checkpoint bigger({{"a", run(4, 0)}, {"b", run(4, 10)}, {"c", run(10, 20)}, {"d", run(2, 40)},
+                                 {"e", run(8, 50)}});
+  ckpt::detail::io_hooks failing_write = ckpt::detail::system_hooks();
+  failing_write.writev = failing_index_writev;
+  ckpt::detail::io_hooks failing_rename = ckpt::detail::system_hooks();
+  failing_rename.rename = failing_index_rename;
+  for (const auto& [hooks, operation] : {std::pair{failing_write, "write"},
+                                         std::pair{failing_rename, "rename a temporary file over"}}) {
+    BOOST_TEST_CONTEXT(operation) {
+      const temp_dir dir;
+      const auto files = ckpt::save_sharded(dir.path(), sample(), 32);
+      const std::string before = read_bytes(files.index);
+      {
+        const ckpt::detail::io_hooks_guard guard(hooks);
+        BOOST_TEST(message_of<ckpt::io_error>([&] { ckpt::save_sharded(dir.path(), bigger, 32); }) ==
+                   "ckpt: cannot " + std::string(operation) + " '" + files.index.string() + "': Input/output error");
+      }
+      BOOST_TEST(read_bytes(files.index) == before);
+      // The new shards are there (4 now, so other names) but nothing names them, the old ones
+      // were not removed, and no temporary is left: the previous checkpoint still loads whole.
+      BOOST_TEST(folder_listing(dir.path()) ==
+                 (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00001-of-00004.safetensors",
+                                           "model-00002-of-00003.safetensors", "model-00002-of-00004.safetensors",
+                                           "model-00003-of-00003.safetensors", "model-00003-of-00004.safetensors",
+                                           "model-00004-of-00004.safetensors", "model.safetensors.index.json"}));
+      check_same(ckpt::load(dir.path()), sample());
+      // The next successful save cleans up.
+      ckpt::save_sharded(dir.path(), bigger, 32);
+      BOOST_TEST(folder_listing(dir.path()).size() == 5u);
+      check_same(ckpt::load(dir.path()), bigger);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,160 @@
+// snapshot_arena: snapshots of live structures into memory reused from one snapshot to the next,
+// and the manager's saves of live sections (straight from the leaves, or through its arena).
+#define BOOST_TEST_MODULE snapshot
+#include <boost/test/unit_test.hpp>
+
+#include "support.hpp"
+
+#include <ckpt/ckpt.hpp>
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using ckpt_test::message_of;
+using ckpt_test::read_bytes;
+using ckpt_test::temp_dir;
+
+struct layer {
+  Eigen::MatrixXf w;  // column-major: the snapshot holds it in C order
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> r;
+  Eigen::Tensor<float, 3> t;  // column-major rank 3
+  float scale;
+};
+
+layer make_layer(float seed, Eigen::Index rows = 5, Eigen::Index cols = 7) {
+  layer l{};
+  l.w = Eigen::MatrixXf::NullaryExpr(rows, cols, [seed, cols](Eigen::Index r, Eigen::Index c) {
+    return seed + static_cast<float>(r * cols + c);
+  });
+  l.r = l.w.cast<double>() * 2.0;
+  l.t.resize(2, 3, 4);
+  for (Eigen::Index i = 0; i < l.t.size(); ++i) l.t.data()[i] = seed - static_cast<float>(i);
+  l.scale = seed / 2;
+  return l;
+}
+
+bool same(const layer& a, const layer& b) {
+  const Eigen::Tensor<bool, 0> tensors_equal = (a.t == b.t).all();
+  return a.w == b.w && a.r == b.r && tensors_equal() && a.scale == b.scale;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_snapshot_holds_what_of_params_holds) {
+  const layer live = make_layer(1);
+  ckpt::snapshot_arena arena;
+  const ckpt::checkpoint snap = arena.snapshot({{live, "model"}, {ckpt::of_int("step", 3)}}, {{"k", "v"}});
+  const ckpt::checkpoint expected = ckpt::concat({ckpt::of_params(live, "model"), ckpt::of_int("step", 3)});
+  BOOST_TEST(snap.names() == expected.names(), boost::test_tools::per_element());
+  for (const auto& [name, x] : expected) BOOST_TEST((snap.get(name) == x), name);
+  BOOST_TEST((snap.metadata() == ckpt::metadata_map{{"k", "v"}}));
+  BOOST_TEST(same(ckpt::to_params(snap, make_layer(0), {.prefix = "model"}), live));
+}
+
+BOOST_AUTO_TEST_CASE(the_leaves_may_change_once_the_snapshot_is_taken) {
+  layer live = make_layer(1);
+  const layer before = live;
+  ckpt::snapshot_arena arena;
+  const ckpt::checkpoint snap = arena.snapshot({live});
+  live.w.setZero();
+  live.t.setConstant(-1);
+  BOOST_TEST(same(ckpt::to_params(snap, make_layer(0)), before));
+}
+
+BOOST_AUTO_TEST_CASE(a_released_snapshot_s_memory_serves_the_next_one) {
+  // 1024 x 1024 floats, 4 MiB: a buffer of the huge-page kind.
+  layer live = make_layer(1, 1024, 1024);
+  ckpt::snapshot_arena arena;
+  const std::byte* first_address = nullptr;
+  {
+    const ckpt::checkpoint snap = arena.snapshot({live});
+    first_address = snap.get("w").bytes().data();
+  }
+  const std::size_t capacity = arena.capacity();
+  BOOST_TEST(capacity >= live.w.size() * sizeof(float) + live.r.size() * sizeof(double));
+  live = make_layer(2, 1024, 1024);
+  const ckpt::checkpoint again = arena.snapshot({live});
+  BOOST_TEST(again.get("w").bytes().data() == first_address);
+  BOOST_TEST(arena.capacity() == capacity);
+  BOOST_TEST(same(ckpt::to_params(again, make_layer(0, 1024, 1024)), live));
+}
+
+BOOST_AUTO_TEST_CASE(a_snapshot_still_in_use_is_never_overwritten) {
+  ckpt::snapshot_arena arena;
+  const layer one = make_layer(1);
+  const ckpt::checkpoint held = arena.snapshot({one});
+  const std::size_t capacity = arena.capacity();
+  const ckpt::tensor kept = held.get("r");  // a tensor alone also keeps the buffer in use
+  const layer two = make_layer(2);
+  const ckpt::checkpoint next = arena.snapshot({two});
+  BOOST_TEST(arena.capacity() == 2 * capacity);
+  BOOST_TEST(next.get("r").bytes().data() != kept.bytes().data());
+  BOOST_TEST(same(ckpt::to_params(held, make_layer(0)), one));
+  BOOST_TEST(same(ckpt::to_params(next, make_layer(0)), two));
+}
+
+BOOST_AUTO_TEST_CASE(release_frees_only_the_buffers_no_snapshot_uses) {
+  ckpt::snapshot_arena arena;
+  std::optional<ckpt::checkpoint> a = arena.snapshot({make_layer(1)});
+  const ckpt::checkpoint b = arena.snapshot({make_layer(2)});
+  const std::size_t both = arena.capacity();
+  arena.release();
+  BOOST_TEST(arena.capacity() == both);
+  a.reset();
+  arena.release();
+  BOOST_TEST(arena.capacity() == both / 2);
+  BOOST_TEST(same(ckpt::to_params(b, make_layer(0)), make_layer(2)));
+}
+
+BOOST_AUTO_TEST_CASE(bad_names_are_refused_before_anything_is_allocated) {
+  ckpt::snapshot_arena arena;
+  const layer l = make_layer(1);
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)arena.snapshot({{l, "m"}, {l, "m"}}); }) ==
+             "ckpt: snapshot: two leaves are named 'm.r'");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)arena.snapshot({{ckpt::of_int("__metadata__", 1)}}); }) ==
+             "ckpt: '__metadata__' is reserved by the safetensors format and cannot name an entry");
+  BOOST_TEST(arena.capacity() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_manager_saves_live_sections_with_or_without_a_snapshot) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path(), {.max_to_keep = 2});
+  layer live = make_layer(1);
+  BOOST_TEST(manager.save(10, {{live, "model"}, {ckpt::of_int("optim.step", 10)}}, {{"loss", "0.5"}}));
+  const ckpt::checkpoint direct = manager.load(10);
+  BOOST_TEST(same(ckpt::to_params(direct, make_layer(0), {.prefix = "model"}), live));
+  BOOST_TEST(ckpt::to_int("optim.step", direct) == 10);
+  BOOST_TEST(direct.metadata().at("loss") == "0.5");
+  BOOST_TEST(direct.metadata().at("step") == "10");
+
+  std::vector<layer> saved;
+  for (int step = 11; step <= 13; ++step) {
+    live = make_layer(static_cast<float>(step));
+    saved.push_back(live);
+    BOOST_TEST(manager.save_async(step, {{live, "model"}}));
+    live.w.setConstant(-1);  // the trainer moves on at once
+  }
+  manager.wait();
+  BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{12, 13}));
+  BOOST_TEST(same(ckpt::to_params(manager.load(13), make_layer(0), {.prefix = "model"}), saved[2]));
+  BOOST_TEST(same(ckpt::to_params(manager.load(12), make_layer(0), {.prefix = "model"}), saved[1]));
+}
+
+BOOST_AUTO_TEST_CASE(the_manager_checks_a_live_save_before_copying_or_writing) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path(), {.save_interval_steps = 10});
+  const layer live = make_layer(1);
+  BOOST_TEST(!manager.save_async(5, {live}));  // not a multiple of 10: skipped
+  BOOST_TEST(!manager.save(5, {live}));
+  BOOST_TEST(manager.save(10, {live}));
+  BOOST_TEST(message_of<std::invalid_argument>([&] { manager.save_async(0, {live}, {}, true); }).find(
+                 "step 0 is older than the latest checkpoint") != std::string::npos);
+  BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{10}));
+}

@@ -1,0 +1,171 @@
+#include "common.hpp"
+
+#include <ckpt/error.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace ckpt_tool {
+
+int guarded(const action& run) noexcept {
+  try {
+    try {
+      return run();
+    } catch (const std::exception& e) {
+      // The library's messages start with "ckpt: " and name the file; ours do too.
+      std::cout.flush();
+      std::cerr << e.what() << '\n';
+      return failure;
+    }
+  } catch (...) {
+    // Writing the message itself failed (stderr closed): the status still tells.
+    return failure;
+  }
+}
+
+std::uint64_t parse_size(std::string_view text) {
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("ckpt: the size '" + std::string(text) + "' " + why +
+                                 " (expected a byte count such as 2GB, 500MB, 1GiB or 123456)");
+  };
+  std::uint64_t count = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
+  if (end == text.data()) throw bad("does not start with a number");
+  if (ec == std::errc::result_out_of_range) throw bad("is too large");
+  std::string unit(end, text.data() + text.size());
+  std::ranges::transform(unit, unit.begin(),
+                         [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
+  if (unit.ends_with('b') && unit != "b") unit.pop_back();  // "gb" and "g" alike; "gib" -> "gi"
+  // Decimal units as Hugging Face's max_shard_size counts them ("5GB" is 5 * 10^9); the "i"
+  // units are binary.
+  static constexpr std::pair<std::string_view, std::uint64_t> units[] = {
+      {"", 1},           {"b", 1},
+      {"k", 1000},       {"m", 1000'000},          {"g", 1000'000'000},          {"t", 1000'000'000'000},
+      {"ki", 1ull << 10}, {"mi", 1ull << 20},       {"gi", 1ull << 30},           {"ti", 1ull << 40},
+  };
+  const auto it = std::ranges::find(units, std::string_view(unit), &std::pair<std::string_view, std::uint64_t>::first);
+  if (it == std::end(units)) throw bad("has an unknown unit");
+  if (count > std::numeric_limits<std::uint64_t>::max() / it->second) throw bad("is too large");
+  if (count == 0) throw bad("is zero");
+  return count * it->second;
+}
+
+bool is_manager_folder(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) && !ckpt::list_steps(path).empty();
+}
+
+std::optional<ckpt::checkpoint> load_listed(const std::filesystem::path& file) {
+  try {
+    return ckpt::load(file, {.verify_digest = false});
+  } catch (const ckpt::io_error& e) {
+    if (e.code() == std::errc::no_such_file_or_directory) return std::nullopt;
+    throw;
+  }
+}
+
+std::vector<const ckpt::checkpoint::entry*> entries_with_prefix(const ckpt::checkpoint& t,
+                                                                std::string_view prefix) {
+  std::vector<const ckpt::checkpoint::entry*> out;
+  for (const auto& e : t)
+    if (e.first.starts_with(prefix)) out.push_back(&e);
+  return out;
+}
+
+std::string count_of(std::uint64_t n, std::string_view one, std::string_view many) {
+  return std::to_string(n) + " " + std::string(n == 1 ? one : many);
+}
+
+void print_table(std::ostream& out, const std::vector<column>& columns,
+                 const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width(columns.size());
+  for (std::size_t c = 0; c < columns.size(); ++c) width[c] = columns[c].title.size();
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < columns.size() && c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  const auto print_row = [&](const auto& cell_of) {
+    std::string line;
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      const std::string_view cell = cell_of(c);
+      const std::string pad(width[c] - cell.size(), ' ');
+      if (c > 0) line += "  ";
+      if (columns[c].right) line += pad;
+      line += cell;
+      if (!columns[c].right) line += pad;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  };
+  print_row([&](std::size_t c) -> std::string_view { return columns[c].title; });
+  for (const auto& row : rows)
+    print_row([&](std::size_t c) -> std::string_view { return c < row.size() ? row[c] : std::string_view(); });
+}
+
+progress::progress(std::string label, std::uint64_t total) noexcept
+    : label_(std::move(label)), total_(total), shown_(::isatty(STDOUT_FILENO) == 1) {
+  draw();
+}
+
+progress::~progress() { done(); }
+
+void progress::advance(std::uint64_t units) noexcept {
+  current_ = std::min(total_, current_ + units);
+  draw();
+}
+
+void progress::draw() noexcept {
+  if (!shown_) return;
+  const int percent = total_ == 0 ? 100 : static_cast<int>(current_ * 100 / total_);
+  if (percent == percent_) return;
+  percent_ = percent;
+  constexpr int width = 30;
+  const int filled = percent * width / 100;
+  // Written with stdio in one call, flushed at once: the bar must show while the work goes on.
+  std::fprintf(stdout, "\r%s [%s%s] %3d%%", label_.c_str(), std::string(static_cast<std::size_t>(filled), '#').c_str(),
+               std::string(static_cast<std::size_t>(width - filled), '.').c_str(), percent);
+  std::fflush(stdout);
+}
+
+void progress::done() noexcept {
+  if (!shown_) return;
+  shown_ = false;
+  // "\r", then erase to the end of the line (ANSI EL), so that what follows starts clean.
+  std::fputs("\r\033[K", stdout);
+  std::fflush(stdout);
+}
+
+void read_ahead(const std::vector<std::filesystem::path>& files, std::string_view label) {
+  if (::isatty(STDOUT_FILENO) != 1) return;
+  std::uint64_t total = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(f, ec);
+    if (!ec) total += size;
+  }
+  progress bar(std::string(label), total);
+  constexpr std::size_t chunk = std::size_t{4} << 20;
+  const auto buffer = std::make_unique_for_overwrite<char[]>(chunk);
+  for (const auto& f : files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    for (ssize_t n; (n = ::read(fd, buffer.get(), chunk)) > 0;) bar.advance(static_cast<std::uint64_t>(n));
+    ::close(fd);
+  }
+}
+
+}  // namespace ckpt_tool

@@ -1,0 +1,129 @@
+#pragma once
+// What the subcommands of the `ckpt` tool share: exit statuses, the error guard, the size parser,
+// aligned tables, the progress bar, and the registration of each subcommand with CLI11.
+
+#include <ckpt/checkpoint.hpp>
+
+#include <CLI/App.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt_tool {
+
+/// The exit statuses of every subcommand.
+enum status : int {
+  success = 0,  ///< done; for verify and diff: nothing found
+  finding = 1,  ///< verify found a broken file, diff found a difference
+  failure = 2,  ///< a usage error, an I/O error, or an input that cannot be read
+};
+
+/// What a subcommand does once its arguments are parsed; returns the exit status.
+using action = std::function<int()>;
+
+/// Each adds its subcommand to `app`; when the subcommand is the one parsed, its callback stores
+/// what to run in `chosen`, which `main` runs outside CLI11's parse.
+/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
+void add_inspect(CLI::App& app, action& chosen);
+/// \copydoc add_inspect
+void add_verify(CLI::App& app, action& chosen);
+/// \copydoc add_inspect
+void add_diff(CLI::App& app, action& chosen);
+/// \copydoc add_inspect
+void add_convert(CLI::App& app, action& chosen);
+
+/// Runs `run` and maps what it throws to an exit status and a message on stderr (each message of
+/// the library already names the file): `ckpt::error` and `std::invalid_argument` give
+/// `failure`, as does anything else.
+/// \throws nothing
+int guarded(const action& run) noexcept;
+
+/// A usage error found after parsing (an option that cannot apply to these files, say): printed on
+/// stderr as `ckpt <subcommand>: <message>`, exit status `failure`.
+class usage_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// `"2GB"`, `"500MB"`, `"1GiB"`, `"123"`: a byte count with an optional unit, decimal (kB, MB, GB,
+/// TB: powers of 1000, as Hugging Face's `max_shard_size`) or binary (KiB, MiB, GiB, TiB), the
+/// letters in any case, `B` optional (`"2G"` is 2 GB).
+/// \throws std::invalid_argument naming `text` if it is not such a count, is 0, or overflows.
+[[nodiscard]] std::uint64_t parse_size(std::string_view text);
+
+/// True if `path` is a folder holding checkpoints of a `checkpoint_manager`.
+/// \throws ckpt::io_error if the folder cannot be listed.
+[[nodiscard]] bool is_manager_folder(const std::filesystem::path& path);
+
+/// The checkpoint `file` of a manager folder, header only (no digest check), or nothing if the
+/// file is gone: a manager still training in the folder deletes old steps after listing them.
+/// \throws as `ckpt::load`, except for a missing file.
+[[nodiscard]] std::optional<ckpt::checkpoint> load_listed(const std::filesystem::path& file);
+
+/// The entries of `t` whose names start with `prefix` (all of them for an empty prefix).
+/// \throws std::bad_alloc
+[[nodiscard]] std::vector<const ckpt::checkpoint::entry*> entries_with_prefix(const ckpt::checkpoint& t,
+                                                                              std::string_view prefix);
+
+/// `"1 entry"`, `"3 entries"`: `n` and the word that goes with it.
+/// \throws std::bad_alloc
+[[nodiscard]] std::string count_of(std::uint64_t n, std::string_view one, std::string_view many);
+
+/// One column of a table: its title and whether its cells are right-aligned (numbers).
+struct column {
+  std::string title;
+  bool right = false;
+};
+
+/// Writes `rows` under `columns`, each column as wide as its widest cell, two spaces apart, no
+/// trailing blanks.
+/// \throws whatever the stream throws
+void print_table(std::ostream& out, const std::vector<column>& columns,
+                 const std::vector<std::vector<std::string>>& rows);
+
+/// A progress bar on stdout for a job of `total` units (bytes), drawn only when stdout is a
+/// terminal, so that pipes and files receive the results alone. Redrawn at most once per percent;
+/// erased by `done` or the destructor, so the results that follow start on a clean line.
+class progress {
+ public:
+  /// \throws nothing
+  progress(std::string label, std::uint64_t total) noexcept;
+  progress(const progress&) = delete;
+  progress& operator=(const progress&) = delete;
+  /// \throws nothing
+  ~progress();
+  /// Adds `units` to the work done and redraws if the shown percentage changed.
+  /// \throws nothing
+  void advance(std::uint64_t units) noexcept;
+  /// Erases the bar.
+  /// \throws nothing
+  void done() noexcept;
+  /// True if the bar is drawn (stdout is a terminal).
+  /// \throws nothing
+  [[nodiscard]] bool shown() const noexcept { return shown_; }
+
+ private:
+  void draw() noexcept;
+  std::string label_;
+  std::uint64_t total_ = 0;
+  std::uint64_t current_ = 0;
+  int percent_ = -1;
+  bool shown_ = false;
+};
+
+/// Reads the files in order, sequentially, with a progress bar, so that the pass over them that
+/// follows (the library's digest check) finds them in the page cache; the bar thus shows the disk
+/// reads, the slow part of verifying a large file. Does nothing when stdout is not a terminal.
+/// Unreadable files are skipped: the library reports them in its own words.
+/// \throws std::bad_alloc
+void read_ahead(const std::vector<std::filesystem::path>& files, std::string_view label);
+
+}  // namespace ckpt_tool

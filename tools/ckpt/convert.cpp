@@ -1,0 +1,197 @@
+// ckpt convert IN OUT: select, rename and cast the entries of a checkpoint, and write them as one
+// file or as a sharded checkpoint.
+
+#include "common.hpp"
+
+#include <ckpt/adapt.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/sharded.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ckpt_tool {
+
+namespace {
+
+struct convert_args {
+  std::filesystem::path in, out;
+  std::string dtype;
+  std::vector<std::string> renames;
+  std::vector<std::string> keep;
+  std::vector<std::string> drop;
+  std::string shard_size;
+  std::string base_name = "model";
+  bool no_digest = false;
+};
+
+struct rename_rule {
+  std::regex pattern;
+  std::string replacement;
+};
+
+// 'REGEX=REPLACEMENT', split at the first '=' (write '=' in the regex as \x3d).
+rename_rule parse_rename(const std::string& rule) {
+  const std::size_t eq = rule.find('=');
+  if (eq == std::string::npos)
+    throw usage_error("ckpt convert: --rename '" + rule + "' has no '=' (expected 'REGEX=REPLACEMENT')");
+  try {
+    return {std::regex(rule.substr(0, eq), std::regex::ECMAScript), rule.substr(eq + 1)};
+  } catch (const std::regex_error& e) {
+    throw usage_error("ckpt convert: --rename '" + rule + "': the regular expression '" + rule.substr(0, eq) +
+                      "' is invalid: " + e.what());
+  }
+}
+
+bool starts_with_any(std::string_view name, const std::vector<std::string>& prefixes) {
+  return std::ranges::any_of(prefixes, [&](const std::string& p) { return name.starts_with(p); });
+}
+
+// Reads the pages of `x` (one byte a page), so that the progress bar moves with the disk reads
+// of entries that are written unchanged; the write that follows then finds them in memory.
+void touch(const ckpt::tensor& x) {
+  x.prefetch_pages();
+  const auto bytes = x.bytes();
+  unsigned sum = 0;
+  for (std::size_t i = 0; i < bytes.size(); i += 4096) sum += static_cast<unsigned>(bytes[i]);
+  volatile unsigned sink = sum;
+  (void)sink;
+}
+
+int convert(const convert_args& args) {
+  // Everything the arguments can get wrong, before reading anything.
+  std::optional<std::uint64_t> shard_bytes;
+  if (!args.shard_size.empty()) {
+    try {
+      shard_bytes = parse_size(args.shard_size);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(std::string("ckpt convert: --shard-size: ") + e.what());
+    }
+  }
+  std::vector<rename_rule> rules;
+  for (const auto& r : args.renames) rules.push_back(parse_rename(r));
+  std::optional<ckpt::dtype> to;
+  if (!args.dtype.empty()) {
+    std::string upper = args.dtype;
+    std::ranges::transform(upper, upper.begin(),
+                           [](char c) { return static_cast<char>(std::toupper(static_cast<unsigned char>(c))); });
+    to = ckpt::dtype_from_string(upper);
+  }
+  std::error_code ec;
+  if (!shard_bytes && std::filesystem::is_directory(args.out, ec))
+    throw usage_error("ckpt convert: '" + args.out.string() +
+                      "' is a folder: give --shard-size to write a sharded checkpoint into it, or a file name");
+
+  // The digest (if recorded) is checked: a conversion must not launder corrupted data.
+  if (!ckpt::is_sharded_path(args.in)) read_ahead({args.in}, "reading");
+  const ckpt::checkpoint input = ckpt::load(args.in);
+
+  std::vector<ckpt::checkpoint::entry> selected;
+  for (const auto& [name, x] : input)
+    if ((args.keep.empty() || starts_with_any(name, args.keep)) && !starts_with_any(name, args.drop))
+      selected.emplace_back(name, x);
+  if (selected.empty() && !input.empty())
+    throw usage_error("ckpt convert: no entry of '" + args.in.string() + "' is left after --keep/--drop (it has " +
+                      std::to_string(input.size()) + ")");
+  ckpt::checkpoint t(std::move(selected), input.metadata());
+  if (!rules.empty())
+    t = ckpt::rename(t, [&](std::string_view name) {
+      std::string out(name);
+      for (const auto& r : rules) out = std::regex_replace(out, r.pattern, r.replacement);
+      return out;
+    });
+
+  std::uint64_t total = 0;
+  for (const auto& e : t) total += e.second.nbytes();
+  {
+    // One entry at a time through ckpt::cast, whose rules pick the entries to convert (floating
+    // ones only), so that the bar moves as entries are done.
+    progress bar("converting", total);
+    std::vector<ckpt::checkpoint::entry> done;
+    for (const auto& [name, x] : t) {
+      if (to) done.push_back(*ckpt::cast(ckpt::checkpoint({{name, x}}), *to).begin());
+      else {
+        if (bar.shown()) touch(x);
+        done.emplace_back(name, x);
+      }
+      bar.advance(x.nbytes());
+    }
+    t = ckpt::checkpoint(std::move(done), t.metadata());
+  }
+
+  std::uint64_t bytes = 0;
+  for (const auto& e : t) bytes += e.second.nbytes();
+  const ckpt::save_options save{.digest = !args.no_digest};
+  const std::string summary = std::to_string(t.size()) + (t.size() == 1 ? " entry, " : " entries, ") +
+                              std::to_string(bytes) + " bytes of data";
+  if (shard_bytes) {
+    const ckpt::sharded_files files =
+        ckpt::save_sharded(args.out, t, *shard_bytes, {.base_name = args.base_name, .save = save});
+    std::cout << "wrote '" << files.index.string() << "' and " << files.shards.size()
+              << (files.shards.size() == 1 ? " shard: " : " shards: ") << summary << '\n';
+  } else {
+    ckpt::save(args.out, t, save);
+    std::cout << "wrote '" << args.out.string() << "': " << summary << '\n';
+  }
+  return success;
+}
+
+}  // namespace
+
+void add_convert(CLI::App& app, action& chosen) {
+  auto args = std::make_shared<convert_args>();
+  CLI::App* sub =
+      app.add_subcommand("convert", "Select, rename and cast entries; write a file or a sharded checkpoint");
+  sub->footer(
+      "Read IN (a .safetensors file or a sharded checkpoint; its digest checked), keep and drop entries\n"
+      "by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,\n"
+      "or with --shard-size a sharded checkpoint in the folder OUT. Metadata are carried over. The\n"
+      "steps run in this order: --keep/--drop (on IN's names), --rename, --dtype.\n\n"
+      "Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.");
+  sub->add_option("IN", args->in, "the checkpoint to read (file, sharded index or folder)")
+      ->required()
+      ->type_name("PATH");
+  sub->add_option("OUT", args->out, "the file to write, or the folder with --shard-size")
+      ->required()
+      ->type_name("PATH");
+  sub->add_option("--dtype", args->dtype,
+                  "convert floating entries (F16, BF16, F32, F64, F8) to this dtype; integer and bool entries "
+                  "keep theirs")
+      ->check(CLI::IsMember({"bf16", "f16", "f32", "f64"}, CLI::ignore_case));
+  sub->add_option("--rename", args->renames,
+                  "rename entries: every match of the ECMAScript regular expression REGEX is replaced by "
+                  "REPLACEMENT ($1 for a group); repeatable, applied in order")
+      ->type_name("'REGEX=REPLACEMENT'")
+      ->allow_extra_args(false);
+  sub->add_option("--keep", args->keep, "keep only the entries whose names start with PREFIX (repeatable)")
+      ->type_name("PREFIX")
+      ->allow_extra_args(false);
+  sub->add_option("--drop", args->drop, "drop the entries whose names start with PREFIX (repeatable)")
+      ->type_name("PREFIX")
+      ->allow_extra_args(false);
+  sub->add_option("--shard-size", args->shard_size,
+                  "write a sharded checkpoint into the folder OUT with at most SIZE bytes of tensor data a "
+                  "shard: 2GB, 500MB (powers of 1000, as Hugging Face), 1GiB (powers of 1024) or bytes")
+      ->type_name("SIZE");
+  sub->add_option("--base-name", args->base_name,
+                  "with --shard-size: the files are NAME-00001-of-0000N.safetensors and NAME.safetensors.index.json")
+      ->type_name("NAME")
+      ->capture_default_str();
+  sub->add_flag("--no-digest", args->no_digest, "do not record the data digest (ckpt.xxh3_64) in the output");
+  sub->callback([args, &chosen] { chosen = [args] { return convert(*args); }; });
+}
+
+}  // namespace ckpt_tool

@@ -1,0 +1,186 @@
+// ckpt diff A B: the entries only in one of two checkpoints, those whose dtype or shape differ, and
+// the largest absolute and relative differences of the values of the others.
+
+#include "common.hpp"
+
+#include <ckpt/cast.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/tensor.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ckpt_tool {
+
+namespace {
+
+struct diff_args {
+  std::filesystem::path a, b;
+  double atol = 0;
+  double rtol = 0;
+  bool ignore_dtype = false;
+};
+
+// The comparison of the values of two entries of the same shape.
+struct value_diff {
+  double max_abs = 0;        // max |a - b|
+  double max_rel = 0;        // max |a - b| / |b|
+  std::uint64_t beyond = 0;  // elements (bytes, for F6/F4) outside the tolerance
+  bool numeric = true;       // false: compared as raw bytes (F6, F4)
+};
+
+std::string number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", x);
+  return text;
+}
+
+// `x` as a tensor whose elements convert to F64 with ckpt::convert: C64 as F32 pairs (real,
+// imaginary), so that both parts are compared, and every other whole-byte dtype as itself.
+ckpt::tensor comparable(const ckpt::tensor& x, ckpt::dtype other) {
+  // A C64 entry against a real one: the real one becomes C64 (imaginary part +0), by the rules
+  // of ckpt/cast.hpp, rather than dropping the other's imaginary part.
+  const ckpt::tensor y = other == ckpt::dtype::c64 ? ckpt::cast(x, ckpt::dtype::c64) : x;
+  if (y.dtype() != ckpt::dtype::c64) return y;
+  return ckpt::tensor::view_of(ckpt::dtype::f32, {2 * y.numel()}, y.bytes(), std::make_shared<ckpt::tensor>(y));
+}
+
+// Element-wise, in double, after ckpt::convert (so F16, BF16, the F8 formats and the integers are
+// decoded by the library's rules; 64-bit integers beyond 2^53 are rounded). NaN against NaN
+// counts as equal, NaN against a number as an infinite difference; equal infinities are equal.
+value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double atol, double rtol) {
+  value_diff out;
+  if (ckpt::is_sub_byte(a_in.dtype()) || ckpt::is_sub_byte(b_in.dtype())) {
+    // Raw bytes only: no values to subtract, so byte for byte (dtypes differ: all differ).
+    out.numeric = false;
+    const auto x = a_in.bytes(), y = b_in.bytes();
+    if (a_in.dtype() != b_in.dtype() || x.size() != y.size()) {
+      out.beyond = std::max(x.size(), y.size());
+      return out;
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) out.beyond += x[i] != y[i];
+    return out;
+  }
+  const ckpt::tensor a = comparable(a_in, b_in.dtype()), b = comparable(b_in, a_in.dtype());
+  a.prefetch_pages();
+  b.prefetch_pages();
+  constexpr std::size_t chunk = 1 << 15;
+  std::vector<double> xs(chunk), ys(chunk);
+  const auto n = static_cast<std::size_t>(a.numel());
+  const std::size_t a_size = ckpt::bit_width(a.dtype()) / 8, b_size = ckpt::bit_width(b.dtype()) / 8;
+  for (std::size_t first = 0; first < n; first += chunk) {
+    const std::size_t count = std::min(chunk, n - first);
+    ckpt::convert(a.dtype(), a.bytes().subspan(first * a_size, count * a_size), ckpt::dtype::f64,
+                  std::as_writable_bytes(std::span(xs)), count);
+    ckpt::convert(b.dtype(), b.bytes().subspan(first * b_size, count * b_size), ckpt::dtype::f64,
+                  std::as_writable_bytes(std::span(ys)), count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const double x = xs[i], y = ys[i];
+      if (x == y || (std::isnan(x) && std::isnan(y))) continue;
+      const double abs = std::isnan(x) || std::isnan(y) ? std::numeric_limits<double>::infinity() : std::fabs(x - y);
+      const double rel = abs / std::fabs(y);  // +inf where b is 0 (a is not, or they were equal)
+      out.max_abs = std::max(out.max_abs, abs);
+      out.max_rel = std::max(out.max_rel, rel);
+      // An infinity equals only itself and a NaN only a NaN (as in numpy.isclose with
+      // equal_nan), whatever the tolerance.
+      if (!std::isfinite(x) || !std::isfinite(y) || !(abs <= atol + rtol * std::fabs(y))) ++out.beyond;
+    }
+  }
+  a.release_pages();
+  b.release_pages();
+  return out;
+}
+
+int diff(const diff_args& args) {
+  const ckpt::checkpoint a = ckpt::load(args.a), b = ckpt::load(args.b);
+  std::vector<std::string> only_a, only_b, structure;
+  std::vector<std::vector<std::string>> rows;
+  std::size_t beyond_entries = 0;
+  auto ia = a.begin(), ib = b.begin();
+  while (ia != a.end() || ib != b.end()) {
+    if (ib == b.end() || (ia != a.end() && ia->first < ib->first)) {
+      only_a.push_back((ia++)->first);
+      continue;
+    }
+    if (ia == a.end() || ib->first < ia->first) {
+      only_b.push_back((ib++)->first);
+      continue;
+    }
+    const std::string& name = ia->first;
+    const ckpt::tensor &x = ia->second, &y = ib->second;
+    ++ia, ++ib;
+    const bool same_shape = std::ranges::equal(x.shape(), y.shape());
+    if (!same_shape)
+      structure.push_back("shape differs: " + name + ": " + ckpt::to_string(x.shape()) + " in A, " +
+                          ckpt::to_string(y.shape()) + " in B");
+    if (x.dtype() != y.dtype() && !args.ignore_dtype)
+      structure.push_back("dtype differs: " + name + ": " + std::string(ckpt::to_string(x.dtype())) + " in A, " +
+                          std::string(ckpt::to_string(y.dtype())) + " in B");
+    if (!same_shape) continue;
+    const value_diff d = compare(x, y, args.atol, args.rtol);
+    if (d.beyond > 0) ++beyond_entries;
+    rows.push_back({name, d.numeric ? number(d.max_abs) : "-", d.numeric ? number(d.max_rel) : "-",
+                    std::to_string(d.beyond)});
+  }
+  for (const auto& name : only_a) std::cout << "only in A: " << name << '\n';
+  for (const auto& name : only_b) std::cout << "only in B: " << name << '\n';
+  for (const auto& line : structure) std::cout << line << '\n';
+  if (!rows.empty()) print_table(std::cout, {{"name"}, {"max_abs", true}, {"max_rel", true}, {"beyond", true}}, rows);
+  const std::string tolerance = "atol " + number(args.atol) + ", rtol " + number(args.rtol);
+  if (only_a.empty() && only_b.empty() && structure.empty() && beyond_entries == 0) {
+    std::cout << "same: " << count_of(rows.size(), "entry", "entries") << " within " << tolerance << '\n';
+    return success;
+  }
+  std::cout << "different: " << only_a.size() << " only in A, " << only_b.size() << " only in B, "
+            << count_of(structure.size(), "dtype or shape mismatch", "dtype or shape mismatches") << ", "
+            << beyond_entries << " of " << count_of(rows.size(), "compared entry", "compared entries") << " beyond "
+            << tolerance << '\n';
+  return finding;
+}
+
+}  // namespace
+
+void add_diff(CLI::App& app, action& chosen) {
+  auto args = std::make_shared<diff_args>();
+  CLI::App* sub = app.add_subcommand("diff", "Compare the entries and values of two checkpoints");
+  sub->footer(
+      "Compare two checkpoints (files or sharded checkpoints): the entries only in A, only in B, those\n"
+      "whose dtype or shape differ, and for the common entries of equal shape the largest absolute\n"
+      "difference |a - b| and relative difference |a - b| / |b|, computed in double. An element is\n"
+      "beyond tolerance when |a - b| > atol + rtol * |b| (numpy.isclose); NaN equals NaN, and NaN\n"
+      "against a number, or an infinity against anything else, is beyond any tolerance.\n\n"
+      "Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be read.");
+  sub->add_option("A", args->a, "the first checkpoint")->required()->type_name("");
+  sub->add_option("B", args->b, "the second checkpoint (the reference of relative differences)")
+      ->required()
+      ->type_name("");
+  // CLI::NonNegativeNumber would print the largest double in its message.
+  const CLI::Validator non_negative(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !(x >= 0)) return "'" + text + "' is not a number >= 0";
+        return {};
+      },
+      "TOLERANCE");
+  sub->add_option("--atol", args->atol, "absolute tolerance (default 0: values must be equal)")->check(non_negative);
+  sub->add_option("--rtol", args->rtol, "relative tolerance (default 0)")->check(non_negative);
+  sub->add_flag("--ignore-dtype", args->ignore_dtype,
+                "compare values across dtypes without counting the dtype difference itself (after convert "
+                "--dtype)");
+  sub->callback([args, &chosen] { chosen = [args] { return diff(*args); }; });
+}
+
+}  // namespace ckpt_tool

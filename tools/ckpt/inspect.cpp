@@ -1,0 +1,158 @@
+// ckpt inspect PATH: the entries of a checkpoint, or the steps of a checkpoint_manager folder.
+
+#include "common.hpp"
+
+#include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
+#include <ckpt/tensor.hpp>
+
+#include <CLI/CLI.hpp>
+#include <boost/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ckpt_tool {
+
+namespace {
+
+struct inspect_args {
+  std::filesystem::path path;
+  std::string filter;
+  bool json = false;
+};
+
+struct totals {
+  std::size_t entries = 0;
+  std::int64_t parameters = 0;
+  std::uint64_t bytes = 0;
+};
+
+totals sum(const std::vector<const ckpt::checkpoint::entry*>& entries) {
+  totals out;
+  for (const auto* e : entries) {
+    ++out.entries;
+    out.parameters += e->second.numel();
+    out.bytes += e->second.nbytes();
+  }
+  return out;
+}
+
+boost::json::object json_of(const ckpt::metadata_map& metadata) {
+  boost::json::object out;
+  for (const auto& [key, value] : metadata) out[key] = value;
+  return out;
+}
+
+boost::json::object json_of(const totals& t) {
+  return {{"entries", t.entries}, {"parameters", t.parameters}, {"bytes", t.bytes}};
+}
+
+void print_totals(const totals& t) {
+  std::cout << "total: " << count_of(t.entries, "entry", "entries") << ", "
+            << count_of(static_cast<std::uint64_t>(t.parameters), "parameter", "parameters") << ", "
+            << count_of(t.bytes, "byte", "bytes") << '\n';
+}
+
+// Only the header is read: inspecting a large file costs no pass over its data (verify does that).
+int inspect_checkpoint(const inspect_args& args) {
+  const ckpt::checkpoint t = ckpt::load(args.path, {.verify_digest = false});
+  const auto entries = entries_with_prefix(t, args.filter);
+  const totals total = sum(entries);
+  if (args.json) {
+    boost::json::array rows;
+    for (const auto* e : entries) {
+      boost::json::array shape;
+      for (const std::int64_t d : e->second.shape()) shape.push_back(d);
+      rows.push_back(boost::json::object{{"name", e->first},
+                                         {"dtype", ckpt::to_string(e->second.dtype())},
+                                         {"shape", std::move(shape)},
+                                         {"parameters", e->second.numel()},
+                                         {"bytes", e->second.nbytes()}});
+    }
+    std::cout << boost::json::serialize(boost::json::object{{"path", args.path.string()},
+                                                            {"entries", std::move(rows)},
+                                                            {"total", json_of(total)},
+                                                            {"metadata", json_of(t.metadata())}})
+              << '\n';
+    return success;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto* e : entries)
+    rows.push_back({e->first, std::string(ckpt::to_string(e->second.dtype())), ckpt::to_string(e->second.shape()),
+                    std::to_string(e->second.numel()), std::to_string(e->second.nbytes())});
+  print_table(std::cout, {{"name"}, {"dtype"}, {"shape"}, {"parameters", true}, {"bytes", true}}, rows);
+  print_totals(total);
+  if (t.metadata().empty()) {
+    std::cout << "__metadata__: none\n";
+  } else {
+    std::cout << "__metadata__:\n";
+    for (const auto& [key, value] : t.metadata()) std::cout << "  " << key << ": " << value << '\n';
+  }
+  return success;
+}
+
+int inspect_folder(const inspect_args& args) {
+  struct step_row {
+    std::int64_t step;
+    std::filesystem::path file;
+    totals total;
+    ckpt::metadata_map metadata;
+  };
+  std::vector<step_row> steps;
+  for (const std::int64_t step : ckpt::list_steps(args.path)) {
+    const std::filesystem::path file = ckpt::checkpoint_path(args.path, step);
+    const auto t = load_listed(file);
+    if (t) steps.push_back({step, file, sum(entries_with_prefix(*t, args.filter)), t->metadata()});
+  }
+  if (args.json) {
+    boost::json::array rows;
+    for (const auto& s : steps)
+      rows.push_back(boost::json::object{{"step", s.step},
+                                         {"file", s.file.filename().string()},
+                                         {"total", json_of(s.total)},
+                                         {"metadata", json_of(s.metadata)}});
+    std::cout << boost::json::serialize(boost::json::object{{"path", args.path.string()}, {"steps", std::move(rows)}})
+              << '\n';
+    return success;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : steps) {
+    const auto wall_time = s.metadata.find("wall_time");
+    rows.push_back({std::to_string(s.step), std::to_string(s.total.entries), std::to_string(s.total.parameters),
+                    std::to_string(s.total.bytes), wall_time == s.metadata.end() ? "-" : wall_time->second,
+                    s.file.filename().string()});
+  }
+  print_table(std::cout,
+              {{"step", true}, {"entries", true}, {"parameters", true}, {"bytes", true}, {"wall_time"}, {"file"}},
+              rows);
+  std::cout << "checkpoint_manager folder: " << count_of(steps.size(), "step", "steps");
+  if (!steps.empty()) std::cout << ", latest " << steps.back().step;
+  std::cout << '\n';
+  return success;
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& app, action& chosen) {
+  auto args = std::make_shared<inspect_args>();
+  CLI::App* sub = app.add_subcommand("inspect", "List the entries and metadata of a checkpoint, or a folder's steps");
+  sub->footer(
+      "List the entries of a checkpoint (name, dtype, shape, parameters, bytes), their totals and its\n"
+      "__metadata__, reading headers only. PATH is a .safetensors file, a sharded checkpoint (its\n"
+      "*.safetensors.index.json or its folder) or a checkpoint_manager folder, whose steps are listed.\n\n"
+      "Exit status: 0, or 2 if PATH cannot be read or is not a valid checkpoint.");
+  sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder")->required()->type_name("");
+  sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
+  sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX")
+      ->type_name("PREFIX");
+  sub->callback([args, &chosen] {
+    chosen = [args] { return is_manager_folder(args->path) ? inspect_folder(*args) : inspect_checkpoint(*args); };
+  });
+}
+
+}  // namespace ckpt_tool

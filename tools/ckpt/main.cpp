@@ -1,0 +1,34 @@
+// ckpt: inspect, verify, compare and convert safetensors checkpoints (tools/README.md).
+
+#include "common.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"Inspect, verify, compare and convert safetensors checkpoints (single files, sharded\n"
+               "checkpoints and checkpoint_manager folders).\n\n"
+               "Exit status: 0 on success, 1 when verify or diff finds something, 2 on a usage or I/O\n"
+               "error.",
+               "ckpt"};
+  app.set_version_flag("--version", "ckpt " CKPT_VERSION);
+  app.require_subcommand(1);
+  app.footer("Run 'ckpt SUBCOMMAND --help' for the options of a subcommand.");
+
+  ckpt_tool::action chosen;
+  ckpt_tool::add_inspect(app, chosen);
+  ckpt_tool::add_verify(app, chosen);
+  ckpt_tool::add_diff(app, chosen);
+  ckpt_tool::add_convert(app, chosen);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the help or the error; every usage error is status 2, whatever CLI11's code.
+    return app.exit(e) == 0 ? ckpt_tool::success : ckpt_tool::failure;
+  }
+  const int status = ckpt_tool::guarded(chosen);
+  std::cout.flush();
+  return std::cout ? status : ckpt_tool::failure;
+}
