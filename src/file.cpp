@@ -3,7 +3,7 @@
 #include <ckpt/sharded.hpp>
 
 #include "safetensors.hpp"
-#include "temporary_name.hpp"
+#include "posix_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -43,30 +43,8 @@ io_hooks& hooks() noexcept {
 
 namespace {
 
-std::error_code last_error() { return {errno, std::system_category()}; }
-
-// Owns a file descriptor.
-class file_descriptor {
- public:
-  explicit file_descriptor(int fd) noexcept : fd_(fd) {}
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  ~file_descriptor() { reset(); }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  // Closes now, reporting the error close() gives (a failed close may mean lost writes).
-  int close() noexcept {
-    const int result = ::close(fd_);
-    fd_ = -1;
-    return result;
-  }
-
- private:
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_;
-};
+using detail::file_descriptor;
+using detail::last_error;
 
 // A read-only mapping of a whole file, shared by the tensors that view it.
 class mapping {

@@ -4,7 +4,7 @@
 #include <ckpt/snapshot.hpp>
 
 #include "retention.hpp"
-#include "temporary_name.hpp"
+#include "posix_file.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -35,7 +35,7 @@ constexpr std::string_view file_prefix = "ckpt-";
 constexpr std::string_view file_suffix = ".safetensors";
 constexpr std::string_view lock_name = ".ckpt-manager.lock";
 
-std::error_code last_error() { return {errno, std::system_category()}; }
+using detail::last_error;
 
 std::string file_name_of(std::int64_t step) {
   char digits[32];

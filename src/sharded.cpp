@@ -1,8 +1,9 @@
 #include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/sharded.hpp>
 
+#include "hf_index.hpp"
+#include "posix_file.hpp"
 #include "safetensors.hpp"
-#include "temporary_name.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -25,56 +26,9 @@
 #include <utility>
 
 namespace ckpt {
-namespace {
 
-constexpr std::string_view shard_suffix = ".safetensors";
-constexpr std::string_view index_suffix = ".safetensors.index.json";
+namespace detail {
 
-std::error_code last_error() { return {errno, std::system_category()}; }
-
-// Owns a file descriptor.
-class file_descriptor {
- public:
-  explicit file_descriptor(int fd) noexcept : fd_(fd) {}
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  ~file_descriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  // Closes now, reporting the error close() gives (a failed close may mean lost writes).
-  int close() noexcept { return ::close(std::exchange(fd_, -1)); }
-
- private:
-  int fd_;
-};
-
-std::string shard_name(const std::string& base, std::size_t number, std::size_t count) {
-  char digits[64];
-  std::snprintf(digits, sizeof digits, "-%05zu-of-%05zu", number, count);
-  return base + digits + std::string(shard_suffix);
-}
-
-// True for `<base>-NNNNN-of-NNNNN.safetensors`: a shard of some save with this base name.
-bool is_shard_name(std::string_view name, std::string_view base) {
-  if (!name.starts_with(base) || !name.ends_with(shard_suffix)) return false;
-  std::string_view rest = name.substr(base.size(), name.size() - base.size() - shard_suffix.size());
-  const auto digits = [&rest](std::string_view prefix) {
-    if (!rest.starts_with(prefix)) return false;
-    rest.remove_prefix(prefix.size());
-    const std::size_t n = std::min(rest.find_first_not_of("0123456789"), rest.size());
-    rest.remove_prefix(n);
-    return n >= 5;
-  };
-  return digits("-") && digits("-of-") && rest.empty();
-}
-
-std::string json_string(std::string_view s) { return boost::json::serialize(boost::json::string_view(s.data(), s.size())); }
-
-// `s` (valid UTF-8: every name was checked by the shards' save) as Python's json.dumps writes it
-// with its default ensure_ascii: printable ASCII as is, \" \\ \n \r \t \b \f, every other code
-// point as \uXXXX (a surrogate pair above U+FFFF), so that the index matches transformers' byte
-// for byte.
 std::string python_json_string(std::string_view s) {
   using traits = boost::locale::utf::utf_traits<char>;
   static constexpr char hex[] = "0123456789abcdef";
@@ -99,7 +53,8 @@ std::string python_json_string(std::string_view s) {
           shown += hex[b & 0xf];
         }
       }
-      throw std::invalid_argument("ckpt: save_sharded: the name '" + shown + "' is not valid UTF-8");
+      throw std::invalid_argument("ckpt: the name '" + shown +
+                                  "' is not valid UTF-8 (a sharded checkpoint's index holds UTF-8 names)");
     }
     switch (c) {
       case '"': out += "\\\""; break;
@@ -123,9 +78,7 @@ std::string python_json_string(std::string_view s) {
   return out + "\"";
 }
 
-// The index as transformers writes it (json.dumps with indent=2 and sorted keys; `weight_map`
-// comes sorted by name).
-std::string index_text(std::uint64_t total_size, const std::vector<std::pair<std::string, std::string>>& weight_map) {
+std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map) {
   std::string out = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total_size) + "\n  },\n";
   out += "  \"weight_map\": {";
   for (std::size_t i = 0; i < weight_map.size(); ++i) {
@@ -136,40 +89,38 @@ std::string index_text(std::uint64_t total_size, const std::vector<std::pair<std
   return out;
 }
 
-// Writes `text` to `path` as ckpt::save writes a checkpoint: a temporary file beside it, fsynced,
-// renamed over it, and the folder fsynced; on failure `path` is unchanged and the temporary gone.
-// Errors name `path`, as the writer's do, rather than the temporary's random name.
-void write_atomically(const std::filesystem::path& path, std::string_view text) {
-  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : ".";
-  std::string temporary = detail::temporary_pattern(path);
-  file_descriptor fd(::mkostemp(temporary.data(), O_CLOEXEC));
-  if (fd.get() < 0) throw io_error(path, "create a temporary file beside", last_error());
-  struct remover {
-    const std::string* path;
-    ~remover() {
-      if (path != nullptr) ::unlink(path->c_str());
-    }
-  } cleanup{&temporary};
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    iovec piece{const_cast<char*>(text.data() + done), text.size() - done};
-    const ssize_t n = detail::hooks().writev(fd.get(), &piece, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(path, "write", last_error());
-    done += static_cast<std::size_t>(n);
-  }
-  if (detail::hooks().fsync(fd.get()) != 0) throw io_error(path, "fsync", last_error());
-  if (fd.close() != 0) throw io_error(path, "close", last_error());
-  if (detail::hooks().rename(temporary.c_str(), path.c_str()) != 0)
-    throw io_error(path, "rename a temporary file over", last_error());
-  cleanup.path = nullptr;
-  file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
-  if (detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
+}  // namespace detail
+
+namespace {
+
+using detail::file_descriptor;
+using detail::last_error;
+using detail::python_json_string;
+
+constexpr std::string_view shard_suffix = ".safetensors";
+constexpr std::string_view index_suffix = ".safetensors.index.json";
+
+std::string shard_name(const std::string& base, std::size_t number, std::size_t count) {
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "-%05zu-of-%05zu", number, count);
+  return base + digits + std::string(shard_suffix);
 }
+
+// True for `<base>-NNNNN-of-NNNNN.safetensors`: a shard of some save with this base name.
+bool is_shard_name(std::string_view name, std::string_view base) {
+  if (!name.starts_with(base) || !name.ends_with(shard_suffix)) return false;
+  std::string_view rest = name.substr(base.size(), name.size() - base.size() - shard_suffix.size());
+  const auto digits = [&rest](std::string_view prefix) {
+    if (!rest.starts_with(prefix)) return false;
+    rest.remove_prefix(prefix.size());
+    const std::size_t n = std::min(rest.find_first_not_of("0123456789"), rest.size());
+    rest.remove_prefix(n);
+    return n >= 5;
+  };
+  return digits("-") && digits("-of-") && rest.empty();
+}
+
+std::string json_string(std::string_view s) { return boost::json::serialize(boost::json::string_view(s.data(), s.size())); }
 
 std::string read_index(const std::filesystem::path& path) {
   file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -268,7 +219,7 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   // Sorted by name, as transformers' json.dumps(sort_keys=True) writes it.
   std::sort(weight_map.begin(), weight_map.end());
   // Last: until the index names the new shards, readers of the folder see the previous save.
-  write_atomically(files.index, index_text(total_size, weight_map));
+  detail::write_atomically(files.index, detail::index_text(total_size, weight_map));
 
   if (options.remove_stale_shards) {
     // Best effort: the save is complete once the index is in place, and a shard left behind is

@@ -2,7 +2,8 @@
 #include <ckpt/mpi.hpp>
 #include <ckpt/sharded.hpp>
 
-#include "../temporary_name.hpp"
+#include "../hf_index.hpp"
+#include "../posix_file.hpp"
 #include "common.hpp"
 
 #include <boost/json/parse.hpp>
@@ -33,7 +34,7 @@ namespace {
 
 constexpr std::string_view step_prefix = "step-";
 
-std::error_code last_error() { return {errno, std::system_category()}; }
+using ckpt::detail::last_error;
 
 std::string step_name(std::int64_t step) {
   char digits[32];
@@ -141,82 +142,6 @@ std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {
 
 std::string describe(ckpt::dtype type, std::span<const std::int64_t> shape) {
   return std::string(to_string(type)) + " " + to_string(shape);
-}
-
-std::string json_string(std::string_view s) {
-  return boost::json::serialize(boost::json::string_view(s.data(), s.size()));
-}
-
-// The index as transformers writes it (json.dumps with indent=2 and sorted keys), as
-// save_sharded (src/sharded.cpp) writes it too.
-std::string index_text(std::uint64_t total_size, const std::map<std::string, std::string>& weight_map) {
-  std::string out = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total_size) + "\n  },\n";
-  out += "  \"weight_map\": {";
-  bool first = true;
-  for (const auto& [name, shard] : weight_map) {
-    out += first ? "\n    " : ",\n    ";
-    first = false;
-    out += json_string(name) + ": " + json_string(shard);
-  }
-  out += weight_map.empty() ? "}\n}\n" : "\n  }\n}\n";
-  return out;
-}
-
-// Owns a file descriptor.
-class file_descriptor {
- public:
-  explicit file_descriptor(int fd) noexcept : fd_(fd) {}
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  ~file_descriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  int close() noexcept { return ::close(std::exchange(fd_, -1)); }
-
- private:
-  int fd_;
-};
-
-// Writes the index, the commit: a temporary beside it, fsynced, renamed over it, the folder
-// fsynced. If anything fails, the index is absent afterwards (even when only the folder's fsync
-// failed after the rename), so that the ranks can remove their shards without leaving a
-// committed step that names missing files.
-void write_index(const std::filesystem::path& path, std::string_view text) {
-  const std::filesystem::path folder = path.parent_path();
-  std::string temporary = ckpt::detail::temporary_pattern(path);
-  file_descriptor fd(::mkostemp(temporary.data(), O_CLOEXEC));
-  if (fd.get() < 0) throw io_error(path, "create a temporary file beside", last_error());
-  bool renamed = false;
-  struct remover {
-    const std::string* temporary;
-    const std::filesystem::path* index;
-    const bool* renamed;
-    bool armed = true;
-    ~remover() {
-      if (armed) ::unlink(*renamed ? index->c_str() : temporary->c_str());
-    }
-  } cleanup{&temporary, &path, &renamed};
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    iovec piece{const_cast<char*>(text.data() + done), text.size() - done};
-    const ssize_t n = ckpt::detail::hooks().writev(fd.get(), &piece, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(temporary, "write", last_error());
-    done += static_cast<std::size_t>(n);
-  }
-  if (ckpt::detail::hooks().fsync(fd.get()) != 0) throw io_error(temporary, "fsync", last_error());
-  if (fd.close() != 0) throw io_error(temporary, "close", last_error());
-  if (ckpt::detail::hooks().rename(temporary.c_str(), path.c_str()) != 0)
-    throw io_error(path, "rename a temporary file over", last_error());
-  renamed = true;
-  file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
-  if (ckpt::detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
-  cleanup.armed = false;
 }
 
 // After a failed save: each rank removes the shard it wrote, then rank 0 the step folder if
@@ -350,9 +275,15 @@ std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, s
   // step may have left (files the index does not name); one broadcast tells every rank.
   if (rank == 0) {
     try {
-      std::map<std::string, std::string> weight_map;
-      for (const auto& [name, where] : plan) weight_map.emplace(name, shard_of_rank[static_cast<std::size_t>(where.writer)]);
-      write_index(dir / index_file_name, index_text(total_size, weight_map));
+      std::vector<std::pair<std::string, std::string>> weight_map;  // `plan` is sorted by name
+      weight_map.reserve(plan.size());
+      for (const auto& [name, where] : plan)
+        weight_map.emplace_back(name, shard_of_rank[static_cast<std::size_t>(where.writer)]);
+      // The commit. If anything fails, the index is absent afterwards (even when only the
+      // folder's fsync failed after the rename), so that the ranks can remove their shards
+      // without leaving a committed step that names missing files.
+      ckpt::detail::write_atomically(dir / index_file_name, ckpt::detail::index_text(total_size, weight_map),
+                                     ckpt::detail::on_folder_sync_failure::remove_new_file);
       std::set<std::string, std::less<>> keep(shard_of_rank.begin(), shard_of_rank.end());
       keep.emplace(index_file_name);
       std::error_code ec;

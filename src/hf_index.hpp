@@ -1,0 +1,23 @@
+#pragma once
+// The Hugging Face sharded-checkpoint index (`*.safetensors.index.json`), written byte for byte as
+// transformers writes it, by save_sharded (src/sharded.cpp) and ckpt::mpi (src/mpi/mpi.cpp).
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace ckpt::detail {
+
+/// `s` (UTF-8) as Python's json.dumps writes it with its default ensure_ascii: printable ASCII as
+/// is, \" \\ \n \r \t \b \f, every other code point as \uXXXX (a surrogate pair above U+FFFF).
+/// \throws std::invalid_argument if `s` is not valid UTF-8.
+std::string python_json_string(std::string_view s);
+
+/// The index text: json.dumps(indent=2, sort_keys=True) of {"metadata": {"total_size": ...},
+/// "weight_map": {name: shard file}}. `weight_map` must be sorted by name.
+/// \throws std::invalid_argument if a name or file name is not valid UTF-8.
+std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map);
+
+}  // namespace ckpt::detail
