@@ -119,6 +119,24 @@ void row1(const config& c, const row_model& m) {
       if (::rename(plain_tmp.c_str(), plain.c_str()) != 0) die("rename");
     }));
   };
+  // Diagnostic: the same plus the folder's fsync, which ckpt issues (and the baseline does not) so
+  // that the rename itself survives a power loss.
+  series s_plain_durable{"plain write+fsync+rename+fsync(folder)"};
+  auto plain_durable_once = [&] {
+    remove_quietly(plain);
+    s_plain_durable.add(measure([&] {
+      const int fd = ::open(plain_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) die("open");
+      write_all(fd, header.data(), header.size());
+      for (const auto& [data, size] : pieces) write_all(fd, data, size);
+      if (::fsync(fd) != 0) die("fsync");
+      if (::close(fd) != 0) die("close");
+      if (::rename(plain_tmp.c_str(), plain.c_str()) != 0) die("rename");
+      const int dir = ::open(c.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dir < 0 || ::fsync(dir) != 0) die("fsync folder");
+      ::close(dir);
+    }));
+  };
   auto stream_once = [&] {
     remove_quietly(stream);
     s_stream.add(measure([&] { ckpt::save_params(stream, {{m, "model"}}); }));
@@ -157,16 +175,18 @@ void row1(const config& c, const row_model& m) {
   // The arena's first snapshot allocates; the rows time the steady state that follows.
   manager.save_async(++step, {{m, "model"}});
   manager.wait();
-  rotated(c.io_reps, plain_once, stream_once, snapshot_once, arena_once, live_once, fresh_once);
+  rotated(c.io_reps, plain_once, stream_once, snapshot_once, arena_once, live_once, fresh_once, plain_durable_once);
   if (fs::file_size(plain) != fs::file_size(stream) || fs::file_size(plain) != fs::file_size(snapshot))
     throw std::runtime_error("row 1: the files differ in size");
-  for (const auto* s : {&s_plain, &s_stream, &s_snapshot, &s_arena, &s_live, &s_call, &s_of_params, &s_bare,
+  for (const auto* s : {&s_plain, &s_plain_durable, &s_stream, &s_snapshot, &s_arena, &s_live, &s_call, &s_of_params, &s_bare,
                          &s_total})
     log("  " + s->name + ": " + s->spread());
   async_write_seconds = std::max(s_total.med() - s_arena.med(), 0.0);
   log("  plain write throughput: " + std::to_string(c.gib() / s_plain.med()) + " GiB/s");
   ratio_result("1", "save " + c.size_label() + ", save_params (live, streaming) vs write+fsync+rename",
                s_stream, s_plain, 1.10, "+" + fmt_mib(s_stream.peak()) + " (base +" + fmt_mib(s_plain.peak()) + ")");
+  ratio_result("1.d", "diagnostic: save_params vs write+fsync+rename+fsync(folder), the calls ckpt makes for durability",
+               s_stream, s_plain_durable, 0, "-");
   ratio_result("1", "save, ckpt::save(of_params(...)) (snapshot incl. copy) vs the same baseline", s_snapshot,
                s_plain, 0, "+" + fmt_mib(s_snapshot.peak()));
   ratio_result("6", "checkpoint_manager::save_async(step, {{params, \"model\"}}) call (snapshot into the reused arena "
@@ -184,6 +204,25 @@ void row1(const config& c, const row_model& m) {
 }
 
 // --- Row 2: load + to_params -----------------------------------------------------------------------
+
+// The baseline of row 2: the entries' bytes pread into the leaves of `into`.
+void pread_once_into(const fs::path& path, const std::vector<layout_entry>& layout, std::uint64_t data_start,
+                     row_model& into) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die("open");
+  for (const auto& e : layout)
+    pread_all(fd, into.layers[layer_index(e.name)].data(), e.end - e.begin, data_start + e.begin);
+  ::close(fd);
+}
+
+// Drops the (clean) pages of `path` from the page cache, so that the next read goes to the disk.
+void drop_from_page_cache(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die("open");
+  if (::fdatasync(fd) != 0) die("fdatasync");
+  if (::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) die("posix_fadvise");
+  ::close(fd);
+}
 
 void row2(const config& c, const row_model& m) {
   log("== row 2: load + to_params " + c.size_label() + " (page cache warm)");
@@ -203,13 +242,7 @@ void row2(const config& c, const row_model& m) {
       s_transpose{"ckpt transpose kernel in memory, preallocated"};
   float checksum = 0;
   auto pread_once = [&] {
-    s_pread.add(measure([&] {
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) die("open");
-      for (const auto& e : layout)
-        pread_all(fd, buffers.layers[layer_index(e.name)].data(), e.end - e.begin, data_start + e.begin);
-      ::close(fd);
-    }));
+    s_pread.add(measure([&] { pread_once_into(path, layout, data_start, buffers); }));
     checksum += buffers.layers[0](1, 2);
   };
   auto row_once = [&] {
@@ -269,8 +302,25 @@ void row2(const config& c, const row_model& m) {
   s_pread = series(s_pread.name);
   rotated(c.io_reps, pread_once, row_in_place_once, col_in_place_once, row_once, col_once);
   rotated(c.diag_reps, template_once, mmap_once, memcpy_once, transpose_once);
+  // Cold: the file's pages dropped from the page cache before each call (a resume after a
+  // reboot, or of a checkpoint written long ago), ckpt against the same pread.
+  series s_pread_cold{"pread, cold"}, s_row_cold{"load+read_params row-major, cold"},
+      s_col_cold{"load+read_params column-major, cold"};
+  const auto cold = [&](series& s, auto&& call) {
+    drop_from_page_cache(path);
+    s.add(measure(call));
+  };
+  auto pread_cold_once = [&] { cold(s_pread_cold, [&] { pread_once_into(path, layout, data_start, buffers); }); };
+  auto row_cold_once = [&] {
+    cold(s_row_cold, [&] { ckpt::read_params(ckpt::load(path), buffers, {.prefix = "model"}); });
+  };
+  auto col_cold_once = [&] {
+    cold(s_col_cold, [&] { ckpt::read_params(ckpt::load(path), col_like, {.prefix = "model"}); });
+  };
+  rotated(c.io_reps, pread_cold_once, row_cold_once, col_cold_once);
   log("  (checksum " + std::to_string(checksum) + ")");
-  for (const auto* s : {&s_pread, &s_row_in_place, &s_col_in_place, &s_row, &s_col, &s_template, &s_mmap, &s_memcpy, &s_transpose})
+  for (const auto* s : {&s_pread, &s_row_in_place, &s_col_in_place, &s_row, &s_col, &s_template, &s_mmap, &s_memcpy,
+                        &s_transpose, &s_pread_cold, &s_row_cold, &s_col_cold})
     log("  " + s->name + ": " + s->spread());
   ratio_result("2", "load + read_params into row-major leaves vs pread into preallocated buffers", s_row_in_place,
                s_pread, 1.15, "+" + fmt_mib(s_row_in_place.peak()));
@@ -280,6 +330,10 @@ void row2(const config& c, const row_model& m) {
                1.15, "+" + fmt_mib(s_row.peak()));
   ratio_result("2", "load + to_params into column-major leaves (MatrixXf) vs the same pread", s_col, s_pread,
                1.60, "+" + fmt_mib(s_col.peak()));
+  ratio_result("2.c", "cold (file dropped from the page cache): load + read_params into row-major leaves vs pread, cold",
+               s_row_cold, s_pread_cold, 0, "+" + fmt_mib(s_row_cold.peak()));
+  ratio_result("2.c", "cold: load + read_params into column-major leaves vs the same cold pread", s_col_cold,
+               s_pread_cold, 0, "+" + fmt_mib(s_col_cold.peak()));
   ratio_result("2.d", "diagnostic: P out = like (the template copy inside to_params) vs pread", s_template,
                s_pread, 0, "+" + fmt_mib(s_template.peak()));
   ratio_result("2.d", "diagnostic: mmap + memcpy into preallocated buffers vs pread", s_mmap, s_pread, 0, "-");

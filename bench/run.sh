@@ -33,7 +33,7 @@ fi
 
 if [[ $mode == full ]]; then
   sizes=(--tensors=64 --rows-per=2048 --cols=2048)
-  timing=(--reps=7 --io-reps=5 --diag-reps=3 --small=100000 --train-intervals=5)
+  timing=(--reps=7 --io-reps=9 --diag-reps=3 --small=100000 --train-intervals=7)
   sparse=(--entries=2560 --entry-rows=1024 --entry-cols=1024)
 else
   sizes=(--tensors=8 --rows-per=256 --cols=256)

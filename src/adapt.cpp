@@ -82,6 +82,7 @@ checkpoint transpose(const checkpoint& t, std::string_view name) {
     for (std::size_t b = 0; b < batch; ++b)
       detail::transpose(x.bytes().data() + b * matrix, out.data() + b * matrix, rows, cols, element);
   });
+  x.release_pages();
   return replace(t, name, {{std::string(name), std::move(result)}});
 }
 
@@ -141,6 +142,7 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
                             for (std::size_t o = 0; o < outer && run != 0; ++o)
                               std::memcpy(out.data() + o * run, x.bytes().data() + (o * into.size() + i) * run, run);
                           }));
+    x.release_pages();
   }
   return replace(t, name, std::move(pieces));
 }
@@ -161,6 +163,7 @@ checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::str
                                   ": F6_E2M3, F6_E3M2 and F4 are raw bytes only");
     x.prefetch_pages();
     entries.emplace_back(name, ckpt::cast(x, to));
+    x.release_pages();
   }
   return checkpoint(std::move(entries), t.metadata());
 }

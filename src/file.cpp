@@ -165,9 +165,13 @@ XXH64_hash_t hash_of(std::span<const std::byte> data, bool mapped) {
     // madvise wants page-aligned ranges; the mapping itself starts on a page.
     const auto begin = reinterpret_cast<std::uintptr_t>(part.data()) / page * page;
     const auto length = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(part.data() + part.size()) - begin);
+    // Sequential while it is hashed, as tensor::prefetch_pages does (the mapping is
+    // MADV_RANDOM; WILLNEED alone reads nothing ahead on some kernels): cold, 15x faster.
+    ::madvise(reinterpret_cast<void*>(begin), length, MADV_SEQUENTIAL);
     ::madvise(reinterpret_cast<void*>(begin), length, MADV_WILLNEED);
     state.update(part);
     ::madvise(reinterpret_cast<void*>(begin), length, MADV_DONTNEED);
+    ::madvise(reinterpret_cast<void*>(begin), length, MADV_RANDOM);
   }
   return state.value();
 }
@@ -232,46 +236,63 @@ namespace detail {
 namespace {
 
 // Sends the bytes of a save to the temporary file in large writev batches, straight from where
-// they live, hashing the data section on the way when a digest is asked for.
+// they live, hashing the data section on the way when a digest is asked for, and reporting
+// progress when asked to.
 class data_writer {
  public:
-  data_writer(int fd, const std::filesystem::path& path, bool digest) : fd_(fd), path_(path) {
-    if (digest) digest_.emplace();
+  data_writer(int fd, const std::filesystem::path& path, const save_options& options, std::uint64_t total)
+      : fd_(fd), path_(path), progress_(options.progress), total_(total) {
+    if (options.digest) digest_.emplace();
+    // Without a digest or a progress report, nothing needs the pieces cut: the kernel gets as
+    // many as one writev takes.
+    slice_bytes_ = options.digest ? hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
   }
   // Queues bytes that are not part of the data section (the header).
-  void add_unhashed(std::span<const std::byte> bytes) { pieces_.push_back(as_iovec(bytes)); }
+  void add_unhashed(std::span<const std::byte> bytes) {
+    pieces_.push_back(as_iovec(bytes));
+    pending_ += bytes.size();
+  }
   // Queues data bytes; they must stay valid until the next flush.
   void add(std::span<const std::byte> bytes) {
-    if (!digest_) {
+    if (slice_bytes_ == 0) {
       pieces_.push_back(as_iovec(bytes));
+      pending_ += bytes.size();
       return;
     }
     // Hash a slice just before writing it, so that writev finds it still in cache instead of
     // reading the whole section from memory a second time.
-    for (std::size_t first = 0; first < bytes.size(); first += slice_bytes) {
-      const std::span<const std::byte> part = bytes.subspan(first, std::min(slice_bytes, bytes.size() - first));
-      digest_->update(part);
+    for (std::size_t first = 0; first < bytes.size(); first += slice_bytes_) {
+      const std::span<const std::byte> part = bytes.subspan(first, std::min(slice_bytes_, bytes.size() - first));
+      if (digest_) digest_->update(part);
       pieces_.push_back(as_iovec(part));
       pending_ += part.size();
-      if (pending_ >= slice_bytes) flush();
+      if (pending_ >= slice_bytes_) flush();
     }
   }
   void flush() {
+    if (pieces_.empty()) return;
     write_all(fd_, pieces_, path_);
     pieces_.clear();
+    written_ += pending_;
     pending_ = 0;
+    if (progress_) progress_(written_, total_);
   }
   [[nodiscard]] std::optional<XXH64_hash_t> digest() const {
     return digest_ ? std::optional(digest_->value()) : std::nullopt;
   }
 
  private:
-  static constexpr std::size_t slice_bytes = std::size_t{2} << 20;
+  static constexpr std::size_t hash_slice_bytes = std::size_t{2} << 20;
+  static constexpr std::size_t progress_slice_bytes = std::size_t{64} << 20;
   static iovec as_iovec(std::span<const std::byte> bytes) {
     return {const_cast<std::byte*>(bytes.data()), bytes.size()};
   }
   int fd_;
   const std::filesystem::path& path_;
+  const std::function<void(std::uint64_t, std::uint64_t)>& progress_;
+  std::uint64_t total_;
+  std::uint64_t written_ = 0;
+  std::size_t slice_bytes_ = 0;
   std::vector<iovec> pieces_;
   std::size_t pending_ = 0;
   std::optional<digest_state> digest_;
@@ -292,7 +313,8 @@ void pwrite_all(int fd, std::string_view text, off_t offset, const std::filesyst
 }  // namespace
 
 void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata, bool digest) {
+                const metadata_map& metadata, const save_options& options) {
+  const bool digest = options.digest;
   // ckpt owns the digest key: a value carried over from a loaded file would be stale.
   metadata_map fields = metadata;
   fields.erase(std::string(digest_key));
@@ -322,7 +344,9 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
 
   // Errors name `path`, the file the caller knows, rather than the temporary's random name.
   // Entries that need reordering go through one bounded buffer, a run of whole rows at a time.
-  data_writer out(fd.get(), path, digest);
+  std::uint64_t total = header.size();
+  for (const entry_source& e : entries) total += e.nbytes;
+  data_writer out(fd.get(), path, options, total);
   out.add_unhashed(std::as_bytes(std::span(header)));
   std::vector<std::byte> buffer;
   for (const entry_source& e : entries) {
@@ -364,7 +388,7 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
   for (const auto& [name, x] : t)
     entries.push_back({.name = name, .dtype = x.dtype(), .shape = dims(x.shape().begin(), x.shape().end()),
                        .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = {}});
-  detail::write_file(path, entries, t.metadata(), options.digest);
+  detail::write_file(path, entries, t.metadata(), options);
 }
 
 }  // namespace ckpt

@@ -62,7 +62,7 @@ void save_params(const std::filesystem::path& path, std::initializer_list<sectio
   std::vector<detail::entry_source> entries;
   entries.reserve(order.size());
   for (const auto* e : order) entries.push_back(*e);
-  detail::write_file(path, entries, metadata, options.digest);
+  detail::write_file(path, entries, metadata, options);
 }
 
 }  // namespace ckpt

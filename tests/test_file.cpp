@@ -236,3 +236,51 @@ BOOST_AUTO_TEST_CASE(extraction_releases_the_mapped_pages) {
   // The entries still read correctly: released pages come back from the file.
   BOOST_TEST(loaded.get("blocks.3").as<float>()[12345] == 3.0f);
 }
+
+BOOST_AUTO_TEST_CASE(save_reports_its_progress_up_to_the_file_size) {
+  const temp_dir s;
+  // 120 MiB in three entries: more than one 64 MiB report is due.
+  const Eigen::VectorXf part = Eigen::VectorXf::Constant(10 << 20, 1.5f);
+  const ckpt::checkpoint t = ckpt::concat(
+      {ckpt::of_tensor("a", part), ckpt::of_tensor("b", part), ckpt::of_tensor("c", part)});
+  for (const bool digest : {false, true}) {
+    BOOST_TEST_CONTEXT("digest " << digest) {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;
+      const fs::path path = s.path() / "p.safetensors";
+      ckpt::save(path, t, {.digest = digest, .progress = [&](std::uint64_t written, std::uint64_t total) {
+                             reports.emplace_back(written, total);
+                           }});
+      const std::uint64_t size = fs::file_size(path);
+      BOOST_TEST_REQUIRE(reports.size() >= 2u);
+      BOOST_TEST(reports.back().first == size);
+      std::uint64_t previous = 0;
+      for (const auto& [written, total] : reports) {
+        BOOST_TEST(total == size);
+        BOOST_TEST(written > previous);
+        BOOST_TEST(written - previous <= std::uint64_t{64 + 40} << 20, "a report " << written - previous << " bytes after the last");
+        previous = written;
+      }
+    }
+  }
+  // save_params, through the reorder of a column-major leaf, too.
+  std::vector<std::uint64_t> written_so_far;
+  const Eigen::MatrixXd column_major = Eigen::MatrixXd::Constant(300, 200, 2.0);
+  ckpt::save_params(s.path() / "q.safetensors", {{column_major, "w"}}, {},
+                    {.progress = [&](std::uint64_t written, std::uint64_t) { written_so_far.push_back(written); }});
+  BOOST_TEST_REQUIRE(!written_so_far.empty());
+  BOOST_TEST(written_so_far.back() == fs::file_size(s.path() / "q.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(an_exception_from_the_progress_callback_abandons_the_save) {
+  const temp_dir s;
+  const fs::path path = s.path() / "c.safetensors";
+  ckpt::save(path, ckpt::of_int("v", 1));
+  const std::string before = read_bytes(path);
+  struct cancelled {};
+  BOOST_CHECK_THROW(ckpt::save(path, ckpt::of_int("v", 2), {.progress = [](std::uint64_t, std::uint64_t) {
+                                 throw cancelled{};
+                               }}),
+                    cancelled);
+  BOOST_TEST((read_bytes(path) == before));
+  BOOST_TEST(folder_listing(s.path()) == std::vector<std::string>{"c.safetensors"});
+}

@@ -6,7 +6,9 @@
 #include <ckpt/error.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,6 +25,11 @@ struct save_options {
   /// Store the digest of the data section in `__metadata__` under `digest_key`, computed while
   /// the data are written (one pass), so that `load` detects corruption of the data later.
   bool digest = false;
+  /// If set, called on the saving thread as the file is written, with the bytes written so far
+  /// and the file's size: at least every 64 MiB and once with both equal, before the fsync. An
+  /// exception it throws abandons the save (the file at `path` keeps its old contents): a way to
+  /// cancel a long save.
+  std::function<void(std::uint64_t written, std::uint64_t total)> progress = {};
 };
 
 /// Options of `load` and `parse`.

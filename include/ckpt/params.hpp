@@ -110,10 +110,14 @@ void copy_entries(const checkpoint& t, P& params, const extract_options& opts) {
           leaf_traits<leaf_type>::read(x, cast(entry, type));
           return;
         }
-        entry.prefetch_pages();
-        leaf_traits<leaf_type>::read(x, entry);
-        // The leaf holds its own copy now: the file's pages need not stay in memory too.
-        if constexpr (!std::is_same_v<leaf_type, tensor>) entry.release_pages();
+        if constexpr (std::is_same_v<leaf_type, tensor>) {
+          leaf_traits<leaf_type>::read(x, entry);  // a view: nothing is read now
+        } else {
+          entry.prefetch_pages();
+          leaf_traits<leaf_type>::read(x, entry);
+          // The leaf holds its own copy now: the file's pages need not stay in memory too.
+          entry.release_pages();
+        }
       },
       params);
 }

@@ -33,10 +33,12 @@ class snapshot_arena {
 
   /// A checkpoint holding a copy of every leaf of `sections`, in C order (column-major leaves are
   /// reordered as they are copied), with `metadata`. The leaves are only read, and may change as
-  /// soon as this returns.
+  /// soon as this returns. A snapshot of 128 MiB or more is copied on up to four threads (runs of
+  /// whole leaves), since one core does not use all of the memory bandwidth.
   /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted),
   /// before anything is copied.
-  /// \throws std::bad_alloc if a new buffer cannot be allocated.
+  /// \throws std::bad_alloc if a new buffer cannot be allocated; std::system_error if a copying
+  /// thread cannot be started.
   [[nodiscard]] checkpoint snapshot(std::initializer_list<section> sections, const metadata_map& metadata = {});
 
   /// The bytes of the buffers the arena holds, in use by snapshots or free.

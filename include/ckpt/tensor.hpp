@@ -102,14 +102,16 @@ class tensor {
   /// Lets the operating system drop the pages of a file mapping that hold these bytes (the
   /// whole pages only): they are read again from the file the next time they are touched. For a
   /// loaded checkpoint whose entries were copied into leaves, this keeps a process from holding
-  /// both copies. Does nothing for bytes in ordinary memory.
+  /// both copies. Also ends a `prefetch_pages`. Does nothing for bytes in ordinary memory.
   /// \throws nothing
   void release_pages() const noexcept;
 
-  /// Asks the operating system to read these bytes in ahead of use, if they are in a file
-  /// mapping (a loaded checkpoint maps its file without read-ahead, so that loading reads only
-  /// the header and extracting an entry reads only that entry). Call it before reading a large
-  /// entry of a loaded checkpoint directly; `to_params` does. Does nothing for ordinary memory.
+  /// Prepares these bytes, if they are in a file mapping, for one pass of reading: the pages
+  /// are read ahead in large blocks as the pass goes (a loaded checkpoint maps its file without
+  /// read-ahead, so that loading reads only the header and extracting an entry reads only that
+  /// entry; reading a large entry cold page by page is an order of magnitude slower). Call it
+  /// before reading a large entry of a loaded checkpoint directly, and `release_pages` after:
+  /// `to_params` does. Does nothing for ordinary memory.
   /// \throws nothing
   void prefetch_pages() const noexcept;
 

@@ -69,6 +69,7 @@ void touch(const ckpt::tensor& x) {
   for (std::size_t i = 0; i < bytes.size(); i += 4096) sum += static_cast<unsigned>(bytes[i]);
   volatile unsigned sink = sum;
   (void)sink;
+  x.release_pages();  // unmapped only: the pages stay in the page cache for the write
 }
 
 int convert(const convert_args& args) {
@@ -134,16 +135,25 @@ int convert(const convert_args& args) {
 
   std::uint64_t bytes = 0;
   for (const auto& e : t) bytes += e.second.nbytes();
-  const ckpt::save_options save{.digest = !args.no_digest};
+  // The bar counts the bytes of every file written (each shard's report starts again at 0).
+  progress bar("writing", bytes);
+  std::uint64_t files_done = 0, reported = 0;
+  const ckpt::save_options save{.digest = !args.no_digest, .progress = [&](std::uint64_t written, std::uint64_t file_size) {
+                                  bar.advance(files_done + written - reported);
+                                  reported = files_done + written;
+                                  if (written == file_size) files_done += file_size;
+                                }};
   const std::string summary = std::to_string(t.size()) + (t.size() == 1 ? " entry, " : " entries, ") +
                               std::to_string(bytes) + " bytes of data";
   if (shard_bytes) {
     const ckpt::sharded_files files =
         ckpt::save_sharded(args.out, t, *shard_bytes, {.base_name = args.base_name, .save = save});
+    bar.done();
     std::cout << "wrote '" << files.index.string() << "' and " << files.shards.size()
               << (files.shards.size() == 1 ? " shard: " : " shards: ") << summary << '\n';
   } else {
     ckpt::save(args.out, t, save);
+    bar.done();
     std::cout << "wrote '" << args.out.string() << "': " << summary << '\n';
   }
   return success;

@@ -4,6 +4,7 @@
 // way out (a column-major leaf, written through a bounded buffer).
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/file.hpp>
 #include <ckpt/tensor.hpp>
 
 #include <cstddef>
@@ -28,9 +29,8 @@ struct entry_source {
 };
 
 // Writes a safetensors file of `entries` (already in the order they should be laid out, names
-// valid and distinct) and `metadata` at `path`, atomically, with the data's digest if `digest`;
-// see ckpt::save.
+// valid and distinct) and `metadata` at `path`, atomically, as `options` say; see ckpt::save.
 void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata, bool digest = false);
+                const metadata_map& metadata, const save_options& options);
 
 }  // namespace ckpt::detail
