@@ -4,7 +4,7 @@
 //
 //   ckpt_bench --dir=DIR [--rows=1,2,3,6,7] [--tensors=64] [--rows-per=2048] [--cols=2048]
 //              [--reps=7] [--io-reps=5] [--small=100000] [--train-batch=64]
-//              [--diag-reps=3] [--train-intervals=5] [--train-min-steps=10] [--train-fit=1.5]
+//              [--diag-reps=3] [--train-intervals=5] [--train-min-steps=10] [--train-fit=3]
 //              [--train-steps=N (fixes N instead of train-fit x write time / step time)]
 
 #include "common.hpp"
@@ -37,7 +37,7 @@ struct config {
   long reps = 7, io_reps = 5, diag_reps = 3;
   long small = 100000;
   long train_batch = 64, train_intervals = 5, train_min_steps = 10, train_steps = 0;
-  double train_fit = 1.5;
+  double train_fit = 3.0;
   [[nodiscard]] double gib() const {
     return static_cast<double>(tensors * rows * cols) * 4.0 / (1024.0 * 1024.0 * 1024.0);
   }
@@ -540,8 +540,23 @@ void row7(const config& c, const row_model& m) {
   s_read_skip = series(s_read_skip.name);
   rotated(c.io_reps, read_skip_once, read_verify_once, hash_once);
   rotated(c.io_reps, to_skip_once, to_verify_once);
+  // Cold (a resume after a reboot): the file dropped from the page cache before each call.
+  series s_read_skip_cold{"load(verify_digest = false) + read_params, cold"},
+      s_read_verify_cold{"load (verifying) + read_params, cold"};
+  auto read_skip_cold_once = [&] {
+    drop_from_page_cache(hashed);
+    s_read_skip_cold.add(measure([&] {
+      ckpt::read_params(ckpt::load(hashed, {.verify_digest = false}), buffers, {.prefix = "model"});
+    }));
+  };
+  auto read_verify_cold_once = [&] {
+    drop_from_page_cache(hashed);
+    s_read_verify_cold.add(measure([&] { ckpt::read_params(ckpt::load(hashed), buffers, {.prefix = "model"}); }));
+  };
+  rotated(c.io_reps, read_skip_cold_once, read_verify_cold_once);
   log("  (checksum " + std::to_string(checksum) + ")");
-  for (const auto* s : {&s_save, &s_save_digest, &s_hash_memory, &s_read_skip, &s_read_verify, &s_to_skip, &s_to_verify, &s_hash})
+  for (const auto* s : {&s_save, &s_save_digest, &s_hash_memory, &s_read_skip, &s_read_verify, &s_to_skip, &s_to_verify,
+                        &s_hash, &s_read_skip_cold, &s_read_verify_cold})
     log("  " + s->name + ": " + s->spread());
   log("  verification throughput: " + std::to_string(c.gib() / s_hash.med()) + " GiB/s");
   ratio_result("7", "save " + c.size_label() + " with the digest vs without (save_params, live)", s_save_digest,
@@ -552,6 +567,9 @@ void row7(const config& c, const row_model& m) {
                s_read_verify, s_read_skip, 1.10, "+" + fmt_mib(s_read_verify.peak()));
   ratio_result("7", "load (digest verified) + to_params (returns a new struct) vs load(verify_digest = false) + to_params",
                s_to_verify, s_to_skip, 1.10, "+" + fmt_mib(s_to_verify.peak()));
+  ratio_result("7.c", "cold (file dropped from the page cache): load (digest verified) + read_params vs "
+               "load(verify_digest = false) + read_params, cold",
+               s_read_verify_cold, s_read_skip_cold, 0, "+" + fmt_mib(s_read_verify_cold.peak()));
   ratio_result("7.d", "diagnostic: load() alone with verification (maps the file, hashes all of it) vs load(verify_digest = false) + read_params",
                s_hash, s_read_skip, 0, "+" + fmt_mib(s_hash.peak()));
   for (const fs::path& p : {plain, hashed}) remove_quietly(p);

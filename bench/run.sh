@@ -44,7 +44,7 @@ fi
 if (( do_build )); then
   cmake -S "$root" -B "$build" -G Ninja -DCKPT_BUILD_BENCH=ON -DCMAKE_BUILD_TYPE=Release \
     -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$build" --target ckpt_bench ckpt_bench_rss
+  cmake --build "$build" --target ckpt_bench ckpt_bench_rss readahead_probe
 fi
 bench=$build/bench/ckpt_bench
 rss=$build/bench/ckpt_bench_rss
