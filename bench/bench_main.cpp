@@ -107,35 +107,30 @@ void row1(const config& c, const row_model& m) {
 
   series s_plain{"plain write+fsync+rename"}, s_stream{"ckpt::save_params (live)"},
       s_snapshot{"ckpt::save(of_params) (snapshot)"};
+  // The baseline: the same bytes with write, then fsync, close and rename; `durable` adds the
+  // folder's fsync, which ckpt issues (and the baseline of the target does not) so that the
+  // rename itself survives a power loss.
+  const auto write_plain = [&](bool durable) {
+    const int fd = ::open(plain_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) die("open");
+    write_all(fd, header.data(), header.size());
+    for (const auto& [data, size] : pieces) write_all(fd, data, size);
+    if (::fsync(fd) != 0) die("fsync");
+    if (::close(fd) != 0) die("close");
+    if (::rename(plain_tmp.c_str(), plain.c_str()) != 0) die("rename");
+    if (!durable) return;
+    const int dir = ::open(c.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0 || ::fsync(dir) != 0) die("fsync folder");
+    ::close(dir);
+  };
+  series s_plain_durable{"plain write+fsync+rename+fsync(folder)"};
   auto plain_once = [&] {
     remove_quietly(plain);
-    s_plain.add(measure([&] {
-      const int fd = ::open(plain_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) die("open");
-      write_all(fd, header.data(), header.size());
-      for (const auto& [data, size] : pieces) write_all(fd, data, size);
-      if (::fsync(fd) != 0) die("fsync");
-      if (::close(fd) != 0) die("close");
-      if (::rename(plain_tmp.c_str(), plain.c_str()) != 0) die("rename");
-    }));
+    s_plain.add(measure([&] { write_plain(false); }));
   };
-  // Diagnostic: the same plus the folder's fsync, which ckpt issues (and the baseline does not) so
-  // that the rename itself survives a power loss.
-  series s_plain_durable{"plain write+fsync+rename+fsync(folder)"};
   auto plain_durable_once = [&] {
     remove_quietly(plain);
-    s_plain_durable.add(measure([&] {
-      const int fd = ::open(plain_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) die("open");
-      write_all(fd, header.data(), header.size());
-      for (const auto& [data, size] : pieces) write_all(fd, data, size);
-      if (::fsync(fd) != 0) die("fsync");
-      if (::close(fd) != 0) die("close");
-      if (::rename(plain_tmp.c_str(), plain.c_str()) != 0) die("rename");
-      const int dir = ::open(c.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dir < 0 || ::fsync(dir) != 0) die("fsync folder");
-      ::close(dir);
-    }));
+    s_plain_durable.add(measure([&] { write_plain(true); }));
   };
   auto stream_once = [&] {
     remove_quietly(stream);

@@ -3,7 +3,7 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/snapshot.hpp>
 
-#include "retention.hpp"
+#include "manager_common.hpp"
 #include "posix_file.hpp"
 
 #include <algorithm>
@@ -24,7 +24,6 @@
 #include <utility>
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 namespace ckpt {
@@ -64,18 +63,6 @@ bool is_own_temporary(std::string_view name) {
   return target && step_of(*target).has_value();
 }
 
-std::string wall_time_now() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm utc{};
-  ::gmtime_r(&seconds, &utc);
-  char text[64];
-  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(millis));
-  return text;
-}
-
 }  // namespace
 
 struct checkpoint_manager::impl {
@@ -110,20 +97,7 @@ struct checkpoint_manager::impl {
     if (lock_fd >= 0) ::close(lock_fd);  // releases the flock
   }
 
-  void lock() {
-    const std::filesystem::path lock_path = folder / lock_name;
-    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (lock_fd < 0) throw io_error(lock_path, "open the lock file", last_error());
-    // flock (not fcntl locks): it belongs to the open file description, so a second manager in
-    // this very process, which opens the file anew, is refused as well.
-    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      const int code = errno;
-      ::close(lock_fd);
-      lock_fd = -1;
-      if (code == EWOULDBLOCK) throw lock_error(folder, lock_path);
-      throw io_error(lock_path, "lock", {code, std::system_category()});
-    }
-  }
+  void lock() { lock_fd = detail::lock_exclusively(folder, folder / lock_name); }
 
   void scan() {
     std::error_code ec;
@@ -183,7 +157,7 @@ struct checkpoint_manager::impl {
     metadata_map merged = t.metadata();
     for (const auto& [key, value] : metadata) merged.insert_or_assign(key, value);
     merged.insert_or_assign("step", std::to_string(step));
-    merged.insert_or_assign("wall_time", wall_time_now());
+    merged.insert_or_assign("wall_time", detail::wall_time_now());
     return t.with_metadata(std::move(merged));
   }
 

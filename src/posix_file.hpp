@@ -5,10 +5,12 @@
 
 #include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/manager.hpp>  // lock_error
 
 #include "temporary_name.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -40,6 +42,23 @@ class file_descriptor {
  private:
   int fd_;
 };
+
+/// Opens (creating it) `lock_path` in `folder` and takes its exclusive `flock`, which the
+/// returned descriptor holds until it is closed. flock, not fcntl locks: it belongs to the open
+/// file description, so a second holder in this very process, which opens the file anew, is
+/// refused as well.
+/// \throws lock_error if another open description holds it; io_error on any other failure.
+[[nodiscard]] inline int lock_exclusively(const std::filesystem::path& folder, const std::filesystem::path& lock_path) {
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) throw io_error(lock_path, "open the lock file", last_error());
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int code = errno;
+    ::close(fd);
+    if (code == EWOULDBLOCK) throw lock_error(folder, lock_path);
+    throw io_error(lock_path, "lock", {code, std::system_category()});
+  }
+  return fd;
+}
 
 /// What `write_atomically` leaves at `path` when fsyncing the folder fails after the rename.
 enum class on_folder_sync_failure {

@@ -96,4 +96,13 @@ inline ckpt::tensor floats(std::initializer_list<float> values) {
                                std::as_bytes(std::span(values.begin(), values.size())));
 }
 
+// Kibibytes of file-backed pages mapped into this process (RssFile of /proc/self/status), or -1.
+inline long rss_file_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("RssFile:", 0) == 0) return std::stol(line.substr(8));
+  return -1;
+}
+
 }  // namespace ckpt_test

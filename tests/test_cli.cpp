@@ -47,22 +47,16 @@ struct result {
   std::string out, err;
 };
 
-// Runs the tool with `args`, its stdout and stderr sent to files (no pipe to deadlock on), and
-// waits for it. The working folder is `cwd`, so that relative paths in messages are short.
-result run(const fs::path& cwd, const std::vector<std::string>& args) {
-  const fs::path out = cwd / ".stdout", err = cwd / ".stderr";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+// Starts the tool with `args` in the working folder `cwd` (so that relative paths in messages
+// are short), its descriptors set up by `actions`, which this destroys.
+pid_t spawn_tool(const fs::path& cwd, const std::vector<std::string>& args, posix_spawn_file_actions_t& actions) {
   std::vector<std::string> argv_strings{CKPT_TOOL};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_strings) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // The tool runs in `cwd`: the parent changes folder around the spawn (posix_spawn has no chdir
-  // action before glibc 2.29's non-portable one), which is safe in this single-threaded test.
+  // The parent changes folder around the spawn (posix_spawn has no chdir action before glibc
+  // 2.29's non-portable one), which is safe in this single-threaded test.
   const fs::path before = fs::current_path();
   fs::current_path(cwd);
   pid_t pid = 0;
@@ -70,10 +64,28 @@ result run(const fs::path& cwd, const std::vector<std::string>& args) {
   fs::current_path(before);
   posix_spawn_file_actions_destroy(&actions);
   BOOST_REQUIRE_EQUAL(rc, 0);
+  return pid;
+}
+
+// Waits for `pid` and returns its exit status.
+int exit_status_of(pid_t pid) {
   int wstatus = 0;
   BOOST_REQUIRE_EQUAL(waitpid(pid, &wstatus, 0), pid);
   BOOST_REQUIRE(WIFEXITED(wstatus));
-  result r{WEXITSTATUS(wstatus), read_bytes(out), read_bytes(err)};
+  return WEXITSTATUS(wstatus);
+}
+
+// Runs the tool with `args`, its stdout and stderr sent to files (no pipe to deadlock on), and
+// waits for it.
+result run(const fs::path& cwd, const std::vector<std::string>& args) {
+  const fs::path out = cwd / ".stdout", err = cwd / ".stderr";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int status = exit_status_of(spawn_tool(cwd, args, actions));
+  result r{status, read_bytes(out), read_bytes(err)};
   fs::remove(out);
   fs::remove(err);
   return r;
@@ -90,19 +102,8 @@ result run_on_terminal(const fs::path& cwd, const std::vector<std::string>& args
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, slave, STDOUT_FILENO);
-  std::vector<std::string> argv_strings{CKPT_TOOL};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const fs::path before = fs::current_path();
-  fs::current_path(cwd);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  fs::current_path(before);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = spawn_tool(cwd, args, actions);
   ::close(slave);
-  BOOST_REQUIRE_EQUAL(rc, 0);
   // Until the child's end closes the terminal (read then fails with EIO); bounded by a timeout.
   result r;
   for (char buffer[4096];;) {
@@ -113,10 +114,7 @@ result run_on_terminal(const fs::path& cwd, const std::vector<std::string>& args
     r.out.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(master);
-  int wstatus = 0;
-  BOOST_REQUIRE_EQUAL(waitpid(pid, &wstatus, 0), pid);
-  BOOST_REQUIRE(WIFEXITED(wstatus));
-  r.status = WEXITSTATUS(wstatus);
+  r.status = exit_status_of(pid);
   return r;
 }
 

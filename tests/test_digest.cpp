@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 using ckpt_test::folder_listing;
 using ckpt_test::message_of;
 using ckpt_test::read_bytes;
+using ckpt_test::rss_file_kib;
 using ckpt_test::temp_dir;
 
 const std::string key(ckpt::digest_key);
@@ -239,16 +240,6 @@ BOOST_AUTO_TEST_CASE(the_manager_writes_digests_by_default_and_verifies_them) {
              (std::vector<std::string>{".ckpt-manager.lock", "ckpt-0000000001.safetensors", "ckpt-0000000002.safetensors"}));
 }
 
-namespace {
-// Kilobytes of file-backed pages mapped into this process.
-long rss_file_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("RssFile:", 0) == 0) return std::stol(line.substr(8));
-  return -1;
-}
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(verifying_does_not_leave_the_file_mapped_in_memory) {
   const temp_dir s;

@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 
 using ckpt_test::folder_listing;
 using ckpt_test::read_bytes;
+using ckpt_test::rss_file_kib;
 using ckpt_test::temp_dir;
 
 }  // namespace
@@ -202,16 +203,6 @@ BOOST_AUTO_TEST_CASE(load_refuses_a_folder) {
   BOOST_CHECK_THROW((void)ckpt::load(s.path()), ckpt::error);
 }
 
-namespace {
-// Kilobytes of file-backed pages mapped into this process.
-long rss_file_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("RssFile:", 0) == 0) return std::stol(line.substr(8));
-  return -1;
-}
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(extraction_releases_the_mapped_pages) {
   const temp_dir s;

@@ -31,50 +31,12 @@
 #include <utility>
 #include <vector>
 
-// --- An allocation cap ---------------------------------------------------------------------
-// While an `allocation_cap` lives, any operator new larger than its limit fails with
-// std::bad_alloc: a file that claims a huge tensor or header must be refused on arithmetic
-// alone, never by trying to allocate what it claims. Every replaceable form of plain new and
-// delete is replaced, consistently on malloc/free, so that sanitizers see matching pairs.
+#include "allocation_watch.hpp"
 
+using ckpt_test::allocation_cap;
 namespace {
-std::atomic<std::size_t> allocation_limit{std::numeric_limits<std::size_t>::max()};
-
-void* allocate(std::size_t size) noexcept {
-  if (size > allocation_limit.load(std::memory_order_relaxed)) return nullptr;
-  return std::malloc(size == 0 ? 1 : size);
-}
-
-// Out of line, so that GCC's -Wmismatched-new-delete does not see free() meet operator new.
-[[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
-
-class allocation_cap {
- public:
-  explicit allocation_cap(std::size_t limit) { allocation_limit.store(limit); }
-  allocation_cap(const allocation_cap&) = delete;
-  allocation_cap& operator=(const allocation_cap&) = delete;
-  ~allocation_cap() { allocation_limit.store(std::numeric_limits<std::size_t>::max()); }
-};
-
 constexpr std::size_t allocation_cap_bytes = std::size_t{64} << 20;  // 64 MiB
 }  // namespace
-
-void* operator new(std::size_t size) {
-  if (void* p = allocate(size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-  if (void* p = allocate(size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return allocate(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return allocate(size); }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
 
 namespace fs = std::filesystem;
 namespace json = boost::json;

@@ -25,41 +25,9 @@
 #include <string_view>
 #include <vector>
 
-// --- The largest allocation ------------------------------------------------------------------
-// Every replaceable plain new records its size: a refusal "at once, without touching memory"
-// means no allocation beyond a few kilobytes (messages, the small input's copy), whatever the
-// claim. Consistent on malloc/free so that sanitizers see matching pairs.
+#include "allocation_watch.hpp"
 
-namespace {
-std::atomic<std::size_t> largest_allocation{0};
-
-void* allocate(std::size_t size) noexcept {
-  std::size_t seen = largest_allocation.load(std::memory_order_relaxed);
-  while (size > seen && !largest_allocation.compare_exchange_weak(seen, size, std::memory_order_relaxed)) {
-  }
-  return std::malloc(size == 0 ? 1 : size);
-}
-
-// Out of line, so that GCC's -Wmismatched-new-delete does not see free() meet operator new.
-[[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (void* p = allocate(size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-  if (void* p = allocate(size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return allocate(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return allocate(size); }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+using ckpt_test::largest_allocation;
 
 namespace fs = std::filesystem;
 using ckpt_test::message_of;

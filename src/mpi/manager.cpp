@@ -1,11 +1,11 @@
 #include <ckpt/mpi.hpp>
 #include <ckpt/sharded.hpp>
 
-#include "../retention.hpp"
+#include "../posix_file.hpp"
+#include "../manager_common.hpp"
 #include "common.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,18 +23,6 @@ namespace ckpt::mpi {
 namespace {
 
 constexpr std::string_view lock_name = ".ckpt-mpi-manager.lock";
-
-std::string wall_time_now() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm utc{};
-  ::gmtime_r(&seconds, &utc);
-  char text[64];
-  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(millis));
-  return text;
-}
 
 // True for the exact names step_folder gives (`step-` and ten or more digits), so that a user's
 // own "step-7" is never taken for debris.
@@ -123,18 +111,7 @@ struct checkpoint_manager::impl {
   }
 
   // Rank 0: the lock, as the single-process manager takes it (flock on its own lock file).
-  void lock() {
-    const std::filesystem::path lock_path = folder / lock_name;
-    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (lock_fd < 0) throw io_error(lock_path, "open the lock file", {errno, std::system_category()});
-    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      const int code = errno;
-      ::close(lock_fd);
-      lock_fd = -1;
-      if (code == EWOULDBLOCK) throw lock_error(folder, lock_path);
-      throw io_error(lock_path, "lock", {code, std::system_category()});
-    }
-  }
+  void lock() { lock_fd = ckpt::detail::lock_exclusively(folder, folder / lock_name); }
 
   // Rank 0, holding the lock: the committed steps, and the uncommitted step folders of a crashed
   // job removed (no save of ours runs, and a step without its index does not exist).
@@ -241,7 +218,7 @@ bool checkpoint_manager::save(std::int64_t step, const checkpoint& local, const 
   if (m.rank() == 0) {
     metadata_map merged = metadata;
     merged.insert_or_assign("step", std::to_string(step));
-    merged.insert_or_assign("wall_time", wall_time_now());
+    merged.insert_or_assign("wall_time", ckpt::detail::wall_time_now());
     bytes = encode(merged);
   }
   detail::broadcast(m.comm, bytes, 0);

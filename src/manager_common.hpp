@@ -1,21 +1,39 @@
 #pragma once
-// The retention rules of checkpoint_manager_options, in one place for the single-process manager
-// (src/manager.cpp) and the MPI one (src/mpi/manager.cpp), so both keep exactly the same steps.
+// What the single-process manager (src/manager.cpp) and the MPI one (src/mpi/manager.cpp) share:
+// the retention rules of checkpoint_manager_options, so that both keep exactly the same steps,
+// and the wall_time stamp they record.
 
 #include <ckpt/manager.hpp>
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
 
 namespace ckpt::detail {
+
+// Now, in UTC, as ISO 8601 with milliseconds: the `wall_time` metadata of a manager's checkpoint.
+inline std::string wall_time_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  ::gmtime_r(&seconds, &utc);
+  char text[64];
+  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(millis));
+  return text;
+}
 
 // A keep-best metric as written in `__metadata__`; nothing if it is not a number (or is NaN,
 // which would not rank).
