@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -54,6 +55,18 @@ BOOST_AUTO_TEST_CASE(power_of_two_strides_take_the_buffered_path) {
       BOOST_TEST((back == src), "size " << size << ", " << rows << " x " << cols);
       BOOST_TEST(is_transpose(src, dst, rows, cols, size), "size " << size << ", " << rows << " x " << cols);
     }
+}
+
+BOOST_AUTO_TEST_CASE(large_matrices_split_between_two_threads_come_out_whole) {
+  // 8 MiB and more: two runs of rows, the second on a helper thread; odd row counts leave the
+  // helper a partial tile.
+  for (const auto& [rows, cols, size] :
+       {std::tuple<std::size_t, std::size_t, std::size_t>{2048, 1024, 4}, {1031, 1000, 8}, {4099, 2050, 1}}) {
+    const auto src = pattern(rows, cols, size);
+    std::vector<std::byte> dst(src.size());
+    ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+    BOOST_TEST(is_transpose(src, dst, rows, cols, size), "size " << size << ", " << rows << " x " << cols);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(works_on_unaligned_buffers) {
