@@ -131,7 +131,7 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
     const auto owner = std::make_shared<const tensor>(x);
     for (std::size_t i = 0; i < into.size(); ++i)
       pieces.emplace_back(into[i], tensor::view_of(x.dtype(), shape, x.bytes().subspan(i * part_bytes, part_bytes),
-                                                   owner));
+                                                   owner, x.where()));
   } else {
     // Each outer index contributes one run of `run` bytes to every part.
     const std::size_t outer = product(x.shape().first(a));

@@ -99,6 +99,11 @@ class tensor {
     return {reinterpret_cast<const T*>(bytes_.data()), static_cast<std::size_t>(numel_)};
   }
 
+  /// Where the bytes live: `storage::file_mapping` for an entry of a loaded file (then
+  /// `prefetch_pages` and `release_pages` act on it), `storage::memory` otherwise.
+  /// \throws nothing
+  [[nodiscard]] storage where() const noexcept { return storage_; }
+
   /// Lets the operating system drop the pages of a file mapping that hold these bytes (the
   /// whole pages only): they are read again from the file the next time they are touched. For a
   /// loaded checkpoint whose entries were copied into leaves, this keeps a process from holding
