@@ -1,5 +1,5 @@
 #!/bin/sh
-# Rewrites the C++ blocks of docs/guide.md from the regions of the files they name (see
+# Rewrites the C++ blocks of docs/guide.md and README.md from the regions of the files they name (see
 # tests/test_docs.cpp), after building test_docs in BUILD_DIR (default: build).
 #
 #   docs/update_snippets.sh [BUILD_DIR]

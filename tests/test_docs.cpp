@@ -1,5 +1,5 @@
 // The guide, docs/guide.md, cannot drift from the API: every ```cpp block in it (and in the other
-// documents of `checked_documents`) is preceded by `<!-- snippet: FILE#NAME -->` and must be,
+// documents of `checked_documents`: README.md) is preceded by `<!-- snippet: FILE#NAME -->` and must be,
 // character for character, the region of FILE (relative to docs/) between two lines `// [NAME]`,
 // with its common indentation removed. The files of docs/examples/ are compiled into this
 // executable and their test cases run the regions, so every block of the guide is compiled and
@@ -39,7 +39,7 @@ namespace fs = std::filesystem;
 const fs::path docs_dir = fs::path(CKPT_SOURCE_DIR) / "docs";
 
 // The documents whose ```cpp blocks must be marked regions (relative to docs/).
-const std::vector<std::string> checked_documents{"guide.md"};
+const std::vector<std::string> checked_documents{"guide.md", "../README.md"};
 
 std::vector<std::string> split_lines(std::string_view text) {
   std::vector<std::string> lines;
@@ -107,10 +107,10 @@ struct block {
 
 // The ```cpp blocks of a guide, each with its marker. Throws, naming the line, on a ```cpp block
 // without a marker, a marker not followed by a ```cpp block, a fence without a language, or an
-// unclosed fence. Blocks of other languages (sh, json, text) are not C++ and are not checked.
+// unclosed fence. Blocks of other languages (sh, json, cmake, text) are not C++ and are not checked.
 std::vector<block> blocks_of(std::string_view guide, const std::string& origin) {
   static const std::regex marker(R"(^<!-- snippet: ([^#\s]+)#([A-Za-z0-9_.-]+) -->$)");
-  static const std::set<std::string> other_languages{"sh", "json", "text"};
+  static const std::set<std::string> other_languages{"sh", "json", "cmake", "text"};
   const std::vector<std::string> lines = split_lines(guide);
   std::vector<block> out;
   auto where = [&](std::size_t i) { return origin + ":" + std::to_string(i + 1) + ": "; };
@@ -129,8 +129,8 @@ std::vector<block> blocks_of(std::string_view guide, const std::string& origin) 
     } else if (lines[i] == "```cpp" || lines[i] == "```c++") {
       throw std::runtime_error(where(i) + "a C++ block without a '<!-- snippet: FILE#NAME -->' line before it");
     } else if (!other_languages.contains(lines[i].substr(3))) {
-      throw std::runtime_error(where(i) + "a fenced block must be ```cpp (with a snippet marker), ```sh, ```json "
-                                          "or ```text, not '" + lines[i] + "'");
+      throw std::runtime_error(where(i) + "a fenced block must be ```cpp (with a snippet marker), ```sh, ```json, "
+                                          "```cmake or ```text, not '" + lines[i] + "'");
     }
     const std::size_t open = i;
     do ++i;
@@ -221,7 +221,7 @@ BOOST_AUTO_TEST_CASE(a_cpp_block_needs_a_marker) {
                (void)blocks_of("<!-- snippet: a.cpp#x -->\n\n```cpp\n```\n", "g.md");
              }) == "g.md:1: the snippet marker is not followed by a ```cpp line");
   BOOST_TEST(ckpt_test::message_of<std::runtime_error>([] { (void)blocks_of("```\nls\n```\n", "g.md"); }) ==
-             "g.md:1: a fenced block must be ```cpp (with a snippet marker), ```sh, ```json or ```text, not '```'");
+             "g.md:1: a fenced block must be ```cpp (with a snippet marker), ```sh, ```json, ```cmake or ```text, not '```'");
   BOOST_TEST(blocks_of("```sh\nls\n```\n", "g.md").empty());
 }
 
