@@ -155,24 +155,30 @@ std::span<const std::byte> data_section(std::span<const std::byte> file) {
 // each window is read ahead (the mapping is MADV_RANDOM) and unmapped again once hashed, so that
 // verifying a checkpoint of many GiB keeps one window resident, not the whole file (the pages
 // stay in the page cache for the extraction that usually follows).
-XXH64_hash_t hash_of(std::span<const std::byte> data, bool mapped) {
-  if (!mapped) return XXH3_64bits(data.data(), data.size());
+XXH64_hash_t hash_of(std::span<const std::byte> data, bool mapped,
+                     const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   constexpr std::size_t window = std::size_t{64} << 20;
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   digest_state state;
   for (std::size_t first = 0; first < data.size(); first += window) {
     const std::span<const std::byte> part = data.subspan(first, std::min(window, data.size() - first));
-    // madvise wants page-aligned ranges; the mapping itself starts on a page.
-    const auto begin = reinterpret_cast<std::uintptr_t>(part.data()) / page * page;
-    const auto length = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(part.data() + part.size()) - begin);
-    // Sequential while it is hashed, as tensor::prefetch_pages does (the mapping is
-    // MADV_RANDOM; WILLNEED alone reads nothing ahead on some kernels): cold, 15x faster.
-    ::madvise(reinterpret_cast<void*>(begin), length, MADV_SEQUENTIAL);
-    ::madvise(reinterpret_cast<void*>(begin), length, MADV_WILLNEED);
-    state.update(part);
-    ::madvise(reinterpret_cast<void*>(begin), length, MADV_DONTNEED);
-    ::madvise(reinterpret_cast<void*>(begin), length, MADV_RANDOM);
+    if (!mapped) {
+      state.update(part);
+    } else {
+      // madvise wants page-aligned ranges; the mapping itself starts on a page.
+      const auto begin = reinterpret_cast<std::uintptr_t>(part.data()) / page * page;
+      const auto length = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(part.data() + part.size()) - begin);
+      // Sequential while it is hashed, as tensor::prefetch_pages does (the mapping is
+      // MADV_RANDOM; WILLNEED alone reads nothing ahead on some kernels): cold, 15x faster.
+      ::madvise(reinterpret_cast<void*>(begin), length, MADV_SEQUENTIAL);
+      ::madvise(reinterpret_cast<void*>(begin), length, MADV_WILLNEED);
+      state.update(part);
+      ::madvise(reinterpret_cast<void*>(begin), length, MADV_DONTNEED);
+      ::madvise(reinterpret_cast<void*>(begin), length, MADV_RANDOM);
+    }
+    if (progress) progress(first + part.size(), data.size());
   }
+  if (data.empty() && progress) progress(0, 0);
   return state.value();
 }
 
@@ -189,7 +195,7 @@ void verify_digest(const checkpoint& t, std::span<const std::byte> file, bool ma
                                    "\", not 16 lowercase hex digits");
   if (!options.verify_digest) return;
   const std::span<const std::byte> data = data_section(file);
-  const std::string computed = to_hex(hash_of(data, mapped));
+  const std::string computed = to_hex(hash_of(data, mapped, options.progress));
   if (computed != expected) throw integrity_error(origin, std::string(digest_key), expected, computed);
 }
 

@@ -657,6 +657,13 @@ BOOST_AUTO_TEST_CASE(a_bar_on_a_terminal_only) {
   BOOST_TEST(convert.out.ends_with("\rwriting [##############################] 100%" + erase +
                                    "wrote 'b.safetensors': 3 entries, 36 bytes of data\r\n"));
   BOOST_TEST(read_bytes(d.path() / "b.safetensors") == read_bytes(d.path() / "a.safetensors"));
+  // A sharded checkpoint: one bar a shard, each erased before the next.
+  ckpt::save_sharded(d.path() / "sharded", sample(), 16, {.save = {.digest = true}});
+  const result sharded = run_on_terminal(d.path(), {"verify", "sharded"});
+  BOOST_TEST(sharded.status == 0);
+  BOOST_TEST(sharded.out.starts_with("\rverifying shard 1 [..............................]   0%"));
+  BOOST_TEST(sharded.out.find(erase + "\rverifying shard 2 [") != std::string::npos);
+  BOOST_TEST(sharded.out.ends_with("] 100%" + erase + "ok\r\n"));
   // Nothing long to show: a table alone.
   BOOST_TEST(run_on_terminal(d.path(), {"inspect", "a.safetensors"}).out.starts_with("name  dtype"));
 }

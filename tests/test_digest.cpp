@@ -16,7 +16,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -253,4 +255,41 @@ BOOST_AUTO_TEST_CASE(verifying_does_not_leave_the_file_mapped_in_memory) {
   for (const float v : t.get("x").as<float>()) sum += v;
   BOOST_TEST(sum == static_cast<double>(24 << 18));
   BOOST_TEST(rss_file_kib() - before > 20 * 1024);
+}
+
+BOOST_AUTO_TEST_CASE(verification_reports_its_progress_per_file) {
+  const temp_dir s;
+  // 100 MiB: two 64 MiB windows.
+  const fs::path path = s.path() / "p.safetensors";
+  ckpt::save(path, ckpt::of_tensor("x", Eigen::VectorXf::Constant(25 << 20, 2.0f).eval()), {.digest = true});
+  const std::uint64_t data_bytes = std::uint64_t{100} << 20;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;
+  const auto record = [&](std::uint64_t hashed, std::uint64_t total) { reports.emplace_back(hashed, total); };
+  (void)ckpt::load(path, {.progress = record});
+  BOOST_TEST_REQUIRE(reports.size() == 2u);
+  BOOST_TEST(reports[0].first == std::uint64_t{64} << 20);
+  BOOST_TEST(reports[1].first == data_bytes);
+  BOOST_TEST((reports[0].second == data_bytes && reports[1].second == data_bytes));
+  // In memory too; and nothing to report when nothing is verified.
+  reports.clear();
+  const std::string file = read_bytes(path);
+  (void)ckpt::parse(std::as_bytes(std::span(file)), path, {.progress = record});
+  BOOST_TEST(reports.size() == 2u);
+  reports.clear();
+  (void)ckpt::load(path, {.verify_digest = false, .progress = record});
+  BOOST_TEST(reports.empty());
+
+  // A sharded checkpoint: each shard in turn, each with its own total.
+  const ckpt::sharded_files files = ckpt::save_sharded(
+      s.path() / "sharded", ckpt::concat({ckpt::of_int("a", 1), ckpt::of_int("b", 2), ckpt::of_int("c", 3)}), 4,
+      {.save = {.digest = true}});
+  reports.clear();
+  (void)ckpt::load(files.index, {.progress = record});
+  BOOST_TEST(reports.size() == files.shards.size());
+  for (const auto& [hashed, total] : reports) BOOST_TEST(hashed == total);
+
+  // Throwing from it abandons the load.
+  struct cancelled {};
+  BOOST_CHECK_THROW((void)ckpt::load(path, {.progress = [](std::uint64_t, std::uint64_t) { throw cancelled{}; }}),
+                    cancelled);
 }

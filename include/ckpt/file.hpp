@@ -37,6 +37,11 @@ struct load_options {
   /// If the file records a digest (`digest_key`), hash its data section and compare: this reads
   /// the whole file once at load time. False trusts the file (the header rules still apply).
   bool verify_digest = true;
+  /// If set, called on the loading thread while a digest is verified, with the bytes of the data
+  /// section hashed so far and their total: after every 64 MiB and once with both equal. A
+  /// sharded checkpoint reports each shard in turn, each with its own total. An exception it
+  /// throws abandons the load.
+  std::function<void(std::uint64_t hashed, std::uint64_t total)> progress = {};
 };
 
 /// Writes `t` to a safetensors file at `path`, replacing any existing file atomically: the data

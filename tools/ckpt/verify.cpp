@@ -28,18 +28,27 @@ struct verify_args {
 
 // Loads `path` as `ckpt::load` does, digest included, and returns the broken rule's message, or
 // nothing if the checkpoint is sound. Loading maps the file and parses the header only; nothing
-// is extracted. An I/O error (a missing file) is not a finding about the checkpoint: it
-// propagates, for exit status 2.
+// is extracted. The digest check draws a bar (on a terminal), one for each shard of a sharded
+// checkpoint. An I/O error (a missing file) is not a finding about the checkpoint: it propagates,
+// for exit status 2.
 std::optional<std::string> problem_of(const std::filesystem::path& path) {
-  try {
-    if (!ckpt::is_sharded_path(path)) {
-      // The header first, alone: when it is broken there is nothing to read ahead, and when the
-      // file records no digest the check is done.
-      const ckpt::checkpoint header = ckpt::load(path, {.verify_digest = false});
-      if (!header.metadata().contains(ckpt::digest_key)) return std::nullopt;
-      read_ahead({path}, "verifying");
+  const bool sharded = ckpt::is_sharded_path(path);
+  std::optional<progress> bar;
+  std::uint64_t shown = 0;
+  int files = 0;
+  bool file_done = true;  // the next report is the first of a file
+  const auto report = [&](std::uint64_t hashed, std::uint64_t total) {
+    if (file_done) {
+      bar.reset();  // erases the previous file's bar
+      bar.emplace(sharded ? "verifying shard " + std::to_string(++files) : std::string("verifying"), total);
+      shown = 0;
     }
-    (void)ckpt::load(path, {.verify_digest = true});
+    bar->advance(hashed - shown);
+    shown = hashed;
+    file_done = hashed == total;
+  };
+  try {
+    (void)ckpt::load(path, {.verify_digest = true, .progress = report});
     return std::nullopt;
   } catch (const ckpt::io_error&) {
     throw;
