@@ -1,12 +1,17 @@
 #pragma once
 // The Hugging Face sharded-checkpoint index (`*.safetensors.index.json`), written byte for byte as
-// transformers writes it, by save_sharded (src/sharded.cpp) and ckpt::mpi (src/mpi/mpi.cpp).
+// transformers writes it and read with every check, for save_sharded and load_sharded
+// (src/sharded.cpp) and ckpt::mpi (src/mpi/mpi.cpp).
 
 #include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace ckpt::detail {
 
@@ -19,5 +24,11 @@ std::string python_json_string(std::string_view s);
 /// "weight_map": {name: shard file}}. `weight_map` must be sorted by name.
 /// \throws std::invalid_argument if a name or file name is not valid UTF-8.
 std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map);
+
+/// The index file `index`'s weight_map: for each shard file (a plain file name in the index's
+/// folder), the names of its entries.
+/// \throws index_error naming `index` if it is not an index (not JSON, no weight_map, a bad name
+/// or shard file name); io_error if it cannot be read.
+std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(const std::filesystem::path& index);
 
 }  // namespace ckpt::detail

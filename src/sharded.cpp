@@ -245,12 +245,10 @@ bool is_sharded_path(const std::filesystem::path& path) noexcept {
   return std::filesystem::is_directory(path, ec);
 }
 
-checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
-  std::error_code ec;
-  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
-  const std::filesystem::path folder = index.has_parent_path() ? index.parent_path() : ".";
-  const std::string text = read_index(index);
+namespace detail {
 
+std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(const std::filesystem::path& index) {
+  const std::string text = read_index(index);
   boost::json::error_code json_error;
   const boost::json::value root = boost::json::parse(text, json_error);
   if (json_error) throw index_error(index, "it is not JSON: " + json_error.message());
@@ -264,7 +262,6 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
   const boost::json::object* map = map_value->if_object();
   if (map == nullptr) throw index_error(index, "its 'weight_map' is not an object");
 
-  // Entry names by shard, each shard loaded once.
   std::map<std::string, std::vector<std::string>, std::less<>> by_shard;
   for (const auto& [key, value] : *map) {
     const std::string name(key);
@@ -279,9 +276,19 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
                                    ", which is not a file name in the index's folder");
     by_shard[std::string(*shard)].push_back(name);
   }
+  return by_shard;
+}
+
+}  // namespace detail
+
+checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
+  std::error_code ec;
+  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
+  const std::filesystem::path folder = index.has_parent_path() ? index.parent_path() : ".";
+  // Entry names by shard, each shard loaded once.
+  const auto by_shard = detail::read_weight_map(index);
 
   std::vector<checkpoint::entry> entries;
-  entries.reserve(map->size());
   std::optional<metadata_map> common;
   for (const auto& [shard, names] : by_shard) {
     const checkpoint part = load(folder / shard, options);

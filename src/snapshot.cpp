@@ -74,8 +74,14 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
 
 checkpoint snapshot_arena::snapshot(std::initializer_list<section> sections, const metadata_map& metadata) {
   const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "snapshot");
+  // Where each leaf goes in the buffer, and the bytes the buffer needs.
+  std::vector<std::size_t> offsets;
+  offsets.reserve(order.size());
   std::size_t total = 0;
-  for (const auto* e : order) total += aligned(e->nbytes);
+  for (const auto* e : order) {
+    offsets.push_back(total);
+    total += aligned(e->nbytes);
+  }
 
   // A free buffer is one no tensor refers to any more: only the arena holds it. Take the smallest
   // that fits; free ones too small for this snapshot are of no further use.
@@ -90,13 +96,6 @@ checkpoint snapshot_arena::snapshot(std::initializer_list<section> sections, con
   }
   const std::shared_ptr<std::byte[]> storage = chosen->bytes;
 
-  std::vector<std::size_t> offsets;
-  offsets.reserve(order.size());
-  std::size_t offset = 0;
-  for (const auto* e : order) {
-    offsets.push_back(offset);
-    offset += aligned(e->nbytes);
-  }
   copy_in_parallel(order, offsets, storage.get(), total);
 
   std::vector<checkpoint::entry> entries;

@@ -1,4 +1,3 @@
-#include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/mpi.hpp>
 #include <ckpt/sharded.hpp>
 
@@ -6,21 +5,8 @@
 #include "../posix_file.hpp"
 #include "common.hpp"
 
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
-#include <boost/json/string_view.hpp>
-#include <boost/json/value.hpp>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <fstream>
-#include <iterator>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -34,7 +20,6 @@ namespace {
 
 constexpr std::string_view step_prefix = "step-";
 
-using ckpt::detail::last_error;
 
 std::string step_name(std::int64_t step) {
   char digits[32];
@@ -153,20 +138,6 @@ void undo(MPI_Comm comm, const std::filesystem::path& dir, const std::optional<s
   MPI_Barrier(comm);
   if (detail::rank_of(comm) == 0) std::filesystem::remove(dir, ignored);
   MPI_Barrier(comm);
-}
-
-// The shard files an index names, in name order. load_sharded has just read and checked the
-// index (its rules live there); only the distinct file names are wanted here.
-std::vector<std::string> shards_of(const std::filesystem::path& index) {
-  std::ifstream in(index, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in && !in.eof()) throw io_error(index, "read", last_error());
-  boost::json::error_code json_error;
-  const boost::json::value root = boost::json::parse(text, json_error);
-  if (json_error) throw index_error(index, "it is not JSON: " + json_error.message());
-  std::set<std::string> shards;
-  for (const auto& [name, shard] : root.at("weight_map").as_object()) shards.emplace(shard.as_string());
-  return {shards.begin(), shards.end()};
 }
 
 }  // namespace
@@ -317,10 +288,11 @@ checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t
     // Every rank maps every shard (headers only), through the one reader of sharded checkpoints.
     result = ckpt::load_sharded(index, {.verify_digest = false});
     if (options.verify_digest) {
-      // Each shard's digest once in all: shard k by rank k mod size.
-      const std::vector<std::string> shards = shards_of(index);
-      for (std::size_t k = static_cast<std::size_t>(rank); k < shards.size(); k += static_cast<std::size_t>(size))
-        static_cast<void>(ckpt::load(index.parent_path() / shards[k], {.verify_digest = true}));
+      // Each shard's digest once in all: shard k (in name order) by rank k mod size.
+      std::size_t k = 0;
+      for (const auto& [shard, names] : ckpt::detail::read_weight_map(index))
+        if (k++ % static_cast<std::size_t>(size) == static_cast<std::size_t>(rank))
+          static_cast<void>(ckpt::load(index.parent_path() / shard, {.verify_digest = true}));
     }
   } catch (...) {
     local_error = std::current_exception();
