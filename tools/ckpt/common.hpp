@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ckpt_tool {
@@ -39,6 +41,28 @@ void add_verify(CLI::App& app, action& chosen);
 void add_diff(CLI::App& app, action& chosen);
 /// \copydoc add_inspect
 void add_convert(CLI::App& app, action& chosen);
+
+/// What `ckpt NAME --help` says of a subcommand: its name, one line of help, and the text below its
+/// options.
+struct command_text {
+  const char* name;
+  const char* help;
+  const char* footer;
+};
+
+/// Adds the subcommand described by `text` to `app`, with arguments of type `Args`; when it is the
+/// one parsed, `chosen` becomes `run(args)`. Returns the subcommand and its arguments, for the
+/// caller to add its options to.
+/// \throws std::bad_alloc; CLI::ConstructionError if the name is taken (a bug).
+template <class Args, class Run>
+std::pair<CLI::App*, std::shared_ptr<Args>> add_command(CLI::App& app, action& chosen, Run run,
+                                                        const command_text& text) {
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(text.name, text.help);
+  sub->footer(text.footer);
+  sub->callback([args, run, &chosen] { chosen = [args, run] { return run(*args); }; });
+  return {sub, args};
+}
 
 /// Runs `run` and maps what it throws to an exit status and a message on stderr (each message of
 /// the library already names the file): `ckpt::error` and `std::invalid_argument` give

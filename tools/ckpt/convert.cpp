@@ -159,18 +159,20 @@ int convert(const convert_args& args) {
   return success;
 }
 
+// What `ckpt convert --help` shows.
+constexpr command_text text{
+    "convert", "Select, rename and cast entries; write a file or a sharded checkpoint",
+    R"(Read IN (a .safetensors file or a sharded checkpoint; its digest checked), keep and drop entries
+by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,
+or with --shard-size a sharded checkpoint in the folder OUT. Metadata are carried over. The
+steps run in this order: --keep/--drop (on IN's names), --rename, --dtype.
+
+Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.)"};
+
 }  // namespace
 
 void add_convert(CLI::App& app, action& chosen) {
-  auto args = std::make_shared<convert_args>();
-  CLI::App* sub =
-      app.add_subcommand("convert", "Select, rename and cast entries; write a file or a sharded checkpoint");
-  sub->footer(
-      "Read IN (a .safetensors file or a sharded checkpoint; its digest checked), keep and drop entries\n"
-      "by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,\n"
-      "or with --shard-size a sharded checkpoint in the folder OUT. Metadata are carried over. The\n"
-      "steps run in this order: --keep/--drop (on IN's names), --rename, --dtype.\n\n"
-      "Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.");
+  const auto [sub, args] = add_command<convert_args>(app, chosen, convert, text);
   sub->add_option("IN", args->in, "the checkpoint to read (file, sharded index or folder)")
       ->required()
       ->type_name("PATH");
@@ -201,7 +203,6 @@ void add_convert(CLI::App& app, action& chosen) {
       ->type_name("NAME")
       ->capture_default_str();
   sub->add_flag("--no-digest", args->no_digest, "do not record the data digest (ckpt.xxh3_64) in the output");
-  sub->callback([args, &chosen] { chosen = [args] { return convert(*args); }; });
 }
 
 }  // namespace ckpt_tool

@@ -150,18 +150,21 @@ int diff(const diff_args& args) {
   return finding;
 }
 
+// What `ckpt diff --help` shows.
+constexpr command_text text{
+    "diff", "Compare the entries and values of two checkpoints",
+    R"(Compare two checkpoints (files or sharded checkpoints): the entries only in A, only in B, those
+whose dtype or shape differ, and for the common entries of equal shape the largest absolute
+difference |a - b| and relative difference |a - b| / |b|, computed in double. An element is
+beyond tolerance when |a - b| > atol + rtol * |b| (numpy.isclose); NaN equals NaN, and NaN
+against a number, or an infinity against anything else, is beyond any tolerance.
+
+Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be read.)"};
+
 }  // namespace
 
 void add_diff(CLI::App& app, action& chosen) {
-  auto args = std::make_shared<diff_args>();
-  CLI::App* sub = app.add_subcommand("diff", "Compare the entries and values of two checkpoints");
-  sub->footer(
-      "Compare two checkpoints (files or sharded checkpoints): the entries only in A, only in B, those\n"
-      "whose dtype or shape differ, and for the common entries of equal shape the largest absolute\n"
-      "difference |a - b| and relative difference |a - b| / |b|, computed in double. An element is\n"
-      "beyond tolerance when |a - b| > atol + rtol * |b| (numpy.isclose); NaN equals NaN, and NaN\n"
-      "against a number, or an infinity against anything else, is beyond any tolerance.\n\n"
-      "Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be read.");
+  const auto [sub, args] = add_command<diff_args>(app, chosen, diff, text);
   sub->add_option("A", args->a, "the first checkpoint")->required()->type_name("");
   sub->add_option("B", args->b, "the second checkpoint (the reference of relative differences)")
       ->required()
@@ -180,7 +183,6 @@ void add_diff(CLI::App& app, action& chosen) {
   sub->add_flag("--ignore-dtype", args->ignore_dtype,
                 "compare values across dtypes without counting the dtype difference itself (after convert "
                 "--dtype)");
-  sub->callback([args, &chosen] { chosen = [args] { return diff(*args); }; });
 }
 
 }  // namespace ckpt_tool

@@ -136,23 +136,27 @@ int inspect_folder(const inspect_args& args) {
   return success;
 }
 
+int inspect(const inspect_args& args) {
+  return is_manager_folder(args.path) ? inspect_folder(args) : inspect_checkpoint(args);
+}
+
+// What `ckpt inspect --help` shows.
+constexpr command_text text{
+    "inspect", "List the entries and metadata of a checkpoint, or a folder's steps",
+    R"(List the entries of a checkpoint (name, dtype, shape, parameters, bytes), their totals and its
+__metadata__, reading headers only. PATH is a .safetensors file, a sharded checkpoint (its
+*.safetensors.index.json or its folder) or a checkpoint_manager folder, whose steps are listed.
+
+Exit status: 0, or 2 if PATH cannot be read or is not a valid checkpoint.)"};
+
 }  // namespace
 
 void add_inspect(CLI::App& app, action& chosen) {
-  auto args = std::make_shared<inspect_args>();
-  CLI::App* sub = app.add_subcommand("inspect", "List the entries and metadata of a checkpoint, or a folder's steps");
-  sub->footer(
-      "List the entries of a checkpoint (name, dtype, shape, parameters, bytes), their totals and its\n"
-      "__metadata__, reading headers only. PATH is a .safetensors file, a sharded checkpoint (its\n"
-      "*.safetensors.index.json or its folder) or a checkpoint_manager folder, whose steps are listed.\n\n"
-      "Exit status: 0, or 2 if PATH cannot be read or is not a valid checkpoint.");
+  const auto [sub, args] = add_command<inspect_args>(app, chosen, inspect, text);
   sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder")->required()->type_name("");
   sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX")
       ->type_name("PREFIX");
-  sub->callback([args, &chosen] {
-    chosen = [args] { return is_manager_folder(args->path) ? inspect_folder(*args) : inspect_checkpoint(*args); };
-  });
 }
 
 }  // namespace ckpt_tool

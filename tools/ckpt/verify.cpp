@@ -81,19 +81,21 @@ int verify(const verify_args& args) {
   return status;
 }
 
+// What `ckpt verify --help` shows.
+constexpr command_text text{
+    "verify", "Check every rule of the loader and the data digest",
+    R"(Check a checkpoint with every rule of the strict loader, and its data digest (ckpt.xxh3_64)
+where one is recorded, without extracting anything. Prints 'ok' or the broken rule, naming the
+file. PATH is a .safetensors file, a sharded checkpoint (index or folder), or a
+checkpoint_manager folder, whose steps are checked one by one.
+
+Exit status: 0 if sound, 1 if a checkpoint breaks a rule, 2 if a file cannot be read.)"};
+
 }  // namespace
 
 void add_verify(CLI::App& app, action& chosen) {
-  auto args = std::make_shared<verify_args>();
-  CLI::App* sub = app.add_subcommand("verify", "Check every rule of the loader and the data digest");
-  sub->footer(
-      "Check a checkpoint with every rule of the strict loader, and its data digest (ckpt.xxh3_64)\n"
-      "where one is recorded, without extracting anything. Prints 'ok' or the broken rule, naming the\n"
-      "file. PATH is a .safetensors file, a sharded checkpoint (index or folder), or a\n"
-      "checkpoint_manager folder, whose steps are checked one by one.\n\n"
-      "Exit status: 0 if sound, 1 if a checkpoint breaks a rule, 2 if a file cannot be read.");
+  const auto [sub, args] = add_command<verify_args>(app, chosen, verify, text);
   sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder")->required()->type_name("");
-  sub->callback([args, &chosen] { chosen = [args] { return verify(*args); }; });
 }
 
 }  // namespace ckpt_tool
