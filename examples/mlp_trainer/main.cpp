@@ -7,6 +7,7 @@
 // SIGINT or SIGTERM finish the current step, save a checkpoint and exit 0.
 
 #include "mlp.hpp"
+#include "options.hpp"
 
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
@@ -32,106 +33,23 @@ namespace {
 
 using namespace mlp_example;
 
-struct options {
-  std::int64_t steps = 3000;
-  int batch = 64;
-  double lr = 1e-2;
-  std::uint64_t seed = 1;
-  std::filesystem::path ckpt_dir = "checkpoints";
-  std::int64_t save_every = 500;
-  std::size_t keep = 3;
-  bool resume = false;
-  int hidden = 32;
-  std::int64_t log_every = 100;
-  std::filesystem::path csv;         // default: <ckpt-dir>/loss.csv
-  std::filesystem::path params_out;  // optional: the final parameters alone, without metadata
+struct options : training_options {
+  std::filesystem::path csv;  // default: <ckpt-dir>/loss.csv
 };
 
-constexpr const char* usage =
-    "usage: mlp_trainer [--steps N] [--batch N] [--lr X] [--seed N] [--ckpt-dir DIR]\n"
-    "                   [--save-every N] [--keep N] [--resume] [--hidden N] [--log-every N]\n"
-    "                   [--csv FILE] [--params-out FILE]\n"
-    "\n"
-    "  --steps N        total number of steps to reach (default 3000)\n"
-    "  --batch N        mini-batch size (default 64)\n"
-    "  --lr X           Adam learning rate (default 0.01)\n"
-    "  --seed N         seed of the data set, initial parameters and batch order (default 1)\n"
-    "  --ckpt-dir DIR   checkpoint folder (default checkpoints)\n"
-    "  --save-every N   save every N steps; the last step is always saved (default 500)\n"
-    "  --keep N         keep the newest N checkpoints, 0 for all (default 3)\n"
-    "  --resume         continue from the latest checkpoint in --ckpt-dir up to --steps\n"
-    "  --hidden N       hidden units (default 32)\n"
-    "  --log-every N    progress line every N steps (default 100)\n"
-    "  --csv FILE       loss per step (default <ckpt-dir>/loss.csv)\n"
-    "  --params-out F   also write the final parameters alone (no metadata) to F\n";
-
-[[noreturn]] void fail_usage(const std::string& message) {
-  std::cerr << "mlp_trainer: " << message << "\n\n" << usage;
-  std::exit(2);
-}
-
-template <class T>
-T number(std::string_view flag, std::string_view text) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size())
-    fail_usage("invalid value '" + std::string(text) + "' for " + std::string(flag));
-  return value;
-}
-
+// The command line; exits with CLI11's message (status 2 for a usage error, 0 for --help).
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    std::string_view value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> std::string_view {
-      if (has_value) return value;
-      if (i + 1 >= argc) fail_usage("missing value for " + std::string(flag));
-      return argv[++i];
-    };
-    if (flag == "--help" || flag == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    } else if (flag == "--resume") {
-      o.resume = true;
-    } else if (flag == "--steps") {
-      o.steps = number<std::int64_t>(flag, next());
-    } else if (flag == "--batch") {
-      o.batch = number<int>(flag, next());
-    } else if (flag == "--lr") {
-      o.lr = number<double>(flag, next());
-    } else if (flag == "--seed") {
-      o.seed = number<std::uint64_t>(flag, next());
-    } else if (flag == "--ckpt-dir") {
-      o.ckpt_dir = std::string(next());
-    } else if (flag == "--save-every") {
-      o.save_every = number<std::int64_t>(flag, next());
-    } else if (flag == "--keep") {
-      o.keep = number<std::size_t>(flag, next());
-    } else if (flag == "--hidden") {
-      o.hidden = number<int>(flag, next());
-    } else if (flag == "--log-every") {
-      o.log_every = number<std::int64_t>(flag, next());
-    } else if (flag == "--csv") {
-      o.csv = std::string(next());
-    } else if (flag == "--params-out") {
-      o.params_out = std::string(next());
-    } else {
-      fail_usage("unknown flag '" + std::string(flag) + "'");
-    }
+  o.ckpt_dir = "checkpoints";
+  CLI::App app{"Trains a small MLP on two spirals with Adam, checkpointing and resuming bit-exactly.",
+               "mlp_trainer"};
+  add_training_flags(app, o);
+  app.add_option("--csv", o.csv, "loss per step (default <ckpt-dir>/loss.csv)")->type_name("FILE");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  if (o.steps < 0) fail_usage("--steps must not be negative");
-  if (o.batch < 1) fail_usage("--batch must be at least 1");
-  if (o.save_every < 1) fail_usage("--save-every must be at least 1");
-  if (o.hidden < 1) fail_usage("--hidden must be at least 1");
-  if (o.log_every < 1) fail_usage("--log-every must be at least 1");
-  if (!(o.lr > 0)) fail_usage("--lr must be positive");
   if (o.csv.empty()) o.csv = o.ckpt_dir / "loss.csv";
   return o;
 }
@@ -146,12 +64,6 @@ void install_signal_handlers() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-}
-
-std::string exact(double x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", x);
-  return text;
 }
 
 // Keeps the rows of an earlier run up to `step` (later ones are from steps that are about to be

@@ -9,6 +9,7 @@
 // wherever it is stopped and resumed (see data_parallel.hpp).
 
 #include "data_parallel.hpp"
+#include "../mlp_trainer/options.hpp"
 
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
@@ -30,97 +31,39 @@ namespace {
 
 using namespace mlp_example;
 
-struct options {
-  std::int64_t steps = 3000;
-  int batch = 64;
+struct options : training_options {
   int groups = 8;
-  double lr = 1e-2;
-  std::uint64_t seed = 1;
-  std::filesystem::path ckpt_dir = "checkpoints-mpi";
-  std::int64_t save_every = 500;
-  std::size_t keep = 3;
-  bool resume = false;
-  int hidden = 32;
-  std::int64_t log_every = 100;
   reduction how = reduction::ordered;
-  std::filesystem::path params_out;
 };
 
-constexpr const char* usage =
-    "usage: mpirun -np P mlp_trainer_mpi [--steps N] [--batch N] [--groups N] [--lr X] [--seed N]\n"
-    "                   [--ckpt-dir DIR] [--save-every N] [--keep N] [--resume] [--hidden N]\n"
-    "                   [--log-every N] [--reduction ordered|allreduce] [--params-out FILE]\n"
-    "\n"
-    "  --steps N        total number of steps to reach (default 3000)\n"
-    "  --batch N        global mini-batch size, split over the ranks (default 64)\n"
-    "  --groups N       fixed groups the batch is cut into; P must divide it (default 8)\n"
-    "  --lr X           Adam learning rate (default 0.01)\n"
-    "  --seed N         seed of the data set, initial parameters and batch order (default 1)\n"
-    "  --ckpt-dir DIR   checkpoint folder, seen by every rank (default checkpoints-mpi)\n"
-    "  --save-every N   save every N steps; the last step is always saved (default 500)\n"
-    "  --keep N         keep the newest N steps, 0 for all (default 3)\n"
-    "  --resume         continue from the latest step in --ckpt-dir up to --steps\n"
-    "  --hidden N       hidden units (default 32)\n"
-    "  --log-every N    progress line every N steps (default 100)\n"
-    "  --reduction R    ordered: allgather + sum in group order, bit-identical on any number of\n"
-    "                   ranks (default); allreduce: MPI_Allreduce, identical on the same number\n"
-    "  --params-out F   rank 0 also writes the final parameters alone (no metadata) to F\n";
-
-// Thrown for a bad command line, so that every rank (they all parse the same one) stops cleanly.
-struct usage_error {
-  std::string message;
+// The command line, parsed alike on every rank; a usage error or --help ends every rank with
+// CLI11's message printed once, by rank 0.
+struct usage_exit {
+  int code;
 };
 
-template <class T>
-T number(std::string_view flag, std::string_view text) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size())
-    throw usage_error{"invalid value '" + std::string(text) + "' for " + std::string(flag)};
-  return value;
-}
-
-options parse(int argc, char** argv) {
+options parse(int argc, char** argv, int rank) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto next = [&]() -> std::string_view {
-      if (i + 1 >= argc) throw usage_error{"missing value for " + std::string(flag)};
-      return argv[++i];
-    };
-    if (flag == "--help" || flag == "-h") throw usage_error{};
-    if (flag == "--resume") o.resume = true;
-    else if (flag == "--steps") o.steps = number<std::int64_t>(flag, next());
-    else if (flag == "--batch") o.batch = number<int>(flag, next());
-    else if (flag == "--groups") o.groups = number<int>(flag, next());
-    else if (flag == "--lr") o.lr = number<double>(flag, next());
-    else if (flag == "--seed") o.seed = number<std::uint64_t>(flag, next());
-    else if (flag == "--ckpt-dir") o.ckpt_dir = std::string(next());
-    else if (flag == "--save-every") o.save_every = number<std::int64_t>(flag, next());
-    else if (flag == "--keep") o.keep = number<std::size_t>(flag, next());
-    else if (flag == "--hidden") o.hidden = number<int>(flag, next());
-    else if (flag == "--log-every") o.log_every = number<std::int64_t>(flag, next());
-    else if (flag == "--params-out") o.params_out = std::string(next());
-    else if (flag == "--reduction") {
-      const std::string_view how = next();
-      if (how == "ordered") o.how = reduction::ordered;
-      else if (how == "allreduce") o.how = reduction::allreduce;
-      else throw usage_error{"--reduction is ordered or allreduce, not '" + std::string(how) + "'"};
-    } else {
-      throw usage_error{"unknown flag '" + std::string(flag) + "'"};
-    }
+  o.ckpt_dir = "checkpoints-mpi";
+  CLI::App app{"The MLP trainer made data-parallel over MPI ranks (run it with mpirun -np P).", "mlp_trainer_mpi"};
+  add_training_flags(app, o);
+  app.add_option("--groups", o.groups, "fixed groups the batch is cut into; P must divide it")
+      ->check(at_least(1))
+      ->capture_default_str();
+  std::string how = "ordered";
+  app.add_option("--reduction", how,
+                 "ordered: allgather + sum in group order, bit-identical on any number of ranks; "
+                 "allreduce: MPI_Allreduce, identical on the same number")
+      ->check(CLI::IsMember({"ordered", "allreduce"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = rank == 0 ? app.exit(e) : e.get_exit_code();
+    throw usage_exit{code == 0 ? 0 : 2};
   }
-  if (o.steps < 0) throw usage_error{"--steps must not be negative"};
-  if (o.batch < 1 || o.groups < 1) throw usage_error{"--batch and --groups must be at least 1"};
-  if (o.save_every < 1 || o.log_every < 1 || o.hidden < 1) throw usage_error{"--save-every, --log-every and --hidden must be at least 1"};
-  if (!(o.lr > 0)) throw usage_error{"--lr must be positive"};
+  o.how = how == "ordered" ? reduction::ordered : reduction::allreduce;
   return o;
-}
-
-std::string exact(double x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", x);
-  return text;
 }
 
 int run(MPI_Comm comm, options o) {
@@ -196,13 +139,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int code = 0;
   try {
-    code = run(MPI_COMM_WORLD, parse(argc, argv));
-  } catch (const usage_error& e) {
-    if (rank == 0) {
-      if (!e.message.empty()) std::cerr << "mlp_trainer_mpi: " << e.message << "\n\n";
-      std::cerr << usage;
-    }
-    code = e.message.empty() ? 0 : 2;
+    code = run(MPI_COMM_WORLD, parse(argc, argv, rank));
+  } catch (const usage_exit& e) {
+    code = e.code;
   } catch (const std::exception& e) {
     // ckpt::mpi throws on every rank alike; one report is enough.
     if (rank == 0) std::cerr << "mlp_trainer_mpi: " << e.what() << '\n';

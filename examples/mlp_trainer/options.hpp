@@ -1,0 +1,90 @@
+#pragma once
+// The command line both trainers share (examples/mlp_trainer and examples/mlp_trainer_mpi),
+// parsed with CLI11.
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace mlp_example {
+
+struct training_options {
+  std::int64_t steps = 3000;
+  int batch = 64;
+  double lr = 1e-2;
+  std::uint64_t seed = 1;
+  std::filesystem::path ckpt_dir;  // each trainer sets its default before add_training_flags
+  std::int64_t save_every = 500;
+  std::size_t keep = 3;
+  bool resume = false;
+  int hidden = 32;
+  std::int64_t log_every = 100;
+  std::filesystem::path params_out;  // optional: the final parameters alone, without metadata
+};
+
+// A CLI11 check that a value is a number of at least `min` (greater than `min` if `strictly`); its
+// message, unlike CLI::PositiveNumber's, does not spell out the largest double.
+inline CLI::Validator at_least(double min, bool strictly = false) {
+  const std::string bound = (strictly ? "> " : ">= ") + CLI::detail::to_string(min);
+  return CLI::Validator(
+      [min, strictly, bound](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !(strictly ? x > min : x >= min))
+          return "'" + text + "' is not a number " + bound;
+        return {};
+      },
+      "");
+}
+
+// Adds the flags of `o` to `app`, with their current values as the defaults shown by --help.
+inline void add_training_flags(CLI::App& app, training_options& o) {
+  app.add_option("--steps", o.steps, "total number of steps to reach")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "mini-batch size")->check(at_least(1))->capture_default_str();
+  app.add_option("--lr", o.lr, "Adam learning rate")->check(at_least(0, true))->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the data set, initial parameters and batch order")
+      ->capture_default_str();
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint folder")->capture_default_str();
+  app.add_option("--save-every", o.save_every, "save every N steps; the last step is always saved")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--keep", o.keep, "keep the newest N checkpoints, 0 for all")->capture_default_str();
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir up to --steps");
+  app.add_option("--hidden", o.hidden, "hidden units")->check(at_least(1))->capture_default_str();
+  app.add_option("--log-every", o.log_every, "progress line every N steps")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--params-out", o.params_out, "also write the final parameters alone (no metadata) to F")
+      ->type_name("F");
+}
+
+// The number `text` (a value of `what`, for the message), as a T.
+// Throws std::invalid_argument if `text` is not a whole T.
+template <class T>
+T number(std::string_view what, std::string_view text) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw std::invalid_argument("invalid value '" + std::string(text) + "' for " + std::string(what));
+  return value;
+}
+
+// `x` with enough digits to tell two floats apart, for the progress lines that runs compare.
+inline std::string exact(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", x);
+  return text;
+}
+
+}  // namespace mlp_example
