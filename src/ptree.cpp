@@ -1,7 +1,9 @@
 #include <ckpt/ptree.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <stdexcept>
+#include <type_traits>
 
 namespace ckpt {
 
@@ -12,36 +14,21 @@ ptree ptree::dict(dict_type entries) {
   return ptree(node(std::move(entries)));
 }
 
-void ptree::wrong_kind(const char* wanted) const {
+template <class T, class Self>
+auto& ptree::get(Self& self) {
+  if (auto* x = std::get_if<T>(&self.node_)) return *x;
   static constexpr const char* kinds[] = {"a dict", "a list", "a tensor"};
-  throw std::invalid_argument(std::string("ckpt: ptree: expected ") + wanted + ", got " +
-                              kinds[node_.index()]);
+  constexpr std::size_t wanted = std::is_same_v<T, dict_type> ? 0 : std::is_same_v<T, list_type> ? 1 : 2;
+  throw std::invalid_argument(std::string("ckpt: ptree: expected ") + kinds[wanted] +
+                              ", got " + kinds[self.node_.index()]);
 }
 
-const ptree::dict_type& ptree::as_dict() const {
-  if (!is_dict()) wrong_kind("a dict");
-  return std::get<dict_type>(node_);
-}
-ptree::dict_type& ptree::as_dict() {
-  if (!is_dict()) wrong_kind("a dict");
-  return std::get<dict_type>(node_);
-}
-const ptree::list_type& ptree::as_list() const {
-  if (!is_list()) wrong_kind("a list");
-  return std::get<list_type>(node_);
-}
-ptree::list_type& ptree::as_list() {
-  if (!is_list()) wrong_kind("a list");
-  return std::get<list_type>(node_);
-}
-const ckpt::tensor& ptree::as_tensor() const {
-  if (!is_tensor()) wrong_kind("a tensor");
-  return std::get<ckpt::tensor>(node_);
-}
-ckpt::tensor& ptree::as_tensor() {
-  if (!is_tensor()) wrong_kind("a tensor");
-  return std::get<ckpt::tensor>(node_);
-}
+const ptree::dict_type& ptree::as_dict() const { return get<dict_type>(*this); }
+ptree::dict_type& ptree::as_dict() { return get<dict_type>(*this); }
+const ptree::list_type& ptree::as_list() const { return get<list_type>(*this); }
+ptree::list_type& ptree::as_list() { return get<list_type>(*this); }
+const ckpt::tensor& ptree::as_tensor() const { return get<ckpt::tensor>(*this); }
+ckpt::tensor& ptree::as_tensor() { return get<ckpt::tensor>(*this); }
 
 const ptree* ptree::find(std::string_view key) const {
   for (const auto& [k, v] : as_dict())

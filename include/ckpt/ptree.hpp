@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// `ckpt::ptree`: a parameter tree whose structure is known only at run time (the seed's
-/// `Ptree`): a dict of named subtrees, a list of subtrees, or a tensor.
+/// `ckpt::ptree`: a parameter tree whose structure is known only at run time (Raven's
+/// `Kaun.Checkpoint.Ptree`): a dict of named subtrees, a list of subtrees, or a tensor.
 
 #include <ckpt/leaf.hpp>
 #include <ckpt/tensor.hpp>
@@ -101,7 +101,9 @@ class ptree {
  private:
   using node = std::variant<dict_type, list_type, ckpt::tensor>;
   explicit ptree(node n) noexcept : node_(std::move(n)) {}
-  [[noreturn]] void wrong_kind(const char* wanted) const;
+  // The node of `self` as a T, or std::invalid_argument naming both kinds.
+  template <class T, class Self>
+  static auto& get(Self& self);
   node node_;
 };
 
