@@ -14,9 +14,15 @@
 
 #include <array>
 #include <concepts>
+#include <cstdint>
 #include <cstring>
+#include <locale>
+#include <random>
+#include <sstream>
+#include <stdexcept>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 namespace ckpt {
 
@@ -215,6 +221,74 @@ struct leaf_traits<S, std::enable_if_t<std::is_arithmetic_v<S> || scalar<S>>> {
   static dims shape(const S&) { return {}; }
   static void write(const S& x, std::span<std::byte> out) { detail::copy_out(out.data(), &x, 1); }
   static void read(S& x, const tensor& in) { detail::copy_in(&x, in.bytes().data(), 1); }
+};
+
+namespace detail {
+// Whether E is one of the engine templates of <random> (adaptors of such engines included).
+template <class E>
+struct is_std_engine : std::false_type {};
+template <class U, U a, U c, U m>
+struct is_std_engine<std::linear_congruential_engine<U, a, c, m>> : std::true_type {};
+template <class U, std::size_t w, std::size_t n, std::size_t m, std::size_t r, U a, std::size_t u, U d,
+          std::size_t s, U b, std::size_t t, U c, std::size_t l, U f>
+struct is_std_engine<std::mersenne_twister_engine<U, w, n, m, r, a, u, d, s, b, t, c, l, f>> : std::true_type {};
+template <class U, std::size_t w, std::size_t s, std::size_t r>
+struct is_std_engine<std::subtract_with_carry_engine<U, w, s, r>> : std::true_type {};
+template <class E, std::size_t p, std::size_t r>
+struct is_std_engine<std::discard_block_engine<E, p, r>> : is_std_engine<E> {};
+template <class E, std::size_t w, class U>
+struct is_std_engine<std::independent_bits_engine<E, w, U>> : is_std_engine<E> {};
+template <class E, std::size_t k>
+struct is_std_engine<std::shuffle_order_engine<E, k>> : is_std_engine<E> {};
+
+// The numbers of an engine's textual representation (operator<<), in order.
+template <class E>
+std::vector<std::uint64_t> engine_words(const E& e) {
+  std::ostringstream text;
+  text.imbue(std::locale::classic());
+  text << e;
+  std::istringstream in(text.str());
+  in.imbue(std::locale::classic());
+  std::vector<std::uint64_t> words;
+  for (std::uint64_t w = 0; in >> w;) words.push_back(w);
+  return words;
+}
+}  // namespace detail
+
+/// The random engines of `<random>` (`std::mt19937`, `std::mt19937_64`, `std::minstd_rand`,
+/// `std::ranlux24`, `std::ranlux48`, `std::knuth_b`, `std::default_random_engine` and any other
+/// instance of the six engine and adaptor templates): the entry holds the engine's full state, so
+/// that a restored engine draws exactly the numbers the saved one would have drawn next. The
+/// entry is U64 of shape [k]: the k numbers of the engine's textual representation
+/// (`operator<<`), in order. k is fixed by the engine type and the standard library (with
+/// libstdc++, 625 for `std::mt19937`: its 624 state words and its position; 313 for
+/// `std::mt19937_64`; 1 for `std::minstd_rand`). A distribution may cache state of its own
+/// (`std::normal_distribution` keeps a second value): call its `reset()` after restoring, or save
+/// the numbers it draws from instead.
+template <class E>
+struct leaf_traits<E, std::enable_if_t<detail::is_std_engine<E>::value>> {
+  static ckpt::dtype dtype(const E&) { return dtype::u64; }
+  static dims shape(const E& e) { return {static_cast<std::int64_t>(detail::engine_words(e).size())}; }
+  static void write(const E& e, std::span<std::byte> out) {
+    const std::vector<std::uint64_t> words = detail::engine_words(e);
+    detail::copy_out(out.data(), words.data(), words.size());
+  }
+  /// \throws std::invalid_argument if the entry's numbers are not a state of E (a state E would
+  /// not print back as the same numbers); `e` is then left as it was.
+  static void read(E& e, const tensor& in) {
+    std::vector<std::uint64_t> words(static_cast<std::size_t>(in.numel()));
+    detail::copy_in(words.data(), in.bytes().data(), words.size());
+    std::ostringstream text;
+    text.imbue(std::locale::classic());
+    for (const std::uint64_t w : words) text << w << ' ';
+    std::istringstream parse(text.str());
+    parse.imbue(std::locale::classic());
+    E restored;
+    parse >> restored;
+    if (!parse || detail::engine_words(restored) != words)
+      throw std::invalid_argument("ckpt: the entry does not hold a state of this random engine");
+    e = restored;
+  }
 };
 
 /// A `ckpt::tensor` is a leaf of its own dtype and shape; reading one shares the entry's bytes.
