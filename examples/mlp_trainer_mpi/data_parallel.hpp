@@ -6,12 +6,13 @@
 // single-process trainer's, from examples/mlp_trainer/mlp.hpp) is cut into `groups` fixed groups
 // of batch/groups samples. A group's gradient depends only on the parameters and its samples, so
 // it is the same bits whichever rank computes it. Rank r of P computes groups
-// [r·G/P, (r+1)·G/P); the ranks then combine them in one of two ways:
+// [⌊r·G/P⌋, ⌊(r+1)·G/P⌋): the groups split over the ranks as evenly as they can (8 groups on 3
+// ranks: 2, 3 and 3; a rank beyond the G-th computes none). The ranks then combine them in one of
+// two ways:
 //
 //  - `reduction::ordered` (the default): MPI_Allgather of every group's gradient, and every rank
 //    adds them in group order 0, 1, ..., G−1. The floating-point additions are then the same for
-//    any P dividing G: a run on 4 ranks, on 2, on 1, or saved on 4 and resumed on 2, gives the
-//    same bits.
+//    any P: a run on 4 ranks, on 3, on 1, or saved on 4 and resumed on 3, gives the same bits.
 //  - `reduction::allreduce`: each rank adds its own groups, and MPI_Allreduce(MPI_SUM) adds the
 //    ranks' sums. The order of those additions is the MPI library's (it depends on P, and on the
 //    algorithm chosen for the message size), so only runs on the same number of ranks, with the
@@ -60,16 +61,16 @@ inline void unflatten(const float* in, mlp& g) {
   g.l2.b = Eigen::Map<const Eigen::VectorXf>(in, g.l2.b.size());
 }
 
-// Checks that `batch` samples split into `groups` groups over the ranks of `comm`.
-inline void check_split(MPI_Comm comm, int batch, int groups) {
-  int ranks = 0;
-  MPI_Comm_size(comm, &ranks);
+// Checks that `batch` samples split into `groups` equal groups.
+inline void check_split(int batch, int groups) {
   if (groups < 1 || batch % groups != 0)
     throw std::invalid_argument("the batch of " + std::to_string(batch) + " samples does not split into " +
                                 std::to_string(groups) + " equal groups");
-  if (groups % ranks != 0)
-    throw std::invalid_argument(std::to_string(groups) + " groups do not split over " + std::to_string(ranks) +
-                                " ranks: run on a number of ranks that divides --groups");
+}
+
+// The first group rank `rank` of `ranks` computes; its groups are [first_group(rank), first_group(rank + 1)).
+inline int first_group(int rank, int ranks, int groups) {
+  return static_cast<int>(static_cast<long long>(rank) * groups / ranks);
 }
 
 // One data-parallel training step on the ranks of `comm`: the global mini-batch of step
@@ -83,7 +84,8 @@ inline float train_step_mpi(MPI_Comm comm, const dataset& data, batch_order& ord
   MPI_Comm_size(comm, &ranks);
   const std::vector<int> idx = order.batch(state.step);
   const int per_group = static_cast<int>(idx.size()) / groups;
-  const int mine = groups / ranks;
+  const int first = first_group(rank, ranks, groups);
+  const int mine = first_group(rank + 1, ranks, groups) - first;
   const auto n = static_cast<std::size_t>(flat_size(params));
   const std::size_t stride = n + 1;  // the gradient, then the loss
 
@@ -91,7 +93,7 @@ inline float train_step_mpi(MPI_Comm comm, const dataset& data, batch_order& ord
   std::vector<float> local(static_cast<std::size_t>(mine) * stride);
   mlp g;
   for (int k = 0; k < mine; ++k) {
-    const int group = rank * mine + k;
+    const int group = first + k;
     const std::vector<int> part(idx.begin() + group * per_group, idx.begin() + (group + 1) * per_group);
     const Eigen::MatrixXf x = data.x(Eigen::all, part);
     std::vector<int> y(part.size());
@@ -104,8 +106,14 @@ inline float train_step_mpi(MPI_Comm comm, const dataset& data, batch_order& ord
   std::vector<float> sum(stride, 0.0f);
   if (how == reduction::ordered) {
     std::vector<float> all(static_cast<std::size_t>(groups) * stride);
-    MPI_Allgather(local.data(), static_cast<int>(local.size()), MPI_FLOAT, all.data(), static_cast<int>(local.size()),
-                  MPI_FLOAT, comm);
+    std::vector<int> counts(static_cast<std::size_t>(ranks)), offsets(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      const int from = first_group(r, ranks, groups);
+      offsets[static_cast<std::size_t>(r)] = from * static_cast<int>(stride);
+      counts[static_cast<std::size_t>(r)] = (first_group(r + 1, ranks, groups) - from) * static_cast<int>(stride);
+    }
+    MPI_Allgatherv(local.data(), static_cast<int>(local.size()), MPI_FLOAT, all.data(), counts.data(), offsets.data(),
+                   MPI_FLOAT, comm);
     // Group 0 first, then 1, ...: the same additions in the same order for any number of ranks.
     for (int group = 0; group < groups; ++group)
       for (std::size_t j = 0; j < stride; ++j) sum[j] += all[static_cast<std::size_t>(group) * stride + j];

@@ -1,9 +1,9 @@
 // mlp_trainer_mpi: the MLP trainer of examples/mlp_trainer made data-parallel over MPI ranks, each
 // rank computing a share of every batch, checkpointing through ckpt::mpi and resuming on any
-// number of ranks that divides --groups.
+// number of ranks.
 //
 //   mpirun -np 4 mlp_trainer_mpi --steps 1500 --ckpt-dir runs/d            # train, checkpoint
-//   mpirun -np 2 mlp_trainer_mpi --steps 3000 --ckpt-dir runs/d --resume   # resume on 2 ranks
+//   mpirun -np 3 mlp_trainer_mpi --steps 3000 --ckpt-dir runs/d --resume   # resume on 3 ranks
 //
 // With the default --reduction ordered, the run is bit-identical whatever the number of ranks and
 // wherever it is stopped and resumed (see data_parallel.hpp).
@@ -47,7 +47,7 @@ options parse(int argc, char** argv, int rank) {
   o.ckpt_dir = "checkpoints-mpi";
   CLI::App app{"The MLP trainer made data-parallel over MPI ranks (run it with mpirun -np P).", "mlp_trainer_mpi"};
   add_training_flags(app, o);
-  app.add_option("--groups", o.groups, "fixed groups the batch is cut into; P must divide it")
+  app.add_option("--groups", o.groups, "fixed groups the batch is cut into, split over the ranks as evenly as they can be")
       ->check(at_least(1))
       ->capture_default_str();
   std::string how = "ordered";
@@ -91,7 +91,7 @@ int run(MPI_Comm comm, options o) {
   }
   const dataset data = two_spirals(o.seed);
   o.batch = std::min<int>(o.batch, static_cast<int>(data.x.cols()));
-  check_split(comm, o.batch, o.groups);
+  check_split(o.batch, o.groups);
   batch_order order(o.seed, static_cast<int>(data.x.cols()), o.batch);
   const ckpt::adam opt{.lr = o.lr};
   mlp params = init_mlp(o.seed, o.hidden);
