@@ -503,6 +503,28 @@ BOOST_AUTO_TEST_CASE(findings_and_tolerances) {
   BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "f64.safetensors", "--ignore-dtype"}).status == 0);
 }
 
+BOOST_AUTO_TEST_CASE(a_filter_compares_the_entries_under_a_prefix) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample());
+  ckpt::save(d.path() / "b.safetensors",
+             ckpt::concat({with(sample(), "step", ckpt::of_int("x", 8).get("x")), ckpt::of_tensor("l2.w", f32({1}, {0}))}));
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "b.safetensors"}).status == 1);
+  const result r = run(d.path(), {"diff", "a.safetensors", "b.safetensors", "--filter", "l1."});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out ==
+             "name  max_abs  max_rel  beyond\n"
+             "l1.b        0        0       0\n"
+             "l1.w        0        0       0\n"
+             "same: 2 entries within atol 0, rtol 0\n");
+  const result l2 = run(d.path(), {"diff", "a.safetensors", "b.safetensors", "--filter", "l2"});
+  BOOST_TEST(l2.status == 1);
+  BOOST_TEST(l2.out ==
+             "only in B: l2.w\n"
+             "different: 0 only in A, 1 only in B, 0 dtype or shape mismatches, 0 of 0 compared entries beyond "
+             "atol 0, rtol 0\n");
+}
+
 BOOST_AUTO_TEST_CASE(nan_and_infinities) {
   const temp_dir d;
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
@@ -562,6 +584,25 @@ BOOST_AUTO_TEST_CASE(dtype_rename_keep_drop) {
   BOOST_TEST(clash.err.starts_with("ckpt: "));
   BOOST_TEST(clash.err.find("'l1.x'") != std::string::npos);
   BOOST_TEST(!fs::exists(d.path() / "e.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(metadata_dropped_or_kept_by_key) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample().with_metadata({{"note", "first"}, {"loss", "0.5"}, {"wall_time", "3"}}));
+  BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "none.safetensors", "--drop-metadata", "--no-digest"}).status ==
+             0);
+  BOOST_TEST(ckpt::load(d.path() / "none.safetensors").metadata().empty());
+  BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "digest.safetensors", "--drop-metadata"}).status == 0);
+  BOOST_TEST(ckpt::load(d.path() / "digest.safetensors").metadata().size() == 1u);  // the new digest only
+  BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "note.safetensors", "--keep-metadata", "note",
+                            "--keep-metadata", "absent", "--no-digest"})
+                 .status == 0);
+  BOOST_TEST((ckpt::load(d.path() / "note.safetensors").metadata() == ckpt::metadata_map{{"note", "first"}}));
+  const result both =
+      run(d.path(), {"convert", "a.safetensors", "x.safetensors", "--drop-metadata", "--keep-metadata", "note"});
+  BOOST_TEST(both.status == 2);
+  BOOST_TEST(both.err.find("--drop-metadata excludes --keep-metadata") != std::string::npos, both.err);
+  BOOST_TEST(!fs::exists(d.path() / "x.safetensors"));
 }
 
 BOOST_AUTO_TEST_CASE(sharded_and_back) {

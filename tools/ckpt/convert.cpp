@@ -32,6 +32,8 @@ struct convert_args {
   std::string dtype;
   std::vector<std::string> renames;
   std::vector<std::string> keep;
+  bool drop_metadata = false;
+  std::vector<std::string> keep_metadata;  // the metadata keys to carry over; empty: all
   std::vector<std::string> drop;
   std::string shard_size;
   std::string base_name = "model";
@@ -107,7 +109,12 @@ int convert(const convert_args& args) {
   if (selected.empty() && !input.empty())
     throw usage_error("ckpt convert: no entry of '" + args.in.string() + "' is left after --keep/--drop (it has " +
                       std::to_string(input.size()) + ")");
-  ckpt::checkpoint t(std::move(selected), input.metadata());
+  ckpt::metadata_map metadata;
+  if (!args.drop_metadata)
+    for (const auto& [key, value] : input.metadata())
+      if (args.keep_metadata.empty() || std::ranges::find(args.keep_metadata, key) != args.keep_metadata.end())
+        metadata.emplace(key, value);
+  ckpt::checkpoint t(std::move(selected), std::move(metadata));
   if (!rules.empty())
     t = ckpt::rename(t, [&](std::string_view name) {
       std::string out(name);
@@ -164,8 +171,9 @@ constexpr command_text text{
     "convert", "Select, rename and cast entries; write a file or a sharded checkpoint",
     R"(Read IN (a .safetensors file or a sharded checkpoint; its digest checked), keep and drop entries
 by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,
-or with --shard-size a sharded checkpoint in the folder OUT. Metadata are carried over. The
-steps run in this order: --keep/--drop (on IN's names), --rename, --dtype.
+or with --shard-size a sharded checkpoint in the folder OUT. The steps run in this order:
+--keep/--drop (on IN's names), --rename, --dtype. Metadata are carried over, all of them, none
+with --drop-metadata, or those named by --keep-metadata.
 
 Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.)"};
 
@@ -203,6 +211,14 @@ void add_convert(CLI::App& app, action& chosen) {
       ->type_name("NAME")
       ->capture_default_str();
   sub->add_flag("--no-digest", args->no_digest, "do not record the data digest (ckpt.xxh3_64) in the output");
+  auto* drop_metadata =
+      sub->add_flag("--drop-metadata", args->drop_metadata,
+                    "carry none of IN's metadata over (the digest of OUT is still recorded, unless --no-digest)");
+  sub->add_option("--keep-metadata", args->keep_metadata,
+                  "carry over only the metadata entry KEY (repeatable); the others are dropped")
+      ->type_name("KEY")
+      ->allow_extra_args(false)
+      ->excludes(drop_metadata);
 }
 
 }  // namespace ckpt_tool

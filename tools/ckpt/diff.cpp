@@ -31,6 +31,7 @@ struct diff_args {
   double atol = 0;
   double rtol = 0;
   bool ignore_dtype = false;
+  std::string filter;  // only the entries whose names start with it
 };
 
 // The comparison of the values of two entries of the same shape.
@@ -108,18 +109,19 @@ int diff(const diff_args& args) {
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
-  auto ia = a.begin(), ib = b.begin();
-  while (ia != a.end() || ib != b.end()) {
-    if (ib == b.end() || (ia != a.end() && ia->first < ib->first)) {
-      only_a.push_back((ia++)->first);
+  const auto in_a = entries_with_prefix(a, args.filter), in_b = entries_with_prefix(b, args.filter);
+  auto ia = in_a.begin(), ib = in_b.begin();
+  while (ia != in_a.end() || ib != in_b.end()) {
+    if (ib == in_b.end() || (ia != in_a.end() && (*ia)->first < (*ib)->first)) {
+      only_a.push_back((*ia++)->first);
       continue;
     }
-    if (ia == a.end() || ib->first < ia->first) {
-      only_b.push_back((ib++)->first);
+    if (ia == in_a.end() || (*ib)->first < (*ia)->first) {
+      only_b.push_back((*ib++)->first);
       continue;
     }
-    const std::string& name = ia->first;
-    const ckpt::tensor &x = ia->second, &y = ib->second;
+    const std::string& name = (*ia)->first;
+    const ckpt::tensor &x = (*ia)->second, &y = (*ib)->second;
     ++ia, ++ib;
     const bool same_shape = std::ranges::equal(x.shape(), y.shape());
     if (!same_shape)
@@ -183,6 +185,8 @@ void add_diff(CLI::App& app, action& chosen) {
   sub->add_flag("--ignore-dtype", args->ignore_dtype,
                 "compare values across dtypes without counting the dtype difference itself (after convert "
                 "--dtype)");
+  sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
+      ->type_name("PREFIX");
 }
 
 }  // namespace ckpt_tool
