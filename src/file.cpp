@@ -2,6 +2,7 @@
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
 
+#include "mapped_file.hpp"
 #include "safetensors.hpp"
 #include "posix_file.hpp"
 
@@ -201,9 +202,9 @@ void verify_digest(const checkpoint& t, std::span<const std::byte> file, bool ma
 
 }  // namespace
 
-checkpoint load(const std::filesystem::path& path, const load_options& options) {
-  // A Hugging Face sharded checkpoint: an index file, or a folder holding one (src/sharded.cpp).
-  if (is_sharded_path(path)) return load_sharded(path, options);
+namespace detail {
+
+file_contents map_file(const std::filesystem::path& path) {
   file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw io_error(path, "open", last_error());
   struct stat info {};
@@ -217,14 +218,21 @@ checkpoint load(const std::filesystem::path& path, const load_options& options) 
     // (to_params asks for its pages then with MADV_WILLNEED).
     ::madvise(address, size, MADV_RANDOM);
     auto owner = std::make_shared<const mapping>(address, size);
-    checkpoint t = detail::parse_file(owner->bytes(), path, owner, tensor::storage::file_mapping);
-    verify_digest(t, owner->bytes(), true, path, options);
-    return t;
+    return {owner->bytes(), owner, tensor::storage::file_mapping};
   }
   // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
   std::shared_ptr<const std::byte[]> buffer = read_whole(fd.get(), path, size);
-  checkpoint t = detail::parse_file({buffer.get(), size}, path, buffer, tensor::storage::memory);
-  verify_digest(t, {buffer.get(), size}, false, path, options);
+  return {{buffer.get(), size}, buffer, tensor::storage::memory};
+}
+
+}  // namespace detail
+
+checkpoint load(const std::filesystem::path& path, const load_options& options) {
+  // A Hugging Face sharded checkpoint: an index file, or a folder holding one (src/sharded.cpp).
+  if (is_sharded_path(path)) return load_sharded(path, options);
+  const detail::file_contents file = detail::map_file(path);
+  checkpoint t = detail::parse_file(file.bytes, path, file.owner, file.where);
+  verify_digest(t, file.bytes, file.where == tensor::storage::file_mapping, path, options);
   return t;
 }
 

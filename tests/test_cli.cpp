@@ -8,6 +8,7 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/torch.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/sharded.hpp>
 
@@ -603,6 +604,28 @@ BOOST_AUTO_TEST_CASE(metadata_dropped_or_kept_by_key) {
   BOOST_TEST(both.status == 2);
   BOOST_TEST(both.err.find("--drop-metadata excludes --keep-metadata") != std::string::npos, both.err);
   BOOST_TEST(!fs::exists(d.path() / "x.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(torch_save_files_in) {
+  // A torch.save file (tests/fixtures/torch/) is recognized by its zip signature: inspected,
+  // verified, converted (to one file or shards) and compared like a safetensors file.
+  const temp_dir d;
+  const fs::path mlp = fs::path(CKPT_TORCH_FIXTURES) / "mlp_bf16.bin";
+  const ckpt::checkpoint original = ckpt::load_torch(mlp);
+  const result shown = run(d.path(), {"inspect", mlp.string()});
+  BOOST_TEST(shown.status == 0);
+  BOOST_TEST(shown.out.find("0.weight  BF16   [3, 4]") != std::string::npos, shown.out);
+  BOOST_TEST(run(d.path(), {"verify", mlp.string()}).status == 0);
+  BOOST_TEST(run(d.path(), {"convert", mlp.string(), "mlp.safetensors"}).status == 0);
+  const ckpt::checkpoint converted = ckpt::load(d.path() / "mlp.safetensors");
+  BOOST_TEST(converted.names() == original.names(), boost::test_tools::per_element());
+  for (const auto& [name, x] : original) BOOST_TEST((converted.get(name) == x), name);
+  BOOST_TEST(run(d.path(), {"diff", mlp.string(), "mlp.safetensors"}).status == 0);
+  BOOST_TEST(run(d.path(), {"convert", mlp.string(), "shards", "--shard-size", "40"}).status == 0);
+  BOOST_TEST(ckpt::load(d.path() / "shards").names() == original.names(), boost::test_tools::per_element());
+  const result refused = run(d.path(), {"inspect", (fs::path(CKPT_TORCH_FIXTURES) / "evil.pt").string()});
+  BOOST_TEST(refused.status == 2);
+  BOOST_TEST(refused.err.find("refers to the global 'posix.system'") != std::string::npos, refused.err);
 }
 
 BOOST_AUTO_TEST_CASE(sharded_and_back) {

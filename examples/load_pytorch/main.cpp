@@ -1,8 +1,9 @@
-// examples/load_pytorch: loads the weights of a small PyTorch MLP from a safetensors file laid out
-// as torch.nn.Sequential names them, adapts them to an Eigen model, and checks a forward pass
-// against the outputs stored in the same file.
+// examples/load_pytorch: loads the weights of a small PyTorch MLP, from a torch.save file
+// (pytorch_model.bin) or a safetensors file laid out as torch.nn.Sequential names them, adapts them
+// to an Eigen model, and checks a forward pass against the outputs stored in the same file.
 //
-//   load_pytorch [file]   (default: the torch_mlp.safetensors beside this source)
+//   load_pytorch [file]   (default: the torch_mlp.safetensors beside this source; torch_mlp.bin
+//                          beside it holds the same tensors, written by torch.save)
 //
 // The file (written by make_torch_mlp.py) holds, as torch's state_dict of
 // Sequential(Linear(4, 8), ReLU(), Linear(8, 3)) in BF16 does, the entries `0.weight` [8, 4],
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
   const std::string path = argc > 1 ? argv[1] : CKPT_TORCH_MLP;
   try {
     // [load_pytorch]
-    ckpt::checkpoint t = ckpt::load(path);
+    // A torch.save file (pytorch_model.bin, *.pt) is read without Python; safetensors by load.
+    ckpt::checkpoint t = path.ends_with(".safetensors") ? ckpt::load(path) : ckpt::load_torch(path);
     // torch.nn.Sequential numbers its modules: 0 is the first Linear, 1 the ReLU (no weights),
     // 2 the second Linear. Name them as the struct does: 0.weight -> l1.w, 2.bias -> l2.b.
     t = ckpt::rename(t, [](std::string_view name) {

@@ -20,6 +20,7 @@
 /// - ckpt/manager.hpp     a folder of step-numbered checkpoints for training loops
 /// - ckpt/sharded.hpp     Hugging Face sharded checkpoints (index + shards)
 /// - ckpt/adapt.hpp       adapters for foreign checkpoints: rename, transpose, split, cast
+/// - ckpt/torch.hpp       PyTorch torch.save files (pytorch_model.bin, *.pt) read without Python
 
 #include <ckpt/adam.hpp>
 #include <ckpt/adapt.hpp>
@@ -38,4 +39,5 @@
 #include <ckpt/sharded.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/tensor.hpp>
+#include <ckpt/torch.hpp>
 #include <ckpt/view.hpp>

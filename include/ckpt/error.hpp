@@ -97,4 +97,14 @@ class integrity_error : public format_error {
   std::string computed_;
 };
 
+/// A file is not a `torch.save` file ckpt can read (see ckpt/torch.hpp), or holds something the
+/// restricted unpickler refuses. The message reads
+/// `ckpt: '<path>' is not a readable PyTorch file: <broken rule>`.
+class torch_format_error : public format_error {
+ public:
+  /// \param path the file; \param rule what is wrong, naming the record, opcode or global.
+  torch_format_error(std::filesystem::path path, const std::string& rule)
+      : format_error(path, rule, "ckpt: '" + path.string() + "' is not a readable PyTorch file: " + rule) {}
+};
+
 }  // namespace ckpt

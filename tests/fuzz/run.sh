@@ -1,5 +1,7 @@
 #!/bin/sh
 # Runs the libFuzzer campaign against the reader: tests/fuzz/run.sh [SECONDS] (default 60).
+# CKPT_FUZZ_TARGET=fuzz_torch fuzzes the torch.save reader instead (seeds: tests/fixtures/torch and
+# tests/corpus/torch).
 #
 # Configures and builds fuzz_load in build-fuzz/ (clang, -fsanitize=fuzzer-no-link,address,undefined
 # for the whole of ckpt), seeds a work corpus there from ../shared/fixtures (every file, recursively)
@@ -25,24 +27,31 @@ if [ ! -f "$build/build.ninja" ]; then
     -DCKPT_WERROR=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_EXAMPLES=OFF -DCKPT_BUILD_FUZZ=ON \
     -DCKPT_SHARED_DIR="$shared"
 fi
-nice -n 10 cmake --build "$build" --target fuzz_load -j2
+target=${CKPT_FUZZ_TARGET:-fuzz_load}
+nice -n 10 cmake --build "$build" --target "$target" -j2
 
 # The seeds, flattened (fixtures/valid/x.safetensors -> valid_x.safetensors); libFuzzer writes
 # what it finds into the first folder only.
-seeds="$build/fuzz-seeds"
-work="$build/fuzz-corpus"
-artifacts="$build/fuzz-artifacts"
+seeds="$build/$target-seeds"
+work="$build/$target-corpus"
+artifacts="$build/$target-artifacts"
 rm -rf "$seeds"
 mkdir -p "$seeds" "$work" "$artifacts"
-(cd "$shared/fixtures" && find . -type f) | while read -r f; do
-  cp "$shared/fixtures/$f" "$seeds/$(echo "${f#./}" | tr / _)"
-done
-cp "$root"/tests/corpus/* "$seeds"/ 2>/dev/null || true
+dict="$here/safetensors.dict"
+if [ "$target" = fuzz_torch ]; then
+  cp "$root"/tests/fixtures/torch/*.pt "$root"/tests/fixtures/torch/*.bin "$root"/tests/corpus/torch/* "$seeds"/ 2>/dev/null || true
+  dict="$here/torch.dict"
+else
+  (cd "$shared/fixtures" && find . -type f) | while read -r f; do
+    cp "$shared/fixtures/$f" "$seeds/$(echo "${f#./}" | tr / _)"
+  done
+  cp "$root"/tests/corpus/* "$seeds"/ 2>/dev/null || true
+fi
 
 # Leaks count as findings (detect_leaks), and so does any UBSan report (-fno-sanitize-recover).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 # shellcheck disable=SC2086
-exec nice -n 10 "$build/tests/fuzz_load" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-  -timeout=10 -max_len=65536 -print_final_stats=1 -dict="$here/safetensors.dict" \
+exec nice -n 10 "$build/tests/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+  -timeout=10 -max_len=65536 -print_final_stats=1 -dict="$dict" \
   -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} "$work" "$seeds"

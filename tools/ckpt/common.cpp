@@ -3,8 +3,11 @@
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
+#include <ckpt/torch.hpp>
 
 #include <algorithm>
+#include <array>
+#include <fstream>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -68,6 +71,14 @@ std::uint64_t parse_size(std::string_view text) {
 bool is_manager_folder(const std::filesystem::path& path) {
   std::error_code ec;
   return std::filesystem::is_directory(path, ec) && !ckpt::list_steps(path).empty();
+}
+
+ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options) {
+  std::array<std::byte, 4> signature{};
+  std::ifstream in(path, std::ios::binary);
+  if (in.read(reinterpret_cast<char*>(signature.data()), signature.size()) && ckpt::looks_like_torch(signature))
+    return ckpt::load_torch(path);
+  return ckpt::load(path, options);
 }
 
 std::optional<ckpt::checkpoint> load_listed(const std::filesystem::path& file) {

@@ -3,6 +3,7 @@
 // aligned tables, the progress bar, and the registration of each subcommand with CLI11.
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/file.hpp>
 
 #include <CLI/App.hpp>
 
@@ -86,6 +87,12 @@ class usage_error : public std::runtime_error {
 /// True if `path` is a folder holding checkpoints of a `checkpoint_manager`.
 /// \throws ckpt::io_error if the folder cannot be listed.
 [[nodiscard]] bool is_manager_folder(const std::filesystem::path& path);
+
+/// The checkpoint at `path`: a `torch.save` file (recognized by its zip signature) through
+/// `ckpt::load_torch`, anything else (a safetensors file, a sharded checkpoint) through
+/// `ckpt::load` with `options`.
+/// \throws as `ckpt::load` or `ckpt::load_torch`.
+[[nodiscard]] ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options);
 
 /// The checkpoint `file` of a manager folder, header only (no digest check), or nothing if the
 /// file is gone: a manager still training in the folder deletes old steps after listing them.

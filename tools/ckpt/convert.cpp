@@ -100,7 +100,7 @@ int convert(const convert_args& args) {
 
   // The digest (if recorded) is checked: a conversion must not launder corrupted data.
   if (!ckpt::is_sharded_path(args.in)) read_ahead({args.in}, "reading");
-  const ckpt::checkpoint input = ckpt::load(args.in);
+  const ckpt::checkpoint input = read_checkpoint(args.in, {});
 
   std::vector<ckpt::checkpoint::entry> selected;
   for (const auto& [name, x] : input)

@@ -105,7 +105,7 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
 }
 
 int diff(const diff_args& args) {
-  const ckpt::checkpoint a = ckpt::load(args.a), b = ckpt::load(args.b);
+  const ckpt::checkpoint a = read_checkpoint(args.a, {}), b = read_checkpoint(args.b, {});
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;

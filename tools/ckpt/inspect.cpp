@@ -60,7 +60,7 @@ void print_totals(const totals& t) {
 
 // Only the header is read: inspecting a large file costs no pass over its data (verify does that).
 int inspect_checkpoint(const inspect_args& args) {
-  const ckpt::checkpoint t = ckpt::load(args.path, {.verify_digest = false});
+  const ckpt::checkpoint t = read_checkpoint(args.path, {.verify_digest = false});
   const auto entries = entries_with_prefix(t, args.filter);
   const totals total = sum(entries);
   if (args.json) {

@@ -48,7 +48,7 @@ std::optional<std::string> problem_of(const std::filesystem::path& path) {
     file_done = hashed == total;
   };
   try {
-    (void)ckpt::load(path, {.verify_digest = true, .progress = report});
+    (void)read_checkpoint(path, {.verify_digest = true, .progress = report});
     return std::nullopt;
   } catch (const ckpt::io_error&) {
     throw;

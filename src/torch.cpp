@@ -1,0 +1,681 @@
+// The torch.save reader: a zip of records (through minizip, which tells where a stored record's
+// bytes start, so storages are viewed in the mapping rather than copied), a restricted
+// unpickler for the pickle in `<name>/data.pkl`, and the walk that names the tensors.
+#include <ckpt/torch.hpp>
+
+#include "mapped_file.hpp"
+
+#include <unzip.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ckpt {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The zip container.
+
+// minizip reads through these callbacks from a span in memory (the mapping of the file).
+struct memory_stream {
+  std::span<const std::byte> bytes;
+  std::uint64_t position = 0;
+};
+
+voidpf ZCALLBACK stream_open(voidpf opaque, const void*, int) { return opaque; }
+uLong ZCALLBACK stream_read(voidpf, voidpf stream, void* buffer, uLong size) {
+  auto& s = *static_cast<memory_stream*>(stream);
+  if (s.position >= s.bytes.size()) return 0;
+  const auto n = static_cast<uLong>(std::min<std::uint64_t>(size, s.bytes.size() - s.position));
+  std::memcpy(buffer, s.bytes.data() + s.position, n);
+  s.position += n;
+  return n;
+}
+uLong ZCALLBACK stream_write(voidpf, voidpf, const void*, uLong) { return 0; }
+ZPOS64_T ZCALLBACK stream_tell(voidpf, voidpf stream) { return static_cast<memory_stream*>(stream)->position; }
+long ZCALLBACK stream_seek(voidpf, voidpf stream, ZPOS64_T offset, int origin) {
+  auto& s = *static_cast<memory_stream*>(stream);
+  std::uint64_t base = 0;
+  if (origin == ZLIB_FILEFUNC_SEEK_CUR) base = s.position;
+  else if (origin == ZLIB_FILEFUNC_SEEK_END) base = s.bytes.size();
+  else if (origin != ZLIB_FILEFUNC_SEEK_SET) return -1;
+  if (offset > s.bytes.size() || base > s.bytes.size() - offset) return -1;
+  s.position = base + offset;
+  return 0;
+}
+int ZCALLBACK stream_close(voidpf, voidpf) { return 0; }
+int ZCALLBACK stream_error(voidpf, voidpf) { return 0; }
+
+class zip_reader {
+ public:
+  zip_reader(std::span<const std::byte> bytes, const std::filesystem::path& origin) : stream_{bytes, 0} {
+    zlib_filefunc64_def functions{};
+    functions.zopen64_file = stream_open;
+    functions.zread_file = stream_read;
+    functions.zwrite_file = stream_write;
+    functions.ztell64_file = stream_tell;
+    functions.zseek64_file = stream_seek;
+    functions.zclose_file = stream_close;
+    functions.zerror_file = stream_error;
+    functions.opaque = &stream_;
+    file_ = unzOpen2_64("", &functions);
+    if (file_ == nullptr) throw torch_format_error(origin, "it is not a zip file (its central directory cannot be read)");
+  }
+  zip_reader(const zip_reader&) = delete;
+  zip_reader& operator=(const zip_reader&) = delete;
+  ~zip_reader() { unzClose(file_); }
+  [[nodiscard]] unzFile get() const noexcept { return file_; }
+
+ private:
+  memory_stream stream_;
+  unzFile file_ = nullptr;
+};
+
+// The records of the zip, by name: where each one's bytes stand in `bytes`.
+std::map<std::string, std::span<const std::byte>, std::less<>> read_records(std::span<const std::byte> bytes,
+                                                                            const std::filesystem::path& origin) {
+  zip_reader zip(bytes, origin);
+  std::map<std::string, std::span<const std::byte>, std::less<>> records;
+  for (int status = unzGoToFirstFile(zip.get()); status != UNZ_END_OF_LIST_OF_FILE; status = unzGoToNextFile(zip.get())) {
+    if (status != UNZ_OK) throw torch_format_error(origin, "its zip central directory is malformed");
+    unz_file_info64 info{};
+    std::array<char, 1024> name{};
+    if (unzGetCurrentFileInfo64(zip.get(), &info, name.data(), name.size() - 1, nullptr, 0, nullptr, 0) != UNZ_OK ||
+        info.size_filename >= name.size())
+      throw torch_format_error(origin, "its zip central directory is malformed");
+    const std::string record(name.data(), info.size_filename);
+    if (info.compression_method != 0)
+      throw torch_format_error(origin, "record '" + record + "' is compressed (torch.save stores every record uncompressed)");
+    if (info.compressed_size != info.uncompressed_size)
+      throw torch_format_error(origin, "record '" + record + "' has different stored and unpacked sizes");
+    // Opening the record in raw mode reads its local header, which tells where its bytes start.
+    if (unzOpenCurrentFile2(zip.get(), nullptr, nullptr, 1) != UNZ_OK)
+      throw torch_format_error(origin, "the local header of record '" + record + "' cannot be read");
+    const ZPOS64_T start = unzGetCurrentFileZStreamPos64(zip.get());
+    unzCloseCurrentFile(zip.get());
+    if (start > bytes.size() || info.compressed_size > bytes.size() - start)
+      throw torch_format_error(origin, "record '" + record + "' claims " + std::to_string(info.compressed_size) +
+                                           " bytes past the end of the file");
+    if (!records.emplace(record, bytes.subspan(start, info.compressed_size)).second)
+      throw torch_format_error(origin, "record '" + record + "' appears twice");
+  }
+  return records;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The restricted unpickler.
+
+// The callables and classes a torch.save state dict refers to; nothing else may be named.
+enum class callable { ordered_dict, rebuild_tensor, rebuild_parameter, device, storage_type };
+
+struct allowed_global {
+  std::string_view module, name;
+  callable what;
+  dtype storage_dtype = dtype::f32;
+};
+
+constexpr std::array<allowed_global, 15> allowed_globals{{
+    {"collections", "OrderedDict", callable::ordered_dict},
+    {"torch._utils", "_rebuild_tensor_v2", callable::rebuild_tensor},
+    {"torch._utils", "_rebuild_parameter", callable::rebuild_parameter},
+    {"torch", "device", callable::device},
+    {"torch", "DoubleStorage", callable::storage_type, dtype::f64},
+    {"torch", "FloatStorage", callable::storage_type, dtype::f32},
+    {"torch", "HalfStorage", callable::storage_type, dtype::f16},
+    {"torch", "BFloat16Storage", callable::storage_type, dtype::bf16},
+    {"torch", "LongStorage", callable::storage_type, dtype::i64},
+    {"torch", "IntStorage", callable::storage_type, dtype::i32},
+    {"torch", "ShortStorage", callable::storage_type, dtype::i16},
+    {"torch", "CharStorage", callable::storage_type, dtype::i8},
+    {"torch", "ByteStorage", callable::storage_type, dtype::u8},
+    {"torch", "BoolStorage", callable::storage_type, dtype::boolean},
+    {"torch", "ComplexFloatStorage", callable::storage_type, dtype::c64},
+}};
+
+// Objects are owned by the unpickler's arena and referred to by plain pointers: a pickle can
+// build cycles (a list appended to itself), which shared ownership would leak.
+struct object;
+using ref = object*;
+
+struct storage_ref {
+  dtype type = dtype::f32;
+  std::span<const std::byte> bytes;
+  std::string key;
+};
+
+struct object {
+  enum class kind { none, boolean, integer, real, string, tuple, list, dict, global, storage, tensor } k = kind::none;
+  bool flag = false;
+  std::int64_t integer = 0;
+  double real = 0;
+  std::string text;
+  std::vector<ref> items;                   // tuple, list
+  std::vector<std::pair<ref, ref>> pairs;   // dict, in insertion order
+  const allowed_global* global = nullptr;   // global
+  storage_ref storage;                      // storage
+  tensor value;                             // tensor
+};
+
+std::string_view kind_name(object::kind k) {
+  switch (k) {
+    case object::kind::none: return "None";
+    case object::kind::boolean: return "a bool";
+    case object::kind::integer: return "an int";
+    case object::kind::real: return "a float";
+    case object::kind::string: return "a str";
+    case object::kind::tuple: return "a tuple";
+    case object::kind::list: return "a list";
+    case object::kind::dict: return "a dict";
+    case object::kind::global: return "a class or function";
+    case object::kind::storage: return "a storage";
+    case object::kind::tensor: return "a tensor";
+  }
+  return "an object";
+}
+
+std::string hex_byte(unsigned value) {
+  constexpr std::string_view digits = "0123456789abcdef";
+  return {'0', 'x', digits[(value >> 4) & 15], digits[value & 15]};
+}
+
+class unpickler {
+ public:
+  unpickler(std::span<const std::byte> pickle, const std::filesystem::path& origin, std::string_view prefix,
+            const std::map<std::string, std::span<const std::byte>, std::less<>>& records, bool big_endian,
+            std::shared_ptr<const void> owner, tensor::storage where, std::size_t copy_budget)
+      : in_(pickle), origin_(origin), prefix_(prefix), records_(records), big_endian_(big_endian),
+        owner_(std::move(owner)), where_(where), copy_budget_(copy_budget) {}
+
+  ref run() {
+    while (true) {
+      const auto op = static_cast<unsigned char>(byte());
+      switch (op) {
+        case 0x80: {  // PROTO
+          const auto version = static_cast<unsigned char>(byte());
+          if (version > 2) fail("pickle protocol " + std::to_string(version) + " (torch.save writes protocol 2)");
+          break;
+        }
+        case '.': {  // STOP
+          if (stack_.size() != 1 || !marks_.empty()) fail("the pickle stops with an unbalanced stack");
+          return stack_.back();
+        }
+        case '(': marks_.push_back(stack_.size()); break;
+        case '}': push(make(object::kind::dict)); break;
+        case ']': push(make(object::kind::list)); break;
+        case ')': push(make(object::kind::tuple)); break;
+        case 't': {
+          auto t = make(object::kind::tuple);
+          t->items = pop_to_mark();
+          push(std::move(t));
+          break;
+        }
+        case 0x85: case 0x86: case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
+          const std::size_t n = op - 0x84u;
+          need(n);
+          auto t = make(object::kind::tuple);
+          t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
+          stack_.resize(stack_.size() - n);
+          push(std::move(t));
+          break;
+        }
+        case 'N': push(make(object::kind::none)); break;
+        case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
+          auto b = make(object::kind::boolean);
+          b->flag = (op == 0x88);
+          push(std::move(b));
+          break;
+        }
+        case 'K': push(integer(static_cast<std::int64_t>(unsigned_le(1)))); break;  // BININT1
+        case 'M': push(integer(static_cast<std::int64_t>(unsigned_le(2)))); break;  // BININT2
+        case 'J': push(integer(static_cast<std::int32_t>(unsigned_le(4)))); break;  // BININT
+        case 0x8a: {  // LONG1: a little-endian two's-complement integer of n bytes
+          const auto n = static_cast<unsigned char>(byte());
+          if (n > 8) fail("an integer of " + std::to_string(n) + " bytes (at most 8 are read)");
+          std::uint64_t value = n == 0 ? 0 : unsigned_le(n);
+          if (n > 0 && n < 8 && (value >> (8 * n - 1)) != 0) value |= ~std::uint64_t{0} << (8 * n);
+          push(integer(static_cast<std::int64_t>(value)));
+          break;
+        }
+        case 'G': {  // BINFLOAT: big-endian IEEE double
+          auto r = make(object::kind::real);
+          r->real = std::bit_cast<double>(unsigned_be(8));
+          push(std::move(r));
+          break;
+        }
+        case 'X': {  // BINUNICODE
+          const auto n = unsigned_le(4);
+          auto s = make(object::kind::string);
+          s->text = std::string(text(n));
+          push(std::move(s));
+          break;
+        }
+        case 'c': global(); break;
+        case 'q': memo_[unsigned_le(1)] = top(); break;          // BINPUT
+        case 'r': memo_[unsigned_le(4)] = top(); break;          // LONG_BINPUT
+        case 'h': push(recall(unsigned_le(1))); break;           // BINGET
+        case 'j': push(recall(unsigned_le(4))); break;           // LONG_BINGET
+        case 'Q': persistent(); break;                           // BINPERSID
+        case 'R': reduce(); break;
+        case 'b': build(); break;
+        case 's': {  // SETITEM
+          need(3);
+          auto value = pop(), key = pop();
+          dict_of(top())->pairs.emplace_back(std::move(key), std::move(value));
+          break;
+        }
+        case 'u': {  // SETITEMS
+          auto items = pop_to_mark();
+          if (items.size() % 2 != 0) fail("SETITEMS with an odd number of items");
+          auto& d = dict_of(top())->pairs;
+          for (std::size_t i = 0; i < items.size(); i += 2) d.emplace_back(items[i], items[i + 1]);
+          break;
+        }
+        case 'a': {  // APPEND
+          need(2);
+          auto value = pop();
+          list_of(top())->items.push_back(std::move(value));
+          break;
+        }
+        case 'e': {  // APPENDS
+          auto items = pop_to_mark();
+          auto& l = list_of(top())->items;
+          l.insert(l.end(), items.begin(), items.end());
+          break;
+        }
+        default:
+          fail("pickle opcode " + hex_byte(op) + " at byte " + std::to_string(position_ - 1) +
+               " (only the opcodes torch.save emits are read)");
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& rule) const { throw torch_format_error(origin_, prefix_ + "data.pkl: " + rule); }
+
+  std::byte byte() {
+    if (position_ >= in_.size()) fail("the pickle ends before its STOP opcode");
+    return in_[position_++];
+  }
+  std::string_view text(std::uint64_t n) {
+    if (n > in_.size() - position_) fail("a string runs past the end of the pickle");
+    std::string_view out(reinterpret_cast<const char*>(in_.data() + position_), n);
+    position_ += n;
+    return out;
+  }
+  std::uint64_t unsigned_le(unsigned n) {
+    std::uint64_t value = 0;
+    for (unsigned i = 0; i < n; ++i) value |= static_cast<std::uint64_t>(byte()) << (8 * i);
+    return value;
+  }
+  std::uint64_t unsigned_be(unsigned n) {
+    std::uint64_t value = 0;
+    for (unsigned i = 0; i < n; ++i) value = (value << 8) | static_cast<std::uint64_t>(byte());
+    return value;
+  }
+  ref make(object::kind k) {
+    arena_.push_back(std::make_unique<object>());
+    arena_.back()->k = k;
+    return arena_.back().get();
+  }
+  ref integer(std::int64_t value) {
+    auto i = make(object::kind::integer);
+    i->integer = value;
+    return i;
+  }
+
+  void push(ref x) {
+    if (stack_.size() >= max_stack) fail("the pickle's stack grows past " + std::to_string(max_stack) + " objects");
+    stack_.push_back(std::move(x));
+  }
+  void need(std::size_t n) const {
+    const std::size_t floor = marks_.empty() ? 0 : marks_.back();
+    if (stack_.size() < floor + n) fail("an opcode at byte " + std::to_string(position_ - 1) + " finds too few objects on the stack");
+  }
+  ref pop() {
+    need(1);
+    ref x = stack_.back();
+    stack_.pop_back();
+    return x;
+  }
+  const ref& top() const {
+    need(1);
+    return stack_.back();
+  }
+  std::vector<ref> pop_to_mark() {
+    if (marks_.empty()) fail("an opcode at byte " + std::to_string(position_ - 1) + " needs a MARK that is not there");
+    const std::size_t mark = marks_.back();
+    marks_.pop_back();
+    std::vector<ref> items(std::make_move_iterator(stack_.begin() + static_cast<std::ptrdiff_t>(mark)),
+                           std::make_move_iterator(stack_.end()));
+    stack_.resize(mark);
+    return items;
+  }
+  ref recall(std::uint64_t key) const {
+    const auto it = memo_.find(key);
+    if (it == memo_.end()) fail("the pickle recalls memo " + std::to_string(key) + ", which was never stored");
+    return it->second;
+  }
+  object* dict_of(const ref& x) const {
+    if (x->k != object::kind::dict) fail("items set on " + std::string(kind_name(x->k)) + ", not a dict");
+    return x;
+  }
+  object* list_of(const ref& x) const {
+    if (x->k != object::kind::list) fail("items appended to " + std::string(kind_name(x->k)) + ", not a list");
+    return x;
+  }
+
+  // GLOBAL: "module\nname\n", resolved against the allow-list at once, so that nothing outside
+  // it is ever even named on the stack.
+  void global() {
+    const std::string_view module = line(), name = line();
+    for (const auto& g : allowed_globals) {
+      if (g.module == module && g.name == name) {
+        auto x = make(object::kind::global);
+        x->global = &g;
+        push(std::move(x));
+        return;
+      }
+    }
+    fail("it refers to the global '" + std::string(module) + "." + std::string(name) +
+         "', which is not one of the tensor-rebuilding functions and storage types a torch.save state "
+         "dict uses; nothing in the file was run");
+  }
+  std::string_view line() {
+    const auto* begin = reinterpret_cast<const char*>(in_.data() + position_);
+    const auto* end = static_cast<const char*>(std::memchr(begin, '\n', in_.size() - position_));
+    if (end == nullptr || end - begin > 256) fail("a GLOBAL opcode without a short name line");
+    position_ += static_cast<std::size_t>(end - begin) + 1;
+    return {begin, static_cast<std::size_t>(end - begin)};
+  }
+
+  // BINPERSID: ('storage', <storage type>, key, location, numel) names the record data/<key>.
+  void persistent() {
+    const ref id = pop();
+    if (id->k != object::kind::tuple || id->items.size() != 5 || id->items[0]->k != object::kind::string ||
+        id->items[0]->text != "storage" || id->items[1]->k != object::kind::global ||
+        id->items[1]->global->what != callable::storage_type || id->items[2]->k != object::kind::string ||
+        id->items[4]->k != object::kind::integer)
+      fail("a persistent id that is not ('storage', <storage type>, key, location, size)");
+    const std::string& key = id->items[2]->text;
+    const auto record = records_.find(prefix_ + "data/" + key);
+    if (record == records_.end()) fail("storage '" + key + "' has no record " + prefix_ + "data/" + key);
+    const dtype type = id->items[1]->global->storage_dtype;
+    const std::int64_t numel = id->items[4]->integer;
+    const std::size_t element = (bit_width(type) / 8);
+    if (numel < 0 || static_cast<std::uint64_t>(numel) > record->second.size() / element ||
+        static_cast<std::uint64_t>(numel) * element != record->second.size())
+      fail("storage '" + key + "' holds " + std::to_string(record->second.size()) + " bytes, not " +
+           std::to_string(numel) + " elements of " + std::string(to_string(type)));
+    auto s = make(object::kind::storage);
+    s->storage = {type, record->second, key};
+    push(std::move(s));
+  }
+
+  void reduce() {
+    const ref args = pop();
+    const ref function = pop();
+    if (function->k != object::kind::global || function->global->what == callable::storage_type)
+      fail("REDUCE calls " + std::string(kind_name(function->k)) + " that is not an allowed function");
+    if (args->k != object::kind::tuple) fail("REDUCE with arguments that are not a tuple");
+    const auto& a = args->items;
+    switch (function->global->what) {
+      case callable::ordered_dict:
+        if (!a.empty()) fail("collections.OrderedDict called with arguments");
+        push(make(object::kind::dict));
+        return;
+      case callable::device: {
+        if (a.empty() || a[0]->k != object::kind::string) fail("torch.device called without a device name");
+        push(a[0]);
+        return;
+      }
+      case callable::rebuild_parameter:
+        if (a.empty() || a[0]->k != object::kind::tensor) fail("torch._utils._rebuild_parameter called without a tensor");
+        push(a[0]);
+        return;
+      case callable::rebuild_tensor:
+        push(rebuild_tensor(a));
+        return;
+      case callable::storage_type: break;
+    }
+    fail("REDUCE of a storage type");
+  }
+
+  // BUILD sets an object's state: torch.save uses it to attach `_metadata` (module versions) to
+  // a state dict, which carries no tensor; it is accepted on dicts and ignored.
+  void build() {
+    need(2);
+    const ref state = pop();
+    if (top()->k != object::kind::dict || state->k != object::kind::dict)
+      fail("BUILD of " + std::string(kind_name(top()->k)) + " (only a dict's attributes may be set)");
+  }
+
+  std::vector<std::int64_t> int_tuple(const ref& x, std::string_view what) const {
+    if (x->k != object::kind::tuple) fail("a tensor's " + std::string(what) + " is not a tuple");
+    std::vector<std::int64_t> out;
+    for (const auto& item : x->items) {
+      if (item->k != object::kind::integer || item->integer < 0) fail("a tensor's " + std::string(what) + " holds a value that is not a non-negative int");
+      out.push_back(item->integer);
+    }
+    return out;
+  }
+
+  // _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
+  ref rebuild_tensor(const std::vector<ref>& a) {
+    if (a.size() < 4 || a[0]->k != object::kind::storage || a[1]->k != object::kind::integer)
+      fail("torch._utils._rebuild_tensor_v2 called without (storage, offset, size, stride, ...)");
+    const storage_ref& s = a[0]->storage;
+    const std::int64_t offset = a[1]->integer;
+    const dims shape = int_tuple(a[2], "size");
+    const std::vector<std::int64_t> stride = int_tuple(a[3], "stride");
+    if (stride.size() != shape.size()) fail("a tensor of storage '" + s.key + "' has " + std::to_string(shape.size()) + " sizes but " + std::to_string(stride.size()) + " strides");
+    const std::size_t element = (bit_width(s.type) / 8);
+    const auto capacity = static_cast<std::int64_t>(s.bytes.size() / element);
+    // The last element the view reaches must lie in the storage; overflow is checked on the way.
+    std::int64_t numel = 1, last = offset;
+    bool contiguous = true;
+    std::int64_t expected_stride = 1;
+    for (std::size_t i = shape.size(); i-- > 0;) {
+      if (shape[i] == 0) numel = 0;
+      if (numel != 0 && __builtin_mul_overflow(numel, shape[i], &numel)) fail("a tensor of storage '" + s.key + "' has too many elements");
+      if (shape[i] > 1) {
+        std::int64_t reach = 0;
+        if (__builtin_mul_overflow(shape[i] - 1, stride[i], &reach) || __builtin_add_overflow(last, reach, &last))
+          fail("a tensor of storage '" + s.key + "' reaches past any storage");
+        if (stride[i] != expected_stride) contiguous = false;
+      }
+      if (shape[i] > 0 && __builtin_mul_overflow(expected_stride, shape[i], &expected_stride)) expected_stride = std::numeric_limits<std::int64_t>::max();
+    }
+    if (offset < 0 || (numel > 0 && last >= capacity))
+      fail("a tensor of shape " + to_string(shape) + " at offset " + std::to_string(offset) + " reaches past the " +
+           std::to_string(capacity) + " elements of storage '" + s.key + "'");
+    auto out = make(object::kind::tensor);
+    const auto nbytes = static_cast<std::size_t>(numel) * element;
+    if (numel == 0) {
+      out->value = tensor::copy_of(s.type, shape, {});
+    } else if (contiguous && !big_endian_) {
+      out->value = tensor::view_of(s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, where_);
+    } else {
+      // A view with zero strides (torch's expand) holds more elements than its storage: the
+      // copies are bounded so that a small file cannot claim an unbounded allocation.
+      if (nbytes > copy_budget_) fail("its tensors expand their storages past " + std::to_string(copy_budget_) + " more bytes");
+      copy_budget_ -= nbytes;
+      out->value = tensor::make(s.type, shape, [&](std::span<std::byte> dst) { gather(s, offset, shape, stride, dst); });
+    }
+    return out;
+  }
+
+  // Copies a strided view into C order, element by element (byte-swapping big-endian storages).
+  void gather(const storage_ref& s, std::int64_t offset, const dims& shape, const std::vector<std::int64_t>& stride,
+              std::span<std::byte> dst) const {
+    const std::size_t element = (bit_width(s.type) / 8);
+    std::vector<std::int64_t> index(shape.size(), 0);
+    std::int64_t source = offset;
+    for (std::size_t done = 0; done < dst.size(); done += element) {
+      std::byte* to = dst.data() + done;
+      std::memcpy(to, s.bytes.data() + static_cast<std::size_t>(source) * element, element);
+      if (big_endian_) swap_element(to, s.type);
+      for (std::size_t d = shape.size(); d-- > 0;) {  // odometer over the indices, last fastest
+        source += stride[d];
+        if (++index[d] < shape[d]) break;
+        source -= stride[d] * shape[d];
+        index[d] = 0;
+      }
+    }
+  }
+  static void swap_element(std::byte* element, dtype type) {
+    // Complex numbers swap each of their two parts.
+    const std::size_t part = type == dtype::c64 ? 4 : (bit_width(type) / 8);
+    for (std::size_t at = 0; at < (bit_width(type) / 8); at += part) std::reverse(element + at, element + at + part);
+  }
+
+  static constexpr std::size_t max_stack = 1u << 20;
+
+  std::span<const std::byte> in_;
+  std::size_t position_ = 0;
+  const std::filesystem::path& origin_;
+  std::string prefix_;
+  const std::map<std::string, std::span<const std::byte>, std::less<>>& records_;
+  bool big_endian_;
+  std::shared_ptr<const void> owner_;
+  tensor::storage where_;
+  std::size_t copy_budget_;  // bytes that copied (non-contiguous) tensors may still take
+  std::vector<std::unique_ptr<object>> arena_;
+  std::vector<ref> stack_;
+  std::vector<std::size_t> marks_;
+  std::unordered_map<std::uint64_t, ref> memo_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// From the unpickled object to entries and metadata.
+
+// The shortest text that reads back as `value` (Python's repr, but "7" for 7.0).
+std::string format_real(double value) {
+  std::array<char, 32> text{};
+  const auto end = std::to_chars(text.data(), text.data() + text.size(), value).ptr;
+  return {text.data(), end};
+}
+
+class flattener {
+ public:
+  // Each reference costs a pickle at least one byte, so a walk that visits more objects than
+  // the pickle has bytes follows shared references exponentially often (a reference bomb).
+  flattener(const std::filesystem::path& origin, std::size_t visit_budget) : origin_(origin), visits_left_(visit_budget) {}
+
+  void walk(const ref& x, const std::string& path, int depth) {
+    if (depth > max_depth) fail("the object nests deeper than " + std::to_string(max_depth) + " levels (or refers to itself)");
+    if (visits_left_-- == 0) fail("the object refers to its parts more often than its pickle has bytes");
+    switch (x->k) {
+      case object::kind::tensor: entries_.emplace_back(path, x->value); return;
+      case object::kind::dict:
+        for (const auto& [key, value] : x->pairs) walk(value, join(path, key_text(key, path)), depth + 1);
+        return;
+      case object::kind::list:
+      case object::kind::tuple:
+        for (std::size_t i = 0; i < x->items.size(); ++i) walk(x->items[i], join(path, std::to_string(i)), depth + 1);
+        return;
+      case object::kind::none: meta(path, "none"); return;
+      case object::kind::boolean: meta(path, x->flag ? "true" : "false"); return;
+      case object::kind::integer: meta(path, std::to_string(x->integer)); return;
+      case object::kind::real: meta(path, format_real(x->real)); return;
+      case object::kind::string: meta(path, x->text); return;
+      case object::kind::global:
+      case object::kind::storage:
+        fail("'" + path + "' holds " + std::string(kind_name(x->k)) + ", which is neither a tensor nor a plain value");
+    }
+  }
+
+  checkpoint result() {
+    try {
+      return checkpoint(std::move(entries_), std::move(metadata_));
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
+  }
+
+ private:
+  static constexpr int max_depth = 64;
+
+  [[noreturn]] void fail(const std::string& rule) const { throw torch_format_error(origin_, rule); }
+  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+  std::string key_text(const ref& key, const std::string& path) const {
+    if (key->k == object::kind::string) return key->text;
+    if (key->k == object::kind::integer) return std::to_string(key->integer);
+    fail("a dict under '" + path + "' has a key that is " + std::string(kind_name(key->k)) + ", not a str or an int");
+  }
+  void meta(const std::string& path, std::string value) {
+    if (!metadata_.emplace(path, std::move(value)).second) fail("two values are named '" + path + "'");
+  }
+
+  const std::filesystem::path& origin_;
+  std::size_t visits_left_;
+  std::vector<checkpoint::entry> entries_;
+  metadata_map metadata_;
+};
+
+checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::path& origin,
+                      const std::shared_ptr<const void>& owner, tensor::storage where) {
+  if (!looks_like_torch(bytes))
+    throw torch_format_error(origin, "it is not a zip file (torch.save files before PyTorch 1.6 are not read; load "
+                                     "and save such a file again with a newer PyTorch)");
+  const auto records = read_records(bytes, origin);
+  // The pickle is <name>/data.pkl, where <name> is the folder all records share.
+  std::string prefix;
+  bool found = false;
+  for (const auto& [name, _] : records) {
+    const auto slash = name.find('/');
+    if (slash != std::string::npos && name.compare(slash, std::string::npos, "/data.pkl") == 0) {
+      if (found) throw torch_format_error(origin, "it holds more than one data.pkl");
+      prefix = name.substr(0, slash + 1);
+      found = true;
+    }
+  }
+  if (!found) throw torch_format_error(origin, "it has no record <name>/data.pkl (it is a zip, but not one torch.save wrote)");
+  bool big_endian = false;
+  if (const auto order = records.find(prefix + "byteorder"); order != records.end()) {
+    const std::string_view text(reinterpret_cast<const char*>(order->second.data()), order->second.size());
+    if (text == "big") big_endian = true;
+    else if (text != "little") throw torch_format_error(origin, "its byteorder record says '" + std::string(text.substr(0, 16)) + "'");
+  }
+  // Copies of non-contiguous tensors may take 16 times the file, plus 16 MiB.
+  const std::size_t copy_budget = bytes.size() * 16 + (std::size_t{16} << 20);
+  const std::span<const std::byte> pickle = records.at(prefix + "data.pkl");
+  unpickler reader(pickle, origin, prefix, records, big_endian, owner, where, copy_budget);
+  const ref root = reader.run();
+  if (root->k != object::kind::dict)
+    throw torch_format_error(origin, "its object is " + std::string(kind_name(root->k)) + ", not a dict of tensors");
+  flattener names(origin, pickle.size());
+  names.walk(root, "", 0);
+  return names.result();
+}
+
+}  // namespace
+
+bool looks_like_torch(std::span<const std::byte> file_bytes) noexcept {
+  return file_bytes.size() >= 4 && file_bytes[0] == std::byte{'P'} && file_bytes[1] == std::byte{'K'} &&
+         file_bytes[2] == std::byte{3} && file_bytes[3] == std::byte{4};
+}
+
+checkpoint load_torch(const std::filesystem::path& path) {
+  const detail::file_contents file = detail::map_file(path);
+  return read_torch(file.bytes, path, file.owner, file.where);
+}
+
+checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin) {
+  auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
+  if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
+  return read_torch({copy.get(), file_bytes.size()}, origin, copy, tensor::storage::memory);
+}
+
+}  // namespace ckpt

@@ -1,0 +1,181 @@
+// torch.save files read without Python: every fixture of tests/fixtures/torch/ (written by
+// PyTorch 1.13 through make_fixtures.py) loads with exactly the bytes, shapes, dtypes and
+// metadata its expected.json gives, or is refused with the expected message; the restricted
+// unpickler never runs anything and never crashes on damaged files.
+#define BOOST_TEST_MODULE torch
+#include <boost/test/unit_test.hpp>
+
+#include "support.hpp"
+
+#include <boost/json.hpp>  // declarations only: the test links Boost::json
+
+#include <ckpt/file.hpp>
+#include <ckpt/torch.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+using ckpt_test::message_of;
+
+// CKPT_TORCH_FIXTURES_DIR in the environment points the suite at freshly generated fixtures
+// (the opt-in test torch_fixtures_regenerated does so).
+fs::path fixtures_dir() {
+  if (const char* dir = std::getenv("CKPT_TORCH_FIXTURES_DIR"); dir != nullptr && *dir != '\0') return dir;
+  return CKPT_TORCH_FIXTURES;
+}
+
+json::object expected() {
+  return json::parse(ckpt_test::read_bytes(fixtures_dir() / "expected.json")).as_object();
+}
+
+std::string str(const json::value& v) { return std::string(v.as_string()); }
+
+std::vector<std::byte> bytes_of(const fs::path& path) {
+  const std::string text = ckpt_test::read_bytes(path);
+  const auto* first = reinterpret_cast<const std::byte*>(text.data());
+  return {first, first + text.size()};
+}
+
+std::string hex_of(std::span<const std::byte> bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (const std::byte b : bytes) {
+    out += digits[std::to_integer<unsigned>(b) >> 4];
+    out += digits[std::to_integer<unsigned>(b) & 15];
+  }
+  return out;
+}
+
+void check_matches(const ckpt::checkpoint& t, const json::object& want, const std::string& file) {
+  const json::object& entries = want.at("entries").as_object();
+  BOOST_TEST_CONTEXT(file) {
+    BOOST_TEST(t.size() == entries.size());
+    for (const auto& [name, spec] : entries) {
+      BOOST_TEST_CONTEXT(std::string(name)) {
+        const ckpt::tensor* x = t.find(name);
+        BOOST_TEST_REQUIRE(x != nullptr);
+        BOOST_TEST(std::string(ckpt::to_string(x->dtype())) == str(spec.at("dtype")));
+        std::vector<std::int64_t> shape;
+        for (const auto& d : spec.at("shape").as_array()) shape.push_back(d.as_int64());
+        BOOST_TEST(std::vector<std::int64_t>(x->shape().begin(), x->shape().end()) == shape, boost::test_tools::per_element());
+        BOOST_TEST(hex_of(x->bytes()) == str(spec.at("hex")));
+      }
+    }
+    ckpt::metadata_map metadata;
+    for (const auto& [key, value] : want.at("metadata").as_object()) metadata.emplace(std::string(key), str(value));
+    BOOST_TEST(t.metadata() == metadata);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_fixture_loads_as_its_expectation_says) {
+  const json::object all = expected();
+  // A wrong path or a broken expected.json must not pass over zero files.
+  BOOST_TEST_REQUIRE(all.size() >= 11u);
+  for (const auto& [file, want] : all) {
+    const fs::path path = fixtures_dir() / std::string(file);
+    if (want.as_object().contains("error")) {
+      const std::string message = message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(path); });
+      BOOST_TEST_CONTEXT(message) {
+        BOOST_TEST(message.starts_with("ckpt: '" + path.string() + "' is not a readable PyTorch file: "));
+        BOOST_TEST(message.find(str(want.at("error"))) != std::string::npos);
+      }
+    } else {
+      check_matches(ckpt::load_torch(path), want.as_object(), std::string(file));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_pickled_call_is_refused_by_name_and_never_run) {
+  const fs::path path = fixtures_dir() / "evil.pt";
+  const std::string message = message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(path); });
+  BOOST_TEST(message == "ckpt: '" + path.string() +
+                            "' is not a readable PyTorch file: evil/data.pkl: it refers to the global "
+                            "'posix.system', which is not one of the tensor-rebuilding functions and storage "
+                            "types a torch.save state dict uses; nothing in the file was run");
+}
+
+BOOST_AUTO_TEST_CASE(contiguous_tensors_view_the_mapping_and_views_are_materialized) {
+  const ckpt::checkpoint mlp = ckpt::load_torch(fixtures_dir() / "mlp_f32.bin");
+  for (const auto& [name, x] : mlp) BOOST_TEST((x.where() == ckpt::tensor::storage::file_mapping), name);
+  const ckpt::checkpoint views = ckpt::load_torch(fixtures_dir() / "views.pt");
+  BOOST_TEST((views.get("x").where() == ckpt::tensor::storage::file_mapping));
+  BOOST_TEST((views.get("t").where() == ckpt::tensor::storage::memory));  // transposed: copied in C order
+  // The transpose of x (4 x 6, 0..23) starts 0, 6, 12, 18, 1, ...
+  const auto t = views.get("t").as<float>();
+  BOOST_TEST(t[0] == 0.0f);
+  BOOST_TEST(t[1] == 6.0f);
+  BOOST_TEST(t[4] == 1.0f);
+  // Tied weights: one storage, two entries holding the same values.
+  const ckpt::checkpoint tied = ckpt::load_torch(fixtures_dir() / "tied.pt");
+  BOOST_TEST((tied.get("embed.weight") == tied.get("out.weight")));
+}
+
+BOOST_AUTO_TEST_CASE(bytes_in_memory_load_as_the_file_does) {
+  const fs::path path = fixtures_dir() / "adam.pt";
+  const std::vector<std::byte> bytes = bytes_of(path);
+  const ckpt::checkpoint from_memory = ckpt::parse_torch(bytes, "in memory");
+  const ckpt::checkpoint from_file = ckpt::load_torch(path);
+  BOOST_TEST(from_memory.names() == from_file.names(), boost::test_tools::per_element());
+  for (const auto& [name, x] : from_file) BOOST_TEST((from_memory.get(name) == x), name);
+  BOOST_TEST(from_memory.metadata() == from_file.metadata());
+  BOOST_TEST(ckpt::looks_like_torch(bytes));
+}
+
+BOOST_AUTO_TEST_CASE(a_converted_file_loads_back_entry_by_entry) {
+  ckpt_test::temp_dir dir;
+  const ckpt::checkpoint original = ckpt::load_torch(fixtures_dir() / "dtypes.pt");
+  ckpt::save(dir.path() / "dtypes.safetensors", original);
+  const ckpt::checkpoint back = ckpt::load(dir.path() / "dtypes.safetensors");
+  BOOST_TEST(back.names() == original.names(), boost::test_tools::per_element());
+  for (const auto& [name, x] : original) BOOST_TEST((back.get(name) == x), name);
+  BOOST_TEST(!ckpt::looks_like_torch(bytes_of(dir.path() / "dtypes.safetensors")));
+}
+
+BOOST_AUTO_TEST_CASE(damaged_files_are_refused_never_crash) {
+  // Every truncation, and every byte of the file flipped in turn: each either loads or is refused
+  // with a ckpt::error (never another exception, a crash or a sanitizer report).
+  const std::vector<std::byte> original = bytes_of(fixtures_dir() / "mlp_f32.bin");
+  const ckpt::checkpoint whole = ckpt::parse_torch(original, "whole");
+  std::size_t refused = 0, loaded = 0;
+  for (std::size_t size = 0; size < original.size(); ++size) {
+    try {
+      const ckpt::checkpoint t = ckpt::parse_torch(std::span(original).first(size), "truncated");
+      // Only the zip's last records can go (its zip64 end record still locates the central
+      // directory): then nothing is lost.
+      BOOST_TEST(size + 64 > original.size());
+      BOOST_TEST(t.names() == whole.names(), boost::test_tools::per_element());
+    } catch (const ckpt::error&) {
+      ++refused;
+    }
+  }
+  BOOST_TEST(refused + 64 > original.size());
+  refused = 0;
+  for (std::size_t at = 0; at < original.size(); ++at) {
+    std::vector<std::byte> damaged = original;
+    damaged[at] ^= std::byte{0xff};
+    try {
+      (void)ckpt::parse_torch(damaged, "flipped");
+      ++loaded;
+    } catch (const ckpt::error&) {
+      ++refused;
+    }
+  }
+  BOOST_TEST(loaded > 0u);  // flips inside the tensor data change values, not validity
+  BOOST_TEST(refused > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_file_is_an_io_error_naming_it) {
+  const std::string message = message_of<ckpt::io_error>([] { (void)ckpt::load_torch("/nonexistent/model.pt"); });
+  BOOST_TEST(message.find("'/nonexistent/model.pt'") != std::string::npos);
+}
+
+}  // namespace
