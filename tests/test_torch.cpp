@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
+#include "fuzz/exercise_torch.hpp"
 
 #include <boost/json.hpp>  // declarations only: the test links Boost::json
 
@@ -171,6 +172,20 @@ BOOST_AUTO_TEST_CASE(damaged_files_are_refused_never_crash) {
   }
   BOOST_TEST(loaded > 0u);  // flips inside the tensor data change values, not validity
   BOOST_TEST(refused > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_fuzzing_corpus_replays) {
+  // tests/corpus/torch: the minimized corpus of a fuzz_torch run (tests/corpus/README.md).
+  std::size_t files = 0, loaded = 0;
+  for (const auto& entry : fs::directory_iterator(CKPT_TORCH_CORPUS)) {
+    BOOST_TEST_CONTEXT(entry.path().filename().string()) {
+      BOOST_CHECK_NO_THROW(loaded += ckpt_fuzz::exercise_torch(bytes_of(entry.path())) ? 1 : 0);
+    }
+    ++files;
+  }
+  BOOST_TEST(files >= 100u);
+  BOOST_TEST(loaded > 0u);
+  BOOST_TEST(loaded < files);
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_file_is_an_io_error_naming_it) {
