@@ -1,4 +1,4 @@
-// The shared fixtures (../shared/fixtures, see its README): files written by other
+// The fixtures of tests/fixtures/ (see its README): files written by other
 // implementations. Every valid/ file loads and matches its JSON sidecar tensor by tensor (dtype,
 // shape, size, SHA-256, raw bytes, decoded values, metadata); every layouts/ file gets the verdict
 // EXPECTED.json gives it (a malformed one is refused with a ckpt::format_error naming the file

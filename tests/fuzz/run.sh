@@ -4,11 +4,11 @@
 # tests/corpus/torch).
 #
 # Configures and builds fuzz_load in build-fuzz/ (clang, -fsanitize=fuzzer-no-link,address,undefined
-# for the whole of ckpt), seeds a work corpus there from ../shared/fixtures (every file, recursively)
+# for the whole of ckpt), seeds a work corpus there from tests/fixtures (every safetensors file, recursively)
 # and tests/corpus, and fuzzes for SECONDS. The growing corpus and any crash artifacts stay in the
 # build folder, outside the repository: see tests/corpus/README.md for what to keep.
 # Environment: CKPT_FUZZ_BUILD (the build folder), CKPT_FUZZ_SOURCE (the source tree to build, by
-# default this one: point it at a copy to fuzz a fixed snapshot), CKPT_SHARED_DIR, FUZZ_ARGS
+# default this one: point it at a copy to fuzz a fixed snapshot), FUZZ_ARGS
 # (extra libFuzzer flags, e.g. -runs=0 to replay the corpus only, or -jobs=N).
 set -eu
 
@@ -17,15 +17,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 src_tree=${CKPT_FUZZ_SOURCE:-$root}
 build=${CKPT_FUZZ_BUILD:-$root/build-fuzz}
-shared=${CKPT_SHARED_DIR:-$root/../shared}
 
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$src_tree" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -g -DNDEBUG" \
     -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-    -DCKPT_WERROR=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_EXAMPLES=OFF -DCKPT_BUILD_FUZZ=ON \
-    -DCKPT_SHARED_DIR="$shared"
+    -DCKPT_WERROR=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_EXAMPLES=OFF -DCKPT_BUILD_FUZZ=ON
 fi
 target=${CKPT_FUZZ_TARGET:-fuzz_load}
 nice -n 10 cmake --build "$build" --target "$target" -j2
@@ -42,8 +40,8 @@ if [ "$target" = fuzz_torch ]; then
   cp "$root"/tests/fixtures/torch/*.pt "$root"/tests/fixtures/torch/*.bin "$root"/tests/corpus/torch/* "$seeds"/ 2>/dev/null || true
   dict="$here/torch.dict"
 else
-  (cd "$shared/fixtures" && find . -type f) | while read -r f; do
-    cp "$shared/fixtures/$f" "$seeds/$(echo "${f#./}" | tr / _)"
+  (cd "$root/tests/fixtures" && find . -type f -name '*.safetensors') | while read -r f; do
+    cp "$root/tests/fixtures/$f" "$seeds/$(echo "${f#./}" | tr / _)"
   done
   cp "$root"/tests/corpus/* "$seeds"/ 2>/dev/null || true
 fi
