@@ -98,21 +98,19 @@ checkpoint of_tensor(std::string_view name, const tensor& x) {
 checkpoint of_int(std::string_view name, std::int64_t i) {
   check_name(name);
   if (i < std::numeric_limits<std::int32_t>::min() || i > std::numeric_limits<std::int32_t>::max())
-    throw std::invalid_argument("ckpt: of_int '" + std::string(name) + "': " + std::to_string(i) +
-                                " does not fit in 32 bits");
+    return of_tensor(name, tensor::copy_of(dtype::i64, {1}, std::as_bytes(std::span(&i, 1))));
   const auto value = static_cast<std::int32_t>(i);
   return of_tensor(name, tensor::copy_of(dtype::i32, {1}, std::as_bytes(std::span(&value, 1))));
 }
 
-int to_int(std::string_view name, const checkpoint& t) {
+std::int64_t to_int(std::string_view name, const checkpoint& t) {
   const tensor* x = t.find(name);
   if (!x) throw std::invalid_argument("ckpt: to_int: no entry named '" + std::string(name) + "'");
-  if (x->dtype() != dtype::i32 || x->numel() != 1)
-    throw std::invalid_argument("ckpt: to_int: entry '" + std::string(name) +
-                                "' is not a one-element I32 tensor (it is " +
-                                std::string(to_string(x->dtype())) + " of shape " +
-                                to_string(x->shape()) + ")");
-  return x->as<std::int32_t>()[0];
+  if (x->numel() == 1 && x->dtype() == dtype::i32) return x->as<std::int32_t>()[0];
+  if (x->numel() == 1 && x->dtype() == dtype::i64) return x->as<std::int64_t>()[0];
+  throw std::invalid_argument("ckpt: to_int: entry '" + std::string(name) +
+                              "' is not a one-element I32 or I64 tensor (it is " + std::string(to_string(x->dtype())) +
+                              " of shape " + to_string(x->shape()) + ")");
 }
 
 checkpoint concat(std::span<const checkpoint> ts) {

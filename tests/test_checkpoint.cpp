@@ -65,10 +65,14 @@ BOOST_AUTO_TEST_CASE(of_int_round_trips_through_to_int) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(of_int_rejects_values_outside_32_bits) {
-  BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::of_int("step", std::int64_t{1} << 31); }) ==
-             "ckpt: of_int 'step': 2147483648 does not fit in 32 bits");
-  BOOST_CHECK_THROW((void)ckpt::of_int("step", -(std::int64_t{1} << 31) - 1), std::invalid_argument);
+BOOST_AUTO_TEST_CASE(of_int_stores_values_outside_32_bits_as_i64) {
+  for (const std::int64_t i : {std::int64_t{1} << 31, -(std::int64_t{1} << 31) - 1, std::numeric_limits<std::int64_t>::max()}) {
+    const auto t = ckpt::of_int("step", i);
+    BOOST_TEST(t.get("step").dtype() == ckpt::dtype::i64);
+    BOOST_TEST(t.get("step").shape()[0] == 1);
+    BOOST_TEST(ckpt::to_int("step", t) == i);
+  }
+  BOOST_TEST(ckpt::of_int("step", -(std::int64_t{1} << 31)).get("step").dtype() == ckpt::dtype::i32);
   BOOST_CHECK_THROW((void)ckpt::of_int("", 1), std::invalid_argument);
 }
 
@@ -77,11 +81,11 @@ BOOST_AUTO_TEST_CASE(to_int_rejects_missing_and_wrong_entries) {
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_int("n", t); }) ==
              "ckpt: to_int: no entry named 'n'");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_int("f", t); }) ==
-             "ckpt: to_int: entry 'f' is not a one-element I32 tensor (it is F32 of shape [1])");
+             "ckpt: to_int: entry 'f' is not a one-element I32 or I64 tensor (it is F32 of shape [1])");
   const std::array<std::int32_t, 2> two{1, 2};
   const auto pair = ckpt::of_tensor("p", ckpt::tensor::copy_of(ckpt::dtype::i32, {2}, std::as_bytes(std::span(two))));
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_int("p", pair); }) ==
-             "ckpt: to_int: entry 'p' is not a one-element I32 tensor (it is I32 of shape [2])");
+             "ckpt: to_int: entry 'p' is not a one-element I32 or I64 tensor (it is I32 of shape [2])");
 }
 
 BOOST_AUTO_TEST_CASE(concat_merges_and_sorts_names) {

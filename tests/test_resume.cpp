@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(control_resume_without_optimizer_state_differs) {
 
   run resumed;
   resumed.params = ckpt::to_params(saved, resumed.params, {.prefix = "model"});
-  resumed.state.step = ckpt::to_step("optim.step", saved);  // same batches, fresh moments
+  resumed.state.step = ckpt::to_int("optim.step", saved);  // same batches, fresh moments
   resumed.train_to(total);
   BOOST_TEST(params_file(resumed.params, s.path() / "control.safetensors") != expected);
 

@@ -7,12 +7,12 @@
 struct linear { Eigen::MatrixXf w; Eigen::VectorXf b; };
 struct mlp { linear l1, l2; };
 
-void save_state(const mlp& model, int step) {  // model.l1.w, model.l1.b, ..., step
+void save_state(const mlp& model, std::int64_t step) {  // model.l1.w, model.l1.b, ..., step
   ckpt::save("run.safetensors",
              ckpt::concat({ckpt::of_params(model, "model"), ckpt::of_int("step", step)}));
 }
 
-mlp load_state(const mlp& like, int& step) {  // `like` gives structure, shapes, dtypes
+mlp load_state(const mlp& like, std::int64_t& step) {  // `like` gives structure, shapes, dtypes
   const ckpt::checkpoint t = ckpt::load("run.safetensors");
   step = ckpt::to_int("step", t);
   return ckpt::to_params(t, like, ckpt::extract_options{.prefix = "model"});
@@ -29,7 +29,7 @@ BOOST_AUTO_TEST_CASE(the_quick_start_saves_and_loads_the_state) {
   save_state(model, 42);
   const mlp like{{Eigen::MatrixXf::Zero(4, 3), Eigen::VectorXf::Zero(4)},
                  {Eigen::MatrixXf::Zero(2, 4), Eigen::VectorXf::Zero(2)}};
-  int step = 0;
+  std::int64_t step = 0;
   const mlp loaded = load_state(like, step);
   BOOST_TEST(step == 42);
   BOOST_TEST((loaded.l1.w == model.l1.w && loaded.l1.b == model.l1.b));

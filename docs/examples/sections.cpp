@@ -32,7 +32,7 @@ void save_run(const mlp& params, const ckpt::adam_state<mlp>& st, const mlp& ema
              ckpt::concat({ckpt::of_params(params, "model"),
                            ckpt::of_params(st.mu, "optim.mu"),
                            ckpt::of_params(st.nu, "optim.nu"),
-                           ckpt::of_step("optim.step", st.step),
+                           ckpt::of_int("optim.step", st.step),
                            ckpt::of_params(ema, "ema")})
                  .with_metadata({{"config", "hidden=8"}}));
 }
@@ -42,7 +42,7 @@ void load_run(mlp& params, ckpt::adam_state<mlp>& st, mlp& ema) {
   ckpt::read_params(t, params, {.prefix = "model"});
   st.mu = ckpt::to_params(t, params, {.prefix = "optim.mu"});  // `params` as the template
   st.nu = ckpt::to_params(t, params, {.prefix = "optim.nu"});
-  st.step = ckpt::to_step("optim.step", t);
+  st.step = ckpt::to_int("optim.step", t);
   ckpt::read_params(t, ema, {.prefix = "ema"});
 }
 // [sections]

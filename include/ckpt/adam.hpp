@@ -223,49 +223,16 @@ struct adam {
   }
 };
 
-/// A checkpoint holding the step count `step` at `name`, readable by `to_step`. A step that fits
-/// in 32 bits is stored exactly as the seed's `of_int` does (a one-element I32 tensor of shape
-/// [1]), so files stay readable by `to_int` and by other implementations of the seed; a larger
-/// step is stored as a one-element I64 tensor of shape [1] instead of being truncated (`to_int`
-/// then refuses it with a clear message; `to_step` reads both).
-/// \throws std::invalid_argument if `name` is empty or `__metadata__`, or `step` is negative.
-[[nodiscard]] inline checkpoint of_step(std::string_view name, std::int64_t step) {
-  if (step < 0)
-    throw std::invalid_argument("ckpt: of_step '" + std::string(name) + "': negative step " +
-                                std::to_string(step));
-  if (step <= std::numeric_limits<std::int32_t>::max()) return of_int(name, step);
-  return of_tensor(name, tensor::copy_of(dtype::i64, {1}, std::as_bytes(std::span(&step, 1))));
-}
-
-/// The step count stored at `name` by `of_step` (or by the seed's `of_int`).
-/// \throws std::invalid_argument if `name` has no entry, its entry is not a one-element I32 or
-/// I64 tensor, or the value is negative (the message names the entry).
-[[nodiscard]] inline std::int64_t to_step(std::string_view name, const checkpoint& t) {
-  const tensor* x = t.find(name);
-  if (x && x->dtype() == dtype::i64 && x->numel() == 1) {
-    const std::int64_t value = x->as<std::int64_t>()[0];
-    if (value < 0)
-      throw std::invalid_argument("ckpt: to_step: entry '" + std::string(name) +
-                                  "' holds the negative step " + std::to_string(value));
-    return value;
-  }
-  const std::int64_t value = to_int(name, t);  // raises the seed's message for other entries
-  if (value < 0)
-    throw std::invalid_argument("ckpt: to_step: entry '" + std::string(name) +
-                                "' holds the negative step " + std::to_string(value));
-  return value;
-}
-
 /// The whole training state as one checkpoint: `params` under `model.*`, `state.mu` under
 /// `optim.mu.*`, `state.nu` under `optim.nu.*` and `state.step` at `optim.step` (through
-/// `of_step`: the seed's `of_int` up to 2^31 − 1, 64-bit beyond). The entries are snapshots:
+/// `of_int`: I32 up to 2^31 − 1, as Raven's `Kaun.Checkpoint` writes it, I64 beyond). The entries are snapshots:
 /// training may change `params` and `state` as soon as this returns.
 /// \throws std::invalid_argument if leaf names are invalid (see `of_params`) or the step is
 /// negative.
 template <class P>
 [[nodiscard]] checkpoint training_state(const P& params, const adam_state<P>& state) {
   return concat({of_params(params, "model"), of_params(state.mu, "optim.mu"),
-                 of_params(state.nu, "optim.nu"), of_step(detail::step_entry_name(), state.step)});
+                 of_params(state.nu, "optim.nu"), of_int(detail::step_entry_name(), state.step)});
 }
 
 /// Reads back what `training_state` wrote: replaces `params`, `state.mu`, `state.nu` and
@@ -279,10 +246,14 @@ template <class P>
 void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state) {
   // Every entry is checked before anything changes; then the parameters are filled in place and
   // the moments in copies of them (`state` may hold nothing yet).
-  detail::check_extraction(t, params, {.prefix = "model"}, "to_params");
-  detail::check_extraction(t, params, {.prefix = "optim.mu"}, "to_params");
-  detail::check_extraction(t, params, {.prefix = "optim.nu"}, "to_params");
-  const std::int64_t step = to_step(detail::step_entry_name(), t);
+  constexpr std::string_view function = "restore_training_state";
+  detail::check_extraction(t, params, {.prefix = "model"}, function);
+  detail::check_extraction(t, params, {.prefix = "optim.mu"}, function);
+  detail::check_extraction(t, params, {.prefix = "optim.nu"}, function);
+  const std::int64_t step = to_int(detail::step_entry_name(), t);
+  if (step < 0)
+    throw std::invalid_argument("ckpt: restore_training_state: entry '" + std::string(detail::step_entry_name()) +
+                                "' holds the negative step " + std::to_string(step));
   P mu = params;
   P nu = params;
   detail::copy_entries(t, mu, {.prefix = "optim.mu"});

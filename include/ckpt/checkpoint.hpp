@@ -81,15 +81,18 @@ class checkpoint {
 /// \throws std::invalid_argument if `name` is empty or `__metadata__`.
 [[nodiscard]] checkpoint of_tensor(std::string_view name, const tensor& x);
 
-/// A checkpoint with the single entry `name` holding `i` as a one-element int32 tensor of
-/// shape [1]. Use it for counters; read it back with `to_int`.
-/// \throws std::invalid_argument if `name` is empty or `i` does not fit in 32 bits.
+/// A checkpoint with the single entry `name` holding `i`, for counters such as a training step.
+/// A value that fits in 32 bits is stored as Raven's `Kaun.Checkpoint.of_int` stores it, a
+/// one-element I32 tensor of shape [1], so that other implementations of Kaun read the file; a
+/// larger one as a one-element I64 tensor of shape [1] rather than truncated. Read it back with
+/// `to_int`.
+/// \throws std::invalid_argument if `name` is empty or `__metadata__`.
 [[nodiscard]] checkpoint of_int(std::string_view name, std::int64_t i);
 
-/// The integer stored at `name` by `of_int`.
-/// \throws std::invalid_argument if `name` has no entry, or its entry is not a one-element
-/// int32 tensor (the message names the entry's dtype and shape).
-[[nodiscard]] int to_int(std::string_view name, const checkpoint& t);
+/// The integer stored at `name` by `of_int`: a one-element I32 or I64 tensor.
+/// \throws std::invalid_argument if `name` has no entry, or its entry is not a one-element I32
+/// or I64 tensor (the message names the entry's dtype and shape).
+[[nodiscard]] std::int64_t to_int(std::string_view name, const checkpoint& t);
 
 /// The checkpoint with the entries of all `ts`. Metadata are merged.
 /// \throws std::invalid_argument if a name appears in more than one checkpoint, or a metadata

@@ -205,6 +205,8 @@ inline void exercise_checkpoint(const ckpt::checkpoint& t) {
     sum += touch(x.bytes());
     if (x.dtype() == ckpt::dtype::i32 && x.numel() == 1) {
       require(ckpt::to_int(name, t) == x.as<std::int32_t>()[0], "to_int of '" + name + "' differs");
+    } else if (x.dtype() == ckpt::dtype::i64 && x.numel() == 1) {
+      require(ckpt::to_int(name, t) == x.as<std::int64_t>()[0], "to_int of '" + name + "' differs");
     } else {
       try {
         (void)ckpt::to_int(name, t);
