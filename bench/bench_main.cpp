@@ -98,14 +98,14 @@ void row1(const config& c, const row_model& m) {
                  plain = c.dir / "r1_plain.safetensors", plain_tmp = c.dir / ".r1_plain.safetensors.tmp";
   // The file ckpt writes, to take the exact bytes the baseline writes: the same header, then the
   // leaves in the same order.
-  ckpt::save_params(stream, {{m, "model"}});
+  ckpt::save(stream, {{m, "model"}});
   const std::string header = read_header_block(stream);
   std::vector<std::pair<const float*, std::size_t>> pieces;
   for (const auto& e : layout_of(header))
     pieces.emplace_back(m.layers.at(layer_index(e.name)).data(), e.end - e.begin);
   remove_quietly(stream);
 
-  series s_plain{"plain write+fsync+rename"}, s_stream{"ckpt::save_params (live)"},
+  series s_plain{"plain write+fsync+rename"}, s_stream{"ckpt::save(sections) (live)"},
       s_snapshot{"ckpt::save(of_params) (snapshot)"};
   // The baseline: the same bytes with write, then fsync, close and rename; `durable` adds the
   // folder's fsync, which ckpt issues (and the baseline of the target does not) so that the
@@ -134,7 +134,7 @@ void row1(const config& c, const row_model& m) {
   };
   auto stream_once = [&] {
     remove_quietly(stream);
-    s_stream.add(measure([&] { ckpt::save_params(stream, {{m, "model"}}); }));
+    s_stream.add(measure([&] { ckpt::save(stream, {{m, "model"}}); }));
   };
   auto snapshot_once = [&] {
     remove_quietly(snapshot);
@@ -178,9 +178,9 @@ void row1(const config& c, const row_model& m) {
     log("  " + s->name + ": " + s->spread());
   async_write_seconds = std::max(s_total.med() - s_arena.med(), 0.0);
   log("  plain write throughput: " + std::to_string(c.gib() / s_plain.med()) + " GiB/s");
-  ratio_result("1", "save " + c.size_label() + ", save_params (live, streaming) vs write+fsync+rename",
+  ratio_result("1", "save " + c.size_label() + ", save(sections) (live, streaming) vs write+fsync+rename",
                s_stream, s_plain, 1.10, "+" + fmt_mib(s_stream.peak()) + " (base +" + fmt_mib(s_plain.peak()) + ")");
-  ratio_result("1.d", "diagnostic: save_params vs write+fsync+rename+fsync(folder), the calls ckpt makes for durability",
+  ratio_result("1.d", "diagnostic: save(sections) vs write+fsync+rename+fsync(folder), the calls ckpt makes for durability",
                s_stream, s_plain_durable, 0, "-");
   ratio_result("1", "save, ckpt::save(of_params(...)) (snapshot incl. copy) vs the same baseline", s_snapshot,
                s_plain, 0, "+" + fmt_mib(s_snapshot.peak()));
@@ -222,7 +222,7 @@ void drop_from_page_cache(const fs::path& path) {
 void row2(const config& c, const row_model& m) {
   log("== row 2: load + to_params " + c.size_label() + " (page cache warm)");
   const fs::path path = c.dir / "r2.safetensors";
-  ckpt::save_params(path, {{m, "model"}});
+  ckpt::save(path, {{m, "model"}});
   const std::vector<layout_entry> layout = layout_of(read_header_block(path));
   const std::uint64_t data_start = read_header_block(path).size();
 
@@ -477,7 +477,7 @@ void row6(const config& c, row_model& m) {
 void row7(const config& c, const row_model& m) {
   log("== row 7: the data digest (XXH3-64) on " + c.size_label() + " (page cache warm for loads)");
   const fs::path plain = c.dir / "r7_plain.safetensors", hashed = c.dir / "r7_digest.safetensors";
-  series s_save{"save_params"}, s_save_digest{"save_params, digest on"},
+  series s_save{"save(sections)"}, s_save_digest{"save(sections), digest on"},
       s_read_skip{"load(verify_digest = false) + read_params"}, s_read_verify{"load (verifying) + read_params"},
       s_to_skip{"load(verify_digest = false) + to_params"}, s_to_verify{"load (verifying) + to_params"},
       s_hash{"XXH3-64 of the data section, through a fresh mapping"};
@@ -485,11 +485,11 @@ void row7(const config& c, const row_model& m) {
   float checksum = 0;
   auto save_once = [&] {
     remove_quietly(plain);
-    s_save.add(measure([&] { ckpt::save_params(plain, {{m, "model"}}); }));
+    s_save.add(measure([&] { ckpt::save(plain, {{m, "model"}}); }));
   };
   auto save_digest_once = [&] {
     remove_quietly(hashed);
-    s_save_digest.add(measure([&] { ckpt::save_params(hashed, {{m, "model"}}, {}, {.digest = true}); }));
+    s_save_digest.add(measure([&] { ckpt::save(hashed, {{m, "model"}}, {}, {.digest = true}); }));
   };
   // What the digest adds to a save, without the noise of the disk: XXH3-64 of the same bytes in
   // memory, through the streaming state the writer uses.
@@ -554,7 +554,7 @@ void row7(const config& c, const row_model& m) {
                         &s_hash, &s_read_skip_cold, &s_read_verify_cold})
     log("  " + s->name + ": " + s->spread());
   log("  verification throughput: " + std::to_string(c.gib() / s_hash.med()) + " GiB/s");
-  ratio_result("7", "save " + c.size_label() + " with the digest vs without (save_params, live)", s_save_digest,
+  ratio_result("7", "save " + c.size_label() + " with the digest vs without (save(sections), live)", s_save_digest,
                s_save, 1.10, "+" + fmt_mib(s_save_digest.peak()) + " (without +" + fmt_mib(s_save.peak()) + ")");
   ratio_result("7.d", "diagnostic: XXH3-64 of the same GiB in memory (the work the digest adds to a save) vs the save without digest",
                s_hash_memory, s_save, 0, "-");

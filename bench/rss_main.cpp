@@ -6,7 +6,7 @@
 //   ckpt_bench_rss make           FILE [--tensors=64 --rows-per=2048 --cols=2048]
 //   ckpt_bench_rss load-extract   FILE [--layout=row|col] [--template=shape|init] [sizes]
 //   ckpt_bench_rss pread-extract  FILE [sizes]          (baseline: pread into a fresh struct)
-//   ckpt_bench_rss save-live      FILE [sizes]          (holds the params, save_params)
+//   ckpt_bench_rss save-live      FILE [sizes]          (holds the params, save of sections)
 //   ckpt_bench_rss save-snapshot  FILE [sizes]          (holds the params, save(of_params))
 //   ckpt_bench_rss write-plain    FILE [sizes]          (baseline: holds the params, write+fsync)
 //   ckpt_bench_rss make-sparse    FILE [--entries=2560 --entry-rows=1024 --entry-cols=1024]
@@ -142,7 +142,7 @@ int run(const args& a) {
   if (command == "make") {
     const sizes z(a);
     const row_model m = make_row_model(z.tensors, z.rows, z.cols);
-    ckpt::save_params(path, {{m, "model"}});
+    ckpt::save(path, {{m, "model"}});
     return 0;
   }
   if (command == "load-extract") {
@@ -193,7 +193,7 @@ int run(const args& a) {
     const row_model m = make_row_model(z.tensors, z.rows, z.cols);
     info("params made");
     if (command == "save-live") {
-      ckpt::save_params(path, {{m, "model"}});
+      ckpt::save(path, {{m, "model"}});
     } else if (command == "save-snapshot") {
       ckpt::save(path, ckpt::of_params(m, "model"));
     } else {

@@ -257,7 +257,7 @@ bool checkpoint_manager::save(std::int64_t step, std::initializer_list<section> 
   const std::optional<checkpoint> prepared = impl_->prepare(step, checkpoint{}, metadata, force);
   if (!prepared) return false;
   impl_->before_write();
-  ckpt::save_params(impl_->path_of(step), sections, prepared->metadata(), save_options{.digest = impl_->options.digest});
+  ckpt::save(impl_->path_of(step), sections, prepared->metadata(), save_options{.digest = impl_->options.digest});
   impl_->written(step, prepared->metadata());
   return true;
 }

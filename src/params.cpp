@@ -1,5 +1,5 @@
 #include <ckpt/params.hpp>
-#include <ckpt/save_params.hpp>
+#include <ckpt/section.hpp>
 
 namespace ckpt::detail {
 
@@ -55,9 +55,9 @@ std::vector<const entry_source*> ordered_entries(std::initializer_list<section> 
 
 }  // namespace detail
 
-void save_params(const std::filesystem::path& path, std::initializer_list<section> sections,
+void save(const std::filesystem::path& path, std::initializer_list<section> sections,
                  const metadata_map& metadata, const save_options& options) {
-  const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "save_params");
+  const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "save");
   // Lay out the descriptors (not the bytes) in name order.
   std::vector<detail::entry_source> entries;
   entries.reserve(order.size());

@@ -5,7 +5,6 @@
 
 #include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/error.hpp>
-#include <ckpt/manager.hpp>  // lock_error
 
 #include "temporary_name.hpp"
 

@@ -1,6 +1,6 @@
 // The optional XXH3-64 digest of the data section: where it is stored, that it matches the data
 // as an independent hash of the file computes it, that a flipped byte anywhere in the data is
-// caught (and can be let through on request), and who writes it (save, save_params, the manager).
+// caught (and can be let through on request), and who writes it (save, save of sections, the manager).
 #define BOOST_TEST_MODULE digest
 #include <boost/test/unit_test.hpp>
 
@@ -201,7 +201,7 @@ BOOST_AUTO_TEST_CASE(names_that_look_like_the_digest_field_do_not_confuse_the_wr
   BOOST_TEST(back.metadata().at(key) == digest_of_data(read_bytes(path)));
 }
 
-BOOST_AUTO_TEST_CASE(save_params_hashes_reordered_leaves_as_they_go_out) {
+BOOST_AUTO_TEST_CASE(sections_are_hashed_as_reordered_leaves_go_out) {
   const temp_dir s;
   struct state {
     Eigen::MatrixXf big;   // column-major, over the writer's 8 MiB buffer: reordered in chunks
@@ -210,7 +210,7 @@ BOOST_AUTO_TEST_CASE(save_params_hashes_reordered_leaves_as_they_go_out) {
   };
   state x{Eigen::MatrixXf(1500, 1500), Eigen::MatrixXd::Constant(3, 4, 2.5), Eigen::VectorXf::LinSpaced(9, 0, 1)};
   for (Eigen::Index i = 0; i < x.big.size(); ++i) x.big.data()[i] = static_cast<float>(i % 977);
-  ckpt::save_params(s.path() / "p.safetensors", {{x, "m"}, {ckpt::of_int("step", 3)}}, {{"k", "v"}}, {.digest = true});
+  ckpt::save(s.path() / "p.safetensors", {{x, "m"}, {ckpt::of_int("step", 3)}}, {{"k", "v"}}, {.digest = true});
   ckpt::save(s.path() / "s.safetensors", ckpt::concat({ckpt::of_params(x, "m"), ckpt::of_int("step", 3)}).with_metadata({{"k", "v"}}),
              {.digest = true});
   const std::string p = read_bytes(s.path() / "p.safetensors");

@@ -213,10 +213,10 @@ BOOST_AUTO_TEST_CASE(short_and_interrupted_writes_still_write_the_whole_file) {
   const state x = make_state(3);
   {
     const ckpt::detail::io_hooks_guard plain(ckpt::detail::system_hooks());
-    ckpt::save_params(s.path() / "reference.safetensors", {{x, "m"}}, {}, {.digest = true});
+    ckpt::save(s.path() / "reference.safetensors", {{x, "m"}}, {}, {.digest = true});
   }
   plan.max_write = 4093;  // odd-sized pieces: every write ends inside an iovec
-  ckpt::save_params(s.path() / "short.safetensors", {{x, "m"}}, {}, {.digest = true});
+  ckpt::save(s.path() / "short.safetensors", {{x, "m"}}, {}, {.digest = true});
   BOOST_TEST(plan.writev_calls >= static_cast<int>(fs::file_size(s.path() / "short.safetensors") / plan.max_write));
   BOOST_TEST((read_bytes(s.path() / "short.safetensors") == read_bytes(s.path() / "reference.safetensors")));
   // EINTR is retried, wherever it falls.
@@ -224,7 +224,7 @@ BOOST_AUTO_TEST_CASE(short_and_interrupted_writes_still_write_the_whole_file) {
     plan = {};
     plan.fail_writev_at = at;
     plan.writev_errno = EINTR;
-    ckpt::save_params(s.path() / "eintr.safetensors", {{x, "m"}}, {}, {.digest = true});
+    ckpt::save(s.path() / "eintr.safetensors", {{x, "m"}}, {}, {.digest = true});
     BOOST_TEST((read_bytes(s.path() / "eintr.safetensors") == read_bytes(s.path() / "reference.safetensors")));
   }
 }
@@ -237,7 +237,7 @@ BOOST_AUTO_TEST_CASE(a_write_failing_at_any_point_keeps_the_old_file) {
   const std::string before = read_bytes(path);
   // How many writes a whole save takes, to fail the first, the second, one in the middle, the last.
   plan = {};
-  ckpt::save_params(s.path() / "count.safetensors", {{next, "m"}}, {}, {.digest = true});
+  ckpt::save(s.path() / "count.safetensors", {{next, "m"}}, {}, {.digest = true});
   const int calls = plan.writev_calls;
   fs::remove(s.path() / "count.safetensors");
   BOOST_REQUIRE(calls > 20);
@@ -248,7 +248,7 @@ BOOST_AUTO_TEST_CASE(a_write_failing_at_any_point_keeps_the_old_file) {
         plan.fail_writev_at = at;
         plan.writev_errno = code;
         BOOST_TEST(message_of<ckpt::io_error>([&] {
-                     ckpt::save_params(path, {{next, "m"}}, {}, {.digest = true});
+                     ckpt::save(path, {{next, "m"}}, {}, {.digest = true});
                    }) == "ckpt: cannot write '" + path.string() + "': " + text);
         BOOST_TEST(plan.writev_calls == at);  // nothing more was attempted
         BOOST_TEST((read_bytes(path) == before));

@@ -255,10 +255,10 @@ BOOST_AUTO_TEST_CASE(save_reports_its_progress_up_to_the_file_size) {
       }
     }
   }
-  // save_params, through the reorder of a column-major leaf, too.
+  // save of sections, through the reorder of a column-major leaf, too.
   std::vector<std::uint64_t> written_so_far;
   const Eigen::MatrixXd column_major = Eigen::MatrixXd::Constant(300, 200, 2.0);
-  ckpt::save_params(s.path() / "q.safetensors", {{column_major, "w"}}, {},
+  ckpt::save(s.path() / "q.safetensors", {{column_major, "w"}}, {},
                     {.progress = [&](std::uint64_t written, std::uint64_t) { written_so_far.push_back(written); }});
   BOOST_TEST_REQUIRE(!written_so_far.empty());
   BOOST_TEST(written_so_far.back() == fs::file_size(s.path() / "q.safetensors"));

@@ -348,9 +348,9 @@ BOOST_AUTO_TEST_CASE(save_refuses_names_nobody_could_read) {
       BOOST_TEST(message_of<std::invalid_argument>([&] {
                    ckpt::save(path, ckpt::of_int("ok", 1).with_metadata({{"k", name}}));
                  }) == "ckpt: cannot save the '__metadata__' value of 'k' '" + shown + "'" + suffix);
-      // save_params writes through the same header.
+      // save of sections writes through the same header.
       const std::map<std::string, float> params{{bad, 1.0f}};
-      BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::save_params(path, {{params, "layer"}}); }) ==
+      BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::save(path, {{params, "layer"}}); }) ==
                  "ckpt: cannot save the entry name '" + shown + "'" + suffix);
       // Nothing was written: no file, no temporary.
       BOOST_TEST(fs::is_empty(dir.path()));

@@ -59,7 +59,7 @@ void load(model<M>& m, const fs::path& path) {
 namespace ckpt_fast {  // the live-structure save and the in-place extraction
 
 template <class M>
-void save(const model<M>& m, const fs::path& path) { ckpt::save_params(path, {{m, "model"}}); }
+void save(const model<M>& m, const fs::path& path) { ckpt::save(path, {{m, "model"}}); }
 template <class M>
 void load(model<M>& m, const fs::path& path) { ckpt::read_params(ckpt::load(path), m, {.prefix = "model"}); }
 

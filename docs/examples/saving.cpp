@@ -74,14 +74,14 @@ half_linear load_half(const half_linear& like) {
 }
 // [cast]
 
-// [save_params]
+// [save_sections]
 void save_live(const mlp& model, const mlp& best, int step) {
   // Writes the same file as ckpt::save(path, ckpt::concat({...})), straight from the leaves.
-  ckpt::save_params("live.safetensors",
+  ckpt::save("live.safetensors",
                     {{model, "model"}, {best, "best"}, {ckpt::of_int("step", step)}},
                     {{"note", "written from live leaves"}});
 }
-// [save_params]
+// [save_sections]
 
 // [describe]
 std::string describe(const ckpt::checkpoint& t) {
@@ -165,7 +165,7 @@ BOOST_AUTO_TEST_CASE(a_mismatch_names_the_entry_and_changes_nothing) {
              static_cast<float>(Eigen::half(ckpt::matrix_view<float>(t.get("model.l1.w"))(3, 1))));
 }
 
-BOOST_AUTO_TEST_CASE(save_params_writes_what_save_writes) {
+BOOST_AUTO_TEST_CASE(sections_are_written_as_the_checkpoint_would_be) {
   const mlp model = make_mlp(2, 8, 2), best = make_mlp(2, 8, 2);
   save_live(model, best, 42);
   ckpt::save("snapshot.safetensors", ckpt::concat({ckpt::of_params(model, "model"), ckpt::of_params(best, "best"),

@@ -12,7 +12,7 @@
 /// - ckpt/ptree.hpp       run-time parameter trees
 /// - ckpt/named.hpp       walking and naming structures; the ckpt::fields customization point
 /// - ckpt/params.hpp      of_params / to_params
-/// - ckpt/save_params.hpp saving live structures without a snapshot
+/// - ckpt/section.hpp     section and save(path, {sections}): live structures, no snapshot
 /// - ckpt/snapshot.hpp    snapshots of live structures into reused memory (for async saves)
 /// - ckpt/view.hpp        zero-copy Eigen views of entries
 /// - ckpt/leafwise.hpp    leaf-by-leaf operations over structures (map, zip, zeros_like)
@@ -35,7 +35,7 @@
 #include <ckpt/named.hpp>
 #include <ckpt/params.hpp>
 #include <ckpt/ptree.hpp>
-#include <ckpt/save_params.hpp>
+#include <ckpt/section.hpp>
 #include <ckpt/sharded.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/tensor.hpp>

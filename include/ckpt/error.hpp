@@ -97,6 +97,18 @@ class integrity_error : public format_error {
   std::string computed_;
 };
 
+/// Another `checkpoint_manager` (in this or another process) holds the folder's lock. The
+/// message reads `ckpt: the checkpoint folder '<folder>' is in use by another
+/// checkpoint_manager (lock file '<lock file>')`.
+class lock_error : public error {
+ public:
+  /// \param folder the checkpoint folder; \param lock_file the lock file in it.
+  lock_error(const std::filesystem::path& folder, const std::filesystem::path& lock_file)
+      : error(folder, "ckpt: the checkpoint folder '" + folder.string() +
+                          "' is in use by another checkpoint_manager (lock file '" +
+                          lock_file.string() + "')") {}
+};
+
 /// A file is not a `torch.save` file ckpt can read (see ckpt/torch.hpp), or holds something the
 /// restricted unpickler refuses. The message reads
 /// `ckpt: '<path>' is not a readable PyTorch file: <broken rule>`.

@@ -20,7 +20,7 @@ namespace ckpt {
 /// It is an ordinary metadata entry, so other safetensors readers load such files unchanged.
 inline constexpr std::string_view digest_key = "ckpt.xxh3_64";
 
-/// Options of `save` and `save_params`.
+/// Options of `save`, of a checkpoint or of sections (ckpt/section.hpp).
 struct save_options {
   /// Store the digest of the data section in `__metadata__` under `digest_key`, computed while
   /// the data are written (one pass), so that `load` detects corruption of the data later.

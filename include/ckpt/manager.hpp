@@ -22,7 +22,7 @@
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
-#include <ckpt/save_params.hpp>
+#include <ckpt/section.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -34,18 +34,6 @@
 #include <vector>
 
 namespace ckpt {
-
-/// Another `checkpoint_manager` (in this or another process) holds the folder's lock. The
-/// message reads `ckpt: the checkpoint folder '<folder>' is in use by another
-/// checkpoint_manager (lock file '<lock file>')`.
-class lock_error : public error {
- public:
-  /// \param folder the checkpoint folder; \param lock_file the lock file in it.
-  lock_error(const std::filesystem::path& folder, const std::filesystem::path& lock_file)
-      : error(folder, "ckpt: the checkpoint folder '" + folder.string() +
-                          "' is in use by another checkpoint_manager (lock file '" +
-                          lock_file.string() + "')") {}
-};
 
 /// Whether a smaller or a larger metric is better for keep-best retention.
 enum class metric_mode {
@@ -157,7 +145,7 @@ class checkpoint_manager {
                   bool force = false);
 
   /// As `save`, but writes the leaves of live structures straight from where they live, without a
-  /// snapshot, as `save_params` does: the trainer needs no memory beyond its parameters to save.
+  /// snapshot, as `save(path, {sections})` does: the trainer needs no memory beyond its parameters to save.
   /// `manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {ckpt::of_int("optim.step", state.step)}})`.
   /// The leaves must not change during the call. The file's metadata are `metadata`, then `step`
   /// and `wall_time`.

@@ -4,7 +4,7 @@
 /// the next, so that a background save costs the trainer a copy, not a fresh allocation.
 
 #include <ckpt/checkpoint.hpp>
-#include <ckpt/save_params.hpp>
+#include <ckpt/section.hpp>
 
 #include <cstddef>
 #include <initializer_list>
@@ -13,7 +13,7 @@
 
 namespace ckpt {
 
-/// Makes immutable checkpoints out of live structures (the `section`s of `save_params`), copying
+/// Makes immutable checkpoints out of live structures (the `section`s that `save` writes), copying
 /// every leaf into buffers that it keeps and reuses: once every tensor of a snapshot has been
 /// released, its buffer serves the next snapshot. A training loop that snapshots the same
 /// parameters every N steps then allocates once, and each later snapshot is a plain copy into

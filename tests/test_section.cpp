@@ -1,6 +1,6 @@
-// save_params writes live leaves without a snapshot: the file must be byte-identical to the one
+// save of sections writes live leaves without a snapshot: the file must be byte-identical to the one
 // save writes for the same entries, whatever the leaves' storage order and size.
-#define BOOST_TEST_MODULE save_params
+#define BOOST_TEST_MODULE section
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -50,19 +50,38 @@ model make_model(Eigen::Index big) {
 BOOST_AUTO_TEST_CASE(live_save_equals_snapshot_save) {
   const temp_dir s;
   const model m = make_model(64);
-  ckpt::save_params(s.path() / "live.safetensors", {{m, "model"}, {m.vec, "optim.v"}, {ckpt::of_int("optim.step", 9)}},
-                    {{"k", "v"}});
+  ckpt::save(s.path() / "live.safetensors", {{m, "model"}, {m.vec, "optim.v"}, {ckpt::of_int("optim.step", 9)}},
+             {{"k", "v"}});
   ckpt::save(s.path() / "snap.safetensors",
              ckpt::concat({ckpt::of_params(m, "model"), ckpt::of_params(m.vec, "optim.v"), ckpt::of_int("optim.step", 9)})
                  .with_metadata({{"k", "v"}}));
   BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
 }
 
+BOOST_AUTO_TEST_CASE(every_form_of_the_call_picks_the_intended_save) {
+  // One section, several, a checkpoint as a section, a checkpoint alone (Raven's Kaun.Checkpoint
+  // call) with and without options: each writes the same bytes as the snapshot path.
+  const temp_dir s;
+  const model m = make_model(8);
+  const ckpt::checkpoint t = ckpt::of_params(m, "model");
+  ckpt::save(s.path() / "one.safetensors", {{m, "model"}});
+  ckpt::save(s.path() / "as_section.safetensors", {t});
+  ckpt::save(s.path() / "checkpoint.safetensors", t);
+  ckpt::save(s.path() / "options.safetensors", t, {.digest = false});
+  const std::string expected = read_bytes(s.path() / "checkpoint.safetensors");
+  for (const char* file : {"one.safetensors", "as_section.safetensors", "options.safetensors"})
+    BOOST_TEST((read_bytes(s.path() / file) == expected), file);
+  ckpt::save(s.path() / "two.safetensors", {{m.vec, "a"}, {m.row, "b"}});
+  BOOST_TEST(ckpt::load(s.path() / "two.safetensors").names() == (std::vector<std::string>{"a", "b"}));
+  // A string is not a section: `save(path, {m, "model"})` (one brace level) does not compile.
+  static_assert(!std::is_constructible_v<ckpt::section, const char*>);
+}
+
 BOOST_AUTO_TEST_CASE(leaves_larger_than_the_reorder_buffer_are_written_in_several_bands) {
   // A 2100 x 2103 column-major float matrix (17 MiB) goes out in three 8 MiB bands.
   const temp_dir s;
   const model m = make_model(2100);
-  ckpt::save_params(s.path() / "live.safetensors", {{m}});
+  ckpt::save(s.path() / "live.safetensors", {{m}});
   ckpt::save(s.path() / "snap.safetensors", ckpt::of_params(m));
   BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
   const model back = ckpt::to_params(ckpt::load(s.path() / "live.safetensors"), make_model(2100));
@@ -73,12 +92,12 @@ BOOST_AUTO_TEST_CASE(names_are_checked_across_sections) {
   const temp_dir s;
   const Eigen::Vector2f v(1, 2);
   try {
-    ckpt::save_params(s.path() / "x.safetensors", {{v, "a"}, {ckpt::of_tensor("a", v)}});
+    ckpt::save(s.path() / "x.safetensors", {{v, "a"}, {ckpt::of_tensor("a", v)}});
     BOOST_FAIL("no exception");
   } catch (const std::invalid_argument& e) {
-    BOOST_TEST(std::string(e.what()) == "ckpt: save_params: two leaves are named 'a'");
+    BOOST_TEST(std::string(e.what()) == "ckpt: save: two leaves are named 'a'");
   }
-  BOOST_CHECK_THROW(ckpt::save_params(s.path() / "x.safetensors", {{v}}), std::invalid_argument);
-  BOOST_CHECK_THROW(ckpt::save_params(s.path() / "x.safetensors", {{v, "__metadata__"}}), std::invalid_argument);
+  BOOST_CHECK_THROW(ckpt::save(s.path() / "x.safetensors", {{v}}), std::invalid_argument);
+  BOOST_CHECK_THROW(ckpt::save(s.path() / "x.safetensors", {{v, "__metadata__"}}), std::invalid_argument);
   BOOST_TEST(!fs::exists(s.path() / "x.safetensors"));
 }

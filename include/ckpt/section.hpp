@@ -1,8 +1,10 @@
 #pragma once
 /// \file
-/// Saving live parameter structures without first snapshotting them into a checkpoint, so that
-/// a trainer does not need twice its memory to save: `save_params(path, {{params, "model"},
-/// {state.mu, "optim.mu"}, {ckpt::of_int("optim.step", step)}})`.
+/// `ckpt::section` and the save of sections, the one way to write live structures: they are
+/// written without first snapshotting them into a checkpoint, so that a trainer does not need
+/// twice its memory to save:
+/// `save(path, {{params, "model"}, {state.mu, "optim.mu"}, {ckpt::of_int("optim.step", step)}})`.
+/// `save(path, checkpoint)` (ckpt/file.hpp, Raven's `Kaun.Checkpoint.save`) is its one-section case.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/entry_source.hpp>
@@ -91,24 +93,23 @@ namespace detail {
 std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function);
 }  // namespace detail
 
-/// One part of a file written by `save_params`: the leaves of a named structure under a prefix,
+/// One part of a file written by `save(path, {sections})`: the leaves of a named structure under a prefix,
 /// referred to in place (not copied), or the entries of a checkpoint.
 class section {
  public:
   /// The leaves of `params`, named as by `of_params(params, prefix)`. Only references are kept:
-  /// `params` must outlive the section and not change until `save_params` returns.
+  /// `params` must outlive the section and not change until `save(path, {sections})` returns.
   /// \throws std::bad_alloc
   template <class P>
-    requires(!std::is_same_v<P, checkpoint>)
+    requires(!std::is_same_v<P, checkpoint> && named<P>)
   section(const P& params, std::string_view prefix = {}) {  // NOLINT: implicit on purpose
-    static_assert(named<P>, "ckpt: a section needs a named structure, a leaf or a checkpoint");
     for_each_leaf(
         [&](std::string_view name, const auto& x) {
           entries_.push_back(detail::live_source(detail::join_name(prefix, name), x));
         },
         params);
   }
-  /// The entries of `t` (its metadata are ignored: pass them to `save_params`).
+  /// The entries of `t` (its metadata are ignored: pass them to `save(path, {sections})`).
   /// \throws std::bad_alloc
   section(const checkpoint& t) {  // NOLINT: implicit on purpose
     for (const auto& [name, x] : t) entries_.push_back(detail::live_source(name, x));
@@ -117,8 +118,8 @@ class section {
  private:
   friend std::vector<const detail::entry_source*> detail::ordered_entries(std::initializer_list<section>,
                                                                           std::string_view);
-  friend void save_params(const std::filesystem::path&, std::initializer_list<section>, const metadata_map&,
-                          const save_options&);
+  friend void save(const std::filesystem::path&, std::initializer_list<section>, const metadata_map&,
+                   const save_options&);
   std::vector<detail::entry_source> entries_;
 };
 
@@ -130,7 +131,7 @@ class section {
 /// section, hashed as the bytes go out (see `save`).
 /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted).
 /// \throws io_error on an I/O error.
-void save_params(const std::filesystem::path& path, std::initializer_list<section> sections,
-                 const metadata_map& metadata = {}, const save_options& options = {});
+void save(const std::filesystem::path& path, std::initializer_list<section> sections,
+          const metadata_map& metadata = {}, const save_options& options = {});
 
 }  // namespace ckpt
