@@ -28,7 +28,7 @@ void copy_entry(const detail::entry_source& e, std::byte* out) {
 
 // Copies every entry `order[i]` to `storage + offsets[i]`. One core does not saturate memory
 // bandwidth: a large snapshot is split into runs of entries of about equal size, copied on up to
-// four threads (1 GiB here: 100 ms on one thread, 62 ms on two).
+// four threads (bench/README.md, "Notes from the code").
 void copy_in_parallel(const std::vector<const detail::entry_source*>& order, const std::vector<std::size_t>& offsets,
                       std::byte* storage, std::size_t total) {
   constexpr std::size_t bytes_per_thread = std::size_t{64} << 20;

@@ -105,9 +105,8 @@ std::pair<void*, std::size_t> pages_of(std::span<const std::byte> bytes) noexcep
 void tensor::prefetch_pages() const noexcept {
   if (storage_ != storage::file_mapping || bytes_.empty()) return;
   const auto [first, length] = pages_of(bytes_);
-  // The mapping is MADV_RANDOM (load reads the header only). MADV_WILLNEED alone does not help
-  // everywhere: on some kernels (seen on a 6.18 VM) it starts no read, and each page then costs
-  // a 4 KiB synchronous read (~60 MB/s cold against ~1 GB/s). Marking the entry's pages
+  // The mapping is MADV_RANDOM (load reads the header only), and MADV_WILLNEED alone starts no
+  // read on some kernels (bench/README.md, "Notes from the code"): marking the entry's pages
   // sequential until release_pages makes the faults of the copy read ahead in large blocks.
   ::madvise(first, length, MADV_SEQUENTIAL);
   ::madvise(first, length, MADV_WILLNEED);

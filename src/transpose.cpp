@@ -158,9 +158,8 @@ void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size
     if (rows * cols != 0) std::memcpy(dst, src, rows * cols * element_size);
     return;
   }
-  // One core does not use all of the memory bandwidth (1 GiB of F32 2048 x 2048 leaves: 270 ms
-  // on one thread here), so a large matrix is split into two runs of source rows, the second
-  // transposed on a helper thread. The runs write disjoint columns of the destination.
+  // One core does not use all of the memory bandwidth (bench/README.md, "Notes from the code"), so
+  // a large matrix is split into two runs of source rows, the second transposed on a helper thread. The runs write disjoint columns of the destination.
   const std::size_t half = rows / 2 / 64 * 64;  // whole tiles on either side
   if (rows * cols * element_size >= parallel_bytes && half > 0 && std::thread::hardware_concurrency() > 1) {
     try {

@@ -2,7 +2,7 @@
 /// \file
 /// `ckpt::adam`: the Adam optimizer (with optional AdamW decoupled weight decay) over any named
 /// parameter structure, and one-call helpers that put the whole training state into a
-/// checkpoint and take it back out, under the seed's section names:
+/// checkpoint and take it back out, under the section names of Raven's `Kaun.Checkpoint`:
 ///
 /// | entries        | holds                                                   |
 /// |----------------|---------------------------------------------------------|

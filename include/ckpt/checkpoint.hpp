@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// `ckpt::checkpoint`: an immutable collection of tensors keyed by distinct non-empty names,
-/// and the seed's functions that build and query one without templates.
+/// and the functions of Raven's `Kaun.Checkpoint` that build and query one without templates.
 
 #include <ckpt/tensor.hpp>
 
@@ -30,7 +30,7 @@ class checkpoint {
   /// Iterates the entries in name order.
   using const_iterator = std::vector<entry>::const_iterator;
 
-  /// The empty checkpoint (the seed's `empty`).
+  /// The empty checkpoint (Kaun's `empty`).
   /// \throws nothing
   checkpoint() noexcept = default;
 

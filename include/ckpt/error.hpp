@@ -1,9 +1,9 @@
 #pragma once
 /// \file
-/// The exceptions ckpt throws for I/O and format failures (the seed's `Failure`).
+/// The exceptions ckpt throws for I/O and format failures (Kaun's `Failure`).
 ///
 /// Misuse of the API (a missing entry, a shape or dtype mismatch, a bad name) throws
-/// `std::invalid_argument` (the seed's `Invalid_argument`); what goes wrong with a file
+/// `std::invalid_argument` (Kaun's `Invalid_argument`); what goes wrong with a file
 /// throws a `ckpt::error`, whose message names the file.
 
 #include <filesystem>

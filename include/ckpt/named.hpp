@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Named structures (the seed's `Named`): how ckpt walks a parameter structure and names its
+/// Named structures (Raven's `Kaun` `Named`): how ckpt walks a parameter structure and names its
 /// leaves. Aggregates are walked with Boost.PFR and named by their field identifiers; `std::array`
 /// and `std::vector` elements by zero-based position; `std::map<std::string, T>` values by key;
 /// `ckpt::ptree` by path; other types through the `ckpt::fields` customization point.

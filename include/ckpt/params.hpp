@@ -34,7 +34,7 @@ inline std::string join_name(std::string_view prefix, std::string_view name) {
   return out;
 }
 
-// The seed's rule for P.names: one name per leaf, distinct and non-empty.
+// Kaun's rule for P.names: one name per leaf, distinct and non-empty.
 void check_leaf_names(std::vector<std::string> names, std::string_view function);
 
 [[noreturn]] void throw_missing_entry(std::string_view function, std::string_view name);

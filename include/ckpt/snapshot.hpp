@@ -17,7 +17,7 @@ namespace ckpt {
 /// every leaf into buffers that it keeps and reuses: once every tensor of a snapshot has been
 /// released, its buffer serves the next snapshot. A training loop that snapshots the same
 /// parameters every N steps then allocates once, and each later snapshot is a plain copy into
-/// memory already in place (see bench/README.md, row 6). The price is that the arena holds the
+/// memory already in place. The price is that the arena holds the
 /// size of the last snapshot between snapshots; `release` gives it back.
 ///
 /// A snapshot is a checkpoint like any other: it lives as long as any copy of it or of its tensors,
