@@ -111,6 +111,13 @@ std::map<std::string, std::span<const std::byte>, std::less<>> read_records(std:
     if (!records.emplace(record, bytes.subspan(start, info.compressed_size)).second)
       throw torch_format_error(origin, "record '" + record + "' appears twice");
   }
+  // Records whose bytes overlap would make one storage alias another's: refused.
+  std::vector<std::pair<std::span<const std::byte>, const std::string*>> spans;
+  for (const auto& [name, bytes_of_record] : records) spans.emplace_back(bytes_of_record, &name);
+  std::ranges::sort(spans, {}, [](const auto& s) { return s.first.data(); });
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    if (spans[i - 1].first.data() + spans[i - 1].first.size() > spans[i].first.data())
+      throw torch_format_error(origin, "records '" + *spans[i - 1].second + "' and '" + *spans[i].second + "' overlap");
   return records;
 }
 

@@ -14,6 +14,8 @@
 #include <ckpt/torch.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -186,6 +188,47 @@ BOOST_AUTO_TEST_CASE(the_fuzzing_corpus_replays) {
   BOOST_TEST(files >= 100u);
   BOOST_TEST(loaded > 0u);
   BOOST_TEST(loaded < files);
+}
+
+// The central-directory entry of `record` in a zip (its "PK\1\2" signature), or npos.
+std::size_t central_entry(const std::vector<std::byte>& zip, std::string_view record) {
+  for (std::size_t at = 0; at + 46 + record.size() <= zip.size(); ++at) {
+    if (zip[at] != std::byte{'P'} || zip[at + 1] != std::byte{'K'} || zip[at + 2] != std::byte{1} || zip[at + 3] != std::byte{2})
+      continue;
+    const std::string_view name(reinterpret_cast<const char*>(zip.data() + at + 46), record.size());
+    if (name == record) return at;
+  }
+  return std::string_view::npos;
+}
+
+void put32(std::vector<std::byte>& zip, std::size_t at, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) zip[at + static_cast<std::size_t>(i)] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
+}
+
+std::uint32_t get32(const std::vector<std::byte>& zip, std::size_t at) {
+  std::uint32_t value = 0;
+  for (int i = 3; i >= 0; --i) value = (value << 8) | std::to_integer<std::uint32_t>(zip[at + static_cast<std::size_t>(i)]);
+  return value;
+}
+
+BOOST_AUTO_TEST_CASE(a_record_claiming_more_than_the_file_or_another_s_bytes_is_refused) {
+  const std::vector<std::byte> original = bytes_of(fixtures_dir() / "mlp_f32.bin");
+  const std::size_t entry = central_entry(original, "mlp_f32/data/0");
+  BOOST_TEST_REQUIRE(entry != std::string_view::npos);
+  // A zip-bomb claim: 2 GiB in a file of 1.6 KB, stored and unpacked sizes alike.
+  std::vector<std::byte> bomb = original;
+  put32(bomb, entry + 20, 0x7ffffff0u);
+  put32(bomb, entry + 24, 0x7ffffff0u);
+  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::parse_torch(bomb, "bomb.pt"); }) ==
+             "ckpt: 'bomb.pt' is not a readable PyTorch file: record 'mlp_f32/data/0' claims 2147483632 bytes past "
+             "the end of the file");
+  // data/1's directory entry pointing at data/0's local header: two names for one set of bytes.
+  std::vector<std::byte> aliased = original;
+  const std::size_t other = central_entry(original, "mlp_f32/data/1");
+  BOOST_TEST_REQUIRE(other != std::string_view::npos);
+  put32(aliased, other + 42, get32(original, entry + 42));
+  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::parse_torch(aliased, "aliased.pt"); }) ==
+             "ckpt: 'aliased.pt' is not a readable PyTorch file: records 'mlp_f32/data/0' and 'mlp_f32/data/1' overlap");
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_file_is_an_io_error_naming_it) {
