@@ -145,7 +145,8 @@ class checkpoint_manager {
                   bool force = false);
 
   /// As `save`, but writes the leaves of live structures straight from where they live, without a
-  /// snapshot, as `save(path, {sections})` does: the trainer needs no memory beyond its parameters to save.
+  /// snapshot, as `save(path, {sections})` does: the trainer needs no memory beyond its
+  /// parameters to save.
   /// `manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {ckpt::of_int("optim.step", state.step)}})`.
   /// The leaves must not change during the call. The file's metadata are `metadata`, then `step`
   /// and `wall_time`.

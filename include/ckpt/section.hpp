@@ -93,8 +93,8 @@ namespace detail {
 std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function);
 }  // namespace detail
 
-/// One part of a file written by `save(path, {sections})`: the leaves of a named structure under a prefix,
-/// referred to in place (not copied), or the entries of a checkpoint.
+/// One part of a file written by `save(path, {sections})`: the leaves of a named structure under
+/// a prefix, referred to in place (not copied), or the entries of a checkpoint.
 class section {
  public:
   /// The leaves of `params`, named as by `of_params(params, prefix)`. Only references are kept:
