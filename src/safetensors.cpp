@@ -424,28 +424,6 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
   return checkpoint(std::move(out), std::move(header.metadata));
 }
 
-namespace {
-
-// The offset of the first byte of `s` that does not begin a well-formed UTF-8 sequence (an
-// overlong form, a surrogate, a code point past U+10FFFF, a stray or missing continuation byte
-// all count), or nullopt if `s` is valid UTF-8.
-std::optional<std::size_t> invalid_utf8_at(std::string_view s) {
-  using traits = boost::locale::utf::utf_traits<char>;
-  const char* p = s.data();
-  const char* const end = p + s.size();
-  while (p != end) {
-    if (static_cast<unsigned char>(*p) < 0x80) {
-      ++p;
-      continue;
-    }
-    const char* const start = p;
-    const boost::locale::utf::code_point c = traits::decode(p, end);
-    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete)
-      return static_cast<std::size_t>(start - s.data());
-  }
-  return std::nullopt;
-}
-
 // `s` quoted for a message: valid UTF-8 kept, control bytes and invalid bytes written as \xNN,
 // so that a message about a broken name can still be printed and compared.
 std::string quote_bytes(std::string_view s) {
@@ -475,6 +453,28 @@ std::string quote_bytes(std::string_view s) {
     }
   }
   return out + "'";
+}
+
+namespace {
+
+// The offset of the first byte of `s` that does not begin a well-formed UTF-8 sequence (an
+// overlong form, a surrogate, a code point past U+10FFFF, a stray or missing continuation byte
+// all count), or nullopt if `s` is valid UTF-8.
+std::optional<std::size_t> invalid_utf8_at(std::string_view s) {
+  using traits = boost::locale::utf::utf_traits<char>;
+  const char* p = s.data();
+  const char* const end = p + s.size();
+  while (p != end) {
+    if (static_cast<unsigned char>(*p) < 0x80) {
+      ++p;
+      continue;
+    }
+    const char* const start = p;
+    const boost::locale::utf::code_point c = traits::decode(p, end);
+    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete)
+      return static_cast<std::size_t>(start - s.data());
+  }
+  return std::nullopt;
 }
 
 // Boost.JSON would write the bytes as they are: a file no JSON reader (ckpt's included) accepts.

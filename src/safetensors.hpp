@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace ckpt::detail {
 
@@ -21,6 +22,10 @@ inline constexpr std::uint64_t max_header_size = 100'000'000;
 // `owner`. Throws format_error naming `origin` and the broken rule.
 checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
                       const std::shared_ptr<const void>& owner, tensor::storage where);
+
+// `s` in single quotes for a message: valid UTF-8 kept, control and invalid bytes written as
+// \xNN, so that a message about a name read from an untrusted file can be printed and compared.
+std::string quote_bytes(std::string_view s);
 
 // The first 8 + N bytes of a file: the length prefix and the JSON header, padded with spaces so
 // that the data that follows starts 8-byte aligned. Entries are laid out in the order given.

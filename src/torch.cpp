@@ -3,7 +3,10 @@
 // unpickler for the pickle in `<name>/data.pkl`, and the walk that names the tensors.
 #include <ckpt/torch.hpp>
 
+#include <ckpt/detail/transpose.hpp>
+
 #include "mapped_file.hpp"
+#include "safetensors.hpp"
 
 #include <unzip.h>
 
@@ -97,19 +100,19 @@ std::map<std::string, std::span<const std::byte>, std::less<>> read_records(std:
       throw torch_format_error(origin, "its zip central directory is malformed");
     const std::string record(name.data(), info.size_filename);
     if (info.compression_method != 0)
-      throw torch_format_error(origin, "record '" + record + "' is compressed (torch.save stores every record uncompressed)");
+      throw torch_format_error(origin, "record " + detail::quote_bytes(record) + " is compressed (torch.save stores every record uncompressed)");
     if (info.compressed_size != info.uncompressed_size)
-      throw torch_format_error(origin, "record '" + record + "' has different stored and unpacked sizes");
+      throw torch_format_error(origin, "record " + detail::quote_bytes(record) + " has different stored and unpacked sizes");
     // Opening the record in raw mode reads its local header, which tells where its bytes start.
     if (unzOpenCurrentFile2(zip.get(), nullptr, nullptr, 1) != UNZ_OK)
-      throw torch_format_error(origin, "the local header of record '" + record + "' cannot be read");
+      throw torch_format_error(origin, "the local header of record " + detail::quote_bytes(record) + " cannot be read");
     const ZPOS64_T start = unzGetCurrentFileZStreamPos64(zip.get());
     unzCloseCurrentFile(zip.get());
     if (start > bytes.size() || info.compressed_size > bytes.size() - start)
-      throw torch_format_error(origin, "record '" + record + "' claims " + std::to_string(info.compressed_size) +
+      throw torch_format_error(origin, "record " + detail::quote_bytes(record) + " claims " + std::to_string(info.compressed_size) +
                                            " bytes past the end of the file");
     if (!records.emplace(record, bytes.subspan(start, info.compressed_size)).second)
-      throw torch_format_error(origin, "record '" + record + "' appears twice");
+      throw torch_format_error(origin, "record " + detail::quote_bytes(record) + " appears twice");
   }
   // Records whose bytes overlap would make one storage alias another's: refused.
   std::vector<std::pair<std::span<const std::byte>, const std::string*>> spans;
@@ -117,7 +120,7 @@ std::map<std::string, std::span<const std::byte>, std::less<>> read_records(std:
   std::ranges::sort(spans, {}, [](const auto& s) { return s.first.data(); });
   for (std::size_t i = 1; i < spans.size(); ++i)
     if (spans[i - 1].first.data() + spans[i - 1].first.size() > spans[i].first.data())
-      throw torch_format_error(origin, "records '" + *spans[i - 1].second + "' and '" + *spans[i].second + "' overlap");
+      throw torch_format_error(origin, "records " + detail::quote_bytes(*spans[i - 1].second) + " and " + detail::quote_bytes(*spans[i].second) + " overlap");
   return records;
 }
 
@@ -193,8 +196,9 @@ std::string_view kind_name(object::kind k) {
 }
 
 std::string hex_byte(unsigned value) {
-  constexpr std::string_view digits = "0123456789abcdef";
-  return {'0', 'x', digits[(value >> 4) & 15], digits[value & 15]};
+  std::array<char, 2> digits{'0', '0'};
+  std::to_chars(digits.data() + (value < 16 ? 1 : 0), digits.data() + digits.size(), value, 16);
+  return "0x" + std::string(digits.data(), digits.size());
 }
 
 class unpickler {
@@ -395,8 +399,8 @@ class unpickler {
         return;
       }
     }
-    fail("it refers to the global '" + std::string(module) + "." + std::string(name) +
-         "', which is not one of the tensor-rebuilding functions and storage types a torch.save state "
+    fail("it refers to the global " + detail::quote_bytes(std::string(module) + "." + std::string(name)) +
+         ", which is not one of the tensor-rebuilding functions and storage types a torch.save state "
          "dict uses; nothing in the file was run");
   }
   std::string_view line() {
@@ -417,13 +421,13 @@ class unpickler {
       fail("a persistent id that is not ('storage', <storage type>, key, location, size)");
     const std::string& key = id->items[2]->text;
     const auto record = records_.find(prefix_ + "data/" + key);
-    if (record == records_.end()) fail("storage '" + key + "' has no record " + prefix_ + "data/" + key);
+    if (record == records_.end()) fail("storage " + detail::quote_bytes(key) + " has no record " + detail::quote_bytes(prefix_ + "data/" + key));
     const dtype type = id->items[1]->global->storage_dtype;
     const std::int64_t numel = id->items[4]->integer;
     const std::size_t element = (bit_width(type) / 8);
     if (numel < 0 || static_cast<std::uint64_t>(numel) > record->second.size() / element ||
         static_cast<std::uint64_t>(numel) * element != record->second.size())
-      fail("storage '" + key + "' holds " + std::to_string(record->second.size()) + " bytes, not " +
+      fail("storage " + detail::quote_bytes(key) + " holds " + std::to_string(record->second.size()) + " bytes, not " +
            std::to_string(numel) + " elements of " + std::string(to_string(type)));
     auto s = make(object::kind::storage);
     s->storage = {type, record->second, key};
@@ -486,7 +490,7 @@ class unpickler {
     const std::int64_t offset = a[1]->integer;
     const dims shape = int_tuple(a[2], "size");
     const std::vector<std::int64_t> stride = int_tuple(a[3], "stride");
-    if (stride.size() != shape.size()) fail("a tensor of storage '" + s.key + "' has " + std::to_string(shape.size()) + " sizes but " + std::to_string(stride.size()) + " strides");
+    if (stride.size() != shape.size()) fail("a tensor of storage " + detail::quote_bytes(s.key) + " has " + std::to_string(shape.size()) + " sizes but " + std::to_string(stride.size()) + " strides");
     const std::size_t element = (bit_width(s.type) / 8);
     const auto capacity = static_cast<std::int64_t>(s.bytes.size() / element);
     // The last element the view reaches must lie in the storage; overflow is checked on the way.
@@ -495,18 +499,18 @@ class unpickler {
     std::int64_t expected_stride = 1;
     for (std::size_t i = shape.size(); i-- > 0;) {
       if (shape[i] == 0) numel = 0;
-      if (numel != 0 && __builtin_mul_overflow(numel, shape[i], &numel)) fail("a tensor of storage '" + s.key + "' has too many elements");
+      if (numel != 0 && __builtin_mul_overflow(numel, shape[i], &numel)) fail("a tensor of storage " + detail::quote_bytes(s.key) + " has too many elements");
       if (shape[i] > 1) {
         std::int64_t reach = 0;
         if (__builtin_mul_overflow(shape[i] - 1, stride[i], &reach) || __builtin_add_overflow(last, reach, &last))
-          fail("a tensor of storage '" + s.key + "' reaches past any storage");
+          fail("a tensor of storage " + detail::quote_bytes(s.key) + " reaches past any storage");
         if (stride[i] != expected_stride) contiguous = false;
       }
       if (shape[i] > 0 && __builtin_mul_overflow(expected_stride, shape[i], &expected_stride)) expected_stride = std::numeric_limits<std::int64_t>::max();
     }
     if (offset < 0 || (numel > 0 && last >= capacity))
       fail("a tensor of shape " + to_string(shape) + " at offset " + std::to_string(offset) + " reaches past the " +
-           std::to_string(capacity) + " elements of storage '" + s.key + "'");
+           std::to_string(capacity) + " elements of storage " + detail::quote_bytes(s.key));
     auto out = make(object::kind::tensor);
     const auto nbytes = static_cast<std::size_t>(numel) * element;
     if (numel == 0) {
@@ -523,23 +527,37 @@ class unpickler {
     return out;
   }
 
-  // Copies a strided view into C order, element by element (byte-swapping big-endian storages).
+  // Copies a strided view into C order: a transposed matrix (`.t()`) through the transpose
+  // kernel, anything else a run at a time (a run is the last axis when its stride is 1, else one
+  // element); big-endian storages are byte-swapped afterwards.
   void gather(const storage_ref& s, std::int64_t offset, const dims& shape, const std::vector<std::int64_t>& stride,
               std::span<std::byte> dst) const {
-    const std::size_t element = (bit_width(s.type) / 8);
-    std::vector<std::int64_t> index(shape.size(), 0);
-    std::int64_t source = offset;
-    for (std::size_t done = 0; done < dst.size(); done += element) {
-      std::byte* to = dst.data() + done;
-      std::memcpy(to, s.bytes.data() + static_cast<std::size_t>(source) * element, element);
-      if (big_endian_) swap_element(to, s.type);
-      for (std::size_t d = shape.size(); d-- > 0;) {  // odometer over the indices, last fastest
-        source += stride[d];
-        if (++index[d] < shape[d]) break;
-        source -= stride[d] * shape[d];
-        index[d] = 0;
+    const std::size_t element = bit_width(s.type) / 8;
+    const std::byte* source = s.bytes.data() + static_cast<std::size_t>(offset) * element;
+    const std::size_t rank = shape.size();
+    if (rank == 2 && stride[0] == 1 && stride[1] >= shape[0]) {
+      // Element (i, j) is at i + j * stride[1]: the transpose of a row-major shape[1] x shape[0]
+      // matrix whose rows are stride[1] elements apart.
+      const auto rows = static_cast<std::size_t>(shape[1]), cols = static_cast<std::size_t>(shape[0]);
+      detail::transpose(source, static_cast<std::size_t>(stride[1]), dst.data(), rows, rows, cols, element);
+    } else {
+      const bool runs = rank > 0 && stride.back() == 1;
+      const std::size_t outer = runs ? rank - 1 : rank;
+      const std::size_t run_bytes = (runs ? static_cast<std::size_t>(shape.back()) : 1) * element;
+      std::vector<std::int64_t> index(outer, 0);
+      std::int64_t at = 0;
+      for (std::size_t done = 0; done < dst.size(); done += run_bytes) {
+        std::memcpy(dst.data() + done, source + static_cast<std::size_t>(at) * element, run_bytes);
+        for (std::size_t d = outer; d-- > 0;) {  // odometer over the outer indices, last fastest
+          at += stride[d];
+          if (++index[d] < shape[d]) break;
+          at -= stride[d] * shape[d];
+          index[d] = 0;
+        }
       }
     }
+    if (big_endian_)
+      for (std::size_t done = 0; done < dst.size(); done += element) swap_element(dst.data() + done, s.type);
   }
   static void swap_element(std::byte* element, dtype type) {
     // Complex numbers swap each of their two parts.
@@ -599,7 +617,7 @@ class flattener {
       case object::kind::string: meta(path, x->text); return;
       case object::kind::global:
       case object::kind::storage:
-        fail("'" + path + "' holds " + std::string(kind_name(x->k)) + ", which is neither a tensor nor a plain value");
+        fail(detail::quote_bytes(path) + " holds " + std::string(kind_name(x->k)) + ", which is neither a tensor nor a plain value");
     }
   }
 
@@ -619,10 +637,10 @@ class flattener {
   std::string key_text(const ref& key, const std::string& path) const {
     if (key->k == object::kind::string) return key->text;
     if (key->k == object::kind::integer) return std::to_string(key->integer);
-    fail("a dict under '" + path + "' has a key that is " + std::string(kind_name(key->k)) + ", not a str or an int");
+    fail("a dict under " + detail::quote_bytes(path) + " has a key that is " + std::string(kind_name(key->k)) + ", not a str or an int");
   }
   void meta(const std::string& path, std::string value) {
-    if (!metadata_.emplace(path, std::move(value)).second) fail("two values are named '" + path + "'");
+    if (!metadata_.emplace(path, std::move(value)).second) fail("two values are named " + detail::quote_bytes(path));
   }
 
   const std::filesystem::path& origin_;
@@ -653,7 +671,7 @@ checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::p
   if (const auto order = records.find(prefix + "byteorder"); order != records.end()) {
     const std::string_view text(reinterpret_cast<const char*>(order->second.data()), order->second.size());
     if (text == "big") big_endian = true;
-    else if (text != "little") throw torch_format_error(origin, "its byteorder record says '" + std::string(text.substr(0, 16)) + "'");
+    else if (text != "little") throw torch_format_error(origin, "its byteorder record says " + detail::quote_bytes(text.substr(0, 16)));
   }
   // Copies of non-contiguous tensors may take 16 times the file, plus 16 MiB.
   const std::size_t copy_budget = bytes.size() * 16 + (std::size_t{16} << 20);
