@@ -33,9 +33,23 @@ namespace ckpt {
 ///   static ckpt::dims shape(const my_tensor&);                     // C-order extents
 ///   static void write(const my_tensor&, std::span<std::byte> out); // C-order bytes out
 ///   static void read(my_tensor&, const ckpt::tensor& in);          // in has dtype() and shape()
+///   // Optional, for `save(path, {sections})` (ckpt/section.hpp) to stream the leaf:
+///   static std::span<const std::byte> contiguous(const my_tensor&);
+///   static void write_rows(const my_tensor&, std::size_t first, std::size_t count, std::byte* out);
 /// };
 /// \endcode
 /// `read` receives an entry whose dtype and shape already match the leaf's.
+///
+/// The two optional hooks let the save of sections write a leaf without a copy of it:
+/// - `contiguous` returns the leaf's C-order bytes where they already stand in memory (all of
+///   them, `nbytes_of(dtype, numel)` bytes), or an empty span to decline (say, for a
+///   column-major storage); the file is written straight from them.
+/// - `write_rows` writes the outermost rows `[first, first + count)` in C order to `out` (row
+///   `i` of a leaf of shape `[d0, d1, ...]` is its `d1 * ...` elements of index `i`); the writer
+///   calls it a bounded band of rows at a time, so that reordering needs no copy of the whole
+///   leaf. It is called only when `contiguous` is absent or declined, and never for shape `[]`.
+/// A leaf whose traits have neither hook (or decline both) is snapshotted through `write` while
+/// it is saved. The leaf types below implement both hooks, and their `write` is made of them.
 template <class T, class Enable = void>
 struct leaf_traits {};
 
@@ -113,6 +127,37 @@ dims dense_shape(const Eigen::DenseBase<Derived>& m) {
   else return {static_cast<std::int64_t>(m.rows()), static_cast<std::int64_t>(m.cols())};
 }
 
+// The number of outermost rows of a leaf of shape `shape` (a leaf of shape [] is one row).
+inline std::size_t outer_rows(const dims& shape) {
+  return shape.empty() ? 1 : static_cast<std::size_t>(shape.front());
+}
+
+// `write` of a leaf whose traits have both hooks: its contiguous bytes copied, or all its rows
+// written, so that a layout is encoded once, in `contiguous` and `write_rows`.
+template <class Traits, class T>
+void write_through_rows(const T& x, std::span<std::byte> out) {
+  if (out.empty()) return;
+  if (const std::span<const std::byte> bytes = Traits::contiguous(x); !bytes.empty())
+    std::memcpy(out.data(), bytes.data(), out.size());
+  else
+    Traits::write_rows(x, 0, outer_rows(Traits::shape(x)), out.data());
+}
+
+// C-order rows [first, first + count) of a column-major rows x cols matrix: columns of its
+// storage, the row-major cols x rows transpose. All rows at once go through the whole-matrix
+// transpose (split between two threads when large).
+template <class S>
+void column_major_rows(const S* data, std::size_t rows, std::size_t cols, std::size_t first, std::size_t count,
+                       std::byte* out) {
+  if (first == 0 && count == rows) transpose_out(out, data, rows, cols);
+  else transpose(reinterpret_cast<const std::byte*>(data + first), rows, out, cols, cols, count, sizeof(S));
+}
+
+template <class S>
+std::span<const std::byte> bytes_of(const S* data, std::size_t count) {
+  return {reinterpret_cast<const std::byte*>(data), count * sizeof(S)};
+}
+
 // Matrix and Array share everything: a plain object with contiguous storage.
 template <class T>
 struct dense_leaf_traits {
@@ -122,11 +167,21 @@ struct dense_leaf_traits {
 
   static ckpt::dtype dtype(const T&) { return checked_dtype_of<scalar_type>(); }
   static dims shape(const T& m) { return dense_shape(m); }
-  static void write(const T& m, std::span<std::byte> out) {
-    const auto rows = static_cast<std::size_t>(m.rows()), cols = static_cast<std::size_t>(m.cols());
-    if (c_ordered(m)) copy_out(out.data(), m.data(), rows * cols);
-    else transpose_out(out.data(), m.data(), rows, cols);
+  static std::span<const std::byte> contiguous(const T& m) {
+    if (!c_ordered(m)) return {};
+    return bytes_of(m.data(), static_cast<std::size_t>(m.size()));
   }
+  static void write_rows(const T& m, std::size_t first, std::size_t count, std::byte* out) {
+    const auto rows = static_cast<std::size_t>(m.rows()), cols = static_cast<std::size_t>(m.cols());
+    if (c_ordered(m)) {
+      // A row of shape [n] is one element; of shape [rows, cols], `cols` elements.
+      const std::size_t row = dense_shape(m).size() == 1 ? 1 : cols;
+      copy_out(out, m.data() + first * row, count * row);
+    } else {
+      column_major_rows(m.data(), rows, cols, first, count, out);
+    }
+  }
+  static void write(const T& m, std::span<std::byte> out) { write_through_rows<dense_leaf_traits>(m, out); }
   static void read(T& m, const tensor& in) {
     const auto rows = static_cast<std::size_t>(m.rows()), cols = static_cast<std::size_t>(m.cols());
     if (c_ordered(m)) copy_in(m.data(), in.bytes().data(), rows * cols);
@@ -158,20 +213,32 @@ struct tensor_leaf_traits {
     for (int i = 0; i < rank; ++i) out[i] = static_cast<std::int64_t>(t.dimension(i));
     return out;
   }
-  static void write(const T& t, std::span<std::byte> out) {
-    const auto count = static_cast<std::size_t>(t.size());
+  static std::span<const std::byte> contiguous(const T& t) {
+    if constexpr (is_row_major || rank <= 1) return bytes_of(t.data(), static_cast<std::size_t>(t.size()));
+    else return {};
+  }
+  static void write_rows(const T& t, std::size_t first, std::size_t count, std::byte* out) {
     if constexpr (is_row_major || rank <= 1) {
-      copy_out(out.data(), t.data(), count);
+      std::size_t row = 1;
+      for (int i = 1; i < rank; ++i) row *= static_cast<std::size_t>(t.dimension(i));
+      copy_out(out, t.data() + first * row, count * row);
     } else if constexpr (rank == 2) {
-      transpose_out(out.data(), t.data(), static_cast<std::size_t>(t.dimension(0)), static_cast<std::size_t>(t.dimension(1)));
+      column_major_rows(t.data(), static_cast<std::size_t>(t.dimension(0)), static_cast<std::size_t>(t.dimension(1)),
+                        first, count, out);
     } else {
-      using row_major = Eigen::Tensor<scalar_type, rank, Eigen::RowMajor, Eigen::Index>;
-      using col_major = Eigen::Tensor<const scalar_type, rank, Eigen::ColMajor, Eigen::Index>;
-      Eigen::TensorMap<col_major> source(t.data(), extents(t));
-      Eigen::TensorMap<row_major>(reinterpret_cast<scalar_type*>(out.data()), extents(t)) =
-          source.swap_layout().shuffle(reversed());
+      // Higher ranks reverse all axes of a slice of outermost rows: Eigen's shuffle does it.
+      using source_type = Eigen::Tensor<const scalar_type, rank, Eigen::ColMajor, Eigen::Index>;
+      using target_type = Eigen::Tensor<scalar_type, rank, Eigen::RowMajor, Eigen::Index>;
+      auto sizes = extents(t);
+      std::array<Eigen::Index, rank> offsets{};
+      offsets[0] = static_cast<Eigen::Index>(first);
+      Eigen::TensorMap<source_type> source(t.data(), sizes);
+      sizes[0] = static_cast<Eigen::Index>(count);
+      Eigen::TensorMap<target_type>(reinterpret_cast<scalar_type*>(out), sizes) =
+          source.slice(offsets, sizes).swap_layout().shuffle(reversed());
     }
   }
+  static void write(const T& t, std::span<std::byte> out) { write_through_rows<tensor_leaf_traits>(t, out); }
   static void read(T& t, const tensor& in) {
     const auto count = static_cast<std::size_t>(t.size());
     const auto* bytes = in.bytes().data();
@@ -219,6 +286,7 @@ template <class S>
 struct leaf_traits<S, std::enable_if_t<std::is_arithmetic_v<S> || scalar<S>>> {
   static ckpt::dtype dtype(const S&) { return detail::checked_dtype_of<S>(); }
   static dims shape(const S&) { return {}; }
+  static std::span<const std::byte> contiguous(const S& x) { return detail::bytes_of(&x, 1); }
   static void write(const S& x, std::span<std::byte> out) { detail::copy_out(out.data(), &x, 1); }
   static void read(S& x, const tensor& in) { detail::copy_in(&x, in.bytes().data(), 1); }
 };
@@ -296,11 +364,22 @@ template <>
 struct leaf_traits<tensor> {
   static ckpt::dtype dtype(const tensor& x) { return x.dtype(); }
   static dims shape(const tensor& x) { return dims(x.shape().begin(), x.shape().end()); }
+  static std::span<const std::byte> contiguous(const tensor& x) { return x.bytes(); }
   static void write(const tensor& x, std::span<std::byte> out) {
     if (!out.empty()) std::memcpy(out.data(), x.bytes().data(), out.size());
   }
   static void read(tensor& x, const tensor& in) { x = in; }
 };
+
+namespace detail {
+// Whether a leaf's traits have the optional hooks of the save of sections (see leaf_traits).
+template <class L>
+concept has_contiguous = requires(const L& x) {
+  { leaf_traits<L>::contiguous(x) } -> std::convertible_to<std::span<const std::byte>>;
+};
+template <class L>
+concept has_write_rows = requires(const L& x, std::size_t n, std::byte* out) { leaf_traits<L>::write_rows(x, n, n, out); };
+}  // namespace detail
 
 /// The dtype of the entry `x` becomes.
 /// \throws nothing for Eigen leaves and scalars.

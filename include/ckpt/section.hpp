@@ -24,62 +24,37 @@ namespace ckpt {
 
 namespace detail {
 
-// An entry that refers to a live leaf: row-major leaves are written straight from their storage,
-// column-major ones reordered a run of rows at a time; other leaf types are snapshotted.
+// An entry that refers to a live leaf, through its traits' optional hooks: its bytes where they
+// stand in C order (`contiguous`), else a band of rows at a time (`write_rows`), else a snapshot
+// made by `write`.
 template <leaf L>
 entry_source live_source(std::string name, const L& x) {
+  using traits = leaf_traits<L>;
   entry_source out;
   out.name = std::move(name);
-  out.dtype = leaf_traits<L>::dtype(x);
-  out.shape = leaf_traits<L>::shape(x);
+  out.dtype = traits::dtype(x);
+  out.shape = traits::shape(x);
   out.nbytes = nbytes_of(out.dtype, numel_of(out.shape));
-  const auto as_bytes = [](const auto* data, std::size_t n) {
-    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), n);
-  };
-  if constexpr (std::is_same_v<L, tensor>) {
-    out.contiguous = x.bytes();
-  } else if constexpr (std::is_arithmetic_v<L> || scalar<L>) {
-    out.contiguous = as_bytes(&x, out.nbytes);
-  } else if constexpr (std::is_base_of_v<Eigen::PlainObjectBase<L>, L>) {
-    if (dense_leaf_traits<L>::c_ordered(x)) {
-      out.contiguous = as_bytes(x.data(), out.nbytes);
-    } else {
-      // Column-major r x c: rows [first, first + count) of the C-order matrix are a band of the
-      // row-major c x r storage, transposed.
-      out.write_rows = [&x](std::size_t first, std::size_t count, std::byte* dst) {
-        using S = typename L::Scalar;
-        const auto r = static_cast<std::size_t>(x.rows()), c = static_cast<std::size_t>(x.cols());
-        transpose(reinterpret_cast<const std::byte*>(x.data() + first), r, dst, c, c, count, sizeof(S));
-      };
+  if (out.nbytes == 0) return out;
+  if constexpr (has_contiguous<L>) {
+    out.contiguous = traits::contiguous(x);
+    if (!out.contiguous.empty()) {
+      if (out.contiguous.size() != out.nbytes)
+        throw std::invalid_argument("ckpt: save: leaf_traits::contiguous gave " + std::to_string(out.contiguous.size()) +
+                                    " bytes for entry '" + out.name + "' of " + std::to_string(out.nbytes) + " bytes");
+      return out;
     }
-  } else if constexpr (requires { tensor_leaf_traits<L>::rank; }) {
-    using traits = tensor_leaf_traits<L>;
-    using S = typename L::Scalar;
-    if constexpr (traits::is_row_major || traits::rank <= 1) {
-      out.contiguous = as_bytes(x.data(), out.nbytes);
-    } else if constexpr (traits::rank == 2) {
-      out.write_rows = [&x](std::size_t first, std::size_t count, std::byte* dst) {
-        const auto r = static_cast<std::size_t>(x.dimension(0)), c = static_cast<std::size_t>(x.dimension(1));
-        transpose(reinterpret_cast<const std::byte*>(x.data() + first), r, dst, c, c, count, sizeof(S));
-      };
-    } else {
-      out.write_rows = [&x](std::size_t first, std::size_t count, std::byte* dst) {
-        constexpr int rank = traits::rank;
-        using source_type = Eigen::Tensor<const S, rank, Eigen::ColMajor, Eigen::Index>;
-        using target_type = Eigen::Tensor<S, rank, Eigen::RowMajor, Eigen::Index>;
-        auto extents = traits::extents(x);
-        std::array<Eigen::Index, rank> offsets{};
-        offsets[0] = static_cast<Eigen::Index>(first);
-        Eigen::TensorMap<source_type> source(x.data(), extents);
-        extents[0] = static_cast<Eigen::Index>(count);
-        Eigen::TensorMap<target_type>(reinterpret_cast<S*>(dst), extents) =
-            source.slice(offsets, extents).swap_layout().shuffle(traits::reversed());
-      };
-    }
-  } else {
-    out.keep_alive = to_tensor(x);
-    out.contiguous = out.keep_alive.bytes();
   }
+  if constexpr (has_write_rows<L>) {
+    if (!out.shape.empty()) {
+      out.write_rows = [&x](std::size_t first, std::size_t count, std::byte* dst) {
+        traits::write_rows(x, first, count, dst);
+      };
+      return out;
+    }
+  }
+  out.keep_alive = to_tensor(x);
+  out.contiguous = out.keep_alive.bytes();
   return out;
 }
 
@@ -99,6 +74,10 @@ class section {
  public:
   /// The leaves of `params`, named as by `of_params(params, prefix)`. Only references are kept:
   /// `params` must outlive the section and not change until `save(path, {sections})` returns.
+  /// Leaves stream through the optional hooks of their `leaf_traits` (see ckpt/leaf.hpp); a leaf
+  /// type without them is snapshotted.
+  /// \throws std::invalid_argument if a `leaf_traits::contiguous` gives a span of another size
+  /// than the entry's.
   /// \throws std::bad_alloc
   template <class P>
     requires(!std::is_same_v<P, checkpoint> && named<P>)
