@@ -14,21 +14,29 @@ void check_leaf_names(std::vector<std::string> names, std::string_view function)
                                 *duplicate + "'");
 }
 
-void throw_missing_entry(std::string_view function, std::string_view name) {
-  throw std::invalid_argument("ckpt: " + std::string(function) + ": no entry named '" + std::string(name) + "'");
-}
-
-void throw_shape_mismatch(std::string_view function, std::string_view name,
-                          std::span<const std::int64_t> entry, std::span<const std::int64_t> leaf) {
-  throw std::invalid_argument("ckpt: " + std::string(function) + ": entry '" + std::string(name) + "' has shape " +
-                              to_string(entry) + " but the template's leaf has shape " +
-                              to_string(leaf));
-}
-
-void throw_dtype_mismatch(std::string_view function, std::string_view name, dtype entry, dtype leaf) {
-  throw std::invalid_argument("ckpt: " + std::string(function) + ": entry '" + std::string(name) + "' has dtype " +
-                              std::string(to_string(entry)) + " but the template's leaf has dtype " +
-                              std::string(to_string(leaf)) + " (pass cast = true to convert)");
+std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves, bool cast,
+                                            std::string_view function) {
+  std::vector<std::string> names;
+  names.reserve(leaves.size());
+  for (const leaf_read& leaf : leaves) names.push_back(leaf.name);
+  check_leaf_names(std::move(names), function);
+  const std::string prefix = "ckpt: " + std::string(function) + ": ";
+  std::vector<const tensor*> entries;
+  entries.reserve(leaves.size());
+  for (const leaf_read& leaf : leaves) {
+    const tensor* entry = t.find(leaf.name);
+    if (!entry) throw std::invalid_argument(prefix + "no entry named '" + leaf.name + "'");
+    if (!std::ranges::equal(entry->shape(), leaf.shape))
+      throw std::invalid_argument(prefix + "entry '" + leaf.name + "' has shape " + to_string(entry->shape()) +
+                                  " but the template's leaf has shape " + to_string(leaf.shape));
+    if (entry->dtype() != leaf.dtype && !cast)
+      throw std::invalid_argument(prefix + "entry '" + leaf.name + "' has dtype " +
+                                  std::string(to_string(entry->dtype())) + " but the template's leaf has dtype " +
+                                  std::string(to_string(leaf.dtype)) + " (pass cast = true to convert)");
+    if (!can_cast(entry->dtype(), leaf.dtype)) (void)ckpt::cast(*entry, leaf.dtype);  // throws cast's own message
+    entries.push_back(entry);
+  }
+  return entries;
 }
 
 }  // namespace ckpt::detail

@@ -244,21 +244,16 @@ template <class P>
 /// leaf in `params`, or `optim.step` is missing or malformed (the message names the entry).
 template <class P>
 void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state) {
-  // Every entry is checked before anything changes; then the parameters are filled in place and
-  // the moments in copies of them (`state` may hold nothing yet).
+  // The moments are extracted into copies of the parameters (`state` may hold nothing yet) and
+  // the step read before the parameters are filled in place, which checks all of them first.
   constexpr std::string_view function = "restore_training_state";
-  detail::check_extraction(t, params, {.prefix = "model"}, function);
-  detail::check_extraction(t, params, {.prefix = "optim.mu"}, function);
-  detail::check_extraction(t, params, {.prefix = "optim.nu"}, function);
+  P mu = to_params(t, params, {.prefix = "optim.mu", .function = function});
+  P nu = to_params(t, params, {.prefix = "optim.nu", .function = function});
   const std::int64_t step = to_int(detail::step_entry_name(), t);
   if (step < 0)
     throw std::invalid_argument("ckpt: restore_training_state: entry '" + std::string(detail::step_entry_name()) +
                                 "' holds the negative step " + std::to_string(step));
-  P mu = params;
-  P nu = params;
-  detail::copy_entries(t, mu, {.prefix = "optim.mu"});
-  detail::copy_entries(t, nu, {.prefix = "optim.nu"});
-  detail::copy_entries(t, params, {.prefix = "model"});
+  read_params(t, params, {.prefix = "model", .function = function});
   state.mu = std::move(mu);
   state.nu = std::move(nu);
   state.step = step;

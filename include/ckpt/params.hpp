@@ -7,6 +7,8 @@
 #include <ckpt/named.hpp>
 
 #include <algorithm>
+#include <functional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -15,12 +17,16 @@
 
 namespace ckpt {
 
-/// Options of `to_params`.
+/// Options of `to_params` and `read_params`.
 struct extract_options {
   /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf).
   std::string_view prefix;
   /// Convert entries whose dtype differs from the leaf's instead of raising.
   bool cast = false;
+  /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the extracting
+  /// function's own name. A function built on `to_params` or `read_params` (as
+  /// `restore_training_state`) reports its errors under its own name this way.
+  std::string_view function = {};
 };
 
 namespace detail {
@@ -37,12 +43,53 @@ inline std::string join_name(std::string_view prefix, std::string_view name) {
 // Kaun's rule for P.names: one name per leaf, distinct and non-empty.
 void check_leaf_names(std::vector<std::string> names, std::string_view function);
 
-[[noreturn]] void throw_missing_entry(std::string_view function, std::string_view name);
-[[noreturn]] void throw_shape_mismatch(std::string_view function, std::string_view name,
-                                       std::span<const std::int64_t> entry,
-                                       std::span<const std::int64_t> leaf);
-[[noreturn]] void throw_dtype_mismatch(std::string_view function, std::string_view name, dtype entry,
-                                       dtype leaf);
+// One leaf of an extraction: its entry's name, its dtype and shape, and how to read an entry into it.
+struct leaf_read {
+  std::string name;
+  ckpt::dtype dtype;
+  dims shape;
+  std::function<void(const tensor& entry)> read;
+};
+
+// Everything that can go wrong with an extraction, checked before any leaf is written: the names,
+// then each leaf's entry (present, same shape, same dtype or castable as `cast` allows). Returns
+// the entry of each leaf, in order.
+std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves, bool cast,
+                                            std::string_view function);
+
+// Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another.
+template <leaf L>
+void read_leaf(L& x, const tensor& entry) {
+  const dtype type = leaf_traits<L>::dtype(x);
+  if (entry.dtype() != type) {
+    leaf_traits<L>::read(x, cast(entry, type));
+  } else if constexpr (std::is_same_v<L, tensor>) {
+    leaf_traits<L>::read(x, entry);  // a view: nothing is read now
+  } else {
+    entry.prefetch_pages();
+    leaf_traits<L>::read(x, entry);
+    // The leaf holds its own copy now: the file's pages need not stay in memory too.
+    entry.release_pages();
+  }
+}
+
+// The one walk of an extraction: names every leaf of `params` and notes how to fill it, checks
+// every entry, and only then copies each entry into its leaf, so that a failed extraction leaves
+// `params` as it was.
+template <class P>
+void extract(const checkpoint& t, P& params, const extract_options& opts, std::string_view function) {
+  std::vector<leaf_read> leaves;
+  for_each_leaf(
+      [&](std::string_view leaf_name, auto& x) {
+        using leaf_type = std::remove_cvref_t<decltype(x)>;
+        leaves.push_back({join_name(opts.prefix, leaf_name), leaf_traits<leaf_type>::dtype(x),
+                          leaf_traits<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); }});
+      },
+      params);
+  const std::vector<const tensor*> entries =
+      check_extraction(t, leaves, opts.cast, opts.function.empty() ? function : opts.function);
+  for (std::size_t i = 0; i < leaves.size(); ++i) leaves[i].read(*entries[i]);
+}
 
 }  // namespace detail
 
@@ -71,59 +118,6 @@ template <leaf L>
   return of_tensor(name, to_tensor(x));
 }
 
-namespace detail {
-
-// Everything that can go wrong with an extraction, checked before any leaf is written, so that a
-// failed read_params leaves the parameters as they were.
-template <class P>
-void check_extraction(const checkpoint& t, const P& like, const extract_options& opts,
-                      std::string_view function) {
-  std::vector<std::string> names;
-  for_each_leaf([&](std::string_view leaf_name, const auto&) { names.push_back(join_name(opts.prefix, leaf_name)); },
-                like);
-  check_leaf_names(names, function);
-  auto name = names.begin();
-  for_each_leaf(
-      [&](std::string_view, const auto& x) {
-        using leaf_type = std::remove_cvref_t<decltype(x)>;
-        const tensor* entry = t.find(*name);
-        if (!entry) throw_missing_entry(function, *name);
-        const dims shape = leaf_traits<leaf_type>::shape(x);
-        if (!std::ranges::equal(entry->shape(), shape)) throw_shape_mismatch(function, *name, entry->shape(), shape);
-        const dtype type = leaf_traits<leaf_type>::dtype(x);
-        if (entry->dtype() != type && !opts.cast) throw_dtype_mismatch(function, *name, entry->dtype(), type);
-        if (!can_cast(entry->dtype(), type)) (void)cast(*entry, type);  // throws cast's own message
-        ++name;
-      },
-      like);
-}
-
-// Copies each entry into its leaf, once; check_extraction has vouched for every one.
-template <class P>
-void copy_entries(const checkpoint& t, P& params, const extract_options& opts) {
-  for_each_leaf(
-      [&](std::string_view leaf_name, auto& x) {
-        using leaf_type = std::remove_cvref_t<decltype(x)>;
-        const tensor& entry = *t.find(join_name(opts.prefix, leaf_name));
-        const dtype type = leaf_traits<leaf_type>::dtype(x);
-        if (entry.dtype() != type) {
-          leaf_traits<leaf_type>::read(x, cast(entry, type));
-          return;
-        }
-        if constexpr (std::is_same_v<leaf_type, tensor>) {
-          leaf_traits<leaf_type>::read(x, entry);  // a view: nothing is read now
-        } else {
-          entry.prefetch_pages();
-          leaf_traits<leaf_type>::read(x, entry);
-          // The leaf holds its own copy now: the file's pages need not stay in memory too.
-          entry.release_pages();
-        }
-      },
-      params);
-}
-
-}  // namespace detail
-
 /// `like` with every leaf replaced by the entry of `t` of the same name (prefixed as in
 /// `of_params`). `like` supplies structure, names, dtypes and shapes; its values are discarded.
 /// Entries `like` does not name are ignored. Entries are copied once into the leaves, reordered
@@ -135,9 +129,8 @@ void copy_entries(const checkpoint& t, P& params, const extract_options& opts) {
 template <class P>
 [[nodiscard]] P to_params(const checkpoint& t, const P& like, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: to_params needs a named structure or a leaf");
-  detail::check_extraction(t, like, opts, "to_params");
   P out = like;
-  detail::copy_entries(t, out, opts);
+  detail::extract(t, out, opts, "to_params");
   return out;
 }
 
@@ -148,8 +141,7 @@ template <class P>
 template <class P>
 void read_params(const checkpoint& t, P& params, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: read_params needs a named structure or a leaf");
-  detail::check_extraction(t, params, opts, "read_params");
-  detail::copy_entries(t, params, opts);
+  detail::extract(t, params, opts, "read_params");
 }
 
 }  // namespace ckpt
