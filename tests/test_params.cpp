@@ -445,4 +445,10 @@ BOOST_AUTO_TEST_CASE(read_params_changes_nothing_when_an_entry_is_wrong) {
   BOOST_TEST((live.l1.b == before.l1.b));
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(ckpt::checkpoint{}, live); }) ==
              "ckpt: read_params: no entry named 'l1.w'");
+  // A function built on the extraction reports under its own name.
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               ckpt::read_params(ckpt::checkpoint{}, live, {.prefix = "m", .function = "load_model"});
+             }) == "ckpt: load_model: no entry named 'm.l1.w'");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(ckpt::checkpoint{}, live); }) ==
+             "ckpt: to_params: no entry named 'l1.w'");
 }
