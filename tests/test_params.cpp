@@ -216,7 +216,7 @@ BOOST_AUTO_TEST_CASE(bools_read_any_nonzero_byte_as_true) {
   const std::array<std::uint8_t, 4> raw{0, 1, 2, 255};
   const auto t = ckpt::of_tensor("m", ckpt::tensor::copy_of(ckpt::dtype::boolean, {2, 2}, std::as_bytes(std::span(raw))));
   const Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic> col =
-      ckpt::to_params(t, Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic>(2, 2), {.prefix = "m"});
+      ckpt::to_params(t, Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic>(Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic>::Zero(2, 2)), {.prefix = "m"});
   BOOST_TEST(!col(0, 0));
   BOOST_TEST(col(0, 1));
   BOOST_TEST(col(1, 0));
