@@ -161,7 +161,7 @@ void row1(const config& c, const row_model& m) {
   auto fresh_once = [&] {
     std::optional<ckpt::checkpoint> t;
     s_of_params.add(measure([&] { t = ckpt::of_params(m, "model"); }));
-    s_bare.add(measure([&] { manager.save_async(++step, *t); }));
+    s_bare.add(measure([&] { manager.save_async(++step, {*t}); }));
     t.reset();  // the background write holds its own reference
     s_call.seconds.push_back(s_of_params.seconds.back() + s_bare.seconds.back());
     s_call.extra_mib.push_back(s_of_params.extra_mib.back());

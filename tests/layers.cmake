@@ -51,9 +51,9 @@ set(layer_memory 1)
 set(layer_transpose 1)
 set(layer_safetensors 2)
 set(layer_hf_index 2)
-set(layer_manager_common 4)
 set(layer_manager_core 4)
 set(layer_common 4)  # src/mpi/common.hpp
+set(layer_step 4)  # src/mpi/step.hpp
 
 # The public headers `file` reaches, itself and through the private headers it includes.
 function(reached file out)

@@ -184,8 +184,8 @@ BOOST_AUTO_TEST_CASE(list_steps_reads_the_manager_s_file_names_only) {
   BOOST_TEST(ckpt::list_steps(d.path()).empty());
   {
     ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
-    m.save(10, sample());
-    m.save(3000000000, sample());
+    m.save(10, {sample()});
+    m.save(3000000000, {sample()});
     // The manager names the files; the free function names them the same way.
     BOOST_TEST(ckpt::checkpoint_path(d.path() / "run", 10) == m.path_of(10));
     // Read-only and lock-free: listing works while the manager holds the folder.
@@ -347,8 +347,8 @@ BOOST_AUTO_TEST_CASE(a_manager_folder_lists_its_steps) {
   const temp_dir d;
   {
     ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
-    m.save(5, sample());
-    m.save(12, ckpt::of_tensor("l1.b", f32({2}, {1, 2})));
+    m.save(5, {sample()});
+    m.save(12, {ckpt::of_tensor("l1.b", f32({2}, {1, 2}))});
   }
   const auto wall_time = [&](std::int64_t step) {
     return ckpt::load(ckpt::checkpoint_path(d.path() / "run", step)).metadata().at("wall_time");
@@ -413,7 +413,7 @@ BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
   const temp_dir d;
   {
     ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
-    for (const std::int64_t step : {1, 2, 3}) m.save(step, sample());
+    for (const std::int64_t step : {1, 2, 3}) m.save(step, {sample()});
   }
   const result ok = run(d.path(), {"verify", "run"});
   BOOST_TEST(ok.status == 0);

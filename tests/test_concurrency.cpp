@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(a_background_save_is_independent_of_the_live_parameters) {
   for (int step = 1; step <= 4; ++step) {
     live = make_model(static_cast<float>(step));
     saved.push_back(live);
-    BOOST_TEST(manager.save_async(step, ckpt::of_params(live)));
+    BOOST_TEST(manager.save_async(step, {ckpt::of_params(live)}));
     // The trainer goes on changing its parameters while the write runs.
     for (auto& l : live.layers) l.w.array() += 1.0f;
   }

@@ -133,8 +133,8 @@ ckpt::checkpoint checkpoint_of(std::int64_t step) {
     for (;;) {
       ++step;
       const ckpt::checkpoint t = checkpoint_of(step);
-      if (background) manager.save_async(step, t);
-      else manager.save(step, t);
+      if (background) manager.save_async(step, {t});
+      else manager.save(step, {t});
       shared->saves.fetch_add(1);
     }
   } catch (const std::exception& e) {

@@ -222,7 +222,7 @@ BOOST_AUTO_TEST_CASE(the_manager_writes_digests_by_default_and_verifies_them) {
   const temp_dir s(temp_dir::absent);
   {
     ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
-    m.save(1, sample());
+    m.save(1, {sample()});
     const fs::path path = m.path_of(1);
     std::string file = read_bytes(path);
     BOOST_TEST(ckpt::load(path).metadata().at(key) == digest_of_data(file));
@@ -236,7 +236,7 @@ BOOST_AUTO_TEST_CASE(the_manager_writes_digests_by_default_and_verifies_them) {
     BOOST_TEST(m.load(1, {.verify_digest = false}).names() == sample().names());
   }
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0, .digest = false});
-  m.save(2, sample());
+  m.save(2, {sample()});
   BOOST_TEST(!m.load(2).metadata().contains(key));
   BOOST_TEST(folder_listing(s.path()) ==
              (std::vector<std::string>{".ckpt-manager.lock", "ckpt-0000000001.safetensors", "ckpt-0000000002.safetensors"}));

@@ -175,9 +175,9 @@ BOOST_AUTO_TEST_CASE(a_save_fsyncs_the_file_then_renames_then_fsyncs_the_folder)
 BOOST_AUTO_TEST_CASE(the_manager_deletes_old_checkpoints_only_after_the_new_one_is_durable) {
   const temp_dir s;
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1});
-  m.save(1, as_checkpoint(make_state(1)));
+  m.save(1, {as_checkpoint(make_state(1))});
   plan.events.clear();
-  m.save(2, as_checkpoint(make_state(2)));
+  m.save(2, {as_checkpoint(make_state(2))});
   const fs::path second = m.path_of(2);
   BOOST_REQUIRE(plan.events.size() == 6u);
   BOOST_TEST(plan.events[0] == "writev");
@@ -195,12 +195,12 @@ BOOST_AUTO_TEST_CASE(a_retention_a_crash_interrupted_is_finished_before_the_next
   const temp_dir s;
   {
     ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
-    for (std::int64_t step = 1; step <= 3; ++step) m.save(step, as_checkpoint(make_state(1)));
+    for (std::int64_t step = 1; step <= 3; ++step) m.save(step, {as_checkpoint(make_state(1))});
   }
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2});
   BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2, 3}));  // opening deletes nothing
   plan = {};
-  m.save(4, as_checkpoint(make_state(4)));
+  m.save(4, {as_checkpoint(make_state(4))});
   BOOST_REQUIRE(plan.events.size() >= 2u);
   BOOST_TEST(plan.events.front() == "unlink " + m.path_of(1).string());  // before the first write
   BOOST_TEST(plan.events[1] == "writev");
@@ -299,13 +299,13 @@ BOOST_AUTO_TEST_CASE(a_failing_folder_fsync_is_reported_with_the_new_file_in_pla
 BOOST_AUTO_TEST_CASE(a_manager_save_that_fails_keeps_every_checkpoint) {
   const temp_dir s;
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2});
-  m.save(1, as_checkpoint(make_state(1)));
-  m.save(2, as_checkpoint(make_state(2)));
+  m.save(1, {as_checkpoint(make_state(1))});
+  m.save(2, {as_checkpoint(make_state(2))});
   const std::string one = read_bytes(m.path_of(1)), two = read_bytes(m.path_of(2));
   plan = {};
   plan.fail_writev_at = 3;
   plan.writev_errno = ENOSPC;
-  BOOST_TEST(message_of<ckpt::io_error>([&] { m.save(3, as_checkpoint(make_state(3))); }) ==
+  BOOST_TEST(message_of<ckpt::io_error>([&] { m.save(3, {as_checkpoint(make_state(3))}); }) ==
              "ckpt: cannot write '" + m.path_of(3).string() + "': No space left on device");
   BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2}));
   BOOST_TEST((read_bytes(m.path_of(1)) == one));
@@ -314,7 +314,7 @@ BOOST_AUTO_TEST_CASE(a_manager_save_that_fails_keeps_every_checkpoint) {
   // The same in the background: the error surfaces at wait().
   plan = {};
   plan.fail_file_fsync = EIO;
-  m.save_async(3, as_checkpoint(make_state(3)));
+  m.save_async(3, {as_checkpoint(make_state(3))});
   BOOST_TEST(message_of<ckpt::io_error>([&] { m.wait(); }) ==
              "ckpt: cannot fsync '" + m.path_of(3).string() + "': Input/output error");
   BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2}));
@@ -322,11 +322,11 @@ BOOST_AUTO_TEST_CASE(a_manager_save_that_fails_keeps_every_checkpoint) {
   // A deletion that fails: the new checkpoint is in place, the old one still listed.
   plan = {};
   plan.fail_unlink = EIO;
-  BOOST_TEST(message_of<ckpt::io_error>([&] { m.save(3, as_checkpoint(make_state(3))); }) ==
+  BOOST_TEST(message_of<ckpt::io_error>([&] { m.save(3, {as_checkpoint(make_state(3))}); }) ==
              "ckpt: cannot remove '" + m.path_of(1).string() + "': Input/output error");
   BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1, 2, 3}));
   plan = {};
-  m.save(4, as_checkpoint(make_state(4)));  // and the next save's retention catches up
+  m.save(4, {as_checkpoint(make_state(4))});  // and the next save's retention catches up
   BOOST_TEST(m.steps() == (std::vector<std::int64_t>{3, 4}));
   BOOST_TEST((ckpt::to_params(*m.load_latest(), make_state(0), {.prefix = "m"}).w == make_state(4).w));
 }

@@ -42,7 +42,7 @@ BOOST_AUTO_TEST_CASE(files_are_numbered_and_carry_metadata) {
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
   BOOST_TEST(!m.latest_step().has_value());
   BOOST_TEST(!m.load_latest().has_value());
-  BOOST_TEST(m.save(42, value(1.0f), {{"loss", "0.5"}}));
+  BOOST_TEST(m.save(42, {value(1.0f)}, {{"loss", "0.5"}}));
   BOOST_TEST(fs::exists(s.path() / "ckpt-0000000042.safetensors"));
   BOOST_TEST(m.path_of(42) == s.path() / "ckpt-0000000042.safetensors");
   const ckpt::checkpoint c = ckpt::load(s.path() / "ckpt-0000000042.safetensors");
@@ -54,10 +54,14 @@ BOOST_AUTO_TEST_CASE(files_are_numbered_and_carry_metadata) {
   BOOST_TEST((m.latest_step() == 42));
   BOOST_TEST(m.load(42).get("w").as<float>()[0] == 1.0f);
   BOOST_CHECK_THROW((void)m.load(41), std::invalid_argument);
-  BOOST_CHECK_THROW(m.save(41, value(0)), std::invalid_argument);  // older than the latest
-  BOOST_CHECK_THROW(m.save(-1, value(0)), std::invalid_argument);
-  BOOST_TEST(m.save(42, value(2.0f)));  // the latest step again replaces it
-  BOOST_TEST(m.load(42).get("w").as<float>()[0] == 2.0f);
+  BOOST_CHECK_THROW(m.save(41, {value(0)}), std::invalid_argument);  // older than the latest
+  BOOST_CHECK_THROW(m.save(-1, {value(0)}), std::invalid_argument);
+  // A saved step is never rewritten (the rule of both managers), in the background neither.
+  const std::string again = "ckpt: checkpoint_manager: step 42 is not newer than the latest step in '" +
+                            s.path().string() + "' (step 42)";
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { m.save(42, {value(2.0f)}); }) == again);
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { m.save_async(42, {value(2.0f)}); }) == again);
+  BOOST_TEST(m.load(42).get("w").as<float>()[0] == 1.0f);
 }
 
 BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
@@ -66,10 +70,10 @@ BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
   BOOST_TEST(m.should_save(0));
   BOOST_TEST(!m.should_save(5));
   BOOST_TEST(m.should_save(20));
-  BOOST_TEST(!m.save(5, value(0)));
-  BOOST_TEST(m.save(10, value(0)));
-  BOOST_TEST(!m.save_async(15, value(0)));
-  BOOST_TEST(m.save(17, value(0), {}, true));
+  BOOST_TEST(!m.save(5, {value(0)}));
+  BOOST_TEST(m.save(10, {value(0)}));
+  BOOST_TEST(!m.save_async(15, {value(0)}));
+  BOOST_TEST(m.save(17, {value(0)}, {}, true));
   BOOST_TEST(m.steps() == ints({10, 17}));
 }
 
@@ -86,10 +90,10 @@ BOOST_AUTO_TEST_CASE(retention_rules_together) {
     const std::vector<std::pair<std::int64_t, std::string>> saves = {
         {10, "0.9"}, {20, "0.3"}, {30, "0.8"}, {40, "0.7"}, {50, "0.2"},
         {60, "0.6"}, {70, "0.5"}, {80, "0.95"}, {90, "0.4"}, {100, "0.45"}};
-    for (const auto& [step, loss] : saves) m.save(step, value(0), {{"val_loss", loss}});
+    for (const auto& [step, loss] : saves) m.save(step, {value(0)}, {{"val_loss", loss}});
     // newest 2: 90, 100; multiples of 40: 40, 80; best 2: 50 (0.2), 20 (0.3).
     BOOST_TEST(m.steps() == ints({20, 40, 50, 80, 90, 100}));
-    BOOST_CHECK_THROW(m.save(110, value(0), {{"val_loss", "low"}}), std::invalid_argument);
+    BOOST_CHECK_THROW(m.save(110, {value(0)}, {{"val_loss", "low"}}), std::invalid_argument);
   }
   touch(s.path() / "notes.txt");
   touch(s.path() / "ckpt-7.safetensors");  // not our spelling: not ours
@@ -97,8 +101,8 @@ BOOST_AUTO_TEST_CASE(retention_rules_together) {
     // A new manager ranks the existing files by the metric in their headers.
     ckpt::checkpoint_manager m(s.path(), options);
     BOOST_TEST(m.steps() == ints({20, 40, 50, 80, 90, 100}));
-    m.save(110, value(0), {{"val_loss", "0.1"}});
-    m.save(120, value(0));  // no metric: does not compete
+    m.save(110, {value(0)}, {{"val_loss", "0.1"}});
+    m.save(120, {value(0)});  // no metric: does not compete
     // newest 2: 110, 120; multiples of 40: 40, 80, 120; best 2: 110 (0.1), 50 (0.2).
     BOOST_TEST(m.steps() == ints({40, 50, 80, 110, 120}));
   }
@@ -106,7 +110,7 @@ BOOST_AUTO_TEST_CASE(retention_rules_together) {
   BOOST_TEST(fs::exists(s.path() / "ckpt-7.safetensors"));
   {
     ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .best_mode = ckpt::metric_mode::max});
-    m.save(130, value(0));
+    m.save(130, {value(0)});
     BOOST_TEST(m.steps() == ints({130}));
   }
   BOOST_TEST(folder_listing(s.path()) == (std::vector<std::string>{".ckpt-manager.lock", "ckpt-0000000130.safetensors",
@@ -117,10 +121,10 @@ BOOST_AUTO_TEST_CASE(keep_best_by_max) {
   const temp_dir s(temp_dir::absent);
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .keep_best = 1, .best_metric = "acc",
                                         .best_mode = ckpt::metric_mode::max});
-  m.save(1, value(0), {{"acc", "0.5"}});
-  m.save(2, value(0), {{"acc", "0.9"}});
-  m.save(3, value(0), {{"acc", "0.7"}});
-  m.save(4, value(0), {{"acc", "0.6"}});
+  m.save(1, {value(0)}, {{"acc", "0.5"}});
+  m.save(2, {value(0)}, {{"acc", "0.9"}});
+  m.save(3, {value(0)}, {{"acc", "0.7"}});
+  m.save(4, {value(0)}, {{"acc", "0.6"}});
   BOOST_TEST(m.steps() == ints({2, 4}));
 }
 
@@ -128,7 +132,7 @@ BOOST_AUTO_TEST_CASE(latest_after_a_crash_ignores_and_cleans_temporaries) {
   const temp_dir s(temp_dir::absent);
   {
     ckpt::checkpoint_manager m(s.path());
-    m.save(100, value(1.0f));
+    m.save(100, {value(1.0f)});
   }
   // What a save killed before its rename leaves: a partial temporary of a newer step.
   touch(s.path() / ".ckpt-0000000200.safetensors.tmp-Ab3dEf", "partial");
@@ -182,7 +186,7 @@ BOOST_AUTO_TEST_CASE(async_saves_complete_in_order) {
   Eigen::VectorXf live = Eigen::VectorXf::Zero(1000);
   for (int step = 1; step <= 6; ++step) {
     live.setConstant(static_cast<float>(step));
-    BOOST_TEST(m.save_async(step, ckpt::of_tensor("w", ckpt::to_tensor(live))));
+    BOOST_TEST(m.save_async(step, {ckpt::of_tensor("w", ckpt::to_tensor(live))}));
     live.setConstant(-1.0f);  // the snapshot is already taken
   }
   m.wait();
@@ -191,25 +195,42 @@ BOOST_AUTO_TEST_CASE(async_saves_complete_in_order) {
   BOOST_TEST(m.load(4).get("w").as<float>()[0] == 4.0f);
 }
 
+BOOST_AUTO_TEST_CASE(a_background_save_is_committed_by_the_next_call) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1});
+  BOOST_TEST(m.save_async(1, {value(1.0f)}));
+  BOOST_TEST(m.steps().empty());  // written in the background, not yet committed
+  m.wait();
+  BOOST_TEST(m.steps() == ints({1}));
+  BOOST_TEST(m.save_async(2, {value(2.0f)}));
+  BOOST_TEST(m.steps() == ints({1}));
+  BOOST_TEST(m.load(2).get("w").as<float>()[0] == 2.0f);  // load commits it, and the retention runs
+  BOOST_TEST(m.steps() == ints({2}));
+  BOOST_TEST(!fs::exists(m.path_of(1)));
+  BOOST_TEST(m.save_async(3, {value(3.0f)}));
+}  // the destructor commits step 3
+
 BOOST_AUTO_TEST_CASE(async_errors_surface_at_wait_and_at_the_next_call) {
   const temp_dir s(temp_dir::absent);
   {
     ckpt::checkpoint_manager m(s.path());
-    m.save(1, value(0));
+    m.save(1, {value(0)});
     // The folder vanishes under the manager (tests run as root, so permissions would not stop
     // the write): the background write cannot create its file.
     fs::remove_all(s.path());
-    BOOST_TEST(m.save_async(2, value(0)));
+    BOOST_TEST(m.save_async(2, {value(0)}));
     BOOST_CHECK_THROW(m.wait(), ckpt::io_error);
     m.wait();  // reported once
 
-    BOOST_TEST(m.save_async(3, value(0)));
-    BOOST_CHECK_THROW((void)m.steps(), ckpt::io_error);  // surfaces at the next call
+    BOOST_TEST(m.save_async(3, {value(0)}));
+    BOOST_TEST(m.steps() == ints({1}));  // the queries never wait: step 3 is not committed
+    BOOST_TEST((m.latest_step() == 1));
+    BOOST_CHECK_THROW((void)m.load_latest(), ckpt::io_error);  // surfaces at the next call
     BOOST_TEST(m.steps() == ints({1}));
-    BOOST_TEST(m.save_async(4, value(0)));
-    BOOST_CHECK_THROW(m.save(5, value(0)), ckpt::io_error);  // step 4's error, before saving 5
-    BOOST_CHECK_THROW(m.save(5, value(0)), ckpt::io_error);  // step 5's own error
-    BOOST_TEST(m.save_async(6, value(0)));
+    BOOST_TEST(m.save_async(4, {value(0)}));
+    BOOST_CHECK_THROW(m.save(5, {value(0)}), ckpt::io_error);  // step 4's error, before saving 5
+    BOOST_CHECK_THROW(m.save(5, {value(0)}), ckpt::io_error);  // step 5's own error
+    BOOST_TEST(m.save_async(6, {value(0)}));
   }  // the destructor waits and reports the uncollected error on stderr
 }
 
@@ -236,7 +257,7 @@ BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
     ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2, .save_interval_steps = 2});
     for (int i = 0; i < 5; ++i) {
       opt.update(p, g, st);
-      m.save_async(st.step, ckpt::training_state(p, st));
+      m.save_async(st.step, {ckpt::training_state(p, st)});
     }
   }  // destruction waits
   linear q{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)};

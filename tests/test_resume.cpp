@@ -65,7 +65,7 @@ BOOST_AUTO_TEST_CASE(library_api_resume_is_bit_exact) {
     run first_half;
     first_half.train_to(total / 2);
     ckpt::checkpoint_manager manager(s.path() / "ckpt", {.max_to_keep = 2});
-    manager.save_async(first_half.state.step, ckpt::training_state(first_half.params, first_half.state));
+    manager.save_async(first_half.state.step, {ckpt::training_state(first_half.params, first_half.state)});
   }  // the process "stops": everything of the first run is gone
 
   run resumed;  // fresh parameters: only the template of the restore

@@ -176,6 +176,6 @@ BOOST_AUTO_TEST_CASE(the_manager_checks_a_live_save_before_copying_or_writing) {
   BOOST_TEST(!manager.save(5, {live}));
   BOOST_TEST(manager.save(10, {live}));
   BOOST_TEST(message_of<std::invalid_argument>([&] { manager.save_async(0, {live}, {}, true); }).find(
-                 "step 0 is older than the latest checkpoint") != std::string::npos);
+                 "step 0 is not newer than the latest step") != std::string::npos);
   BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{10}));
 }

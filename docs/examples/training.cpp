@@ -42,7 +42,7 @@ void train(mlp& params, std::int64_t steps, const std::filesystem::path& folder)
   while (state.step < steps) {
     opt.update(params, gradients(params, state.step), state);
     if (manager.should_save(state.step))  // a snapshot; the write runs in the background
-      manager.save_async(state.step, ckpt::training_state(params, state), {{"lr", "0.01"}});
+      manager.save_async(state.step, {ckpt::training_state(params, state)}, {{"lr", "0.01"}});
   }
   manager.wait();  // the last write is on disk, or its error is thrown here
 }

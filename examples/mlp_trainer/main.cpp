@@ -132,6 +132,8 @@ int run(options o) {
 
   install_signal_handlers();
   const std::int64_t first = state.step;
+  // The newest step saved; a saved step is never saved again (the manager refuses it).
+  std::optional<std::int64_t> saved = latest;
   float loss = 0;
   auto started = std::chrono::steady_clock::now();
   auto last_log = started;
@@ -150,15 +152,16 @@ int run(options o) {
       last_log_step = state.step;
     }
     // The write runs in the background while training goes on: the checkpoint is a snapshot.
-    if (manager.should_save(state.step) && state.step != o.steps)
-      manager.save_async(state.step, ckpt::training_state(params, state), metadata(loss));
+    if (manager.should_save(state.step) && state.step != o.steps &&
+        manager.save_async(state.step, {ckpt::training_state(params, state)}, metadata(loss)))
+      saved = state.step;
   }
   csv.flush();
 
   const bool stopped = state.step < o.steps;
-  if (state.step > first || !latest) {
-    // The last step and a preemption are saved whatever --save-every says.
-    manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
+  if (saved != state.step) {
+    // The last step and a preemption are saved whatever --save-every says (unless just saved).
+    manager.save(state.step, {ckpt::training_state(params, state)}, metadata(loss), /*force=*/true);
   }
   manager.wait();
   if (stopped)

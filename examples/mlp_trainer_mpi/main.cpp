@@ -117,16 +117,18 @@ int run(MPI_Comm comm, options o) {
                   static_cast<long long>(o.steps), static_cast<double>(loss), ranks);
       std::fflush(stdout);
     }
-    // Every rank offers the whole replicated state; ckpt::mpi writes each entry once (rank 0).
+    // Every rank offers the whole replicated state; ckpt::mpi writes each entry once (rank 0, in
+    // the background while training goes on; the next save or wait() commits it).
     if (manager.should_save(state.step) && state.step != o.steps)
-      manager.save(state.step, ckpt::training_state(params, state), metadata(loss));
+      manager.save_async(state.step, {ckpt::training_state(params, state)}, metadata(loss));
   }
   if (state.step > first || !latest)
-    manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
+    manager.save(state.step, {ckpt::training_state(params, state)}, metadata(loss), /*force=*/true);
+  manager.wait();
   if (rank == 0) {
     if (!o.params_out.empty()) ckpt::save(o.params_out, ckpt::of_params(params, "model"));
     std::cout << "accuracy " << exact(accuracy(params, data)) << "; last step "
-              << ckpt::mpi::step_folder(manager.folder(), state.step).string() << '\n';
+              << manager.path_of(state.step).string() << '\n';
   }
   return 0;
 }

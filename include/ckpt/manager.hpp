@@ -9,13 +9,14 @@
 /// for (...) {
 ///   opt.update(params, grads, state);
 ///   if (manager.should_save(state.step))
-///     manager.save_async(state.step, ckpt::training_state(params, state), {{"loss", "0.25"}});
+///     manager.save_async(state.step, {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
+///                                     {ckpt::of_int("optim.step", state.step)}}, {{"loss", "0.25"}});
 /// }
 /// manager.wait();
 /// \endcode
 ///
 /// Files: `<folder>/ckpt-<step, zero-padded to 10 digits>.safetensors`, written with `ckpt::save`
-/// (atomic replace), and the lock file `<folder>/.ckpt-manager.lock`. Other files in the folder
+/// (atomic), and the lock file `<folder>/.ckpt-manager.lock`. Other files in the folder
 /// are never touched; leftover temporaries of an interrupted save of its own checkpoints
 /// (`.ckpt-<step>.safetensors.tmp-XXXXXX`) are ignored and removed when the manager opens.
 
@@ -65,21 +66,142 @@ struct checkpoint_manager_options {
   bool digest = true;
 };
 
-/// Numbered checkpoints of one training run in a folder.
+namespace detail {
+class manager_state;  // src/manager_core.hpp
+}  // namespace detail
+
+/// The members and rules of both managers, `ckpt::checkpoint_manager` (one process, a file per
+/// step) and `ckpt::mpi::checkpoint_manager` (the ranks of an MPI job, a folder of shards per
+/// step): numbered steps of one training run in a folder, kept by the retention rules of
+/// `checkpoint_manager_options`. In the MPI manager, every member but `folder`, `options`,
+/// `should_save`, `path_of`, `steps` and `latest_step` is collective: call it on every rank, in
+/// the same order, with the same step; its errors are thrown on every rank alike.
+///
+/// **Saving a step again.** A saved step is never rewritten: `save` and `save_async` refuse a
+/// step that is not newer than `latest_step()`. So a reader (a tool listing the folder, another
+/// process loading the latest checkpoint, a job restarting on another number of ranks) never
+/// sees a step's contents change under it; and a step of an MPI job is several files committed
+/// by an index, which could not be replaced atomically anyway. A resumed run saves the steps
+/// after the one it loaded.
+///
+/// **Background saves.** `save` writes before returning; `save_async` copies and writes on a
+/// background thread (in the MPI manager, each rank its own shard). At most one background write
+/// is in flight. It is committed (listed by `steps()`, the retention rules applied; for the MPI
+/// manager, the index written once every rank's write succeeded) by the next `save`,
+/// `save_async`, `wait`, `load` or `load_latest`, which first waits for it and throws its error,
+/// once: the failed step is then not committed. `steps()` and `latest_step()` only read the
+/// committed steps and never wait. The destructor commits too; an error nobody collected is then
+/// written to stderr, since a destructor cannot throw it.
+///
+/// Not thread-safe: use one manager from one thread (its background write is its own business).
+class checkpoint_manager_base {
+ public:
+  /// The folder.
+  /// \throws nothing
+  [[nodiscard]] const std::filesystem::path& folder() const noexcept;
+  /// The options.
+  /// \throws nothing
+  [[nodiscard]] const checkpoint_manager_options& options() const noexcept;
+  /// Where `step` is saved: `<folder>/ckpt-<step, 10 digits>.safetensors` for
+  /// `ckpt::checkpoint_manager`, the folder `<folder>/step-<step, 10 digits>` for
+  /// `ckpt::mpi::checkpoint_manager`.
+  /// \throws std::invalid_argument if `step` is negative.
+  [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const;
+  /// True if `step` is a multiple of `save_interval_steps`.
+  /// \throws nothing
+  [[nodiscard]] bool should_save(std::int64_t step) const noexcept;
+
+  /// Saves the sections as step `step`, straight from where the leaves live (as `ckpt::save` of
+  /// sections does: no snapshot, so the trainer needs no memory beyond its parameters), with
+  /// `__metadata__` made of `metadata` (rank 0's in the MPI manager), then the manager's `step`
+  /// (decimal) and `wall_time` (UTC, ISO 8601 with milliseconds) entries, and the data's digest
+  /// (`ckpt::digest_key`) unless the `digest` option is off. A checkpoint is a section too (its
+  /// entries; its own metadata are not written: pass them in `metadata`):
+  /// \code
+  /// manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
+  ///                     {ckpt::of_int("optim.step", state.step)}}, {{"loss", "0.25"}});
+  /// manager.save(step, {ckpt::training_state(params, state)});  // the same entries, through a copy
+  /// \endcode
+  /// In the MPI manager, each rank passes what it holds, and an entry held by several ranks is
+  /// written once (see `ckpt::mpi::save`). The leaves must not change during the call.
+  ///
+  /// Then applies the retention rules: old steps are deleted only once the new one is durable;
+  /// the deletions are not fsynced, so after a power loss an old step may reappear, to be deleted
+  /// by the next save. Before writing, it also deletes what the rules drop among the steps
+  /// already there (a crash between a save and its deletions leaves one too many), so the folder
+  /// never holds more than one step beyond what the rules keep. Skips (returning false) a step
+  /// that is not `should_save` unless `force` is true.
+  /// \return true if the step was written.
+  /// \throws std::invalid_argument if `step` is negative, not newer than `latest_step()` or (MPI)
+  /// differs between ranks, if the keep-best metric in `metadata` is not a number, or if a leaf
+  /// name is empty, `__metadata__` or appears twice (MPI: `collective_error` naming the rank).
+  /// \throws io_error (MPI: `collective_error`) if writing or deleting an old step fails (the new
+  /// step is either whole or absent); also a pending error of an earlier `save_async`.
+  bool save(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+            bool force = false);
+
+  /// As `save`, but returns once the leaves are copied and writes on a background thread; the
+  /// step is committed by the next call (see the class notes), where an error of this write
+  /// surfaces, or at `wait`. The arguments are checked first, so a skipped or refused step costs
+  /// nothing. The copy goes into memory the manager keeps and reuses (a `snapshot_arena`): after
+  /// the first save, the call costs a copy of the parameters into memory already in place, not a
+  /// fresh allocation, and the caller may change its leaves as soon as it returns. The price: the
+  /// manager keeps the size of one snapshot allocated between saves. (In the MPI manager, a rank
+  /// whose entries are all written by a lower rank copies nothing.)
+  /// \return true if a write was started.
+  /// \throws as `save` for the argument checks and the previous write's error.
+  bool save_async(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+                  bool force = false);
+
+  /// Blocks until a background write, if any, is on disk, and commits it.
+  /// \throws the background write's error (io_error, std::bad_alloc...; MPI: `collective_error`),
+  /// once; io_error (MPI: `collective_error`) if a deletion of the retention rules fails.
+  void wait();
+
+  /// The committed steps, ascending (a background save is listed once committed).
+  /// \throws std::bad_alloc
+  [[nodiscard]] std::vector<std::int64_t> steps() const;
+  /// The newest committed step, or nothing if there is none.
+  /// \throws nothing
+  [[nodiscard]] std::optional<std::int64_t> latest_step() const noexcept;
+  /// `step`'s checkpoint (its metadata include `step` and `wall_time`), its digest verified if
+  /// it has one and `options.verify_digest` is set.
+  /// \throws std::invalid_argument if there is no checkpoint for `step`.
+  /// \throws io_error, format_error, integrity_error as `ckpt::load` (MPI: `collective_error` as
+  /// `ckpt::mpi::load`); a pending background error.
+  [[nodiscard]] checkpoint load(std::int64_t step, const load_options& options = {});
+  /// The newest checkpoint, or nothing if there is none.
+  /// \throws as `load`.
+  [[nodiscard]] std::optional<checkpoint> load_latest(const load_options& options = {});
+
+ protected:
+  /// \throws nothing
+  explicit checkpoint_manager_base(std::unique_ptr<detail::manager_state> state) noexcept;
+  /// Commits a background save (an error is written to stderr) and releases the folder.
+  /// \throws nothing
+  ~checkpoint_manager_base();
+  checkpoint_manager_base(const checkpoint_manager_base&) = delete;
+  checkpoint_manager_base& operator=(const checkpoint_manager_base&) = delete;
+  /// Takes over `other`'s folder, lock and background save; `other` is left empty.
+  /// \throws nothing
+  checkpoint_manager_base(checkpoint_manager_base&& other) noexcept;
+  /// Commits this manager's background save (reporting an error to stderr), releases its folder,
+  /// and takes over `other`'s.
+  /// \throws nothing
+  checkpoint_manager_base& operator=(checkpoint_manager_base&& other) noexcept;
+
+ private:
+  std::unique_ptr<detail::manager_state> state_;
+};
+
+/// Numbered checkpoints of one training run in a folder, written by this process: the members
+/// and rules of `checkpoint_manager_base`.
 ///
 /// Only one manager may write a folder at a time: the constructor takes an advisory lock
 /// (`flock` on `<folder>/.ckpt-manager.lock`) held until destruction, so a second manager on
 /// the same folder, in another process or in this one, is refused with `lock_error` instead of
 /// two writers deleting each other's files.
-///
-/// Saves are synchronous (`save`) or in the background (`save_async`). At most one background
-/// write is in flight: every member function except `should_save`, `path_of`, `folder` and
-/// `options` first waits for it, and an error it raised is thrown from that call (or from
-/// `wait`), once. The destructor waits too; an error nobody collected is then written to
-/// stderr, since a destructor cannot throw it.
-///
-/// Not thread-safe: use one manager from one thread (its background write is its own business).
-class checkpoint_manager {
+class checkpoint_manager : public checkpoint_manager_base {
  public:
   /// Opens (creating it and its parents if needed) `folder` for writing, takes its lock, lists
   /// the checkpoints already there and removes leftover temporaries of interrupted saves.
@@ -90,106 +212,6 @@ class checkpoint_manager {
   /// \throws format_error if keep-best is enabled and an existing checkpoint's header cannot be
   /// read (its metric is needed to rank it).
   explicit checkpoint_manager(std::filesystem::path folder, checkpoint_manager_options options = {});
-  /// Waits for a background save and releases the lock.
-  /// \throws nothing (an uncollected background error is written to stderr).
-  ~checkpoint_manager();
-  checkpoint_manager(const checkpoint_manager&) = delete;
-  checkpoint_manager& operator=(const checkpoint_manager&) = delete;
-  /// Takes over `other`'s folder, lock and background save; `other` is left empty.
-  /// \throws nothing
-  checkpoint_manager(checkpoint_manager&& other) noexcept;
-  /// Waits for this manager's background save (reporting an error to stderr), releases its
-  /// lock, and takes over `other`'s.
-  /// \throws nothing
-  checkpoint_manager& operator=(checkpoint_manager&& other) noexcept;
-
-  /// The folder.
-  /// \throws nothing
-  [[nodiscard]] const std::filesystem::path& folder() const noexcept;
-  /// The options.
-  /// \throws nothing
-  [[nodiscard]] const checkpoint_manager_options& options() const noexcept;
-  /// The file of `step`'s checkpoint: `<folder>/ckpt-<step, 10 digits>.safetensors`.
-  /// \throws std::invalid_argument if `step` is negative.
-  [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const;
-
-  /// True if `step` is a multiple of `save_interval_steps`.
-  /// \throws nothing
-  [[nodiscard]] bool should_save(std::int64_t step) const noexcept;
-
-  /// Writes `t` as `step`'s checkpoint, atomically, with `__metadata__` made of `t`'s metadata,
-  /// then `metadata`, then the manager's `step` (decimal) and `wall_time` (UTC, ISO 8601 with
-  /// milliseconds) entries, later ones winning on equal keys, and the data's digest
-  /// (`ckpt::digest_key`) unless the `digest` option is off. Then applies the retention rules:
-  /// old checkpoints are deleted only once the new one is durable (see `ckpt::save`); the
-  /// deletions are not fsynced, so after a power loss an old checkpoint may reappear, to be
-  /// deleted by the next save. Before writing, it also deletes what the retention rules drop
-  /// among the checkpoints already there (a crash between a save and its deletions leaves one
-  /// too many), so the folder never holds more than one checkpoint beyond what the rules keep.
-  /// Saving the latest step again replaces it. Skips (returning false) a step that is not `should_save`
-  /// unless `force` is true.
-  /// \return true if the checkpoint was written.
-  /// \throws std::invalid_argument if `step` is negative or older than `latest_step()`.
-  /// \throws io_error if writing the file or deleting an old one fails (the new file is either
-  /// fully written or absent); also a pending error of an earlier `save_async`.
-  bool save(std::int64_t step, const checkpoint& t, const metadata_map& metadata = {},
-            bool force = false);
-
-  /// As `save`, but the write happens on a background thread and this returns at once (after
-  /// waiting for the previous background write, and throwing its error if it failed). The
-  /// arguments are checked here; `t` is an immutable snapshot, so the caller may change its
-  /// live parameters immediately. An error of this write surfaces at the next call or `wait`.
-  /// \return true if a write was started.
-  /// \throws as `save` for the argument checks and the previous write's error.
-  bool save_async(std::int64_t step, const checkpoint& t, const metadata_map& metadata = {},
-                  bool force = false);
-
-  /// As `save`, but writes the leaves of live structures straight from where they live, without a
-  /// snapshot, as `save(path, {sections})` does: the trainer needs no memory beyond its
-  /// parameters to save.
-  /// `manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {ckpt::of_int("optim.step", state.step)}})`.
-  /// The leaves must not change during the call. The file's metadata are `metadata`, then `step`
-  /// and `wall_time`.
-  /// \return true if the checkpoint was written.
-  /// \throws std::invalid_argument as `save`, and if a leaf name is empty, `__metadata__` or appears
-  /// twice.
-  /// \throws io_error as `save`.
-  bool save(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
-            bool force = false);
-
-  /// As `save_async`, snapshotting the leaves of live structures into memory the manager keeps
-  /// and reuses (a `snapshot_arena`): after the first save, the call costs a copy of the
-  /// parameters into memory already in place, not a fresh allocation, and the caller may change
-  /// its leaves as soon as it returns. The price: the manager keeps the size of one snapshot
-  /// allocated between saves.
-  /// \return true if a write was started.
-  /// \throws as `save_async`, and std::invalid_argument if a leaf name is empty, `__metadata__` or
-  /// appears twice.
-  bool save_async(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
-                  bool force = false);
-
-  /// Blocks until a background write, if any, is on disk.
-  /// \throws the background write's error (io_error, or std::bad_alloc...), once.
-  void wait();
-
-  /// The steps of the checkpoints in the folder, ascending.
-  /// \throws a pending background error (see `wait`).
-  [[nodiscard]] std::vector<std::int64_t> steps();
-  /// The newest step, or nothing if the folder has no checkpoint.
-  /// \throws a pending background error (see `wait`).
-  [[nodiscard]] std::optional<std::int64_t> latest_step();
-  /// `step`'s checkpoint (its metadata include `step` and `wall_time`), its digest verified if
-  /// it has one and `options.verify_digest` is set.
-  /// \throws std::invalid_argument if there is no checkpoint for `step`.
-  /// \throws io_error, format_error, integrity_error as `ckpt::load`; a pending background error.
-  [[nodiscard]] checkpoint load(std::int64_t step, const load_options& options = {});
-  /// The newest checkpoint, or nothing if there is none.
-  /// \throws io_error, format_error, integrity_error as `ckpt::load`; a pending background error.
-  [[nodiscard]] std::optional<checkpoint> load_latest(const load_options& options = {});
-
- private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
 };
 
 /// The steps of the checkpoints a `checkpoint_manager` wrote in `folder`, ascending: the files

@@ -33,11 +33,13 @@
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
+#include <ckpt/section.hpp>
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -134,19 +136,34 @@ std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, s
 /// \throws collective_error on every rank if rank 0 cannot list the folder.
 [[nodiscard]] std::optional<std::int64_t> latest_step(MPI_Comm comm, const std::filesystem::path& folder);
 
-/// Numbered steps of one MPI training job in a folder, with the retention rules of the
-/// single-process `ckpt::checkpoint_manager` (the same `checkpoint_manager_options`, the same
-/// decision). The constructor, the destructor, `save`, `load` and `load_latest` are collective:
-/// call them on every rank, in the same order, with the same arguments (the rest only reads the
-/// state every rank keeps alike).
+/// Numbered steps of one MPI training job in a folder: the members and rules of
+/// `ckpt::checkpoint_manager_base`, shared with the single-process `ckpt::checkpoint_manager` (the
+/// same `checkpoint_manager_options`, retention decision and checks), each step saved in
+/// `ckpt::mpi::save`'s layout. Every member but `folder`, `options`, `should_save`, `path_of`,
+/// `steps` and `latest_step` is collective: call it on every rank, in the same order, with the
+/// same step (the rest only reads the state every rank keeps alike).
 ///
 /// Rank 0 takes the advisory lock `<folder>/.ckpt-mpi-manager.lock` (refusing a second manager
 /// with `lock_error`), lists the folder, removes the step folders left uncommitted by a crashed
-/// job, and applies the retention rules, then again after each save: it deletes what the rules
-/// drop, index first, so a step never appears half-deleted. Saves are synchronous. Differences from the single-process manager: a
-/// committed step is never replaced (saving the latest step again is refused), and there is no
-/// `save_async`.
-class checkpoint_manager {
+/// job, and applies the retention rules, then again after each commit: it deletes what the rules
+/// drop, index first, so a step never appears half-deleted.
+///
+/// **Saving a step again** is refused, as in the single-process manager: a step is several files
+/// committed by an index, which cannot be replaced atomically, and readers (other jobs, tools, a
+/// restart on another rank count) must never see a committed step change.
+///
+/// **Background saves.** `save_async` checks the arguments and plans the step with the other
+/// ranks; a rank that writes a shard copies its sections into memory the manager reuses (a
+/// `snapshot_arena`; a rank whose entries are all written by a lower rank copies nothing), and
+/// writes the shard on a background thread, all ranks in parallel. The step is committed
+/// collectively by the next `save`, `save_async`, `wait`, `load` or `load_latest`: once every
+/// rank's write has succeeded, rank 0 writes the index. If a rank's write failed, that call
+/// throws `collective_error` on every rank (once), every rank removes its shard, and the step is
+/// not committed (not listed, no index). The destructor commits too (collectively, reporting an
+/// error to stderr), then frees the manager's duplicated communicator (`MPI_Comm_free`,
+/// collective); after `MPI_Finalize` it does neither, and a background step stays uncommitted
+/// (the next manager removes it).
+class checkpoint_manager : public checkpoint_manager_base {
  public:
   /// Opens `folder` (created if needed) for the ranks of `comm` (duplicated, so the manager's
   /// messages never mix with the caller's). Collective.
@@ -155,52 +172,6 @@ class checkpoint_manager {
   /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder
   ///   (the cause names the lock file if another manager holds it).
   checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager_options options = {});
-  /// Releases the lock and frees the duplicated communicator (`MPI_Comm_free`, collective), unless
-  /// MPI is finalized already.
-  /// \throws nothing
-  ~checkpoint_manager();
-  checkpoint_manager(const checkpoint_manager&) = delete;
-  checkpoint_manager& operator=(const checkpoint_manager&) = delete;
-
-  /// The folder.
-  /// \throws nothing
-  [[nodiscard]] const std::filesystem::path& folder() const noexcept;
-  /// The options.
-  /// \throws nothing
-  [[nodiscard]] const checkpoint_manager_options& options() const noexcept;
-  /// True if `step` is a multiple of `save_interval_steps`. Not collective.
-  /// \throws nothing
-  [[nodiscard]] bool should_save(std::int64_t step) const noexcept;
-
-  /// Saves `local` as step `step` with `ckpt::mpi::save` (its `digest` from the options), the
-  /// shards' metadata being rank 0's `local` metadata, then `metadata`, then `step` and
-  /// `wall_time` (rank 0's clock), then applies the retention rules. Skips (returning false on
-  /// every rank) a step that is not `should_save` unless `force` is true. Collective.
-  /// \returns true if the step was written.
-  /// \throws std::invalid_argument on every rank if `step` is negative, differs between ranks,
-  ///   is not newer than `latest_step()`, if rank 0's keep-best metric is not a number, or as
-  ///   `ckpt::mpi::save`.
-  /// \throws collective_error on every rank if the save failed on a rank, or rank 0 failed to
-  ///   delete a dropped step.
-  bool save(std::int64_t step, const checkpoint& local, const metadata_map& metadata = {}, bool force = false);
-
-  /// The committed steps, oldest first (every rank has the same list).
-  /// \throws nothing beyond std::bad_alloc
-  [[nodiscard]] std::vector<std::int64_t> steps() const;
-  /// The newest committed step, or nothing.
-  /// \throws nothing
-  [[nodiscard]] std::optional<std::int64_t> latest_step() const noexcept;
-  /// Step `step`, as `ckpt::mpi::load`. Collective.
-  /// \throws std::invalid_argument on every rank if the manager has no such step.
-  /// \throws collective_error as `ckpt::mpi::load`.
-  [[nodiscard]] checkpoint load(std::int64_t step, const load_options& options = {});
-  /// The newest step, or nothing if there is none. Collective.
-  /// \throws collective_error as `ckpt::mpi::load`.
-  [[nodiscard]] std::optional<checkpoint> load_latest(const load_options& options = {});
-
- private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace ckpt::mpi

@@ -2,8 +2,10 @@
 #include <ckpt/sharded.hpp>
 
 #include "../hf_index.hpp"
+#include "../manager_core.hpp"
 #include "../posix_file.hpp"
 #include "common.hpp"
+#include "step.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -18,25 +20,7 @@
 namespace ckpt::mpi {
 namespace {
 
-constexpr std::string_view step_prefix = "step-";
-
-
-std::string step_name(std::int64_t step) {
-  char digits[32];
-  std::snprintf(digits, sizeof digits, "%010lld", static_cast<long long>(step));
-  return std::string(step_prefix) + digits;
-}
-
-// The step of a folder name `step_name` produced, or nothing for any other name.
-std::optional<std::int64_t> step_of(std::string_view name) {
-  if (!name.starts_with(step_prefix)) return std::nullopt;
-  const std::string_view digits = name.substr(step_prefix.size());
-  std::int64_t step = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-  if (ec != std::errc() || end != digits.data() + digits.size() || step < 0 || step_name(step) != name)
-    return std::nullopt;
-  return step;
-}
+using detail::step_prefix;
 
 std::string shard_name(std::size_t number, std::size_t count) {
   char digits[64];
@@ -129,14 +113,14 @@ std::string describe(ckpt::dtype type, std::span<const std::int64_t> shape) {
   return std::string(to_string(type)) + " " + to_string(shape);
 }
 
-// After a failed save: each rank removes the shard it wrote, then rank 0 the step folder if
-// nothing else is left in it (a folder the failed save created; debris of other jobs stays).
-// Every rank returns once all that is done, so that the folder is as the caller will find it.
-void undo(MPI_Comm comm, const std::filesystem::path& dir, const std::optional<std::filesystem::path>& shard) {
+// After a failed save: each rank removes its shard, then rank 0 the step folder if nothing else
+// is left in it (a folder the failed save created; debris of other jobs stays). Every rank
+// returns once all that is done, so that the folder is as the caller will find it.
+void undo(MPI_Comm comm, const detail::step_plan& plan) {
   std::error_code ignored;
-  if (shard) std::filesystem::remove(*shard, ignored);
+  if (!plan.shard.empty()) std::filesystem::remove(plan.dir / plan.shard, ignored);
   MPI_Barrier(comm);
-  if (detail::rank_of(comm) == 0) std::filesystem::remove(dir, ignored);
+  if (detail::rank_of(comm) == 0) std::filesystem::remove(plan.dir, ignored);
   MPI_Barrier(comm);
 }
 
@@ -144,24 +128,28 @@ void undo(MPI_Comm comm, const std::filesystem::path& dir, const std::optional<s
 
 std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step) {
   if (step < 0) throw std::invalid_argument("ckpt: mpi: negative step " + std::to_string(step));
-  return folder / step_name(step);
+  return folder / ckpt::detail::step_name(step_prefix, step);
 }
 
-std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                           const checkpoint& local, const save_options& options) {
-  const int rank = detail::rank_of(comm);
-  const int size = detail::size_of(comm);
-  const std::string operation = "save of step " + std::to_string(step);
+namespace detail {
 
-  // 1. Who holds what. A rank that cannot describe its part still takes part in the exchange.
+step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                    std::initializer_list<section> sections, const metadata_map& metadata, std::string_view function) {
+  const int size = size_of(comm);
+  step_plan plan;
+  plan.folder = folder;
+  plan.step = step;
+  plan.operation = std::string(function) + " of step " + std::to_string(step);
+
+  // Who holds what. A rank that cannot describe its part still takes part in the exchange.
   holding mine;
   std::exception_ptr local_error;
   try {
     mine.step = step;
-    for (const auto& [name, x] : local) mine.entries.push_back({name, x.dtype(), dims(x.shape().begin(), x.shape().end())});
-    if (rank == 0) {
-      mine.metadata = local.metadata();
-      for (const auto& [key, value] : options.metadata) mine.metadata.insert_or_assign(key, value);
+    for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + std::string(function)))
+      mine.entries.push_back({e->name, e->dtype, e->shape});
+    if (rank_of(comm) == 0) {
+      mine.metadata = metadata;
       if (step >= 0) {
         std::error_code ec;
         mine.committed = std::filesystem::exists(step_folder(folder, step) / index_file_name, ec);
@@ -170,108 +158,124 @@ std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, s
   } catch (...) {
     local_error = std::current_exception();
     mine = holding{};
-    mine.error = detail::message_of(local_error);
+    mine.error = message_of(local_error);
   }
   const std::vector<holding> all = exchange(comm, mine);
   for (int r = 0; r < size; ++r)
     if (!all[static_cast<std::size_t>(r)].error.empty())
-      detail::throw_failure(comm, {r, all[static_cast<std::size_t>(r)].error}, local_error, folder, operation);
+      throw_failure(comm, {r, all[static_cast<std::size_t>(r)].error}, local_error, folder, plan.operation);
 
-  // 2. The plan, computed identically on every rank from the same data, so that a refusal is
+  // The plan, computed identically on every rank from the same data, so that a refusal is
   // thrown everywhere without another message.
   for (int r = 1; r < size; ++r)
     if (all[static_cast<std::size_t>(r)].step != all[0].step)
-      throw std::invalid_argument("ckpt: mpi::save: the ranks disagree on the step: rank 0 saves step " +
+      throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": the ranks disagree on the step: rank 0 saves step " +
                                   std::to_string(all[0].step) + ", rank " + std::to_string(r) + " step " +
                                   std::to_string(all[static_cast<std::size_t>(r)].step));
-  const std::filesystem::path dir = step_folder(folder, step);  // throws on every rank alike
+  plan.dir = step_folder(folder, step);  // throws on every rank alike
   if (all[0].committed)
-    throw std::invalid_argument("ckpt: mpi::save: step " + std::to_string(step) + " is already committed in '" +
-                                folder.string() + "' ('" + (dir / index_file_name).string() +
-                                "' exists); a committed step is never rewritten");
+    throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": step " + std::to_string(step) +
+                                " is already committed in '" + folder.string() + "' ('" +
+                                (plan.dir / index_file_name).string() + "' exists); a committed step is never rewritten");
   struct placement {
     int writer;
     const holding::entry* first;
   };
-  std::map<std::string, placement, std::less<>> plan;
+  std::map<std::string, placement, std::less<>> placements;
   std::vector<std::size_t> written_by(static_cast<std::size_t>(size), 0);
-  std::uint64_t total_size = 0;
   for (int r = 0; r < size; ++r) {
     for (const holding::entry& x : all[static_cast<std::size_t>(r)].entries) {
-      const auto [it, inserted] = plan.try_emplace(x.name, placement{r, &x});
+      const auto [it, inserted] = placements.try_emplace(x.name, placement{r, &x});
       if (inserted) {
         ++written_by[static_cast<std::size_t>(r)];
-        total_size += nbytes_of(x.type, numel_of(x.shape));
+        plan.total_size += nbytes_of(x.type, numel_of(x.shape));
       } else if (it->second.first->type != x.type || it->second.first->shape != x.shape) {
-        throw std::invalid_argument("ckpt: mpi::save of step " + std::to_string(step) + ": the entry '" + x.name +
-                                    "' is " + describe(it->second.first->type, it->second.first->shape) +
-                                    " on rank " + std::to_string(it->second.writer) + " but " +
-                                    describe(x.type, x.shape) + " on rank " + std::to_string(r));
+        throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": the entry '" + x.name + "' is " +
+                                    describe(it->second.first->type, it->second.first->shape) + " on rank " +
+                                    std::to_string(it->second.writer) + " but " + describe(x.type, x.shape) +
+                                    " on rank " + std::to_string(r));
       }
     }
   }
   // Shard k goes to the k-th rank that writes anything, so that the names run 1..K without gaps.
-  std::vector<std::string> shard_of_rank(static_cast<std::size_t>(size));
+  plan.shards.resize(static_cast<std::size_t>(size));
   const auto writers = static_cast<std::size_t>(std::ranges::count_if(written_by, [](std::size_t n) { return n > 0; }));
   for (std::size_t r = 0, k = 0; r < written_by.size(); ++r)
-    if (written_by[r] > 0) shard_of_rank[r] = shard_name(++k, writers);
-  metadata_map metadata = all[0].metadata;
-  metadata.insert_or_assign("step", std::to_string(step));
-
-  // 3. Each rank writes its shard, all in parallel.
-  std::optional<std::filesystem::path> shard;
-  try {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw io_error(dir, "create the folder", ec);
-    const std::string& name = shard_of_rank[static_cast<std::size_t>(rank)];
-    if (!name.empty()) {
-      std::vector<checkpoint::entry> entries;
-      entries.reserve(written_by[static_cast<std::size_t>(rank)]);
-      for (const auto& e : local)
-        if (plan.find(e.first)->second.writer == rank) entries.push_back(e);
-      ckpt::save(dir / name, checkpoint(std::move(entries), metadata), ckpt::save_options{.digest = options.digest});
-      shard = dir / name;
-    }
-  } catch (...) {
-    local_error = std::current_exception();
+    if (written_by[r] > 0) plan.shards[r] = shard_name(++k, writers);
+  const int rank = rank_of(comm);
+  plan.shard = plan.shards[static_cast<std::size_t>(rank)];
+  plan.weight_map.reserve(placements.size());  // `placements` is sorted by name
+  for (const auto& [name, where] : placements) {
+    plan.weight_map.emplace_back(name, plan.shards[static_cast<std::size_t>(where.writer)]);
+    if (where.writer == rank) plan.mine.insert(name);
   }
-  // 4. The one agreement that every shard is durable (ckpt::save returned after its fsyncs).
-  if (const std::optional<detail::failure> f = detail::agree(comm, local_error)) {
-    undo(comm, dir, shard);
-    detail::throw_failure(comm, *f, local_error, folder, operation);
-  }
+  plan.metadata = all[0].metadata;
+  plan.metadata.insert_or_assign("step", std::to_string(step));
+  return plan;
+}
 
-  // 5. The commit: rank 0 writes the index, then tidies what an earlier, crashed attempt at this
+void write_shard(const step_plan& plan, std::initializer_list<section> sections, bool digest) {
+  std::error_code ec;
+  std::filesystem::create_directories(plan.dir, ec);
+  if (ec) throw io_error(plan.dir, "create the folder", ec);
+  if (plan.shard.empty()) return;
+  std::vector<ckpt::detail::entry_source> entries;
+  entries.reserve(plan.mine.size());
+  for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation))
+    if (plan.mine.contains(e->name)) entries.push_back(*e);
+  ckpt::detail::write_file(plan.dir / plan.shard, entries, plan.metadata, ckpt::save_options{.digest = digest});
+}
+
+void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr& local_error) {
+  std::exception_ptr error = local_error;
+  // The one agreement that every shard is durable (the writer returned after its fsyncs).
+  if (const std::optional<failure> f = agree(comm, error)) {
+    undo(comm, plan);
+    throw_failure(comm, *f, error, plan.folder, plan.operation);
+  }
+  // The commit: rank 0 writes the index, then tidies what an earlier, crashed attempt at this
   // step may have left (files the index does not name); one broadcast tells every rank.
-  if (rank == 0) {
+  if (rank_of(comm) == 0) {
     try {
-      std::vector<std::pair<std::string, std::string>> weight_map;  // `plan` is sorted by name
-      weight_map.reserve(plan.size());
-      for (const auto& [name, where] : plan)
-        weight_map.emplace_back(name, shard_of_rank[static_cast<std::size_t>(where.writer)]);
-      // The commit. If anything fails, the index is absent afterwards (even when only the
-      // folder's fsync failed after the rename), so that the ranks can remove their shards
-      // without leaving a committed step that names missing files.
-      ckpt::detail::write_atomically(dir / index_file_name, ckpt::detail::index_text(total_size, weight_map),
+      // If anything fails, the index is absent afterwards (even when only the folder's fsync
+      // failed after the rename), so that the ranks can remove their shards without leaving a
+      // committed step that names missing files.
+      ckpt::detail::write_atomically(plan.dir / index_file_name, ckpt::detail::index_text(plan.total_size, plan.weight_map),
                                      ckpt::detail::on_folder_sync_failure::remove_new_file);
-      std::set<std::string, std::less<>> keep(shard_of_rank.begin(), shard_of_rank.end());
+      std::set<std::string, std::less<>> keep(plan.shards.begin(), plan.shards.end());
       keep.emplace(index_file_name);
       std::error_code ec;
-      for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      for (std::filesystem::directory_iterator it(plan.dir, ec), end; !ec && it != end; it.increment(ec))
         if (!keep.contains(it->path().filename().string())) {
           std::error_code ignored;
           std::filesystem::remove_all(it->path(), ignored);
         }
     } catch (...) {
-      local_error = std::current_exception();
+      error = std::current_exception();
     }
   }
-  if (const std::optional<detail::failure> f = detail::agree(comm, local_error)) {
-    undo(comm, dir, shard);
-    detail::throw_failure(comm, *f, local_error, folder, operation);
+  if (const std::optional<failure> f = agree(comm, error)) {
+    undo(comm, plan);
+    throw_failure(comm, *f, error, plan.folder, plan.operation);
   }
-  return dir;
+}
+
+}  // namespace detail
+
+std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                           const checkpoint& local, const save_options& options) {
+  // Rank 0's metadata count: `local`'s, then the options'.
+  metadata_map metadata = local.metadata();
+  for (const auto& [key, value] : options.metadata) metadata.insert_or_assign(key, value);
+  const detail::step_plan plan = detail::plan_step(comm, folder, step, {local}, metadata, "save");
+  std::exception_ptr local_error;
+  try {
+    detail::write_shard(plan, {local}, options.digest);
+  } catch (...) {
+    local_error = std::current_exception();
+  }
+  detail::commit_step(comm, plan, local_error);
+  return plan.dir;
 }
 
 checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step, const load_options& options) {
@@ -308,7 +312,7 @@ std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
   std::filesystem::directory_iterator it(folder, ec);
   if (ec) throw io_error(folder, "list", ec);
   for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::optional<std::int64_t> step = step_of(it->path().filename().string());
+    const std::optional<std::int64_t> step = ckpt::detail::step_in_name(it->path().filename().string(), step_prefix);
     std::error_code ignored;
     if (step && std::filesystem::is_regular_file(it->path() / index_file_name, ignored)) steps.push_back(*step);
   }

@@ -1,6 +1,8 @@
-// A rank that fails in the middle of ckpt::mpi::save: the disk fills up while it writes its shard,
-// or rank 0 cannot put the index in place. Every rank must then throw the same error, no index
-// may exist, the shards already written must be gone, and the previous step must load intact.
+// A rank that fails in the middle of ckpt::mpi::save, or of the background write of
+// ckpt::mpi::checkpoint_manager::save_async: the disk fills up while it writes its shard, or rank 0
+// cannot put the index in place. Every rank must then throw the same error (for save_async, at the
+// next call), no index may exist, the shards already written must be gone, and the previous step
+// must load intact.
 // The faults come through the I/O seam of the single-process writer (ckpt/detail/io_hooks.hpp),
 // installed on the failing rank only.
 
@@ -9,6 +11,8 @@
 #include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/mpi.hpp>
+
+#include <optional>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,6 +83,33 @@ int failing_folder_fsync(int fd) {
   return ::fsync(fd);
 }
 
+// Runs `call` with `hooks` installed on rank `failing` only. It must throw, on every rank, the
+// collective_error "ckpt: mpi::<operation> in '<folder>' failed on rank <failing> of <n>: <cause>",
+// with the original io_error nested on the failing rank.
+template <class F>
+void check_failure(const fs::path& folder, int failing, const ckpt::detail::io_hooks& hooks, F&& call,
+                   const std::string& operation, const std::string& cause) {
+  const int rank = rank_of(MPI_COMM_WORLD);
+  std::optional<ckpt::detail::io_hooks_guard> guard;
+  if (rank == failing) guard.emplace(hooks);
+  try {
+    call();
+    fail(__FILE__, __LINE__, "no exception was thrown");
+  } catch (const ckpt::mpi::collective_error& e) {
+    CHECK_EQ(e.rank(), failing);
+    CHECK_EQ(std::string(e.what()), "ckpt: mpi::" + operation + " in '" + folder.string() + "' failed on rank " +
+                                        std::to_string(failing) + " of " + std::to_string(size_of(MPI_COMM_WORLD)) +
+                                        ": " + cause);
+    bool nested_io_error = false;
+    try {
+      std::rethrow_if_nested(e);
+    } catch (const ckpt::io_error&) {
+      nested_io_error = true;
+    }
+    CHECK_EQ(nested_io_error, rank == failing);
+  }
+}
+
 // Saves step 1, then makes step 2 fail on rank `failing` with `hooks`; checks every rank's error
 // (the failing rank's message is `cause`), that nothing of step 2 remains, and that step 1 is
 // intact.
@@ -88,30 +119,8 @@ void check_failed_save(const fs::path& folder, int failing, const ckpt::detail::
   const int size = size_of(comm);
   ckpt::mpi::save(comm, folder, 1, state_of(rank, 1));
 
-  std::string message;
-  int reported = -1;
-  bool nested_io_error = false;
-  {
-    std::optional<ckpt::detail::io_hooks_guard> guard;
-    if (rank == failing) guard.emplace(hooks);
-    try {
-      ckpt::mpi::save(comm, folder, 2, state_of(rank, 2));
-      fail(__FILE__, __LINE__, "no exception was thrown");
-    } catch (const ckpt::mpi::collective_error& e) {
-      message = e.what();
-      reported = e.rank();
-      try {
-        std::rethrow_if_nested(e);
-      } catch (const ckpt::io_error&) {
-        nested_io_error = true;
-      }
-    }
-  }
-  CHECK_EQ(reported, failing);
-  CHECK_EQ(nested_io_error, rank == failing);
-  const std::string head = "ckpt: mpi::save of step 2 in '" + folder.string() + "' failed on rank " +
-                           std::to_string(failing) + " of " + std::to_string(size) + ": ";
-  CHECK_EQ(message, head + cause);
+  check_failure(folder, failing, hooks, [&] { ckpt::mpi::save(comm, folder, 2, state_of(rank, 2)); }, "save of step 2",
+                cause);
   // Step 2 does not exist, not even as a folder; step 1 is as it was.
   CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 2)));
   CHECK_EQ(ckpt::mpi::committed_steps(folder), std::vector<std::int64_t>{1});
@@ -159,6 +168,79 @@ void index_not_durable(const fs::path& folder) {
                     "ckpt: cannot fsync folder '" + ckpt::mpi::step_folder(folder, 2).string() + "': Input/output error");
 }
 
+// As check_failed_save, through ckpt::mpi::checkpoint_manager::save_async: the failing rank's
+// background write (or rank 0's commit) fails; every rank sees the error at the next call (wait(),
+// or the next save if `at_next_save`), once, and step 2 is not committed.
+void check_failed_background_save(const fs::path& folder, int failing, const ckpt::detail::io_hooks& hooks,
+                                  const std::string& cause, bool at_next_save) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 1});
+  CHECK(manager.save_async(1, {state_of(rank, 1)}));
+  manager.wait();  // before the faults: the seam is global
+
+  check_failure(
+      folder, failing, hooks,
+      [&] {
+        CHECK(manager.save_async(2, {state_of(rank, 2)}));
+        if (at_next_save) manager.save(3, {state_of(rank, 3)});
+        else manager.wait();
+      },
+      "checkpoint_manager::save_async of step 2", cause);
+  manager.wait();  // reported once
+  // Step 2 is not committed, not even as a folder; step 1 is as it was, and still kept.
+  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 2)));
+  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 3)));
+  CHECK_EQ(manager.steps(), std::vector<std::int64_t>{1});
+  CHECK_EQ(ckpt::mpi::committed_steps(folder), std::vector<std::int64_t>{1});
+  CHECK(same(*manager.load_latest(), whole_state(size, 1)));
+  // And the next save goes through.
+  CHECK(manager.save_async(2, {state_of(rank, 2)}));
+  manager.wait();
+  CHECK_EQ(manager.steps(), std::vector<std::int64_t>{2});
+  CHECK(same(manager.load(2), whole_state(size, 2)));
+}
+
+void background_disk_full_on_the_last_rank(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  writes = 0;
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.writev = disk_full_writev;
+  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(size, size);
+  check_failed_background_save(folder, size - 1, hooks,
+                               "ckpt: cannot write '" + shard_file.string() + "': No space left on device", false);
+}
+
+void background_disk_full_on_rank_0_seen_at_the_next_save(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  writes = 0;
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.writev = disk_full_writev;
+  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(1, size);
+  check_failed_background_save(folder, 0, hooks,
+                               "ckpt: cannot write '" + shard_file.string() + "': No space left on device", true);
+}
+
+void background_index_cannot_be_renamed(const fs::path& folder) {
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.rename = failing_rename;
+  const fs::path index = ckpt::mpi::step_folder(folder, 2) / ckpt::mpi::index_file_name;
+  check_failed_background_save(folder, 0, hooks,
+                               "ckpt: cannot rename a temporary file over '" + index.string() + "': Input/output error",
+                               false);
+}
+
+void background_index_not_durable(const fs::path& folder) {
+  index_renamed = false;
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.rename = rename_noting_index;
+  hooks.fsync = failing_folder_fsync;
+  check_failed_background_save(
+      folder, 0, hooks, "ckpt: cannot fsync folder '" + ckpt::mpi::step_folder(folder, 2).string() + "': Input/output error",
+      true);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -166,5 +248,9 @@ int main(int argc, char** argv) {
                  {{"disk_full_on_the_last_rank", disk_full_on_the_last_rank},
                   {"disk_full_on_rank_0", disk_full_on_rank_0},
                   {"index_cannot_be_renamed", index_cannot_be_renamed},
-                  {"index_not_durable", index_not_durable}});
+                  {"index_not_durable", index_not_durable},
+                  {"background_disk_full_on_the_last_rank", background_disk_full_on_the_last_rank},
+                  {"background_disk_full_on_rank_0_seen_at_the_next_save", background_disk_full_on_rank_0_seen_at_the_next_save},
+                  {"background_index_cannot_be_renamed", background_index_cannot_be_renamed},
+                  {"background_index_not_durable", background_index_not_durable}});
 }

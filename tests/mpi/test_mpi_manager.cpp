@@ -1,14 +1,23 @@
 // ckpt::mpi::checkpoint_manager at 1, 2 and 4 ranks: the retention rules keep exactly what the
 // single-process manager keeps for the same saves, keep-best uses rank 0's metric and survives a
 // reopen, arguments are refused on every rank alike, opening removes uncommitted step folders
-// and finishes an interrupted retention, and a second manager on the folder is refused.
+// and finishes an interrupted retention, a second manager on the folder is refused, and
+// save_async (one background write per rank) commits at the next call under the rules of save.
 
 #include "mpi_test.hpp"
 
 #include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 
+#include <Eigen/Core>
+
+#include <type_traits>
+
 namespace {
+
+// Both managers have the same members and rules: they are the one checkpoint_manager_base.
+static_assert(std::is_base_of_v<ckpt::checkpoint_manager_base, ckpt::mpi::checkpoint_manager>);
+static_assert(std::is_base_of_v<ckpt::checkpoint_manager_base, ckpt::checkpoint_manager>);
 
 using namespace ckpt_mpi_test;
 namespace fs = std::filesystem;
@@ -24,7 +33,7 @@ ckpt::checkpoint state_of(int rank, std::int64_t step) {
 std::vector<std::int64_t> single_process_steps(const fs::path& folder, const ckpt::checkpoint_manager_options& options,
                                                const std::vector<std::pair<std::int64_t, ckpt::metadata_map>>& saves) {
   ckpt::checkpoint_manager reference(folder, options);
-  for (const auto& [step, metadata] : saves) reference.save(step, ckpt::of_int("step", static_cast<int>(step)), metadata);
+  for (const auto& [step, metadata] : saves) reference.save(step, {ckpt::of_int("step", static_cast<int>(step))}, metadata);
   return reference.steps();
 }
 
@@ -45,7 +54,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
     CHECK(!manager.latest_step());
     CHECK(!manager.load_latest());
     for (std::int64_t step = 1; step <= 9; ++step) {
-      CHECK(manager.save(step, state_of(rank, step)));
+      CHECK(manager.save(step, {state_of(rank, step)}));
       saves.emplace_back(step, ckpt::metadata_map{});
     }
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 8, 9}));
@@ -78,21 +87,21 @@ void keep_best_uses_rank_0s_metric(const fs::path& folder) {
   {
     ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
     for (std::int64_t step = 1; step <= 4; ++step) {
-      manager.save(step, state_of(rank, step), metadata_of(step));
+      manager.save(step, {state_of(rank, step)}, metadata_of(step));
       saves.emplace_back(step, ckpt::metadata_map{{"val_loss", losses[static_cast<std::size_t>(step - 1)]}});
     }
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 4}));
     CHECK_EQ(manager.load(2).metadata().at("val_loss"), std::string("0.2"));
     // A metric that is not a number is refused on every rank, before anything is written.
     const ckpt::metadata_map bad{{"val_loss", rank == 0 ? "abc" : "0.1"}};
-    CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(5, state_of(rank, 5), bad)),
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(5, {state_of(rank, 5)}, bad)),
              std::string("ckpt: mpi::checkpoint_manager: the metric 'val_loss' = 'abc' is not a number"));
     CHECK(!fs::exists(ckpt::mpi::step_folder(folder / "mpi", 5)));
   }
   {
     // Reopened, the manager reads the metrics back from the steps' headers: step 2 stays best.
     ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
-    manager.save(5, state_of(rank, 5), metadata_of(5));
+    manager.save(5, {state_of(rank, 5)}, metadata_of(5));
     saves.emplace_back(5, ckpt::metadata_map{{"val_loss", losses[4]}});
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 5}));
   }
@@ -106,16 +115,16 @@ void arguments_refused_on_every_rank(const fs::path& folder) {
   CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::checkpoint_manager(comm, folder, {.save_interval_steps = 0})),
            std::string("ckpt: mpi::checkpoint_manager: save_interval_steps must be at least 1, not 0"));
   ckpt::mpi::checkpoint_manager manager(comm, folder, {.save_interval_steps = 2});
-  CHECK(!manager.save(3, state_of(rank, 3)));  // not a multiple of 2: skipped everywhere
+  CHECK(!manager.save(3, {state_of(rank, 3)}));  // not a multiple of 2: skipped everywhere
   CHECK(manager.steps().empty());
-  CHECK(manager.save(3, state_of(rank, 3), {}, /*force=*/true));
-  CHECK(manager.save(4, state_of(rank, 4)));
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(4, state_of(rank, 4))),
+  CHECK(manager.save(3, {state_of(rank, 3)}, {}, /*force=*/true));
+  CHECK(manager.save(4, {state_of(rank, 4)}));
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(4, {state_of(rank, 4)})),
            "ckpt: mpi::checkpoint_manager: step 4 is not newer than the latest step in '" + folder.string() + "' (step 4)");
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(-2, state_of(rank, 4))),
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(-2, {state_of(rank, 4)})),
            std::string("ckpt: mpi::checkpoint_manager: negative step -2"));
   if (size > 1) {
-    CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(rank == size - 1 ? 8 : 6, state_of(rank, 6))),
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(rank == size - 1 ? 8 : 6, {state_of(rank, 6)})),
              std::string("ckpt: mpi::checkpoint_manager: the ranks disagree on the step (from 6 to 8)"));
   }
   CHECK_EQ(MESSAGE_OF(std::invalid_argument, static_cast<void>(manager.load(5))),
@@ -148,7 +157,7 @@ void opening_removes_uncommitted_steps(const fs::path& folder) {
                ": ckpt: the checkpoint folder '" + folder.string() +
                "' is in use by another checkpoint_manager (lock file '" + lock.string() + "')");
   // The refused one did not disturb the first.
-  CHECK(manager.save(8, state_of(rank, 8)));
+  CHECK(manager.save(8, {state_of(rank, 8)}));
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{3, 8}));
 }
 
@@ -162,6 +171,78 @@ void opening_finishes_retention(const fs::path& folder) {
   CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-mpi-manager.lock", "step-0000000003", "step-0000000004"}));
 }
 
+void save_async_commits_at_the_next_call(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const ckpt::checkpoint_manager_options options{.max_to_keep = 2, .keep_every_n_steps = 4};
+  const fs::path index_of_3 = ckpt::mpi::step_folder(folder / "mpi", 3) / ckpt::mpi::index_file_name;
+  std::vector<std::pair<std::int64_t, ckpt::metadata_map>> saves;
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
+    // A live leaf of each rank's, changed as soon as save_async returns: the step holds the copy.
+    Eigen::VectorXf live(64);
+    for (std::int64_t step = 1; step <= 5; ++step) {
+      live.setConstant(static_cast<float>(step * 10 + rank));
+      CHECK(manager.save_async(step, {{live, "live." + std::to_string(rank)}, {state_of(rank, step)}}));
+      live.setConstant(-1.0f);
+      saves.emplace_back(step, ckpt::metadata_map{});
+      // Not committed yet: not listed, and no index (rank 0 writes it at the next call).
+      CHECK_EQ(manager.latest_step(), step == 1 ? std::optional<std::int64_t>() : std::optional<std::int64_t>(step - 1));
+      if (step == 3) {
+        CHECK(!fs::exists(index_of_3));
+        manager.wait();
+        CHECK(fs::exists(index_of_3));
+        CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(3));
+      }
+    }
+    const std::optional<ckpt::checkpoint> latest = manager.load_latest();  // commits step 5
+    CHECK(latest.has_value());
+    CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 5}));
+    for (int r = 0; r < size_of(comm); ++r) {
+      CHECK_EQ(latest->get("live." + std::to_string(r)).as<float>()[63], static_cast<float>(50 + r));
+      CHECK_EQ(ckpt::to_int("part." + std::to_string(r), *latest), 50 + r);
+    }
+    CHECK_EQ(latest->metadata().at("step"), std::string("5"));
+    CHECK(manager.save_async(8, {state_of(rank, 8)}));
+    saves.emplace_back(8, ckpt::metadata_map{});
+  }  // the destructor commits step 8
+  CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), (std::vector<std::int64_t>{4, 5, 8}));
+  if (rank == 0) CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
+}
+
+void save_async_follows_the_rules_of_save(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  ckpt::mpi::checkpoint_manager manager(comm, folder, {.save_interval_steps = 2});
+  CHECK(!manager.save_async(3, {state_of(rank, 3)}));  // skipped everywhere
+  CHECK(manager.save_async(4, {state_of(rank, 4)}));
+  // The latest step again is refused, the pending one included, on every rank.
+  const std::string again =
+      "ckpt: mpi::checkpoint_manager: step 4 is not newer than the latest step in '" + folder.string() + "' (step 4)";
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save_async(4, {state_of(rank, 4)})), again);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(4, {state_of(rank, 4)})), again);
+  if (size > 1) {
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save_async(rank == size - 1 ? 8 : 6, {state_of(rank, 6)})),
+             std::string("ckpt: mpi::checkpoint_manager: the ranks disagree on the step (from 6 to 8)"));
+  }
+  // A leaf name twice on one rank is refused on every rank, before anything is copied or written.
+  const ckpt::checkpoint twice = ckpt::of_int("dup", 1);
+  const ckpt::checkpoint mine = rank == size - 1 ? twice : ckpt::checkpoint{};
+  CHECK_EQ(MESSAGE_OF(ckpt::mpi::collective_error, manager.save_async(6, {{state_of(rank, 6)}, {mine}, {mine}})),
+           "ckpt: mpi::checkpoint_manager::save_async of step 6 in '" + folder.string() + "' failed on rank " +
+               std::to_string(size - 1) + " of " + std::to_string(size) +
+               ": ckpt: mpi::checkpoint_manager::save_async: two leaves are named 'dup'");
+  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 6)));
+  // Data parallel: every rank offers the same replicated state and only rank 0 writes it.
+  CHECK(manager.save_async(6, {ckpt::of_int("step", 6)}));
+  manager.wait();
+  CHECK_EQ(listing(ckpt::mpi::step_folder(folder, 6)),
+           (std::vector<std::string>{"model-00001-of-00001.safetensors", std::string(ckpt::mpi::index_file_name)}));
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 6}));
+  CHECK_EQ(manager.path_of(6), ckpt::mpi::step_folder(folder, 6));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,5 +251,7 @@ int main(int argc, char** argv) {
                   {"keep_best_uses_rank_0s_metric", keep_best_uses_rank_0s_metric},
                   {"arguments_refused_on_every_rank", arguments_refused_on_every_rank},
                   {"opening_removes_uncommitted_steps", opening_removes_uncommitted_steps},
-                  {"opening_finishes_retention", opening_finishes_retention}});
+                  {"opening_finishes_retention", opening_finishes_retention},
+                  {"save_async_commits_at_the_next_call", save_async_commits_at_the_next_call},
+                  {"save_async_follows_the_rules_of_save", save_async_follows_the_rules_of_save}});
 }

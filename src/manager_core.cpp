@@ -1,0 +1,287 @@
+#include "manager_core.hpp"
+
+#include <ckpt/error.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+namespace ckpt::detail {
+
+namespace {
+
+// A keep-best metric as written in `__metadata__`; nothing if it is not a number (or is NaN,
+// which would not rank).
+std::optional<double> parse_metric(std::string_view text) {
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || std::isnan(value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::string step_name(std::string_view prefix, std::int64_t step, std::string_view suffix) {
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%010lld", static_cast<long long>(step));
+  std::string name(prefix);
+  name += digits;
+  name += suffix;
+  return name;
+}
+
+std::optional<std::int64_t> step_in_name(std::string_view name, std::string_view prefix, std::string_view suffix) {
+  if (name.size() < prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return std::nullopt;
+  const std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size() || step < 0 || step_name(prefix, step, suffix) != name)
+    return std::nullopt;
+  return step;
+}
+
+void for_each_in_folder(const std::filesystem::path& folder,
+                        const std::function<void(const std::string& name, const std::filesystem::path& path)>& visit) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(folder, ec);
+  if (ec) throw io_error(folder, "list", ec);
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) visit(it->path().filename().string(), it->path());
+  if (ec) throw io_error(folder, "list", ec);
+}
+
+std::string wall_time_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  ::gmtime_r(&seconds, &utc);
+  char text[64];
+  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(millis));
+  return text;
+}
+
+manager_core::manager_core(std::string who, std::filesystem::path folder, checkpoint_manager_options options)
+    : who_(std::move(who)), folder_(std::move(folder)), options_(std::move(options)) {
+  if (options_.save_interval_steps < 1)
+    throw std::invalid_argument(message("save_interval_steps must be at least 1, not " +
+                                        std::to_string(options_.save_interval_steps)));
+  if (options_.keep_every_n_steps < 0) throw std::invalid_argument(message("keep_every_n_steps must not be negative"));
+  if (options_.keep_best > 0 && options_.best_metric.empty())
+    throw std::invalid_argument(message("keep_best needs a best_metric name"));
+}
+
+std::string manager_core::message(const std::string& what) const { return "ckpt: " + who_ + ": " + what; }
+
+std::vector<std::int64_t> manager_core::steps() const {
+  std::vector<std::int64_t> out;
+  out.reserve(steps_.size());
+  for (const auto& [step, metric] : steps_) out.push_back(step);
+  return out;
+}
+
+std::optional<std::int64_t> manager_core::latest_step() const noexcept {
+  if (steps_.empty()) return std::nullopt;
+  return steps_.rbegin()->first;
+}
+
+void manager_core::require(std::int64_t step) const {
+  if (!steps_.contains(step))
+    throw std::invalid_argument(
+        message("no checkpoint for step " + std::to_string(step) + " in '" + folder_.string() + "'"));
+}
+
+void manager_core::check_not_negative(std::int64_t step) const {
+  if (step < 0) throw std::invalid_argument(message("negative step " + std::to_string(step)));
+}
+
+bool manager_core::admit(std::int64_t step, const metadata_map& metadata, bool force) const {
+  check_not_negative(step);
+  // A saved step is never rewritten: see "Saving a step again" in manager.hpp.
+  if (const std::optional<std::int64_t> latest = latest_step(); latest && step <= *latest)
+    throw std::invalid_argument(message("step " + std::to_string(step) + " is not newer than the latest step in '" +
+                                        folder_.string() + "' (step " + std::to_string(*latest) + ")"));
+  if (options_.keep_best > 0) {
+    const auto it = metadata.find(options_.best_metric);
+    if (it != metadata.end() && !parse_metric(it->second))
+      throw std::invalid_argument(
+          message("the metric '" + options_.best_metric + "' = '" + it->second + "' is not a number"));
+  }
+  return force || should_save(step);
+}
+
+std::optional<double> manager_core::metric_of(const metadata_map& metadata) const {
+  if (options_.keep_best == 0) return std::nullopt;
+  const auto it = metadata.find(options_.best_metric);
+  if (it == metadata.end()) return std::nullopt;
+  return parse_metric(it->second);
+}
+
+void manager_core::add(std::int64_t step, const metadata_map& metadata) {
+  steps_.insert_or_assign(step, metric_of(metadata));
+}
+
+void manager_core::add_existing(const std::vector<std::int64_t>& steps,
+                                const std::function<metadata_map(std::int64_t step)>& metadata_of) {
+  for (const std::int64_t step : steps)
+    steps_.insert_or_assign(step, options_.keep_best > 0 ? metric_of(metadata_of(step)) : std::nullopt);
+}
+
+std::vector<std::int64_t> manager_core::to_drop() const {
+  // The newest is always kept, as max_to_keep is at least 1 when set.
+  if (options_.max_to_keep == 0 || steps_.size() <= options_.max_to_keep) return {};
+  const std::vector<std::int64_t> all = steps();
+  std::vector<std::int64_t> keep(all.end() - static_cast<std::ptrdiff_t>(options_.max_to_keep), all.end());
+  if (options_.keep_every_n_steps > 0)
+    for (const std::int64_t step : all)
+      if (step % options_.keep_every_n_steps == 0) keep.push_back(step);
+  if (options_.keep_best > 0) {
+    std::vector<std::pair<double, std::int64_t>> ranked;
+    for (const auto& [step, metric] : steps_)
+      if (metric) ranked.emplace_back(options_.best_mode == metric_mode::min ? *metric : -*metric, -step);
+    // Ties go to the newer checkpoint (hence -step).
+    std::ranges::sort(ranked);
+    for (std::size_t i = 0; i < ranked.size() && i < options_.keep_best; ++i) keep.push_back(-ranked[i].second);
+  }
+  std::ranges::sort(keep);
+  std::vector<std::int64_t> drop;
+  for (const std::int64_t step : all)
+    if (!std::ranges::binary_search(keep, step)) drop.push_back(step);
+  return drop;
+}
+
+background_write::~background_write() {
+  if (worker_.joinable()) worker_.join();
+}
+
+void background_write::start(std::function<void()> job) {
+  error_ = nullptr;
+  // The job owns what it writes; the caller touches none of it until join().
+  worker_ = std::thread([this, job = std::move(job)] {
+    try {
+      job();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
+  pending_ = true;
+}
+
+void background_write::finish(std::exception_ptr error) noexcept {
+  error_ = std::move(error);
+  pending_ = true;
+}
+
+std::exception_ptr background_write::join() noexcept {
+  if (worker_.joinable()) worker_.join();
+  pending_ = false;
+  return std::exchange(error_, nullptr);
+}
+
+void report_uncollected(std::string_view who, const std::filesystem::path& folder, const std::exception_ptr& error) noexcept {
+  if (!error) return;
+  try {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      std::cerr << "ckpt: " << who << ": a background save to '" << folder.string()
+                << "' failed and nobody called wait(): " << e.what() << '\n';
+    } catch (...) {
+      std::cerr << "ckpt: " << who << ": a background save to '" << folder.string()
+                << "' failed and nobody called wait()\n";
+    }
+  } catch (...) {  // writing to stderr failed: nothing more to do
+  }
+}
+
+void manager_state::settle_quietly() noexcept {
+  try {
+    settle();
+  } catch (...) {
+    report_uncollected(core.who(), core.folder(), std::current_exception());
+  }
+}
+
+}  // namespace ckpt::detail
+
+namespace ckpt {
+
+checkpoint_manager_base::checkpoint_manager_base(std::unique_ptr<detail::manager_state> state) noexcept
+    : state_(std::move(state)) {}
+
+checkpoint_manager_base::~checkpoint_manager_base() {
+  if (state_) state_->settle_quietly();
+}
+
+checkpoint_manager_base::checkpoint_manager_base(checkpoint_manager_base&& other) noexcept = default;
+
+checkpoint_manager_base& checkpoint_manager_base::operator=(checkpoint_manager_base&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->settle_quietly();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+const std::filesystem::path& checkpoint_manager_base::folder() const noexcept { return state_->core.folder(); }
+
+const checkpoint_manager_options& checkpoint_manager_base::options() const noexcept { return state_->core.options(); }
+
+std::filesystem::path checkpoint_manager_base::path_of(std::int64_t step) const { return state_->path_of(step); }
+
+bool checkpoint_manager_base::should_save(std::int64_t step) const noexcept { return state_->core.should_save(step); }
+
+namespace {
+
+// save and save_async: the checks, then the write now or in the background.
+bool save_step(detail::manager_state& state, std::int64_t step, std::initializer_list<section> sections,
+               const metadata_map& metadata, bool force, bool background) {
+  // Settling first also frees the previous snapshot, whose buffer a background save then reuses.
+  state.settle();
+  const std::optional<metadata_map> merged = state.admit(step, metadata, force);
+  if (!merged) return false;
+  if (background) state.save_in_background(step, sections, *merged);
+  else state.save_now(step, sections, *merged);
+  return true;
+}
+
+}  // namespace
+
+bool checkpoint_manager_base::save(std::int64_t step, std::initializer_list<section> sections,
+                                   const metadata_map& metadata, bool force) {
+  return save_step(*state_, step, sections, metadata, force, false);
+}
+
+bool checkpoint_manager_base::save_async(std::int64_t step, std::initializer_list<section> sections,
+                                         const metadata_map& metadata, bool force) {
+  return save_step(*state_, step, sections, metadata, force, true);
+}
+
+void checkpoint_manager_base::wait() { state_->settle(); }
+
+std::vector<std::int64_t> checkpoint_manager_base::steps() const { return state_->core.steps(); }
+
+std::optional<std::int64_t> checkpoint_manager_base::latest_step() const noexcept { return state_->core.latest_step(); }
+
+checkpoint checkpoint_manager_base::load(std::int64_t step, const load_options& options) {
+  state_->settle();
+  state_->core.require(step);
+  return state_->load_step(step, options);
+}
+
+std::optional<checkpoint> checkpoint_manager_base::load_latest(const load_options& options) {
+  state_->settle();
+  const std::optional<std::int64_t> step = latest_step();
+  if (!step) return std::nullopt;
+  return state_->load_step(*step, options);
+}
+
+}  // namespace ckpt

@@ -1,0 +1,163 @@
+#pragma once
+// The one core of ckpt::checkpoint_manager (src/manager.cpp) and ckpt::mpi::checkpoint_manager
+// (src/mpi/manager.cpp): option validation, the step-name codec, listing a folder, the list of
+// steps with their keep-best metrics, the checks of a save's arguments, the retention decision,
+// the wall_time stamp, and the background write whose outcome is collected once. What differs
+// between the two managers is only where a step lives (a file, or a folder committed by its
+// index) and who does the work (the process, or the ranks together).
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
+#include <ckpt/snapshot.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace ckpt::detail {
+
+// The step codec: `<prefix><step, zero-padded to 10 digits><suffix>` ("ckpt-0000000042.safetensors",
+// "step-0000000042").
+[[nodiscard]] std::string step_name(std::string_view prefix, std::int64_t step, std::string_view suffix = {});
+
+// The step of a name `step_name(prefix, step, suffix)` gives, or nothing for any other name: only
+// the exact spelling counts, so that a user's "ckpt-7.safetensors" or "step-7" is never ours.
+[[nodiscard]] std::optional<std::int64_t> step_in_name(std::string_view name, std::string_view prefix,
+                                                       std::string_view suffix = {});
+
+// Calls `visit(name, path)` for every entry of `folder`.
+// \throws io_error naming `folder` if it cannot be listed (a missing folder included).
+void for_each_in_folder(const std::filesystem::path& folder,
+                        const std::function<void(const std::string& name, const std::filesystem::path& path)>& visit);
+
+// Now, in UTC, as ISO 8601 with milliseconds: the `wall_time` metadata of a manager's checkpoint.
+[[nodiscard]] std::string wall_time_now();
+
+// The steps of one manager's folder and the rules over them.
+class manager_core {
+ public:
+  // Every step with its keep-best metric (nothing if keep-best is off or the step has none).
+  using step_map = std::map<std::int64_t, std::optional<double>>;
+
+  // `who` names the manager in messages ("checkpoint_manager", "mpi::checkpoint_manager").
+  // \throws std::invalid_argument if an option is out of range.
+  manager_core(std::string who, std::filesystem::path folder, checkpoint_manager_options options);
+
+  [[nodiscard]] const std::string& who() const noexcept { return who_; }
+  [[nodiscard]] const std::filesystem::path& folder() const noexcept { return folder_; }
+  [[nodiscard]] const checkpoint_manager_options& options() const noexcept { return options_; }
+  [[nodiscard]] bool should_save(std::int64_t step) const noexcept { return step % options_.save_interval_steps == 0; }
+
+  [[nodiscard]] std::vector<std::int64_t> steps() const;
+  [[nodiscard]] std::optional<std::int64_t> latest_step() const noexcept;
+  // \throws std::invalid_argument if there is no checkpoint for `step`.
+  void require(std::int64_t step) const;
+  // \throws std::invalid_argument if `step` is negative.
+  void check_not_negative(std::int64_t step) const;
+
+  // Checks a save of `step` with the file's `metadata` (the metric among them) and says whether
+  // it is due: false for a step that is not `should_save` unless `force`.
+  // \throws std::invalid_argument if `step` is negative or not newer than the latest step, or the
+  // keep-best metric is not a number.
+  [[nodiscard]] bool admit(std::int64_t step, const metadata_map& metadata, bool force) const;
+
+  // The keep-best metric of a checkpoint with `metadata`.
+  [[nodiscard]] std::optional<double> metric_of(const metadata_map& metadata) const;
+
+  // Records `step`, whose file has `metadata`.
+  void add(std::int64_t step, const metadata_map& metadata);
+  // Records the steps found in the folder; if keep-best is on, `metadata_of(step)` gives each
+  // one's metadata (read from its header) for its metric.
+  void add_existing(const std::vector<std::int64_t>& steps,
+                    const std::function<metadata_map(std::int64_t step)>& metadata_of);
+
+  // The retention decision: the steps no rule keeps, oldest first. The caller deletes each one's
+  // files and `forget`s it.
+  [[nodiscard]] std::vector<std::int64_t> to_drop() const;
+  void forget(std::int64_t step) { steps_.erase(step); }
+
+  [[nodiscard]] const step_map& all() const noexcept { return steps_; }
+  void replace_all(step_map steps) { steps_ = std::move(steps); }
+
+  // "ckpt: <who>: <what>", the message of the manager's misuse errors.
+  [[nodiscard]] std::string message(const std::string& what) const;
+
+ private:
+  std::string who_;
+  std::filesystem::path folder_;
+  checkpoint_manager_options options_;
+  step_map steps_;
+};
+
+// At most one write on a background thread, whose error is handed over once.
+class background_write {
+ public:
+  background_write() = default;
+  background_write(const background_write&) = delete;
+  background_write& operator=(const background_write&) = delete;
+  // Waits for the write (its error is the owner's to collect first: see `join`).
+  ~background_write();
+
+  // Runs `job` on a new thread. There must be no write in flight.
+  // \throws std::system_error if the thread cannot be started.
+  void start(std::function<void()> job);
+  // Records a write that ended at once, with `error` (null: nothing to write), for `join`.
+  void finish(std::exception_ptr error) noexcept;
+  // True between `start` (or `finish`) and `join`.
+  [[nodiscard]] bool pending() const noexcept { return pending_; }
+  // Waits for the write; its error, or null. The write is no longer pending afterwards.
+  std::exception_ptr join() noexcept;
+
+ private:
+  std::thread worker_;
+  std::exception_ptr error_;
+  bool pending_ = false;
+};
+
+// Writes "ckpt: <who>: a background save to '<folder>' failed and nobody called wait(): <what>"
+// to stderr: what a destructor does with an error it cannot throw.
+void report_uncollected(std::string_view who, const std::filesystem::path& folder, const std::exception_ptr& error) noexcept;
+
+// The state behind a checkpoint_manager_base: the core, the background write and the arena of its
+// snapshots, and what each manager does its own way. checkpoint_manager_base's members (in
+// manager_core.cpp) are the one implementation of the rules over these.
+class manager_state {
+ public:
+  manager_state(std::string who, std::filesystem::path folder, checkpoint_manager_options options)
+      : core(std::move(who), std::move(folder), std::move(options)) {}
+  manager_state(const manager_state&) = delete;
+  manager_state& operator=(const manager_state&) = delete;
+  virtual ~manager_state() = default;
+
+  manager_core core;
+  background_write background;
+  // Buffers of the snapshots of save_async, reused from save to save.
+  snapshot_arena arena;
+
+  [[nodiscard]] virtual std::filesystem::path path_of(std::int64_t step) const = 0;
+  // Waits for the background write, and commits its step or throws its error, once.
+  virtual void settle() = 0;
+  // After settle(): checks a save of `step`; the metadata of its files, or nothing to skip it.
+  virtual std::optional<metadata_map> admit(std::int64_t step, const metadata_map& metadata, bool force) = 0;
+  // Writes and commits `step`.
+  virtual void save_now(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata) = 0;
+  // Starts the background write of `step`, committed by the next settle().
+  virtual void save_in_background(std::int64_t step, std::initializer_list<section> sections,
+                                  const metadata_map& metadata) = 0;
+  // After settle(): reads committed `step`.
+  [[nodiscard]] virtual checkpoint load_step(std::int64_t step, const load_options& options) = 0;
+
+  // settle(), its error written to stderr: what a destructor does.
+  void settle_quietly() noexcept;
+};
+
+}  // namespace ckpt::detail
