@@ -1,6 +1,11 @@
 #include <ckpt/params.hpp>
 #include <ckpt/section.hpp>
 
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
 namespace ckpt::detail {
 
 void check_leaf_names(std::vector<std::string> names, std::string_view function) {
@@ -14,22 +19,88 @@ void check_leaf_names(std::vector<std::string> names, std::string_view function)
                                 *duplicate + "'");
 }
 
-std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves, bool cast,
-                                            std::string_view function) {
+namespace {
+
+bool under_prefix(std::string_view name, std::string_view prefix) {
+  return prefix.empty() || name == prefix ||
+         (name.size() > prefix.size() && name.starts_with(prefix) && name[prefix.size()] == '.');
+}
+
+// "'a', 'b'": names quoted and joined.
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "'" : ", '") + name + "'";
+  return out;
+}
+
+std::string counted(std::size_t count, std::string_view one, std::string_view many) {
+  return std::to_string(count) + " " + std::string(count == 1 ? one : many);
+}
+
+// When nothing in `t` is under `prefix`, the hint " (nothing in the checkpoint is under 'p'; its
+// prefixes are 'a', 'b')" naming the first parts of the entries' names (the first five, with the
+// count when there are more); otherwise nothing.
+std::string prefix_hint(const checkpoint& t, std::string_view prefix) {
+  if (prefix.empty()) return {};
+  std::set<std::string> prefixes;
+  for (const auto& [name, entry] : t) {
+    if (under_prefix(name, prefix)) return {};
+    prefixes.insert(name.substr(0, name.find('.')));
+  }
+  std::string hint = " (nothing in the checkpoint is under '" + std::string(prefix) + "'";
+  if (prefixes.empty()) return hint + "; it is empty)";
+  constexpr std::size_t shown = 5;
+  const std::vector<std::string> first(prefixes.begin(), std::next(prefixes.begin(), static_cast<std::ptrdiff_t>(
+                                                                                         std::min(shown, prefixes.size()))));
+  if (prefixes.size() <= shown) return hint + "; its prefixes are " + quoted_list(first) + ")";
+  return hint + "; its " + std::to_string(prefixes.size()) + " prefixes begin " + quoted_list(first) + ")";
+}
+
+}  // namespace
+
+std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names, std::string_view prefix) {
+  std::ranges::sort(names);
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : t)
+    if (under_prefix(name, prefix) && !std::ranges::binary_search(names, name)) out.push_back(name);
+  std::ranges::sort(out);
+  return out;
+}
+
+std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,
+                                            const extract_options& opts, std::string_view function) {
   std::vector<std::string> names;
   names.reserve(leaves.size());
   for (const leaf_read& leaf : leaves) names.push_back(leaf.name);
-  check_leaf_names(std::move(names), function);
+  check_leaf_names(names, function);
   const std::string prefix = "ckpt: " + std::string(function) + ": ";
+  if (opts.strict) {
+    // Architecture drift first, all of it at once: every entry missing and every one left over.
+    std::vector<std::string> missing;
+    for (const std::string& name : names)
+      if (!t.contains(name)) missing.push_back(name);
+    std::ranges::sort(missing);
+    const std::vector<std::string> left_over = unconsumed(t, std::move(names), opts.prefix);
+    if (!missing.empty() || !left_over.empty()) {
+      std::string message = prefix + "strict extraction: ";
+      if (!missing.empty())
+        message += counted(missing.size(), "entry", "entries") + " missing: " + quoted_list(missing);
+      if (!missing.empty() && !left_over.empty()) message += "; ";
+      if (!left_over.empty())
+        message += counted(left_over.size(), "entry", "entries") + " not in the template: " + quoted_list(left_over);
+      throw std::invalid_argument(message + prefix_hint(t, opts.prefix));
+    }
+  }
   std::vector<const tensor*> entries;
   entries.reserve(leaves.size());
   for (const leaf_read& leaf : leaves) {
     const tensor* entry = t.find(leaf.name);
-    if (!entry) throw std::invalid_argument(prefix + "no entry named '" + leaf.name + "'");
+    if (!entry)
+      throw std::invalid_argument(prefix + "no entry named '" + leaf.name + "'" + prefix_hint(t, opts.prefix));
     if (!std::ranges::equal(entry->shape(), leaf.shape))
       throw std::invalid_argument(prefix + "entry '" + leaf.name + "' has shape " + to_string(entry->shape()) +
                                   " but the template's leaf has shape " + to_string(leaf.shape));
-    if (entry->dtype() != leaf.dtype && !cast)
+    if (entry->dtype() != leaf.dtype && !opts.cast)
       throw std::invalid_argument(prefix + "entry '" + leaf.name + "' has dtype " +
                                   std::string(to_string(entry->dtype())) + " but the template's leaf has dtype " +
                                   std::string(to_string(leaf.dtype)) + " (pass cast = true to convert)");

@@ -87,7 +87,11 @@ BOOST_AUTO_TEST_CASE(zip_leaves_updates_in_place) {
 BOOST_AUTO_TEST_CASE(zip_leaves_rejects_different_shapes) {
   std::vector<Eigen::VectorXf> a(2, Eigen::VectorXf::Ones(2));
   std::vector<Eigen::VectorXf> b(3, Eigen::VectorXf::Ones(2));
-  BOOST_CHECK_THROW(ckpt::zip_leaves([](auto&, auto&) {}, a, b), std::invalid_argument);
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { ckpt::zip_leaves([](auto&, auto&) {}, a, b); }) ==
+             "ckpt: the structures differ at '': sequences of different lengths (2, 3)");
+  std::map<std::string, float> m1{{"x", 1.0f}}, m2{{"x", 1.0f}, {"y", 2.0f}};
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { ckpt::zip_leaves([](auto&, auto&) {}, m1, m2); }) ==
+             "ckpt: the structures differ at '': maps of different sizes (1, 2)");
 }
 
 BOOST_AUTO_TEST_CASE(zeros_like_keeps_shapes) {

@@ -311,7 +311,8 @@ BOOST_AUTO_TEST_CASE(sections_load_independently_and_extra_entries_are_ignored) 
 BOOST_AUTO_TEST_CASE(extraction_errors_name_the_entry_and_both_sides) {
   const auto t = ckpt::of_params(make_mlp(0), "model");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, make_mlp(0), {.prefix = "other"}); }) ==
-             "ckpt: to_params: no entry named 'other.l1.w'");
+             "ckpt: to_params: no entry named 'other.l1.w' (nothing in the checkpoint is under 'other'; its "
+             "prefixes are 'model')");
   mlp wrong_shape = make_mlp(0);
   wrong_shape.l2.w.resize(3, 1);
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, wrong_shape, {.prefix = "model"}); }) ==
@@ -448,7 +449,74 @@ BOOST_AUTO_TEST_CASE(read_params_changes_nothing_when_an_entry_is_wrong) {
   // A function built on the extraction reports under its own name.
   BOOST_TEST(message_of<std::invalid_argument>([&] {
                ckpt::read_params(ckpt::checkpoint{}, live, {.prefix = "m", .function = "load_model"});
-             }) == "ckpt: load_model: no entry named 'm.l1.w'");
+             }) == "ckpt: load_model: no entry named 'm.l1.w' (nothing in the checkpoint is under 'm'; it is empty)");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(ckpt::checkpoint{}, live); }) ==
              "ckpt: to_params: no entry named 'l1.w'");
+}
+
+// Architecture drift, as PyTorch's load_state_dict(strict=True) reports it.
+struct deep {
+  std::vector<linear> layers;
+  std::map<std::string, Eigen::VectorXf> norms;
+};
+
+deep make_deep(std::size_t layers, std::vector<std::string> norms) {
+  deep d;
+  for (std::size_t i = 0; i < layers; ++i)
+    d.layers.push_back({Eigen::MatrixXf::Constant(2, 2, static_cast<float>(i)), Eigen::VectorXf::Constant(2, 1)});
+  for (const std::string& key : norms) d.norms[key] = Eigen::VectorXf::Constant(2, 3);
+  return d;
+}
+
+BOOST_AUTO_TEST_CASE(strict_extraction_lists_every_unconsumed_and_missing_entry) {
+  const auto t = ckpt::of_params(make_deep(3, {"in", "out"}), "model");
+  const deep two_layers = make_deep(2, {"in", "out"});
+  // Not strict: Kaun's rule, extra entries are ignored; unconsumed_entries says which.
+  BOOST_TEST((ckpt::to_params(t, two_layers, {.prefix = "model"}).layers.size() == 2));
+  BOOST_TEST((ckpt::unconsumed_entries(t, two_layers, "model") ==
+              std::vector<std::string>{"model.layers.2.b", "model.layers.2.w"}));
+  BOOST_TEST(ckpt::unconsumed_entries(t, make_deep(3, {"in", "out"}), "model").empty());
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::to_params(t, two_layers, {.prefix = "model", .strict = true});
+             }) == "ckpt: to_params: strict extraction: 2 entries not in the template: 'model.layers.2.b', "
+                   "'model.layers.2.w'");
+  // A map template missing a key the file has, and one naming a key the file lacks: both at once.
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::to_params(t, make_deep(3, {"in", "mid"}), {.prefix = "model", .strict = true});
+             }) == "ckpt: to_params: strict extraction: 1 entry missing: 'model.norms.mid'; 1 entry not in the "
+                   "template: 'model.norms.out'");
+  // Entries outside the prefix are not the template's business.
+  const auto both = ckpt::concat({t, ckpt::of_int("optim.step", 4), ckpt::of_params(two_layers, "modelx")});
+  BOOST_TEST((ckpt::to_params(both, make_deep(3, {"in", "out"}), {.prefix = "model", .strict = true}).norms.size() == 2));
+  // Without a prefix every entry counts.
+  BOOST_TEST((ckpt::unconsumed_entries(both, make_deep(3, {"in", "out"})).size() == both.size()));
+}
+
+BOOST_AUTO_TEST_CASE(strict_read_params_changes_nothing_and_names_the_caller) {
+  const auto t = ckpt::of_params(make_deep(3, {"in"}));
+  const deep before = make_deep(2, {"in"});
+  deep live = before;
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               ckpt::read_params(t, live, {.strict = true, .function = "load_model"});
+             }) == "ckpt: load_model: strict extraction: 2 entries not in the template: 'layers.2.b', 'layers.2.w'");
+  BOOST_TEST((live.layers[0].w == before.layers[0].w));
+  BOOST_TEST((live.layers[1].b == before.layers[1].b));
+}
+
+BOOST_AUTO_TEST_CASE(a_wrong_prefix_is_answered_with_the_prefixes_there_are) {
+  std::vector<ckpt::checkpoint> parts;
+  for (const char* prefix : {"a", "b", "c", "d", "e", "f"}) parts.push_back(ckpt::of_tensor(prefix, Eigen::Vector2f(1, 2)));
+  parts.push_back(ckpt::of_params(make_mlp(0), "model"));
+  const auto t = ckpt::concat(parts);
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, make_mlp(0), {.prefix = "modle"}); }) ==
+             "ckpt: to_params: no entry named 'modle.l1.w' (nothing in the checkpoint is under 'modle'; its 7 "
+             "prefixes begin 'a', 'b', 'c', 'd', 'e')");
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::to_params(t, make_mlp(0), {.prefix = "modle", .strict = true});
+             }) == "ckpt: to_params: strict extraction: 4 entries missing: 'modle.l1.b', 'modle.l1.w', 'modle.l2.b', "
+                   "'modle.l2.w' (nothing in the checkpoint is under 'modle'; its 7 prefixes begin 'a', 'b', 'c', "
+                   "'d', 'e')");
+  // A prefix that is there but lacks the entry gives no hint.
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, make_deep(1, {}), {.prefix = "model"}); }) ==
+             "ckpt: to_params: no entry named 'model.layers.0.w'");
 }

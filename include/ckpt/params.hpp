@@ -20,9 +20,16 @@ namespace ckpt {
 /// Options of `to_params` and `read_params`.
 struct extract_options {
   /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf).
-  std::string_view prefix;
+  std::string_view prefix = {};
   /// Convert entries whose dtype differs from the leaf's instead of raising.
   bool cast = false;
+  /// Strict, as PyTorch's `load_state_dict(strict=True)`: entries under `prefix` (named `prefix`
+  /// or `prefix + "."`..., every entry when `prefix` is empty) that no leaf consumes are an error,
+  /// and the error lists every missing and every unconsumed entry at once, sorted, with their
+  /// counts. Not strict, entries the template does not name are ignored (Raven's
+  /// `Kaun.Checkpoint` rule) and the first missing entry is reported. `unconsumed_entries` lists
+  /// them without failing.
+  bool strict = false;
   /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the extracting
   /// function's own name. A function built on `to_params` or `read_params` (as
   /// `restore_training_state`) reports its errors under its own name this way.
@@ -52,10 +59,13 @@ struct leaf_read {
 };
 
 // Everything that can go wrong with an extraction, checked before any leaf is written: the names,
-// then each leaf's entry (present, same shape, same dtype or castable as `cast` allows). Returns
-// the entry of each leaf, in order.
-std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves, bool cast,
-                                            std::string_view function);
+// then each leaf's entry (present, same shape, same dtype or castable as `opts.cast` allows), and
+// in strict mode the entries no leaf consumes. Returns the entry of each leaf, in order.
+std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,
+                                            const extract_options& opts, std::string_view function);
+
+// The entries of `t` under `prefix` that are not in `names`, sorted.
+std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names, std::string_view prefix);
 
 // Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another.
 template <leaf L>
@@ -87,7 +97,7 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
       },
       params);
   const std::vector<const tensor*> entries =
-      check_extraction(t, leaves, opts.cast, opts.function.empty() ? function : opts.function);
+      check_extraction(t, leaves, opts, opts.function.empty() ? function : opts.function);
   for (std::size_t i = 0; i < leaves.size(); ++i) leaves[i].read(*entries[i]);
 }
 
@@ -118,14 +128,30 @@ template <leaf L>
   return of_tensor(name, to_tensor(x));
 }
 
+/// The entries of `t` under `prefix` (named `prefix` or starting with `prefix + "."`; all of
+/// them when `prefix` is empty) that `to_params(t, like, {.prefix = prefix})` would not read,
+/// sorted: what a strict extraction refuses, for a caller that would rather warn.
+/// \throws std::invalid_argument if `like`'s leaf names are not distinct and non-empty.
+template <class P>
+[[nodiscard]] std::vector<std::string> unconsumed_entries(const checkpoint& t, const P& like,
+                                                          std::string_view prefix = {}) {
+  static_assert(named<P>, "ckpt: unconsumed_entries needs a named structure or a leaf");
+  std::vector<std::string> names;
+  for_each_leaf([&](std::string_view name, const auto&) { names.push_back(detail::join_name(prefix, name)); }, like);
+  detail::check_leaf_names(names, "unconsumed_entries");
+  return detail::unconsumed(t, std::move(names), prefix);
+}
+
 /// `like` with every leaf replaced by the entry of `t` of the same name (prefixed as in
 /// `of_params`). `like` supplies structure, names, dtypes and shapes; its values are discarded.
-/// Entries `like` does not name are ignored. Entries are copied once into the leaves, reordered
+/// Entries `like` does not name are ignored, unless `opts.strict`. Entries are copied once into the leaves, reordered
 /// for column-major leaves; `ckpt::tensor` leaves share the entry's bytes. To fill existing
 /// parameters without first copying `like`, use `read_params`.
 /// \throws std::invalid_argument if an entry named by `like` is missing, has another shape, or
 /// another dtype while `opts.cast` is false (each message names the entry and both shapes or
-/// dtypes), if a dtype cannot be cast (sub-byte formats), or if `like`'s names are invalid.
+/// dtypes), if a dtype cannot be cast (sub-byte formats), if `like`'s names are invalid, or, with
+/// `opts.strict`, if entries under the prefix are left unconsumed. When no entry of `t` is under
+/// a non-empty prefix, the message lists the prefixes `t` has.
 template <class P>
 [[nodiscard]] P to_params(const checkpoint& t, const P& like, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: to_params needs a named structure or a leaf");
