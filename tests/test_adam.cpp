@@ -7,6 +7,7 @@
 
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/section.hpp>
 
 #include <Eigen/Core>
 
@@ -14,8 +15,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -40,19 +46,19 @@ BOOST_AUTO_TEST_CASE(two_steps_by_hand) {
   linear p{Eigen::MatrixXd::Constant(1, 1, 1.0), Eigen::VectorXd::Constant(1, 1.0)};
   auto st = opt.init(p);
   BOOST_TEST(st.step == 0);
-  BOOST_TEST(st.mu.w.rows() == 1);
-  BOOST_TEST(st.nu.b(0) == 0.0);
+  BOOST_TEST(st.mu.values.w.rows() == 1);
+  BOOST_TEST(st.nu.values.b(0) == 0.0);
 
   opt.update(p, linear{Eigen::MatrixXd::Constant(1, 1, 2.0), Eigen::VectorXd::Constant(1, 2.0)}, st);
   BOOST_TEST(st.step == 1);
-  BOOST_TEST(st.mu.w(0, 0) == 0.2, boost::test_tools::tolerance(1e-12));
-  BOOST_TEST(st.nu.w(0, 0) == 0.004, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(st.mu.values.w(0, 0) == 0.2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(st.nu.values.w(0, 0) == 0.004, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(p.w(0, 0) == 0.9000000005, boost::test_tools::tolerance(1e-14));
 
   opt.update(p, linear{Eigen::MatrixXd::Constant(1, 1, -1.0), Eigen::VectorXd::Constant(1, -1.0)}, st);
   BOOST_TEST(st.step == 2);
-  BOOST_TEST(st.mu.w(0, 0) == 0.08, boost::test_tools::tolerance(1e-12));
-  BOOST_TEST(st.nu.w(0, 0) == 0.004996, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(st.mu.values.w(0, 0) == 0.08, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(st.nu.values.w(0, 0) == 0.004996, boost::test_tools::tolerance(1e-12));
   const double m_hat = 0.08 / (1 - 0.81);
   const double v_hat = 0.004996 / (1 - 0.998001);
   const double expected = 0.9000000005 - 0.1 * m_hat / (std::sqrt(v_hat) + 1e-8);
@@ -132,8 +138,8 @@ BOOST_AUTO_TEST_CASE(training_state_uses_the_seed_sections) {
   std::filesystem::remove(path);
   BOOST_TEST((q.w == p.w));
   BOOST_TEST((q.b == p.b));
-  BOOST_TEST((restored.mu.w == st.mu.w));
-  BOOST_TEST((restored.nu.b == st.nu.b));
+  BOOST_TEST((restored.mu.values.w == st.mu.values.w));
+  BOOST_TEST((restored.nu.values.b == st.nu.values.b));
   BOOST_TEST(restored.step == 1);
 }
 
@@ -177,4 +183,105 @@ BOOST_AUTO_TEST_CASE(steps_past_2_pow_31_are_kept_whole) {
   ckpt::adam_state<Eigen::VectorXf> back;
   ckpt::restore_training_state(ckpt::training_state(p, st), q, back);
   BOOST_TEST(back.step == big + 1);
+}
+
+// Trainable and non-trainable leaves in one model: Adam trains `w`, leaves the frozen embedding,
+// the running mean (a buffer the loop updates itself), the counter and the random engine alone,
+// keeps moments only for `w`, and a resume in another process is bit-identical to a straight run.
+namespace {
+
+struct model {
+  ckpt::frozen<Eigen::MatrixXf> embedding;
+  Eigen::MatrixXf w;
+  ckpt::frozen<Eigen::VectorXf> running_mean;
+  std::int64_t batches_seen = 0;
+  std::mt19937_64 rng{42};
+};
+
+model make_model() {
+  model m;
+  m.embedding.value.resize(6, 3);
+  for (Eigen::Index i = 0; i < m.embedding.value.size(); ++i)
+    m.embedding.value.data()[i] = std::sin(static_cast<float>(i));
+  m.w = Eigen::MatrixXf::Constant(3, 2, 0.5f);
+  m.running_mean.value = Eigen::VectorXf::Zero(2);
+  return m;
+}
+
+// One step: a batch drawn from the model's own engine, a made-up gradient, the buffer updated by
+// the loop (as BatchNorm does in training), then Adam.
+void train_step(const ckpt::adam& opt, model& m, ckpt::adam_state<model>& state) {
+  std::uniform_int_distribution<int> pick(0, 5);
+  const Eigen::RowVectorXf x = m.embedding.value.row(pick(m.rng));
+  const Eigen::RowVectorXf y = x * m.w;
+  model grads = m;
+  grads.w = x.transpose() * y;
+  m.running_mean.value = 0.9f * m.running_mean.value + 0.1f * y.transpose();
+  ++m.batches_seen;
+  opt.update(m, grads, state);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(frozen_leaves_buffers_counters_and_engines_are_kept_not_trained) {
+  const ckpt::adam opt{.lr = 0.01};
+  model m = make_model();
+  const Eigen::MatrixXf embedding = m.embedding.value;
+  ckpt::adam_state<model> state = opt.init(m);
+  // The moments name the trained leaf only; the others are empty in them.
+  BOOST_TEST((ckpt::leaf_names(state.mu) == std::vector<std::string>{"w"}));
+  BOOST_TEST(state.mu.values.embedding.value.size() == 0);
+  const ckpt::checkpoint t = ckpt::training_state(m, state);
+  BOOST_TEST((t.names() == std::vector<std::string>{"model.batches_seen", "model.embedding", "model.rng", "model.running_mean",
+                                                    "model.w", "optim.mu.w", "optim.nu.w", "optim.step"}));
+  for (int i = 0; i < 5; ++i) train_step(opt, m, state);
+  BOOST_TEST((m.embedding.value == embedding));
+  BOOST_TEST(m.batches_seen == 5);
+  BOOST_TEST(!m.running_mean.value.isZero());
+  BOOST_TEST(!(m.w.array() == 0.5f).all());
+}
+
+BOOST_AUTO_TEST_CASE(frozen_leaves_resume_bit_exactly_in_another_process) {
+  const ckpt_test::temp_dir dir;
+  const ckpt::adam opt{.lr = 0.01};
+  constexpr int total = 40, half = 17;
+  const auto final_file = [](const model& m, const std::filesystem::path& path) {
+    ckpt::save(path, {{m, "model"}});
+    return ckpt_test::read_bytes(path);
+  };
+
+  model straight = make_model();
+  ckpt::adam_state<model> straight_state = opt.init(straight);
+  for (int i = 0; i < total; ++i) train_step(opt, straight, straight_state);
+  const std::string expected = final_file(straight, dir.path() / "straight.safetensors");
+
+  model first = make_model();
+  ckpt::adam_state<model> first_state = opt.init(first);
+  for (int i = 0; i < half; ++i) train_step(opt, first, first_state);
+  ckpt::save(dir.path() / "half.safetensors", ckpt::training_state(first, first_state));
+
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    // A fresh process: a model made differently (another engine seed, other values) is the template.
+    int code = 1;
+    try {
+      model resumed = make_model();
+      resumed.embedding.value.setZero();
+      resumed.rng.seed(7);
+      resumed.w.setZero();
+      ckpt::adam_state<model> resumed_state;
+      ckpt::restore_training_state(ckpt::load(dir.path() / "half.safetensors"), resumed, resumed_state);
+      while (resumed_state.step < total) train_step(opt, resumed, resumed_state);
+      (void)final_file(resumed, dir.path() / "resumed.safetensors");
+      code = 0;
+    } catch (...) {
+    }
+    std::_Exit(code);
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_REQUIRE(WIFEXITED(status));
+  BOOST_REQUIRE(WEXITSTATUS(status) == 0);
+  BOOST_TEST((ckpt_test::read_bytes(dir.path() / "resumed.safetensors") == expected));
 }

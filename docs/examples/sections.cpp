@@ -40,8 +40,8 @@ void save_run(const mlp& params, const ckpt::adam_state<mlp>& st, const mlp& ema
 void load_run(mlp& params, ckpt::adam_state<mlp>& st, mlp& ema) {
   const ckpt::checkpoint t = ckpt::load("run.safetensors");  // mapped once, read per section
   ckpt::read_params(t, params, {.prefix = "model"});
-  st.mu = ckpt::to_params(t, params, {.prefix = "optim.mu"});  // `params` as the template
-  st.nu = ckpt::to_params(t, params, {.prefix = "optim.nu"});
+  ckpt::read_params(t, st.mu, {.prefix = "optim.mu"});  // `st` shaped by opt.init(params)
+  ckpt::read_params(t, st.nu, {.prefix = "optim.nu"});
   st.step = ckpt::to_int("optim.step", t);
   ckpt::read_params(t, ema, {.prefix = "ema"});
 }
@@ -101,11 +101,11 @@ BOOST_AUTO_TEST_CASE(sections_share_one_file) {
   BOOST_TEST(t.metadata().at("config") == "hidden=8");
 
   mlp params2 = make_mlp(), ema2 = make_mlp();
-  ckpt::adam_state<mlp> st2;
+  ckpt::adam_state<mlp> st2 = ckpt::adam{}.init(params2);
   load_run(params2, st2, ema2);
   BOOST_TEST((params2.l1.w == params.l1.w));
-  BOOST_TEST((st2.mu.l2.b == st.mu.l2.b));
-  BOOST_TEST((st2.nu.l1.w == st.nu.l1.w));
+  BOOST_TEST((st2.mu.values.l2.b == st.mu.values.l2.b));
+  BOOST_TEST((st2.nu.values.l1.w == st.nu.values.l1.w));
   BOOST_TEST(st2.step == 2);
   BOOST_TEST((ema2.l2.w == ema.l2.w));
 }
@@ -123,7 +123,7 @@ BOOST_AUTO_TEST_CASE(training_state_round_trips) {
   ckpt::adam_state<mlp> st2;
   restore_training(params2, st2);
   BOOST_TEST((params2.l2.w == params.l2.w));
-  BOOST_TEST((st2.nu.l2.w == st.nu.l2.w));
+  BOOST_TEST((st2.nu.values.l2.w == st.nu.values.l2.w));
   BOOST_TEST(st2.step == 1);
 }
 

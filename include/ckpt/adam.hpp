@@ -7,8 +7,8 @@
 /// | entries        | holds                                                   |
 /// |----------------|---------------------------------------------------------|
 /// | `model.*`      | the parameters                                          |
-/// | `optim.mu.*`   | Adam's first moments, named like the parameters         |
-/// | `optim.nu.*`   | Adam's second moments, named like the parameters        |
+/// | `optim.mu.*`   | Adam's first moments of the trained leaves              |
+/// | `optim.nu.*`   | Adam's second moments of the trained leaves             |
 /// | `optim.step`   | the number of updates done (see `training_state`)       |
 ///
 /// \code
@@ -40,19 +40,95 @@
 
 namespace ckpt {
 
-/// Adam's state for parameters of type `P`: the first and second moment estimates, shaped like
-/// the parameters, and the number of updates done so far.
+/// Adam's moment estimates for parameters of type `P`: `values` is shaped like the parameters,
+/// but only the leaves Adam trains hold moments, and only they are named (an `adam_moments` is
+/// a named structure: `of_params(state.mu, "optim.mu")` names `optim.mu.l1.w`, never a frozen
+/// leaf, an integer or a random engine). The other leaves of `values` are left empty (dynamic
+/// Eigen leaves of size 0) and are never read.
+template <class P>
+struct adam_moments {
+  /// The moments, at the paths of the parameters they belong to.
+  P values;
+};
+
+/// Adam's state for parameters of type `P`: the first and second moment estimates of the
+/// trained leaves, and the number of updates done so far.
 template <class P>
 struct adam_state {
   /// First moments (running mean of the gradients).
-  P mu;
+  adam_moments<P> mu;
   /// Second moments (running mean of the squared gradients).
-  P nu;
+  adam_moments<P> nu;
   /// Updates done so far; the next update is number `step + 1`.
   std::int64_t step = 0;
 };
 
 namespace detail {
+
+template <class L>
+inline constexpr bool is_frozen_v = false;
+template <class T>
+inline constexpr bool is_frozen_v<frozen<T>> = true;
+
+// Whether Adam trains the leaf `x`: floating-point Eigen leaves and scalars, and `ckpt::tensor`
+// leaves of a floating dtype. Frozen leaves, integers, bools and random engines are saved with
+// the model but not trained.
+template <class L>
+bool trains(const L& x) {
+  if constexpr (std::is_same_v<L, tensor>) {
+    return is_floating(x.dtype());
+  } else if constexpr (is_frozen_v<L> || is_std_engine<L>::value) {
+    return false;
+  } else if constexpr (flat_leaf<L>) {
+    using scalar_type = typename decltype(flat_array(x))::Scalar;
+    static_assert(std::is_integral_v<scalar_type> || std::is_floating_point_v<scalar_type>,
+                  "ckpt: adam trains float, double and long double leaves and leaves integers alone; wrap a "
+                  "leaf of another scalar type in ckpt::frozen<T> to keep it without training it");
+    return std::is_floating_point_v<scalar_type>;
+  } else {
+    static_assert(always_false<L>, "ckpt: adam cannot train a leaf of this type: wrap it in ckpt::frozen<T> to "
+                                   "keep it in the parameters without training it");
+    return false;
+  }
+}
+
+// Whether a leaf of type L can be trained at all (a `ckpt::tensor`, by its dtype at run time).
+template <class L>
+constexpr bool may_train() {
+  if constexpr (std::is_same_v<L, tensor>) return true;
+  else if constexpr (flat_leaf<L> && !is_frozen_v<L>) return std::is_floating_point_v<typename decltype(flat_array(std::declval<L&>()))::Scalar>;
+  else return false;
+}
+
+// A leaf Adam does not train, emptied in the moments: dynamic Eigen leaves become empty, others
+// keep their value (fixed-size, a scalar, an engine: small).
+template <class L>
+void clear_moment(L& x) {
+  if constexpr (is_frozen_v<L>) clear_moment(x.value);
+  else if constexpr (is_eigen_dense_v<L> || is_eigen_tensor_v<L>) {
+    if constexpr (requires { x.resize(0, 0); }) {
+      if constexpr (L::RowsAtCompileTime == Eigen::Dynamic && L::ColsAtCompileTime == Eigen::Dynamic) x.resize(0, 0);
+      else if constexpr (L::RowsAtCompileTime == Eigen::Dynamic || L::ColsAtCompileTime == Eigen::Dynamic) x.resize(0);
+    } else if constexpr (requires { x.resize(typename L::Dimensions{}); }) {
+      x.resize(typename L::Dimensions{});
+    }
+  } else if constexpr (std::is_same_v<L, tensor>) {
+    x = tensor{};
+  }
+}
+
+// `params` copied, with the leaves Adam does not train emptied: the template of the moments.
+template <class P>
+adam_moments<P> moments_like(const P& params) {
+  adam_moments<P> out{params};
+  for_each_leaf(
+      [](std::string_view, auto& x) {
+        if (!trains(std::as_const(x))) clear_moment(x);
+      },
+      out.values);
+  return out;
+}
+
 
 // The per-step scalars, computed once in double and rounded once to the leaf's scalar type, so
 // that every leaf of a type sees exactly the same coefficients.
@@ -141,6 +217,17 @@ inline std::string step_entry_name() { return "optim.step"; }
 
 }  // namespace detail
 
+/// `adam_moments` names the leaves Adam trains, at the paths of their parameters.
+template <class P>
+struct leaf_subset<adam_moments<P>> {
+  /// The moments.
+  /// \throws nothing
+  static auto& inner(auto& self) noexcept { return self.values; }
+  /// Whether the leaf has moments: Adam trains it.
+  /// \throws nothing
+  static bool keeps(const auto& leaf) noexcept { return detail::trains(leaf); }
+};
+
 /// The Adam optimizer, with AdamW's decoupled weight decay when `weight_decay` is not zero.
 ///
 /// `update` performs, for every leaf (parameter `p`, gradient `g`, moments `m`, `v`) and with
@@ -158,9 +245,12 @@ inline std::string step_entry_name() { return "optim.step"; }
 /// the element-wise arithmetic runs in that type, one Eigen expression per line above. For the
 /// same inputs, the same build gives bit-identical results, which bit-exact resume relies on.
 ///
-/// Leaves may be Eigen matrices, arrays and tensors of float, double or long double, such
-/// scalars, or F32/F64 `ckpt::tensor` leaves (a `ckpt::ptree` of parameters: new tensors are
-/// made, since tensors are immutable).
+/// Adam trains the leaves that are Eigen matrices, arrays and tensors of float, double or long
+/// double, such scalars, and F32/F64 `ckpt::tensor` leaves (a `ckpt::ptree` of parameters: new
+/// tensors are made, since tensors are immutable). It leaves alone, and keeps no moments for,
+/// `ckpt::frozen<T>` leaves (a frozen embedding, a running mean the loop updates), integer and
+/// bool leaves (a counter) and random engines: they are saved and restored with the model. Their
+/// gradients are not read. A leaf of another type must be wrapped in `ckpt::frozen<T>`.
 struct adam {
   /// Learning rate α.
   double lr = 1e-3;
@@ -173,11 +263,13 @@ struct adam {
   /// Decoupled weight decay λ (AdamW); 0 gives plain Adam.
   double weight_decay = 0;
 
-  /// A fresh state for `params`: zero moments shaped like `params`, step 0.
+  /// A fresh state for `params`: zero moments for the leaves Adam trains, step 0.
   /// \throws std::bad_alloc; whatever copying `params` throws.
   template <class P>
   [[nodiscard]] adam_state<P> init(const P& params) const {
-    return {zeros_like(params), zeros_like(params), 0};
+    adam_moments<P> zero = detail::moments_like(params);
+    for_each_leaf([](std::string_view, auto& x) { detail::set_leaf_zero(x); }, zero);
+    return {zero, zero, 0};
   }
 
   /// Applies one bias-corrected Adam step (see the formula above) to `params` in place, using
@@ -194,18 +286,24 @@ struct adam {
     check();
     if (state.step < 0 || state.step == std::numeric_limits<std::int64_t>::max())
       throw std::invalid_argument("ckpt: adam: invalid step count " + std::to_string(state.step));
-    for_each_leaf([](std::string_view name, const auto& p, const auto& g, const auto& m,
-                     const auto& v) { detail::check_adam_leaf(name, p, g, m, v); },
-                  std::as_const(params), grads, std::as_const(state.mu), std::as_const(state.nu));
+    // Over the trained leaves only: the moments hold nothing for the others.
+    adam_moments<P>& mu = state.mu;
+    adam_moments<P>& nu = state.nu;
+    for_each_leaf([](std::string_view name, const auto& m, const auto& p, const auto& g, const auto& v) {
+                    if constexpr (detail::may_train<std::remove_cvref_t<decltype(p)>>())
+                      detail::check_adam_leaf(name, p, g, m, v);
+                  },
+                  std::as_const(mu), std::as_const(params), grads, std::as_const(nu));
 
     const auto t = static_cast<double>(state.step + 1);
     const double bias1 = 1 - std::pow(beta1, t);
     const double bias2 = 1 - std::pow(beta2, t);
     const detail::adam_step step{1 - lr * weight_decay, beta1, beta2, lr / bias1,
                                  1 / std::sqrt(bias2), eps, weight_decay != 0};
-    for_each_leaf([&step](std::string_view, auto& p, const auto& g, auto& m,
-                          auto& v) { detail::adam_leaf(p, g, m, v, step); },
-                  params, grads, state.mu, state.nu);
+    for_each_leaf([&step](std::string_view, auto& m, auto& p, const auto& g, auto& v) {
+                    if constexpr (detail::may_train<std::remove_cvref_t<decltype(p)>>()) detail::adam_leaf(p, g, m, v, step);
+                  },
+                  mu, params, grads, nu);
     ++state.step;
   }
 
@@ -247,8 +345,10 @@ void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state
   // The moments are extracted into copies of the parameters (`state` may hold nothing yet) and
   // the step read before the parameters are filled in place, which checks all of them first.
   constexpr std::string_view function = "restore_training_state";
-  P mu = to_params(t, params, {.prefix = "optim.mu", .function = function});
-  P nu = to_params(t, params, {.prefix = "optim.nu", .function = function});
+  adam_moments<P> mu = detail::moments_like(params);
+  read_params(t, mu, {.prefix = "optim.mu", .function = function});
+  adam_moments<P> nu = detail::moments_like(params);
+  read_params(t, nu, {.prefix = "optim.nu", .function = function});
   const std::int64_t step = to_int(detail::step_entry_name(), t);
   if (step < 0)
     throw std::invalid_argument("ckpt: restore_training_state: entry '" + std::string(detail::step_entry_name()) +

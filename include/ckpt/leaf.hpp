@@ -381,6 +381,40 @@ template <class L>
 concept has_write_rows = requires(const L& x, std::size_t n, std::byte* out) { leaf_traits<L>::write_rows(x, n, n, out); };
 }  // namespace detail
 
+/// A leaf that is saved and restored with the model but not trained: a frozen embedding, a
+/// running mean the training loop updates itself (a buffer, in PyTorch's words). It is saved as
+/// `value` would be, under the same name and with the same bytes, so freezing or unfreezing a
+/// leaf keeps its checkpoints loading. `ckpt::adam` leaves it alone and keeps no moments for it
+/// (integer leaves and random engines are not trained either, without a wrapper).
+/// \code
+/// struct model { ckpt::frozen<Eigen::MatrixXf> embedding; Eigen::MatrixXf w; };
+/// m.embedding.value = pretrained;
+/// \endcode
+template <leaf T>
+struct frozen {
+  /// The leaf.
+  T value;
+};
+
+/// A `frozen<T>` is written and read as its `value`, through `T`'s traits and their hooks.
+template <class T>
+struct leaf_traits<frozen<T>> {
+  static ckpt::dtype dtype(const frozen<T>& x) { return leaf_traits<T>::dtype(x.value); }
+  static dims shape(const frozen<T>& x) { return leaf_traits<T>::shape(x.value); }
+  static std::span<const std::byte> contiguous(const frozen<T>& x)
+    requires detail::has_contiguous<T>
+  {
+    return leaf_traits<T>::contiguous(x.value);
+  }
+  static void write_rows(const frozen<T>& x, std::size_t first, std::size_t count, std::byte* out)
+    requires detail::has_write_rows<T>
+  {
+    leaf_traits<T>::write_rows(x.value, first, count, out);
+  }
+  static void write(const frozen<T>& x, std::span<std::byte> out) { leaf_traits<T>::write(x.value, out); }
+  static void read(frozen<T>& x, const tensor& in) { leaf_traits<T>::read(x.value, in); }
+};
+
 /// The dtype of the entry `x` becomes.
 /// \throws nothing for Eigen leaves and scalars.
 template <leaf L>

@@ -53,7 +53,30 @@ namespace ckpt {
 template <class T>
 struct fields;
 
+/// The customization point for a structure that wraps another and names only some of its
+/// leaves (Adam's moments, kept only for the leaves Adam trains). Specialize it with the wrapped
+/// structure and the test a leaf must pass; the wrapper adds nothing to the names:
+/// \code
+/// template <class P> struct ckpt::leaf_subset<my_moments<P>> {
+///   static auto& inner(auto& self) { return self.values; }  // self may be const
+///   static bool keeps(const auto& leaf);                     // true for the leaves to name
+/// };
+/// \endcode
+template <class T>
+struct leaf_subset;
+
 namespace detail {
+
+template <class T>
+concept subset = requires(T& x) { leaf_subset<T>::inner(x); };
+
+// The structure a leaf_subset wraps, or `x` itself: walked beside a subset, a plain structure of
+// the inner shape lines up leaf by leaf (Adam walks its moments beside the parameters).
+template <class X>
+auto& subset_inner(X& x) {
+  if constexpr (subset<std::remove_cv_t<X>>) return leaf_subset<std::remove_cv_t<X>>::inner(x);
+  else return x;
+}
 
 template <class T>
 concept customized = requires(T& x) {
@@ -177,6 +200,12 @@ void walk(std::string& path, F& visit, X& x, Xs&... xs) {
                   "fields<T>::tie returns");
     walk_tied(path, visit, fields<type>::names, std::make_index_sequence<count>{},
               fields<type>::tie(x), fields<type>::tie(xs)...);
+  } else if constexpr (subset<type>) {
+    // The leaves of the inner structures, those the first one keeps.
+    auto kept = [&visit](std::string_view name, auto& leaf, auto&... leaves) {
+      if (leaf_subset<type>::keeps(std::as_const(leaf))) visit(name, leaf, leaves...);
+    };
+    walk(path, kept, leaf_subset<type>::inner(x), subset_inner(xs)...);
   } else if constexpr (std::is_same_v<type, ptree>) {
     walk_ptree(path, visit, x, xs...);
   } else if constexpr (is_std_vector<type>::value || is_std_array<type>::value) {
@@ -200,13 +229,14 @@ void walk(std::string& path, F& visit, X& x, Xs&... xs) {
 }
 
 template <class T>
-inline constexpr bool is_named_v = leaf<T> || customized<T> || std::is_same_v<T, ptree> ||
+inline constexpr bool is_named_v = leaf<T> || customized<T> || subset<T> || std::is_same_v<T, ptree> ||
                                    is_std_vector<T>::value || is_std_array<T>::value ||
                                    is_string_map<T>::value || pfr_aggregate<T>;
 
 }  // namespace detail
 
-/// A type ckpt can walk and name: a leaf, a `ckpt::fields` specialization, a `ckpt::ptree`, a
+/// A type ckpt can walk and name: a leaf, a `ckpt::fields` or `ckpt::leaf_subset`
+/// specialization, a `ckpt::ptree`, a
 /// `std::array`, `std::vector` or `std::map<std::string, T>`, or an aggregate. (Whether every
 /// member is itself named is checked when the structure is walked.)
 template <class T>
