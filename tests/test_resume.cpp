@@ -38,12 +38,27 @@ const ckpt::adam opt{.lr = 0.01};
 
 struct run {
   dataset data = two_spirals(seed);
-  batch_order order{seed, static_cast<int>(data.x.cols()), batch};
+  shuffled_batches order{seed, static_cast<int>(data.x.cols()), batch};
   mlp params = init_mlp(seed);
   ckpt::adam_state<mlp> state = opt.init(params);
 
   void train_to(std::int64_t steps) {
     while (state.step < steps) train_step(data, order, opt, params, state);
+  }
+  // What the example trainer saves: the training state and the data position.
+  void save(ckpt::checkpoint_manager& manager) const {
+    manager.save_async(state.step, {{params, "model"},
+                                    {state.mu, "optim.mu"},
+                                    {state.nu, "optim.nu"},
+                                    {ckpt::of_int("optim.step", state.step)},
+                                    {order.position(), "data"}});
+  }
+  void restore(const ckpt::checkpoint& t, bool with_data_position = true) {
+    ckpt::restore_training_state(t, params, state);
+    if (!with_data_position) return;
+    data_position position = order.position();
+    ckpt::read_params(t, position, {.prefix = "data"});
+    order.restore(position);
   }
 };
 
@@ -65,15 +80,17 @@ BOOST_AUTO_TEST_CASE(library_api_resume_is_bit_exact) {
     run first_half;
     first_half.train_to(total / 2);
     ckpt::checkpoint_manager manager(s.path() / "ckpt", {.max_to_keep = 2});
-    manager.save_async(first_half.state.step, {ckpt::training_state(first_half.params, first_half.state)});
+    first_half.save(manager);
   }  // the process "stops": everything of the first run is gone
 
   run resumed;  // fresh parameters: only the template of the restore
   ckpt::checkpoint_manager manager(s.path() / "ckpt", {.max_to_keep = 2});
   const auto latest = manager.load_latest();
   BOOST_REQUIRE(latest.has_value());
-  ckpt::restore_training_state(*latest, resumed.params, resumed.state);
+  resumed.restore(*latest);
   BOOST_TEST(resumed.state.step == total / 2);
+  // Mid-epoch: the data position holds the engine of the epoch and how far into it the run got.
+  BOOST_TEST(ckpt::to_int("data.served", *latest) == (total / 2) % (1000 / batch));
   resumed.train_to(total);
   BOOST_TEST(params_file(resumed.params, s.path() / "resumed.safetensors") == expected);
 }
@@ -88,20 +105,28 @@ BOOST_AUTO_TEST_CASE(control_resume_without_optimizer_state_differs) {
 
   run first_half;
   first_half.train_to(total / 2);
-  const ckpt::checkpoint saved = ckpt::training_state(first_half.params, first_half.state);
+  const ckpt::checkpoint saved = ckpt::concat(
+      {ckpt::training_state(first_half.params, first_half.state), ckpt::of_params(first_half.order.position(), "data")});
 
   run resumed;
-  resumed.params = ckpt::to_params(saved, resumed.params, {.prefix = "model"});
-  resumed.state.step = ckpt::to_int("optim.step", saved);  // same batches, fresh moments
+  resumed.restore(saved);
+  resumed.state = opt.init(resumed.params);  // same batches, fresh moments
+  resumed.state.step = ckpt::to_int("optim.step", saved);
   resumed.train_to(total);
   BOOST_TEST(params_file(resumed.params, s.path() / "control.safetensors") != expected);
 
-  // And the data order alone matters as well: the full state but step 0 differs too.
+  // And the data order alone matters as well: the full training state without the data position
+  // (the loader starts its first epoch again) differs too.
   run restarted;
-  ckpt::restore_training_state(saved, restarted.params, restarted.state);
-  restarted.state.step = 0;
-  restarted.train_to(total / 2);
+  restarted.restore(saved, /*with_data_position=*/false);
+  restarted.train_to(total);
   BOOST_TEST(params_file(restarted.params, s.path() / "restarted.safetensors") != expected);
+
+  // And with both, the same run continues.
+  run complete;
+  complete.restore(saved);
+  complete.train_to(total);
+  BOOST_TEST(params_file(complete.params, s.path() / "complete.safetensors") == expected);
 }
 
 #ifdef CKPT_MLP_TRAINER
@@ -139,6 +164,8 @@ BOOST_AUTO_TEST_CASE(example_binary_resume_is_bit_exact) {
   const temp_dir s;
   const fs::path a = s.path() / "a", b = s.path() / "b";
   BOOST_REQUIRE(trainer(flags(a, 600) + " --params-out '" + (s.path() / "a.safetensors").string() + "'", s.path() / "a.log") == 0);
+  // Step 300 ends an epoch (1000 points: 20 batches of 48): the resumed run starts the next one
+  // from the engine the checkpoint holds. The library test above resumes mid-epoch.
   BOOST_REQUIRE(trainer(flags(b, 300), s.path() / "b1.log") == 0);
   BOOST_REQUIRE(trainer(flags(b, 600) + " --resume --params-out '" + (s.path() / "b.safetensors").string() + "'",
                         s.path() / "b2.log") == 0);

@@ -138,6 +138,18 @@ BOOST_AUTO_TEST_CASE(every_form_of_the_call_picks_the_intended_save) {
   static_assert(!std::is_constructible_v<ckpt::section, const char*>);
 }
 
+BOOST_AUTO_TEST_CASE(a_section_of_a_temporary_checkpoint_outlives_it) {
+  // The list is kept past the full expression that made the temporaries: the section owns the
+  // shared bytes of the counter, so the file holds 300, not what the freed memory held.
+  const temp_dir s;
+  const model m = make_model(3);
+  const std::initializer_list<ckpt::section> sections = {{m, "model"}, {ckpt::of_int("optim.step", 300)}};
+  std::vector<std::int64_t> churn(1 << 16, -1);  // reuse what the temporary freed, if anything
+  ckpt::save(s.path() / "kept.safetensors", sections);
+  BOOST_TEST(ckpt::to_int("optim.step", ckpt::load(s.path() / "kept.safetensors")) == 300);
+  BOOST_TEST(churn.front() == -1);
+}
+
 BOOST_AUTO_TEST_CASE(leaves_larger_than_the_reorder_buffer_are_written_in_several_bands) {
   // A 2100 x 2103 column-major float matrix (17 MiB) goes out in three 8 MiB bands.
   const temp_dir s;

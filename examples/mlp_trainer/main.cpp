@@ -116,18 +116,34 @@ int run(options o) {
     }
   }
   const dataset data = two_spirals(o.seed);
-  batch_order order(o.seed, static_cast<int>(data.x.cols()), std::min<int>(o.batch, static_cast<int>(data.x.cols())));
+  shuffled_batches order(o.seed, static_cast<int>(data.x.cols()), std::min<int>(o.batch, static_cast<int>(data.x.cols())));
   mlp params = init_mlp(o.seed, o.hidden);
   ckpt::adam_state<mlp> state = opt.init(params);
   if (restored) {
     // The freshly initialized parameters are the template: names, shapes and dtypes.
     ckpt::restore_training_state(*restored, params, state);
+    data_position position = order.position();  // the template: an engine and a count
+    ckpt::read_params(*restored, position, {.prefix = "data"});
+    order.restore(position);
     std::cout << "resumed from " << manager.path_of(*latest).string() << " at step " << state.step << '\n';
   }
 
   std::ofstream csv = open_csv(o.csv, restored ? std::optional(state.step) : std::nullopt);
   auto metadata = [&](float loss) {
     return ckpt::metadata_map{{"loss", exact(loss)}, {"seed", std::to_string(o.seed)}, {"batch", std::to_string(o.batch)}};
+  };
+
+  // The training state and the data position, written from where they live (save) or from a
+  // snapshot the manager reuses (save_async, which returns at once). The last step and a
+  // preemption are saved whatever --save-every says (force).
+  auto save = [&](bool in_background, float loss) {
+    const std::initializer_list<ckpt::section> sections = {{params, "model"},
+                                                           {state.mu, "optim.mu"},
+                                                           {state.nu, "optim.nu"},
+                                                           {ckpt::of_int("optim.step", state.step)},
+                                                           {order.position(), "data"}};
+    return in_background ? manager.save_async(state.step, sections, metadata(loss))
+                         : manager.save(state.step, sections, metadata(loss), /*force=*/true);
   };
 
   install_signal_handlers();
@@ -153,7 +169,7 @@ int run(options o) {
     }
     // The write runs in the background while training goes on: the checkpoint is a snapshot.
     if (manager.should_save(state.step) && state.step != o.steps &&
-        manager.save_async(state.step, {ckpt::training_state(params, state)}, metadata(loss)))
+        save(/*in_background=*/true, loss))
       saved = state.step;
   }
   csv.flush();
@@ -161,7 +177,7 @@ int run(options o) {
   const bool stopped = state.step < o.steps;
   if (saved != state.step) {
     // The last step and a preemption are saved whatever --save-every says (unless just saved).
-    manager.save(state.step, {ckpt::training_state(params, state)}, metadata(loss), /*force=*/true);
+    save(/*in_background=*/false, loss);
   }
   manager.wait();
   if (stopped)

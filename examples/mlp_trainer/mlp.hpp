@@ -2,10 +2,10 @@
 // The model, data and training step of the mlp_trainer example, kept apart from the command
 // line so that tests/test_resume.cpp trains exactly the same way through the library API.
 //
-// Everything that drives training is a function of (seed, step): the data set and the initial
-// parameters of the seed, and the mini-batch of a step of (seed, step). Together with the
+// The data set and the initial parameters are functions of the seed; the data order is drawn
+// from a std::mt19937_64 the checkpoint holds (see shuffled_batches). Together with the
 // parameters and Adam's state in the checkpoint, that makes a resumed run bit-identical to an
-// uninterrupted one.
+// uninterrupted one, mid-epoch included.
 
 #include <ckpt/adam.hpp>
 
@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <random>
 #include <vector>
 
 namespace mlp_example {
@@ -94,33 +95,62 @@ inline mlp init_mlp(std::uint64_t seed, int hidden = 32) {
   return m;
 }
 
-// The indices of step `step`'s mini-batch. Each epoch visits the data in its own shuffled order,
-// a permutation of (seed, epoch); a step takes the next `batch` indices of its epoch's order
-// (the remainder that does not fill a batch is skipped). Nothing depends on earlier steps, so a
-// resumed run needs only the step count to continue the same sequence.
-class batch_order {
- public:
-  batch_order(std::uint64_t seed, int size, int batch) : seed_(seed), size_(size), batch_(batch) {}
+// The data order: each epoch visits the data set in a fresh shuffle drawn from a
+// std::mt19937_64, and a step takes the next `batch` indices of it (the remainder that does not
+// fill a batch is skipped). The order depends on every earlier epoch, as a real data loader's
+// does, so a resumed run must restore it: what a checkpoint needs is `data_position` below,
+// saved as the section "data" (data.rng, data.served).
+//
+// The recipe for any data loader: save what draws the order as it was at the start of the
+// current epoch (a <random> engine is a leaf: its whole state, exactly), and how far into the
+// epoch the loop got; on resume, draw the epoch's order again from the engine and skip what was
+// served.
+struct data_position {
+  std::mt19937_64 rng;      // as it was before the current epoch's shuffle was drawn
+  std::int64_t served = 0;  // batches of the current epoch already served
+};
 
-  std::vector<int> batch(std::int64_t step) {
+class shuffled_batches {
+ public:
+  shuffled_batches(std::uint64_t seed, int size, int batch)
+      : position_{std::mt19937_64(stream(seed, 3)), 0}, size_(size), batch_(batch) {}
+
+  // What a checkpoint saves.
+  [[nodiscard]] const data_position& position() const { return position_; }
+  // Continues from a saved position: the epoch's order is drawn again from its engine.
+  void restore(const data_position& position) {
+    position_ = position;
+    order_.clear();
+  }
+
+  // The indices of the next mini-batch.
+  std::vector<int> next() {
     const std::int64_t per_epoch = size_ / batch_;
-    const std::int64_t epoch = step / per_epoch;
-    if (epoch != epoch_) {
-      order_.resize(static_cast<std::size_t>(size_));
-      std::iota(order_.begin(), order_.end(), 0);
-      rng r(stream(seed_, 3, static_cast<std::uint64_t>(epoch)));
-      for (std::size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[r.next() % (i + 1)]);
-      epoch_ = epoch;
+    if (order_.empty()) draw();  // a new loader, or a restored position
+    if (position_.served == per_epoch) {  // the epoch is over: the next one draws from here on
+      position_ = {next_epoch_rng_, 0};
+      draw();
     }
-    const auto first = order_.begin() + (step % per_epoch) * batch_;
+    const auto first = order_.begin() + position_.served * batch_;
+    ++position_.served;
     return {first, first + batch_};
   }
 
  private:
-  std::uint64_t seed_;
+  data_position position_;
   int size_, batch_;
-  std::int64_t epoch_ = -1;
-  std::vector<int> order_;
+  std::vector<int> order_;           // the current epoch's order (empty: to be drawn)
+  std::mt19937_64 next_epoch_rng_;   // the engine after drawing it
+
+  // The current epoch's order, drawn from `position_.rng` by Fisher-Yates with `r() % n`: the
+  // same order on every standard library (unlike std::shuffle), at the price of a bias of n / 2^64.
+  void draw() {
+    order_.resize(static_cast<std::size_t>(size_));
+    std::iota(order_.begin(), order_.end(), 0);
+    std::mt19937_64 r = position_.rng;
+    for (std::size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[r() % (i + 1)]);
+    next_epoch_rng_ = r;
+  }
 };
 
 // Mean cross-entropy of the batch and its gradient with respect to every parameter.
@@ -149,9 +179,9 @@ inline float loss_and_grads(const mlp& p, const Eigen::MatrixXf& x, const std::v
 
 // One training step: the mini-batch of step `state.step`, gradients, one Adam update (which
 // advances `state.step`). Returns the batch loss before the update.
-inline float train_step(const dataset& data, batch_order& order, const ckpt::adam& opt, mlp& params,
+inline float train_step(const dataset& data, shuffled_batches& order, const ckpt::adam& opt, mlp& params,
                         ckpt::adam_state<mlp>& state) {
-  const std::vector<int> idx = order.batch(state.step);
+  const std::vector<int> idx = order.next();
   const Eigen::MatrixXf x = data.x(Eigen::all, idx);
   std::vector<int> y(idx.size());
   for (std::size_t k = 0; k < idx.size(); ++k) y[k] = data.y[static_cast<std::size_t>(idx[k])];

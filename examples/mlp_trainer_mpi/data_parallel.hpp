@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <numeric>
 #include <vector>
 
 namespace mlp_example {
@@ -72,6 +73,36 @@ inline void check_split(int batch, int groups) {
 inline int first_group(int rank, int ranks, int groups) {
   return static_cast<int>(static_cast<long long>(rank) * groups / ranks);
 }
+
+// The indices of step `step`'s mini-batch. Each epoch visits the data in its own shuffled order,
+// a permutation of (seed, epoch); a step takes the next `batch` indices of its epoch's order
+// (the remainder that does not fill a batch is skipped). Nothing depends on earlier steps, so a
+// resumed run, on any number of ranks, needs only the step count to continue the same sequence
+// (the single-process trainer checkpoints its shuffling engine instead: see shuffled_batches).
+class batch_order {
+ public:
+  batch_order(std::uint64_t seed, int size, int batch) : seed_(seed), size_(size), batch_(batch) {}
+
+  std::vector<int> batch(std::int64_t step) {
+    const std::int64_t per_epoch = size_ / batch_;
+    const std::int64_t epoch = step / per_epoch;
+    if (epoch != epoch_) {
+      order_.resize(static_cast<std::size_t>(size_));
+      std::iota(order_.begin(), order_.end(), 0);
+      rng r(stream(seed_, 3, static_cast<std::uint64_t>(epoch)));
+      for (std::size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[r.next() % (i + 1)]);
+      epoch_ = epoch;
+    }
+    const auto first = order_.begin() + (step % per_epoch) * batch_;
+    return {first, first + batch_};
+  }
+
+ private:
+  std::uint64_t seed_;
+  int size_, batch_;
+  std::int64_t epoch_ = -1;
+  std::vector<int> order_;
+};
 
 // One data-parallel training step on the ranks of `comm`: the global mini-batch of step
 // `state.step`, its gradient averaged over the ranks as described above, one Adam update on every

@@ -36,6 +36,9 @@ entry_source live_source(std::string name, const L& x) {
   out.shape = traits::shape(x);
   out.nbytes = nbytes_of(out.dtype, numel_of(out.shape));
   if (out.nbytes == 0) return out;
+  // A tensor's bytes are shared, not copied: the section holds them, so that the section of a
+  // temporary checkpoint (`{ckpt::of_int("optim.step", step)}`) stays valid as long as it does.
+  if constexpr (std::is_same_v<L, tensor>) out.keep_alive = x;
   if constexpr (has_contiguous<L>) {
     out.contiguous = traits::contiguous(x);
     if (!out.contiguous.empty()) {
@@ -88,7 +91,8 @@ class section {
         },
         params);
   }
-  /// The entries of `t` (its metadata are ignored: pass them to `save(path, {sections})`).
+  /// The entries of `t` (its metadata are ignored: pass them to `save(path, {sections})`). The
+  /// section shares the entries' bytes: `t` may be a temporary.
   /// \throws std::bad_alloc
   section(const checkpoint& t) {  // NOLINT: implicit on purpose
     for (const auto& [name, x] : t) entries_.push_back(detail::live_source(name, x));
