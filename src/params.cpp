@@ -3,20 +3,24 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
 namespace ckpt::detail {
 
-void check_leaf_names(std::vector<std::string> names, std::string_view function) {
-  std::sort(names.begin(), names.end());
-  if (!names.empty() && names.front().empty())
-    throw std::invalid_argument("ckpt: " + std::string(function) +
-                                ": a leaf has an empty name (a bare leaf needs a prefix)");
-  const auto duplicate = std::adjacent_find(names.begin(), names.end());
-  if (duplicate != names.end())
-    throw std::invalid_argument("ckpt: " + std::string(function) + ": two leaves are named '" +
-                                *duplicate + "'");
+void check_leaf_names(std::span<const std::string> names, std::string_view function) {
+  // A hash set, not a sort: 100,000 names are checked in a few milliseconds whatever their order.
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(names.size());
+  for (const std::string& name : names) {
+    if (name.empty())
+      throw std::invalid_argument("ckpt: " + std::string(function) +
+                                  ": a leaf has an empty name (a bare leaf needs a prefix)");
+    if (!seen.insert(name).second)
+      throw std::invalid_argument("ckpt: " + std::string(function) + ": two leaves are named '" + name + "'");
+  }
 }
 
 namespace {
@@ -128,7 +132,7 @@ std::vector<const entry_source*> ordered_entries(std::initializer_list<section> 
       throw std::invalid_argument("ckpt: '__metadata__' is reserved by the safetensors format and cannot name an entry");
     names.push_back(e->name);
   }
-  check_leaf_names(std::move(names), function);
+  check_leaf_names(names, function);
   return order;
 }
 

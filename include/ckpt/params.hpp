@@ -48,7 +48,7 @@ inline std::string join_name(std::string_view prefix, std::string_view name) {
 }
 
 // Kaun's rule for P.names: one name per leaf, distinct and non-empty.
-void check_leaf_names(std::vector<std::string> names, std::string_view function);
+void check_leaf_names(std::span<const std::string> names, std::string_view function);
 
 // One leaf of an extraction: its entry's name, its dtype and shape, and how to read an entry into it.
 struct leaf_read {
