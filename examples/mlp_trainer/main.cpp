@@ -182,9 +182,7 @@ int run(options o) {
   manager.wait();
   if (stopped)
     std::cout << "stopped by a signal at step " << state.step << " (run again with --resume to continue)\n";
-  if (!o.params_out.empty()) ckpt::save(o.params_out, ckpt::of_params(params, "model"));
-  std::cout << "accuracy " << exact(accuracy(params, data)) << "; last checkpoint: "
-            << manager.path_of(state.step).string() << '\n';
+  report_end(o.params_out, ckpt::of_params(params, "model"), accuracy(params, data), manager.path_of(state.step));
   return 0;
 }
 

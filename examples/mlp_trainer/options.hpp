@@ -3,6 +3,7 @@
 // parsed with CLI11.
 
 #include <CLI/CLI.hpp>
+#include <ckpt/file.hpp>
 
 #include <charconv>
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -85,6 +87,14 @@ inline std::string exact(double x) {
   char text[32];
   std::snprintf(text, sizeof text, "%.9g", x);
   return text;
+}
+
+// The end of a run, the same for both trainers: the parameters to `params_out` if one was given,
+// and the line that runs compare.
+inline void report_end(const std::filesystem::path& params_out, const ckpt::checkpoint& params, double accuracy,
+                       const std::filesystem::path& last_checkpoint) {
+  if (!params_out.empty()) ckpt::save(params_out, params);
+  std::cout << "accuracy " << exact(accuracy) << "; last checkpoint: " << last_checkpoint.string() << '\n';
 }
 
 }  // namespace mlp_example

@@ -125,11 +125,8 @@ int run(MPI_Comm comm, options o) {
   if (state.step > first || !latest)
     manager.save(state.step, {ckpt::training_state(params, state)}, metadata(loss), /*force=*/true);
   manager.wait();
-  if (rank == 0) {
-    if (!o.params_out.empty()) ckpt::save(o.params_out, ckpt::of_params(params, "model"));
-    std::cout << "accuracy " << exact(accuracy(params, data)) << "; last step "
-              << manager.path_of(state.step).string() << '\n';
-  }
+  if (rank == 0)
+    report_end(o.params_out, ckpt::of_params(params, "model"), accuracy(params, data), manager.path_of(state.step));
   return 0;
 }
 
