@@ -350,26 +350,36 @@ struct bool_codec {
   }
 };
 
+/// A codec whose elements are stored as a T: its size and how it reads one.
 template <class T>
-struct int_codec {
+struct stored_as {
   static constexpr std::size_t size = sizeof(T);
   [[nodiscard]] static T get(const std::byte* p) noexcept { return load<T>(p); }
+};
+
+template <class T>
+struct int_codec : stored_as<T> {
   template <class V>
   static void put(std::byte* p, V v) noexcept {
     store<T>(p, to_integer<T>(v));
   }
 };
 
-struct f32_codec {
-  static constexpr std::size_t size = 4;
-  [[nodiscard]] static float get(const std::byte* p) noexcept { return load<float>(p); }
+/// F32 and F64: integers converted, the same type stored, a float widened exactly, a double
+/// narrowed to F32 with one rounding.
+template <class F>
+struct ieee_codec : stored_as<F> {
   template <class V>
   static void put(std::byte* p, V v) noexcept {
-    if constexpr (std::is_integral_v<V>) store<float>(p, static_cast<float>(v));
-    else if constexpr (std::is_same_v<V, float>) store<float>(p, v);
+    static_assert(std::is_integral_v<V> || std::is_same_v<V, float> || std::is_same_v<V, double>);
+    if constexpr (std::is_integral_v<V>) store<F>(p, static_cast<F>(v));
+    else if constexpr (std::is_same_v<V, F>) store<F>(p, v);
+    else if constexpr (std::is_same_v<F, double>) store<double>(p, widen(v));
     else store<std::uint32_t>(p, narrow_to_f32(v));
   }
 };
+using f32_codec = ieee_codec<float>;
+using f64_codec = ieee_codec<double>;
 
 struct c64_codec {
   static constexpr std::size_t size = 8;
@@ -378,17 +388,6 @@ struct c64_codec {
   static void put(std::byte* p, V v) noexcept {
     f32_codec::put(p, v);
     store<float>(p + 4, 0.0F);
-  }
-};
-
-struct f64_codec {
-  static constexpr std::size_t size = 8;
-  [[nodiscard]] static double get(const std::byte* p) noexcept { return load<double>(p); }
-  template <class V>
-  static void put(std::byte* p, V v) noexcept {
-    if constexpr (std::is_integral_v<V>) store<double>(p, static_cast<double>(v));
-    else if constexpr (std::is_same_v<V, float>) store<double>(p, widen(v));
-    else store<double>(p, v);
   }
 };
 

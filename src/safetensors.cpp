@@ -130,74 +130,80 @@ class header_handler {
     return true;
   }
 
+  // A whole key or string, gathered into partial_: `take` uses it where the parse stands and
+  // returns false if nothing may stand there (inside a skipped value, everything may).
+  template <class Take>
+  bool complete_text(string_view s, const char* what, Take take) {
+    gather(s);
+    if (where_ != place::skipping && !take()) unexpected(what);
+    partial_.clear();
+    return true;
+  }
+
   // Keys and strings may arrive in parts (around escapes): both gather into partial_.
   bool on_key_part(string_view s, std::size_t, error_code&) { return gather(s); }
 
   bool on_key(string_view s, std::size_t, error_code&) {
-    gather(s);
-    switch (where_) {
-      case place::top:
-        is_metadata_ = partial_ == "__metadata__";
-        if (is_metadata_) {
-          if (result.has_metadata) fail(origin_, "'__metadata__' appears twice");
-          result.has_metadata = true;
+    return complete_text(s, "a key", [this] {
+      switch (where_) {
+        case place::top:
+          is_metadata_ = partial_ == "__metadata__";
+          if (is_metadata_) {
+            if (result.has_metadata) fail(origin_, "'__metadata__' appears twice");
+            result.has_metadata = true;
+          }
+          key_ = std::move(partial_);
+          where_ = place::top_value;
+          return true;
+        case place::entry: {
+          header_entry& e = result.entries.back();
+          bool* seen = nullptr;
+          if (partial_ == "dtype") field_ = field::dtype, seen = &e.has_dtype;
+          else if (partial_ == "shape") field_ = field::shape, seen = &e.has_shape;
+          else if (partial_ == "data_offsets") field_ = field::data_offsets, seen = &e.has_offsets;
+          else field_ = field::unknown;  // the reference reader ignores unknown fields too
+          if (seen) {
+            if (*seen) fail(origin_, "entry " + quote(e.name) + " has '" + partial_ + "' twice");
+            *seen = true;
+          }
+          where_ = place::entry_value;
+          return true;
         }
-        key_ = std::move(partial_);
-        where_ = place::top_value;
-        break;
-      case place::entry: {
-        header_entry& e = result.entries.back();
-        bool* seen = nullptr;
-        if (partial_ == "dtype") field_ = field::dtype, seen = &e.has_dtype;
-        else if (partial_ == "shape") field_ = field::shape, seen = &e.has_shape;
-        else if (partial_ == "data_offsets") field_ = field::data_offsets, seen = &e.has_offsets;
-        else field_ = field::unknown;  // the reference reader ignores unknown fields too
-        if (seen) {
-          if (*seen) fail(origin_, "entry " + quote(e.name) + " has '" + partial_ + "' twice");
-          *seen = true;
-        }
-        where_ = place::entry_value;
-        break;
+        case place::metadata:
+          key_ = std::move(partial_);
+          if (result.metadata.contains(key_))
+            fail(origin_, "'__metadata__' has the key " + quote(key_) + " twice");
+          where_ = place::metadata_value;
+          return true;
+        default: return false;
       }
-      case place::metadata:
-        key_ = std::move(partial_);
-        if (result.metadata.contains(key_))
-          fail(origin_, "'__metadata__' has the key " + quote(key_) + " twice");
-        where_ = place::metadata_value;
-        break;
-      case place::skipping: break;
-      default: unexpected("a key");
-    }
-    partial_.clear();
-    return true;
+    });
   }
 
   bool on_string_part(string_view s, std::size_t, error_code&) { return gather(s); }
 
   bool on_string(string_view s, std::size_t, error_code&) {
-    gather(s);
-    switch (where_) {
-      case place::metadata_value:
-        result.metadata.emplace(std::move(key_), std::move(partial_));
-        where_ = place::metadata;
-        break;
-      case place::entry_value:
-        if (field_ == field::dtype) {
-          header_entry& e = result.entries.back();
-          e.type = dtype_from_string(partial_);
-          e.dtype_spelling = std::move(partial_);
-          where_ = place::entry;
-        } else if (field_ == field::unknown) {
-          where_ = place::entry;
-        } else {
-          bad_field("a string");
-        }
-        break;
-      case place::skipping: break;
-      default: unexpected("a string");
-    }
-    partial_.clear();
-    return true;
+    return complete_text(s, "a string", [this] {
+      switch (where_) {
+        case place::metadata_value:
+          result.metadata.emplace(std::move(key_), std::move(partial_));
+          where_ = place::metadata;
+          return true;
+        case place::entry_value:
+          if (field_ == field::dtype) {
+            header_entry& e = result.entries.back();
+            e.type = dtype_from_string(partial_);
+            e.dtype_spelling = std::move(partial_);
+            where_ = place::entry;
+          } else if (field_ == field::unknown) {
+            where_ = place::entry;
+          } else {
+            bad_field("a string");
+          }
+          return true;
+        default: return false;
+      }
+    });
   }
 
   bool on_number_part(string_view, error_code&) { return true; }

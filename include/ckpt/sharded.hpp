@@ -39,18 +39,12 @@ namespace ckpt {
 /// `ckpt: '<index>' is not a valid sharded checkpoint index: <broken rule>`, the rule naming the
 /// entry and the shard file where there is one. A shard that cannot be opened throws `io_error`
 /// naming the shard instead, and a shard that is not a valid safetensors file `format_error`.
-class index_error : public error {
+/// An `index_error` is a `format_error`: one handler catches a bad index and a bad shard.
+class index_error : public format_error {
  public:
   /// \param index the index file; \param rule the rule it breaks, naming the entry if any.
   index_error(std::filesystem::path index, const std::string& rule)
-      : error(index, "ckpt: '" + index.string() + "' is not a valid sharded checkpoint index: " + rule),
-        rule_(rule) {}
-  /// The broken rule alone, without the file name.
-  /// \throws nothing
-  [[nodiscard]] const std::string& rule() const noexcept { return rule_; }
-
- private:
-  std::string rule_;
+      : format_error(index, rule, "ckpt: '" + index.string() + "' is not a valid sharded checkpoint index: " + rule) {}
 };
 
 /// How `save_sharded` names and writes its files.

@@ -247,6 +247,21 @@ consteval bool check_reflectable() noexcept {
   }
 }
 
+/// check_reflectable, and that I names a field of T: what both field_name and
+/// fallback_field_name check first. Returns whether they passed.
+template <class T, std::size_t I>
+consteval bool check_field_index() noexcept {
+  if constexpr (!check_reflectable<T>()) {
+    return false;
+  } else if constexpr (I >= boost::pfr::tuple_size_v<T>) {
+    // Stop here so that this is the only error, rather than the first of many from PFR.
+    static_assert(always_false<T>, "ckpt: field index out of range; I must be less than boost::pfr::tuple_size_v<T>.");
+    return false;
+  } else {
+    return true;
+  }
+}
+
 }  // namespace field_names_impl
 
 /// The identifier of the I-th field (0-based, in declaration order) of the aggregate T, computed
@@ -263,12 +278,7 @@ consteval bool check_reflectable() noexcept {
 template <class T, std::size_t I>
 constexpr std::string_view fallback_field_name() noexcept {
   namespace impl = field_names_impl;
-  if constexpr (!impl::check_reflectable<T>()) {
-    return {};
-  } else if constexpr (I >= boost::pfr::tuple_size_v<T>) {
-    // Stop here so that this is the only error, rather than the first of many from PFR.
-    static_assert(impl::always_false<T>,
-                  "ckpt: field index out of range; I must be less than boost::pfr::tuple_size_v<T>.");
+  if constexpr (!impl::check_field_index<T, I>()) {
     return {};
   } else if constexpr (!impl::pretty_function_format.known) {
     static_assert(impl::always_false<T>,
@@ -304,12 +314,7 @@ constexpr std::string_view fallback_field_name() noexcept {
 template <class T, std::size_t I>
 constexpr std::string_view field_name() noexcept {
 #if CKPT_DETAIL_HAS_PFR_CORE_NAME
-  if constexpr (!field_names_impl::check_reflectable<T>()) {
-    return {};
-  } else if constexpr (I >= boost::pfr::tuple_size_v<T>) {
-    // Stop here so that this is the only error, rather than the first of many from PFR.
-    static_assert(field_names_impl::always_false<T>,
-                  "ckpt: field index out of range; I must be less than boost::pfr::tuple_size_v<T>.");
+  if constexpr (!field_names_impl::check_field_index<T, I>()) {
     return {};
   } else {
     return std::string_view{boost::pfr::get_name<I, std::remove_cv_t<T>>()};
