@@ -1,10 +1,10 @@
-#include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
 
+#include "atomic_file.hpp"
 #include "mapped_file.hpp"
-#include "safetensors.hpp"
 #include "posix_file.hpp"
+#include "safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -29,18 +29,6 @@
 
 namespace ckpt {
 
-namespace detail {
-
-io_hooks system_hooks() noexcept {
-  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .rename = ::rename, .unlink = ::unlink};
-}
-
-io_hooks& hooks() noexcept {
-  static io_hooks table = system_hooks();
-  return table;
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -65,56 +53,9 @@ class mapping {
 
 std::shared_ptr<std::byte[]> read_whole(int fd, const std::filesystem::path& path, std::size_t size) {
   auto buffer = std::make_shared_for_overwrite<std::byte[]>(size);
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, buffer.get() + done, size - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(path, "read", last_error());
-    if (n == 0) throw format_error(path, "the file shrank while it was being read");
-    done += static_cast<std::size_t>(n);
-  }
+  if (detail::read_fully(fd, buffer.get(), size, 0, path) != size)
+    throw format_error(path, "the file shrank while it was being read");
   return buffer;
-}
-
-// Writes every byte of `pieces` to `fd`, batching them into writev calls.
-void write_all(int fd, std::vector<iovec>& pieces, const std::filesystem::path& path) {
-  std::size_t first = 0;
-  while (first < pieces.size()) {
-    const int count = static_cast<int>(std::min<std::size_t>(pieces.size() - first, IOV_MAX));
-    const ssize_t n = detail::hooks().writev(fd, pieces.data() + first, count);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(path, "write", last_error());
-    // Advance past what was written; a short write leaves part of one piece to go.
-    auto left = static_cast<std::size_t>(n);
-    while (first < pieces.size() && left >= pieces[first].iov_len) left -= pieces[first++].iov_len;
-    if (left > 0) {
-      pieces[first].iov_base = static_cast<char*>(pieces[first].iov_base) + left;
-      pieces[first].iov_len -= left;
-    }
-  }
-}
-
-// Removes the temporary file unless the save went through.
-class temporary_file {
- public:
-  explicit temporary_file(std::string path) : path_(std::move(path)) {}
-  temporary_file(const temporary_file&) = delete;
-  temporary_file& operator=(const temporary_file&) = delete;
-  ~temporary_file() {
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  [[nodiscard]] const std::string& path() const noexcept { return path_; }
-  void commit() noexcept { committed_ = true; }
-
- private:
-  std::string path_;
-  bool committed_ = false;
-};
-
-void fsync_folder(const std::filesystem::path& folder) {
-  file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
-  if (detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
 }
 
 // The streaming XXH3-64 state of a data section being written.
@@ -254,8 +195,8 @@ namespace {
 // progress when asked to.
 class data_writer {
  public:
-  data_writer(int fd, const std::filesystem::path& path, const save_options& options, std::uint64_t total)
-      : fd_(fd), path_(path), progress_(options.progress), total_(total) {
+  data_writer(atomic_file& file, const save_options& options, std::uint64_t total)
+      : file_(file), progress_(options.progress), total_(total) {
     if (options.digest) digest_.emplace();
     // Without a digest or a progress report, nothing needs the pieces cut: the kernel gets as
     // many as one writev takes.
@@ -285,7 +226,7 @@ class data_writer {
   }
   void flush() {
     if (pieces_.empty()) return;
-    write_all(fd_, pieces_, path_);
+    file_.write(pieces_);
     pieces_.clear();
     written_ += pending_;
     pending_ = 0;
@@ -301,8 +242,7 @@ class data_writer {
   static iovec as_iovec(std::span<const std::byte> bytes) {
     return {const_cast<std::byte*>(bytes.data()), bytes.size()};
   }
-  int fd_;
-  const std::filesystem::path& path_;
+  atomic_file& file_;
   const std::function<void(std::uint64_t, std::uint64_t)>& progress_;
   std::uint64_t total_;
   std::uint64_t written_ = 0;
@@ -311,18 +251,6 @@ class data_writer {
   std::size_t pending_ = 0;
   std::optional<digest_state> digest_;
 };
-
-// Writes all of `text` at `offset` of `fd`.
-void pwrite_all(int fd, std::string_view text, off_t offset, const std::filesystem::path& path) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = hooks().pwrite(fd, text.data() + done, text.size() - done,
-                                     offset + static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(path, "write", last_error());
-    done += static_cast<std::size_t>(n);
-  }
-}
 
 }  // namespace
 
@@ -345,22 +273,11 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
   } else {
     header = make_header(entries, fields);
   }
-  const std::filesystem::path folder =
-      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::string pattern = detail::temporary_pattern(path);
-  file_descriptor fd(::mkostemp(pattern.data(), O_CLOEXEC));
-  if (fd.get() < 0) throw io_error(path, "create a temporary file beside", last_error());
-  temporary_file temporary(pattern);
-  // mkstemp creates 0600; a checkpoint should get the usual permissions the umask allows.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
-
-  // Errors name `path`, the file the caller knows, rather than the temporary's random name.
+  atomic_file file(path);
   // Entries that need reordering go through one bounded buffer, a run of whole rows at a time.
   std::uint64_t total = header.size();
   for (const entry_source& e : entries) total += e.nbytes;
-  data_writer out(fd.get(), path, options, total);
+  data_writer out(file, options, total);
   out.add_unhashed(std::as_bytes(std::span(header)));
   std::vector<std::byte> buffer;
   for (const entry_source& e : entries) {
@@ -383,15 +300,8 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
     }
   }
   out.flush();
-  if (const auto value = out.digest()) pwrite_all(fd.get(), to_hex(*value), static_cast<off_t>(digest_at), path);
-  // Durability: the data must be on disk before a name points at them (fsync, then rename), and
-  // the rename itself is only durable once the folder is fsynced (see ckpt::save).
-  if (hooks().fsync(fd.get()) != 0) throw io_error(path, "fsync", last_error());
-  if (fd.close() != 0) throw io_error(path, "close", last_error());
-  if (hooks().rename(temporary.path().c_str(), path.c_str()) != 0)
-    throw io_error(path, "rename a temporary file over", last_error());
-  temporary.commit();
-  fsync_folder(folder);
+  if (const auto value = out.digest()) file.write_at(to_hex(*value), static_cast<off_t>(digest_at));
+  file.commit();
 }
 
 }  // namespace detail

@@ -1,10 +1,11 @@
-#include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/snapshot.hpp>
 
+#include "io_hooks.hpp"
 #include "manager_core.hpp"
 #include "posix_file.hpp"
+#include "temporary_name.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,23 +1,19 @@
 #pragma once
 // The POSIX file plumbing the compiled parts share: the errno of the last call as an error_code,
-// an owned file descriptor, and the atomic write of a small file (an index) as `save` writes a
-// checkpoint.
+// an owned file descriptor, the folder lock, the one EINTR retry loop and a whole read. Atomic
+// writes are atomic_file.hpp's.
 
-#include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/error.hpp>
-
-#include "temporary_name.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <string>
-#include <string_view>
+#include <cstddef>
 #include <system_error>
 #include <utility>
 
@@ -59,50 +55,28 @@ class file_descriptor {
   return fd;
 }
 
-/// What `write_atomically` leaves at `path` when fsyncing the folder fails after the rename.
-enum class on_folder_sync_failure {
-  keep_new_file,    ///< the new file stays (as `save` does): it is complete, only not yet durable
-  remove_new_file,  ///< the new file is removed, so that nothing names it as committed
-};
+/// Calls `call` again while it fails with EINTR (a signal arrived first): the one retry loop of
+/// the library's system calls. Returns what the last call returned.
+template <class Call>
+auto retry_interrupted(Call&& call) {
+  for (;;) {
+    const auto result = call();
+    if (!(result < 0 && errno == EINTR)) return result;
+  }
+}
 
-/// Writes `text` to `path` as ckpt::save writes a checkpoint: a temporary file beside it (through
-/// the io_hooks seam), fsynced, renamed over it, and the folder fsynced; on failure `path` is
-/// unchanged (or, after a failed folder fsync, as `folder_failure` says) and the temporary gone.
-/// Errors name `path` rather than the temporary's random name.
-/// \throws io_error naming `path` or its folder and the system error.
-inline void write_atomically(const std::filesystem::path& path, std::string_view text,
-                             on_folder_sync_failure folder_failure = on_folder_sync_failure::keep_new_file) {
-  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : ".";
-  std::string temporary = temporary_pattern(path);
-  file_descriptor fd(::mkostemp(temporary.data(), O_CLOEXEC));
-  if (fd.get() < 0) throw io_error(path, "create a temporary file beside", last_error());
-  // The file to remove if this throws: the temporary, then (if asked) the renamed file.
-  struct remover {
-    const char* file;
-    ~remover() {
-      if (file != nullptr) ::unlink(file);
-    }
-  } cleanup{temporary.c_str()};
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  static_cast<void>(::fchmod(fd.get(), 0666 & ~mask));
+/// Reads up to `size` bytes at `offset` of `fd` into `out`, resuming after short reads; returns
+/// how many it read (fewer only at the end of the file).
+/// \throws io_error naming `path`.
+inline std::size_t read_fully(int fd, std::byte* out, std::size_t size, off_t offset, const std::filesystem::path& path) {
   std::size_t done = 0;
-  while (done < text.size()) {
-    iovec piece{const_cast<char*>(text.data() + done), text.size() - done};
-    const ssize_t n = hooks().writev(fd.get(), &piece, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(path, "write", last_error());
+  while (done < size) {
+    const ssize_t n = retry_interrupted([&] { return ::pread(fd, out + done, size - done, offset + static_cast<off_t>(done)); });
+    if (n < 0) throw io_error(path, "read", last_error());
+    if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }
-  if (hooks().fsync(fd.get()) != 0) throw io_error(path, "fsync", last_error());
-  if (fd.close() != 0) throw io_error(path, "close", last_error());
-  if (hooks().rename(temporary.c_str(), path.c_str()) != 0)
-    throw io_error(path, "rename a temporary file over", last_error());
-  cleanup.file = folder_failure == on_folder_sync_failure::remove_new_file ? path.c_str() : nullptr;
-  file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
-  if (hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
-  cleanup.file = nullptr;
+  return done;
 }
 
 }  // namespace ckpt::detail

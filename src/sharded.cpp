@@ -1,6 +1,6 @@
-#include <ckpt/detail/io_hooks.hpp>
 #include <ckpt/sharded.hpp>
 
+#include "atomic_file.hpp"
 #include "hf_index.hpp"
 #include "posix_file.hpp"
 #include "safetensors.hpp"
@@ -133,14 +133,8 @@ std::string read_index(const std::filesystem::path& path) {
     throw index_error(path, "it is " + std::to_string(info.st_size) + " bytes, more than the " +
                                 std::to_string(detail::max_header_size) + " an index may have");
   std::string text(static_cast<std::size_t>(info.st_size), '\0');
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::pread(fd.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw io_error(path, "read", last_error());
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
+  const std::size_t done =
+      detail::read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0, path);
   text.resize(done);
   return text;
 }

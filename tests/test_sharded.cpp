@@ -5,7 +5,7 @@
 
 #include "support.hpp"
 
-#include <ckpt/detail/io_hooks.hpp>
+#include "io_hooks.hpp"  // the build's private seam (src/)
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
 

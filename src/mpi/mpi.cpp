@@ -3,6 +3,7 @@
 
 #include "../hf_index.hpp"
 #include "../manager_core.hpp"
+#include "../atomic_file.hpp"
 #include "../posix_file.hpp"
 #include "common.hpp"
 #include "step.hpp"

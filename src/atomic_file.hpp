@@ -1,0 +1,65 @@
+#pragma once
+// The one writer of files that must appear whole or not at all: a checkpoint (src/file.cpp), a
+// sharded index (src/sharded.cpp, src/mpi/mpi.cpp), the manager's small files. A temporary beside
+// the target, every byte written, fsynced, renamed over the target, the folder fsynced; the
+// temporary removed if anything fails or the file is dropped uncommitted. Every call that can
+// fail goes through the test seam (io_hooks.hpp). Errors name the target, the file the caller
+// knows, not the temporary's random name.
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt::detail {
+
+/// What `commit` leaves at the target when fsyncing the folder fails after the rename.
+enum class on_folder_sync_failure {
+  keep_new_file,    ///< the new file stays (as `save` does): it is complete, only not yet durable
+  remove_new_file,  ///< the new file is removed, so that nothing names it as committed
+};
+
+class atomic_file {
+ public:
+  /// Creates the temporary beside `target`, with the permissions the umask gives a new file.
+  /// \throws io_error naming `target`.
+  explicit atomic_file(std::filesystem::path target);
+  atomic_file(const atomic_file&) = delete;
+  atomic_file& operator=(const atomic_file&) = delete;
+  /// Removes the temporary (or, after a failed commit that asked for it, the renamed file) unless
+  /// the file was committed.
+  ~atomic_file();
+
+  /// Writes all of `pieces` at the current position, in writev calls of IOV_MAX pieces at most,
+  /// resuming after short writes (`pieces` is consumed).
+  /// \throws io_error naming the target.
+  void write(std::vector<iovec>& pieces);
+  /// Writes all of `text` at the current position.
+  /// \throws io_error naming the target.
+  void write(std::string_view text);
+  /// Writes all of `text` at `offset`, leaving the position alone.
+  /// \throws io_error naming the target.
+  void write_at(std::string_view text, off_t offset);
+
+  /// Makes the file the target, durably: fsync, close, rename over the target, fsync the folder.
+  /// \throws io_error naming the target or its folder; the target is then as it was, except after
+  /// a failed folder fsync, where `folder_failure` says.
+  void commit(on_folder_sync_failure folder_failure = on_folder_sync_failure::keep_new_file);
+
+ private:
+  std::filesystem::path target_;
+  std::string temporary_;
+  int fd_ = -1;
+  // What the destructor removes: the temporary, the renamed target, or nothing once committed.
+  enum class leftover { temporary, target, none } leftover_ = leftover::temporary;
+};
+
+/// Writes `text` to `path` through an atomic_file.
+/// \throws io_error naming `path` or its folder.
+void write_atomically(const std::filesystem::path& path, std::string_view text,
+                      on_folder_sync_failure folder_failure = on_folder_sync_failure::keep_new_file);
+
+}  // namespace ckpt::detail

@@ -1,0 +1,19 @@
+#include "io_hooks.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace ckpt::detail {
+
+io_hooks system_hooks() noexcept {
+  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .rename = ::rename, .unlink = ::unlink};
+}
+
+io_hooks& hooks() noexcept {
+  static io_hooks table = system_hooks();
+  return table;
+}
+
+}  // namespace ckpt::detail
