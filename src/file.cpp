@@ -1,5 +1,4 @@
 #include <ckpt/file.hpp>
-#include <ckpt/sharded.hpp>
 
 #include "atomic_file.hpp"
 #include "mapped_file.hpp"
@@ -166,16 +165,14 @@ file_contents map_file(const std::filesystem::path& path) {
   return {{buffer.get(), size}, buffer, tensor::storage::memory};
 }
 
-}  // namespace detail
-
-checkpoint load(const std::filesystem::path& path, const load_options& options) {
-  // A Hugging Face sharded checkpoint: an index file, or a folder holding one (src/sharded.cpp).
-  if (is_sharded_path(path)) return load_sharded(path, options);
-  const detail::file_contents file = detail::map_file(path);
-  checkpoint t = detail::parse_file(file.bytes, path, file.owner, file.where);
+checkpoint load_file(const std::filesystem::path& path, const load_options& options) {
+  const file_contents file = map_file(path);
+  checkpoint t = parse_file(file.bytes, path, file.owner, file.where);
   verify_digest(t, file.bytes, file.where == tensor::storage::file_mapping, path, options);
   return t;
 }
+
+}  // namespace detail
 
 checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
                  const load_options& options) {

@@ -285,7 +285,7 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
   std::vector<checkpoint::entry> entries;
   std::optional<metadata_map> common;
   for (const auto& [shard, names] : by_shard) {
-    const checkpoint part = load(folder / shard, options);
+    const checkpoint part = detail::load_file(folder / shard, options);
     for (const std::string& name : names) {
       const tensor* x = part.find(name);
       if (x == nullptr)

@@ -1,5 +1,4 @@
 #include <ckpt/tensor.hpp>
-#include <ckpt/view.hpp>
 
 #include "memory.hpp"
 
@@ -145,12 +144,3 @@ void tensor::throw_dtype_mismatch(ckpt::dtype requested) const {
 }
 
 }  // namespace ckpt
-
-namespace ckpt::detail {
-
-void throw_rank_mismatch(const tensor& x, int wanted) {
-  throw std::invalid_argument("ckpt: a view of rank " + std::to_string(wanted) +
-                              " cannot show a tensor of shape " + to_string(x.shape()));
-}
-
-}  // namespace ckpt::detail

@@ -51,6 +51,7 @@ set(layer_memory 1)
 set(layer_transpose 1)
 set(layer_safetensors 2)
 set(layer_hf_index 2)
+set(layer_load 2)  # src/load.cpp: load dispatches to the file and the sharded reader
 set(layer_manager_core 4)
 set(layer_common 4)  # src/mpi/common.hpp
 set(layer_step 4)  # src/mpi/step.hpp

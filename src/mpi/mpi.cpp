@@ -5,6 +5,7 @@
 #include "../manager_core.hpp"
 #include "../atomic_file.hpp"
 #include "../posix_file.hpp"
+#include "../safetensors.hpp"
 #include "common.hpp"
 #include "step.hpp"
 

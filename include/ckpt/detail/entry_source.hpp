@@ -1,14 +1,13 @@
 #pragma once
-// What the file writer needs of an entry: its header fields and a way to its C-order bytes,
-// whether they already stand in memory (a tensor, a row-major leaf) or must be reordered on the
-// way out (a column-major leaf, written through a bounded buffer).
+// Not part of the API (section.hpp's template builds these): what the file writer needs of an
+// entry, its header fields and a way to its C-order bytes, whether they already stand in memory
+// (a tensor, a row-major leaf) or must be reordered on the way out (a column-major leaf, written
+// through a bounded buffer).
 
 #include <ckpt/checkpoint.hpp>
-#include <ckpt/file.hpp>
 #include <ckpt/tensor.hpp>
 
 #include <cstddef>
-#include <filesystem>
 #include <functional>
 #include <span>
 #include <string>
@@ -27,10 +26,5 @@ struct entry_source {
   // Keeps bytes alive that the source had to snapshot (a leaf type without a row writer).
   tensor keep_alive;
 };
-
-// Writes a safetensors file of `entries` (already in the order they should be laid out, names
-// valid and distinct) and `metadata` at `path`, atomically, as `options` say; see ckpt::save.
-void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata, const save_options& options);
 
 }  // namespace ckpt::detail
