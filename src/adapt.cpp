@@ -1,3 +1,4 @@
+#include <ckpt/detail/pages.hpp>
 #include <ckpt/adapt.hpp>
 #include <ckpt/cast.hpp>
 #include <ckpt/detail/transpose.hpp>
@@ -76,13 +77,13 @@ checkpoint transpose(const checkpoint& t, std::string_view name) {
   const std::size_t element = bit_width(x.dtype()) / 8;
   dims shape(x.shape().begin(), x.shape().end());
   std::swap(shape[rank - 2], shape[rank - 1]);
-  x.prefetch_pages();
+  ckpt::detail::tensor_access::prefetch_pages(x);
   tensor result = tensor::make(x.dtype(), std::move(shape), [&](std::span<std::byte> out) {
     const std::size_t matrix = rows * cols * element;
     for (std::size_t b = 0; b < batch; ++b)
       detail::transpose(x.bytes().data() + b * matrix, out.data() + b * matrix, rows, cols, element);
   });
-  x.release_pages();
+  ckpt::detail::tensor_access::release_pages(x);
   return replace(t, name, {{std::string(name), std::move(result)}});
 }
 
@@ -130,19 +131,20 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
     // mapping, for a loaded entry) alive.
     const auto owner = std::make_shared<const tensor>(x);
     for (std::size_t i = 0; i < into.size(); ++i)
-      pieces.emplace_back(into[i], tensor::view_of(x.dtype(), shape, x.bytes().subspan(i * part_bytes, part_bytes),
-                                                   owner, x.where()));
+      pieces.emplace_back(into[i], detail::tensor_access::view_of(x.dtype(), shape,
+                                                                  x.bytes().subspan(i * part_bytes, part_bytes), owner,
+                                                                  detail::tensor_access::where(x)));
   } else {
     // Each outer index contributes one run of `run` bytes to every part.
     const std::size_t outer = product(x.shape().first(a));
     const std::size_t run = part_bytes / (outer == 0 ? 1 : outer);
-    x.prefetch_pages();
+    ckpt::detail::tensor_access::prefetch_pages(x);
     for (std::size_t i = 0; i < into.size(); ++i)
       pieces.emplace_back(into[i], tensor::make(x.dtype(), shape, [&](std::span<std::byte> out) {
                             for (std::size_t o = 0; o < outer && run != 0; ++o)
                               std::memcpy(out.data() + o * run, x.bytes().data() + (o * into.size() + i) * run, run);
                           }));
-    x.release_pages();
+    ckpt::detail::tensor_access::release_pages(x);
   }
   return replace(t, name, std::move(pieces));
 }
@@ -161,9 +163,9 @@ checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::str
       throw std::invalid_argument("ckpt: cast: entry " + quoted(name) + " cannot be cast from " +
                                   std::string(to_string(from)) + " to " + std::string(to_string(to)) +
                                   ": F6_E2M3, F6_E3M2 and F4 are raw bytes only");
-    x.prefetch_pages();
+    ckpt::detail::tensor_access::prefetch_pages(x);
     entries.emplace_back(name, ckpt::cast(x, to));
-    x.release_pages();
+    ckpt::detail::tensor_access::release_pages(x);
   }
   return checkpoint(std::move(entries), t.metadata());
 }

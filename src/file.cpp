@@ -158,17 +158,17 @@ file_contents map_file(const std::filesystem::path& path) {
     // (to_params asks for its pages then with MADV_WILLNEED).
     ::madvise(address, size, MADV_RANDOM);
     auto owner = std::make_shared<const mapping>(address, size);
-    return {owner->bytes(), owner, tensor::storage::file_mapping};
+    return {owner->bytes(), owner, storage::file_mapping};
   }
   // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
   std::shared_ptr<const std::byte[]> buffer = read_whole(fd.get(), path, size);
-  return {{buffer.get(), size}, buffer, tensor::storage::memory};
+  return {{buffer.get(), size}, buffer, storage::memory};
 }
 
 checkpoint load_file(const std::filesystem::path& path, const load_options& options) {
   const file_contents file = map_file(path);
   checkpoint t = parse_file(file.bytes, path, file.owner, file.where);
-  verify_digest(t, file.bytes, file.where == tensor::storage::file_mapping, path, options);
+  verify_digest(t, file.bytes, file.where == storage::file_mapping, path, options);
   return t;
 }
 
@@ -178,7 +178,7 @@ checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::p
                  const load_options& options) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  checkpoint t = detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, tensor::storage::memory);
+  checkpoint t = detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, detail::storage::memory);
   verify_digest(t, {copy.get(), file_bytes.size()}, false, origin, options);
   return t;
 }

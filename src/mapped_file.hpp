@@ -14,7 +14,7 @@ namespace ckpt::detail {
 struct file_contents {
   std::span<const std::byte> bytes;
   std::shared_ptr<const void> owner;  // keeps `bytes` alive
-  tensor::storage where = tensor::storage::memory;
+  storage where = storage::memory;
 };
 
 // The bytes of the regular file at `path`: a private read-only mapping without read-ahead

@@ -1,4 +1,5 @@
 #include "safetensors.hpp"
+#include <ckpt/detail/pages.hpp>
 
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/serialize.hpp>
@@ -340,7 +341,7 @@ std::uint64_t read_le64(const std::byte* p) {
 }  // namespace
 
 checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner, tensor::storage where) {
+                      const std::shared_ptr<const void>& owner, storage where) {
   if (file.size() < 8)
     fail(origin, "the file has " + std::to_string(file.size()) +
                      " bytes, fewer than the 8 of the header length");
@@ -424,7 +425,7 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
       continue;
     }
     out.emplace_back(std::move(e.name),
-                     tensor::view_of(*e.type, std::move(e.shape),
+                     tensor_access::view_of(*e.type, std::move(e.shape),
                                      data.subspan(e.begin, e.end - e.begin), owner, where));
   }
   return checkpoint(std::move(out), std::move(header.metadata));

@@ -1,4 +1,5 @@
 #include <ckpt/tensor.hpp>
+#include <ckpt/detail/pages.hpp>
 
 #include "memory.hpp"
 
@@ -65,7 +66,7 @@ std::size_t alignment_of(dtype type) {
 std::shared_ptr<std::byte[]> tensor::allocate(std::size_t size) { return detail::allocate_bytes(size); }
 
 tensor::tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-               std::shared_ptr<const void> owner, storage where)
+               std::shared_ptr<const void> owner, detail::storage where)
     : dtype_(type),
       shape_(std::move(shape)),
       numel_(numel_of(shape_)),
@@ -81,10 +82,15 @@ tensor tensor::copy_of(ckpt::dtype type, dims shape, std::span<const std::byte> 
 }
 
 tensor tensor::view_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-                       std::shared_ptr<const void> owner, storage where) {
+                       std::shared_ptr<const void> owner) {
+  return detail::tensor_access::view_of(type, std::move(shape), bytes, std::move(owner), detail::storage::memory);
+}
+
+tensor detail::tensor_access::view_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
+                                      std::shared_ptr<const void> owner, storage where) {
   checked_size(type, shape, bytes.size());
   if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignment_of(type) != 0)
-    return copy_of(type, std::move(shape), bytes);
+    return tensor::copy_of(type, std::move(shape), bytes);
   return tensor(type, std::move(shape), bytes, std::move(owner), where);
 }
 
@@ -109,9 +115,9 @@ namespace {
 constexpr std::size_t advised_bytes = std::size_t{256} << 10;
 }  // namespace
 
-void tensor::prefetch_pages() const noexcept {
-  if (storage_ != storage::file_mapping || bytes_.size() < advised_bytes) return;
-  const auto [first, length] = pages_of(bytes_);
+void detail::tensor_access::prefetch_pages(const tensor& x) noexcept {
+  if (x.storage_ != storage::file_mapping || x.bytes_.size() < advised_bytes) return;
+  const auto [first, length] = pages_of(x.bytes_);
   // The mapping is MADV_RANDOM (load reads the header only), and MADV_WILLNEED alone starts no
   // read on some kernels (bench/README.md, "Notes from the code"): marking the entry's pages
   // sequential until release_pages makes the faults of the copy read ahead in large blocks.
@@ -119,16 +125,16 @@ void tensor::prefetch_pages() const noexcept {
   ::madvise(first, length, MADV_WILLNEED);
 }
 
-void tensor::release_pages() const noexcept {
-  if (storage_ != storage::file_mapping || bytes_.size() < advised_bytes) return;
+void detail::tensor_access::release_pages(const tensor& x) noexcept {
+  if (x.storage_ != storage::file_mapping || x.bytes_.size() < advised_bytes) return;
   static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(bytes_.data());
+  const auto begin = reinterpret_cast<std::uintptr_t>(x.bytes_.data());
   const std::uintptr_t first = (begin + page - 1) / page * page;
-  const std::uintptr_t last = (begin + bytes_.size()) / page * page;
+  const std::uintptr_t last = (begin + x.bytes_.size()) / page * page;
   // Pages shared with a neighbouring entry stay: that entry may still be in use.
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
   // Back to the mapping's random access (prefetch_pages made these pages sequential).
-  const auto [pages, length] = pages_of(bytes_);
+  const auto [pages, length] = pages_of(x.bytes_);
   ::madvise(pages, length, MADV_RANDOM);
 }
 

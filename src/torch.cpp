@@ -2,6 +2,7 @@
 // bytes start, so storages are viewed in the mapping rather than copied), a restricted
 // unpickler for the pickle in `<name>/data.pkl`, and the walk that names the tensors.
 #include <ckpt/torch.hpp>
+#include <ckpt/detail/pages.hpp>
 
 #include <ckpt/detail/transpose.hpp>
 
@@ -205,7 +206,7 @@ class unpickler {
  public:
   unpickler(std::span<const std::byte> pickle, const std::filesystem::path& origin, std::string_view prefix,
             const std::map<std::string, std::span<const std::byte>, std::less<>>& records, bool big_endian,
-            std::shared_ptr<const void> owner, tensor::storage where, std::size_t copy_budget)
+            std::shared_ptr<const void> owner, detail::storage where, std::size_t copy_budget)
       : in_(pickle), origin_(origin), prefix_(prefix), records_(records), big_endian_(big_endian),
         owner_(std::move(owner)), where_(where), copy_budget_(copy_budget) {}
 
@@ -516,7 +517,7 @@ class unpickler {
     if (numel == 0) {
       out->value = tensor::copy_of(s.type, shape, {});
     } else if (contiguous && !big_endian_) {
-      out->value = tensor::view_of(s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, where_);
+      out->value = detail::tensor_access::view_of(s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, where_);
     } else {
       // A view with zero strides (torch's expand) holds more elements than its storage: the
       // copies are bounded so that a small file cannot claim an unbounded allocation.
@@ -574,7 +575,7 @@ class unpickler {
   const std::map<std::string, std::span<const std::byte>, std::less<>>& records_;
   bool big_endian_;
   std::shared_ptr<const void> owner_;
-  tensor::storage where_;
+  detail::storage where_;
   std::size_t copy_budget_;  // bytes that copied (non-contiguous) tensors may still take
   std::vector<std::unique_ptr<object>> arena_;
   std::vector<ref> stack_;
@@ -650,7 +651,7 @@ class flattener {
 };
 
 checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner, tensor::storage where) {
+                      const std::shared_ptr<const void>& owner, detail::storage where) {
   if (!looks_like_torch(bytes))
     throw torch_format_error(origin, "it is not a zip file (torch.save files before PyTorch 1.6 are not read; load "
                                      "and save such a file again with a newer PyTorch)");
@@ -700,7 +701,7 @@ checkpoint load_torch(const std::filesystem::path& path) {
 checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  return read_torch({copy.get(), file_bytes.size()}, origin, copy, tensor::storage::memory);
+  return read_torch({copy.get(), file_bytes.size()}, origin, copy, detail::storage::memory);
 }
 
 }  // namespace ckpt

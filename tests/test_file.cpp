@@ -4,6 +4,7 @@
 
 #include "support.hpp"
 
+#include <ckpt/detail/pages.hpp>
 #include <ckpt/ckpt.hpp>
 
 #include <sys/resource.h>
@@ -91,8 +92,8 @@ BOOST_AUTO_TEST_CASE(loaded_tensors_outlive_the_checkpoint_and_the_file) {
   }
   fs::remove(s.path() / "k.safetensors");
   BOOST_TEST(kept.as<double>()[3] == 4.0);
-  BOOST_TEST((kept.where() == ckpt::tensor::storage::file_mapping));
-  BOOST_TEST((ckpt::of_int("v", 1).get("v").where() == ckpt::tensor::storage::memory));
+  BOOST_TEST((ckpt::detail::tensor_access::where(kept) == ckpt::detail::storage::file_mapping));
+  BOOST_TEST((ckpt::detail::tensor_access::where(ckpt::of_int("v", 1).get("v")) == ckpt::detail::storage::memory));
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_rename_leaves_no_temporary_file) {

@@ -4,6 +4,7 @@
 
 #include <ckpt/cast.hpp>
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/pages.hpp>
 #include <ckpt/named.hpp>
 
 #include <algorithm>
@@ -76,10 +77,10 @@ void read_leaf(L& x, const tensor& entry) {
   } else if constexpr (std::is_same_v<L, tensor>) {
     leaf_traits<L>::read(x, entry);  // a view: nothing is read now
   } else {
-    entry.prefetch_pages();
+    tensor_access::prefetch_pages(entry);
     leaf_traits<L>::read(x, entry);
     // The leaf holds its own copy now: the file's pages need not stay in memory too.
-    entry.release_pages();
+    tensor_access::release_pages(entry);
   }
 }
 

@@ -30,6 +30,13 @@ using dims = std::vector<std::int64_t>;
 /// \throws std::invalid_argument if that is not a whole number of bytes or overflows.
 [[nodiscard]] std::size_t nbytes_of(dtype type, std::int64_t numel);
 
+namespace detail {
+// Not part of the API: where a tensor's bytes live, and the library's access to it
+// (ckpt/detail/pages.hpp).
+enum class storage { memory, file_mapping };
+struct tensor_access;
+}  // namespace detail
+
 /// One checkpoint entry: a dtype, a shape and the elements' bytes in C (row-major) order,
 /// little-endian, exactly as they stand in a safetensors file.
 ///
@@ -46,19 +53,12 @@ class tensor {
   /// \throws std::invalid_argument if `bytes.size()` is not the size `type` and `shape` need.
   [[nodiscard]] static tensor copy_of(dtype type, dims shape, std::span<const std::byte> bytes);
 
-  /// Where the bytes of a view live.
-  enum class storage {
-    memory,        ///< ordinary memory
-    file_mapping,  ///< a read-only private mapping of a file that stays unchanged
-  };
-
-  /// A tensor viewing `bytes` without copying them; `owner` keeps them alive. Bytes that are
-  /// misaligned for the dtype's scalar are copied into aligned storage instead. With
-  /// `storage::file_mapping`, `release_pages` may drop the bytes' pages from memory.
+  /// A tensor viewing `bytes` without copying them; `owner` keeps them alive (say, the
+  /// `std::shared_ptr` of the buffer). Bytes that are misaligned for the dtype's scalar are
+  /// copied into aligned storage instead.
   /// \throws std::invalid_argument if `bytes.size()` is not the size `type` and `shape` need.
   [[nodiscard]] static tensor view_of(dtype type, dims shape, std::span<const std::byte> bytes,
-                                      std::shared_ptr<const void> owner,
-                                      storage where = storage::memory);
+                                      std::shared_ptr<const void> owner);
 
   /// A tensor whose bytes `fill` writes: `fill(std::span<std::byte>)` receives the tensor's
   /// uninitialized storage (of the size `type` and `shape` need) and must write every byte.
@@ -99,34 +99,14 @@ class tensor {
     return {reinterpret_cast<const T*>(bytes_.data()), static_cast<std::size_t>(numel_)};
   }
 
-  /// Where the bytes live: `storage::file_mapping` for an entry of a loaded file (then
-  /// `prefetch_pages` and `release_pages` act on it), `storage::memory` otherwise.
-  /// \throws nothing
-  [[nodiscard]] storage where() const noexcept { return storage_; }
-
-  /// Lets the operating system drop the pages of a file mapping that hold these bytes (the
-  /// whole pages only): they are read again from the file the next time they are touched. For a
-  /// loaded checkpoint whose entries were copied into leaves, this keeps a process from holding
-  /// both copies. Also ends a `prefetch_pages`. Does nothing for bytes in ordinary memory.
-  /// \throws nothing
-  void release_pages() const noexcept;
-
-  /// Prepares these bytes, if they are in a file mapping, for one pass of reading: the pages
-  /// are read ahead in large blocks as the pass goes (a loaded checkpoint maps its file without
-  /// read-ahead, so that loading reads only the header and extracting an entry reads only that
-  /// entry; reading a large entry cold page by page is an order of magnitude slower). Call it
-  /// before reading a large entry of a loaded checkpoint directly, and `release_pages` after:
-  /// `to_params` does. Does nothing for ordinary memory.
-  /// \throws nothing
-  void prefetch_pages() const noexcept;
-
   /// True if both tensors have the same dtype, shape and bytes.
   /// \throws nothing
   friend bool operator==(const tensor& a, const tensor& b) noexcept;
 
  private:
+  friend struct detail::tensor_access;
   tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-         std::shared_ptr<const void> owner, storage where = storage::memory);
+         std::shared_ptr<const void> owner, detail::storage where = detail::storage::memory);
   static std::shared_ptr<std::byte[]> allocate(std::size_t size);
   [[noreturn]] void throw_dtype_mismatch(ckpt::dtype requested) const;
 
@@ -135,7 +115,7 @@ class tensor {
   std::int64_t numel_ = 0;
   std::span<const std::byte> bytes_;
   std::shared_ptr<const void> owner_;
-  storage storage_ = storage::memory;
+  detail::storage storage_ = detail::storage::memory;
 };
 
 }  // namespace ckpt

@@ -3,6 +3,7 @@
 
 #include "common.hpp"
 
+#include <ckpt/detail/pages.hpp>
 #include <ckpt/adapt.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
@@ -65,13 +66,13 @@ bool starts_with_any(std::string_view name, const std::vector<std::string>& pref
 // Reads the pages of `x` (one byte a page), so that the progress bar moves with the disk reads
 // of entries that are written unchanged; the write that follows then finds them in memory.
 void touch(const ckpt::tensor& x) {
-  x.prefetch_pages();
+  ckpt::detail::tensor_access::prefetch_pages(x);
   const auto bytes = x.bytes();
   unsigned sum = 0;
   for (std::size_t i = 0; i < bytes.size(); i += 4096) sum += static_cast<unsigned>(bytes[i]);
   volatile unsigned sink = sum;
   (void)sink;
-  x.release_pages();  // unmapped only: the pages stay in the page cache for the write
+  ckpt::detail::tensor_access::release_pages(x);  // unmapped only: the pages stay in the page cache for the write
 }
 
 int convert(const convert_args& args) {

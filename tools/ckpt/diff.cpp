@@ -3,6 +3,7 @@
 
 #include "common.hpp"
 
+#include <ckpt/detail/pages.hpp>
 #include <ckpt/cast.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/tensor.hpp>
@@ -75,8 +76,8 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
     return out;
   }
   const ckpt::tensor a = comparable(a_in, b_in.dtype()), b = comparable(b_in, a_in.dtype());
-  a.prefetch_pages();
-  b.prefetch_pages();
+  ckpt::detail::tensor_access::prefetch_pages(a);
+  ckpt::detail::tensor_access::prefetch_pages(b);
   constexpr std::size_t chunk = 1 << 15;
   std::vector<double> xs(chunk), ys(chunk);
   const auto n = static_cast<std::size_t>(a.numel());
@@ -99,8 +100,8 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
       if (!std::isfinite(x) || !std::isfinite(y) || !(abs <= atol + rtol * std::fabs(y))) ++out.beyond;
     }
   }
-  a.release_pages();
-  b.release_pages();
+  ckpt::detail::tensor_access::release_pages(a);
+  ckpt::detail::tensor_access::release_pages(b);
   return out;
 }
 
