@@ -15,3 +15,19 @@ add_test(NAME consumer_find_package
     "-DBUILD_TYPE=$<CONFIG>"
     -P "${CMAKE_CURRENT_LIST_DIR}/run.cmake")
 set_tests_properties(consumer_find_package PROPERTIES TIMEOUT 600)
+
+# consumer_add_subdirectory: a project that builds ckpt from this source tree with
+# add_subdirectory (tests/consumer/subdirectory), as a vendored or FetchContent copy is built.
+add_test(NAME consumer_add_subdirectory
+  COMMAND ${CMAKE_COMMAND}
+    "-DCKPT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    "-DCONSUMER_SOURCE_DIR=${CMAKE_CURRENT_LIST_DIR}"
+    "-DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/consumer_subdirectory"
+    "-DGENERATOR=${CMAKE_GENERATOR}"
+    "-DMAKE_PROGRAM=${CMAKE_MAKE_PROGRAM}"
+    "-DCXX_COMPILER=${CMAKE_CXX_COMPILER}"
+    "-DCXX_FLAGS=${CMAKE_CXX_FLAGS}"
+    "-DEXE_LINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}"
+    "-DBUILD_TYPE=$<CONFIG>"
+    -P "${CMAKE_CURRENT_LIST_DIR}/run_subdirectory.cmake")
+set_tests_properties(consumer_add_subdirectory PROPERTIES TIMEOUT 900)
