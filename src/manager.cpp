@@ -8,6 +8,7 @@
 #include "temporary_name.hpp"
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <stdexcept>
 #include <string_view>
@@ -44,8 +45,13 @@ class local_state final : public detail::manager_state {
     if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
   }
 
-  // Takes the lock, lists our checkpoints and removes leftover temporaries of our own saves.
+  // Takes the lock, lists our checkpoints and removes leftover temporaries of our own saves; or,
+  // read-only, lists the committed steps of either layout and touches nothing.
   void open() {
+    if (core.options().read_only) {
+      open_read_only();
+      return;
+    }
     std::error_code ec;
     std::filesystem::create_directories(core.folder(), ec);
     if (ec) throw io_error(core.folder(), "create the folder", ec);
@@ -67,6 +73,7 @@ class local_state final : public detail::manager_state {
 
   [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const override {
     core.check_not_negative(step);
+    if (const auto it = step_folders_.find(step); it != step_folders_.end()) return it->second;
     return core.folder() / detail::step_name(file_prefix, step, file_suffix);
   }
 
@@ -127,7 +134,26 @@ class local_state final : public detail::manager_state {
     }
   }
 
+  // Read-only: a step file of ours, or a committed step folder of ckpt::mpi::checkpoint_manager
+  // (one with its index), each found in the folder as it is now.
+  void open_read_only() {
+    std::vector<std::int64_t> steps;
+    std::error_code ignored;
+    detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
+      if (const auto step = step_of(name)) {
+        steps.push_back(*step);
+      } else if (const auto mpi_step = detail::step_in_name(name, detail::mpi_step_prefix);
+                 mpi_step && std::filesystem::exists(path / detail::mpi_step_index, ignored)) {
+        steps.push_back(*mpi_step);
+        step_folders_.emplace(*mpi_step, path);
+      }
+    });
+    core.add_existing(steps, [](std::int64_t) { return metadata_map{}; });
+  }
+
   int lock_fd_ = -1;
+  // The steps a read-only manager found as MPI step folders.
+  std::map<std::int64_t, std::filesystem::path> step_folders_;
   // The step the background write is writing, and its metadata.
   std::int64_t pending_step_ = 0;
   metadata_map pending_metadata_;

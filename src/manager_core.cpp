@@ -244,6 +244,10 @@ namespace {
 // save and save_async: the checks, then the write now or in the background.
 bool save_step(detail::manager_state& state, std::int64_t step, std::initializer_list<section> sections,
                const metadata_map& metadata, bool force, bool background) {
+  if (state.core.options().read_only)
+    throw std::invalid_argument(state.core.message(std::string(background ? "save_async" : "save") +
+                                                   ": the folder '" + state.core.folder().string() +
+                                                   "' was opened read-only"));
   // Settling first also frees the previous snapshot, whose buffer a background save then reuses.
   state.settle();
   const std::optional<metadata_map> merged = state.admit(step, metadata, force);

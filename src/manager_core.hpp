@@ -39,6 +39,13 @@ namespace ckpt::detail {
 void for_each_in_folder(const std::filesystem::path& folder,
                         const std::function<void(const std::string& name, const std::filesystem::path& path)>& visit);
 
+// The names of the step folders of ckpt::mpi::checkpoint_manager ("step-0000000042"), which a
+// read-only ckpt::checkpoint_manager also reads.
+inline constexpr std::string_view mpi_step_prefix = "step-";
+// The index that commits such a folder (ckpt::mpi::index_file_name; src/mpi/manager.cpp checks
+// that they agree).
+inline constexpr std::string_view mpi_step_index = "model.safetensors.index.json";
+
 // Now, in UTC, as ISO 8601 with milliseconds: the `wall_time` metadata of a manager's checkpoint.
 [[nodiscard]] std::string wall_time_now();
 

@@ -8,6 +8,7 @@
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
+#include <ckpt/sharded.hpp>
 
 #include <Eigen/Core>
 
@@ -272,4 +273,67 @@ BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
   opt.update(q, g, back);
   BOOST_TEST((q.w.array() == p.w.array()).all());  // step 5 again, bit for bit
   BOOST_TEST((q.b.array() == p.b.array()).all());
+}
+
+// Read-only access: an evaluation job opening a run's folder while the trainer writes into it.
+BOOST_AUTO_TEST_CASE(a_read_only_manager_takes_no_lock_and_changes_nothing) {
+  const temp_dir s;
+  ckpt::checkpoint_manager writer(s.path(), {.max_to_keep = 2});
+  BOOST_TEST(writer.save(1, {value(1.0f)}));
+  BOOST_TEST(writer.save(2, {value(2.0f)}));
+  const fs::path leftover = s.path() / ".ckpt-0000000003.safetensors.tmp-abcdef";  // a crashed save's
+  touch(leftover);
+  const std::vector<std::string> before = folder_listing(s.path());
+
+  // The writer holds the lock, and the reader opens anyway: it takes none.
+  ckpt::checkpoint_manager reader(s.path(), {.read_only = true});
+  BOOST_TEST(reader.steps() == ints({1, 2}));
+  BOOST_TEST(reader.load_latest()->get("w").as<float>()[0] == 2.0f);
+  BOOST_TEST(reader.load(1).get("w").as<float>()[0] == 1.0f);
+  const std::string refused = "ckpt: checkpoint_manager: save: the folder '" + s.path().string() + "' was opened read-only";
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { reader.save(3, {value(3.0f)}); }) == refused);
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { reader.save_async(3, {value(3.0f)}); }) ==
+             "ckpt: checkpoint_manager: save_async: the folder '" + s.path().string() + "' was opened read-only");
+  BOOST_TEST(folder_listing(s.path()) == before);  // the leftover stays: it may be a live save's
+  BOOST_TEST(fs::exists(leftover));
+
+  // The writer goes on; its retention deletes step 1, which the reader listed: loading it is an
+  // error naming the file, not a crash.
+  BOOST_TEST(writer.save(3, {value(3.0f)}));
+  BOOST_TEST(!fs::exists(s.path() / "ckpt-0000000001.safetensors"));
+  try {
+    (void)reader.load(1);
+    BOOST_FAIL("a deleted step loaded");
+  } catch (const ckpt::io_error& e) {
+    BOOST_TEST(e.path() == s.path() / "ckpt-0000000001.safetensors");
+  }
+  // A second reader, and a second writer once the first is gone, are not in each other's way.
+  ckpt::checkpoint_manager another(s.path(), {.read_only = true});
+  BOOST_TEST(another.steps() == ints({2, 3}));
+}
+
+BOOST_AUTO_TEST_CASE(a_read_only_manager_does_not_create_its_folder) {
+  const temp_dir s(temp_dir::absent);
+  try {
+    ckpt::checkpoint_manager reader(s.path(), {.read_only = true});
+    BOOST_FAIL("a missing folder opened");
+  } catch (const ckpt::io_error& e) {
+    BOOST_TEST(e.path() == s.path());
+  }
+  BOOST_TEST(!fs::exists(s.path()));
+}
+
+BOOST_AUTO_TEST_CASE(a_read_only_manager_reads_an_mpi_jobs_folder_without_mpi) {
+  // The layout of ckpt::mpi::checkpoint_manager: a folder per step, committed by its index; a
+  // step folder without its index (a save in progress, or a crashed one) is not a step.
+  const temp_dir s;
+  ckpt::save_sharded(s.path() / "step-0000000010", value(10.0f), 1 << 20);
+  ckpt::save_sharded(s.path() / "step-0000000020", value(20.0f), 1 << 20);
+  fs::create_directory(s.path() / "step-0000000030");
+  ckpt::save(s.path() / "step-0000000030" / "model-00001-of-00001.safetensors", value(30.0f));
+  ckpt::checkpoint_manager reader(s.path(), {.read_only = true});
+  BOOST_TEST(reader.steps() == ints({10, 20}));
+  BOOST_TEST(reader.path_of(20) == s.path() / "step-0000000020");
+  BOOST_TEST(reader.load_latest()->get("w").as<float>()[0] == 20.0f);
+  BOOST_TEST(reader.load(10).get("w").as<float>()[0] == 10.0f);
 }

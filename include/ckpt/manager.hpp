@@ -64,6 +64,15 @@ struct checkpoint_manager_options {
   /// Store the digest of each checkpoint's data (`ckpt::save_options::digest`), which `load`
   /// and `load_latest` verify.
   bool digest = true;
+  /// Open the folder for reading only, as an evaluation job opens a training run's folder: no
+  /// lock is taken (a trainer may be writing into the folder, and the folder may belong to
+  /// another user), the folder is not created, leftovers are not cleaned up and nothing is ever
+  /// deleted; `save` and `save_async` throw. The steps are those committed when the manager was
+  /// opened. A step deleted afterwards by the writer's retention rules fails to load with an
+  /// error naming its file. A read-only `ckpt::checkpoint_manager` also reads the folder of an
+  /// MPI job (`ckpt::mpi::checkpoint_manager`'s committed step folders), in a process without
+  /// MPI. The retention options are not used.
+  bool read_only = false;
 };
 
 namespace detail {

@@ -65,6 +65,10 @@ metadata_map decode_metadata(std::string_view bytes) {
   return metadata;
 }
 
+static_assert(index_file_name == ckpt::detail::mpi_step_index,
+              "ckpt: the index of an MPI step folder is named in src/manager_core.hpp too (a read-only "
+              "checkpoint_manager reads these folders): change both");
+
 // A folder of shards per step, committed by its index, written by the ranks together.
 class mpi_state final : public ckpt::detail::manager_state {
  public:
@@ -169,6 +173,11 @@ class mpi_state final : public ckpt::detail::manager_state {
   // Rank 0, holding the lock: the committed steps, and the uncommitted step folders of a crashed
   // job removed (no save of ours runs, and a step without its index does not exist).
   void open_on_rank_0() {
+    if (core.options().read_only) {
+      // No lock, no clean-up: the committed steps as they are now.
+      core.add_existing(committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; });
+      return;
+    }
     std::error_code ec;
     std::filesystem::create_directories(core.folder(), ec);
     if (ec) throw io_error(core.folder(), "create the folder", ec);

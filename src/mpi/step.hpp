@@ -8,6 +8,8 @@
 #include <ckpt/mpi.hpp>
 #include <ckpt/section.hpp>
 
+#include "../manager_core.hpp"
+
 #include <mpi.h>
 
 #include <cstdint>
@@ -23,8 +25,9 @@
 namespace ckpt::mpi::detail {
 
 // A step folder's name: this prefix and the step, through the managers' one step codec
-// (ckpt::detail::step_name / step_in_name, src/manager_core.hpp).
-inline constexpr std::string_view step_prefix = "step-";
+// (ckpt::detail::step_name / step_in_name, src/manager_core.hpp, which a read-only
+// ckpt::checkpoint_manager uses to read these folders too).
+inline constexpr std::string_view step_prefix = ckpt::detail::mpi_step_prefix;
 
 // A step being saved, the same on every rank but for `shard` and `mine`.
 struct step_plan {

@@ -2,7 +2,8 @@
 // single-process manager keeps for the same saves, keep-best uses rank 0's metric and survives a
 // reopen, arguments are refused on every rank alike, opening removes uncommitted step folders
 // and finishes an interrupted retention, a second manager on the folder is refused, and
-// save_async (one background write per rank) commits at the next call under the rules of save.
+// save_async (one background write per rank) commits at the next call under the rules of save;
+// read-only managers, MPI and single-process, open a folder being written.
 
 #include "mpi_test.hpp"
 
@@ -245,6 +246,36 @@ void save_async_follows_the_rules_of_save(const fs::path& folder) {
 
 }  // namespace
 
+// Read-only: while a writer holds the folder, a read-only MPI manager opens it on every rank (no
+// lock, no clean-up), and so does a read-only ckpt::checkpoint_manager in one process, without
+// MPI; neither saves.
+void read_only_managers_open_a_folder_being_written(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  ckpt::mpi::checkpoint_manager writer(comm, folder, {.max_to_keep = 0});
+  CHECK(writer.save(5, {state_of(rank, 5)}));
+  CHECK(writer.save(6, {state_of(rank, 6)}));
+  if (rank == 0) fs::create_directories(ckpt::mpi::step_folder(folder, 9));  // a save in progress
+  MPI_Barrier(comm);
+  ckpt::mpi::checkpoint_manager reader(comm, folder, {.read_only = true});
+  CHECK_EQ(reader.steps(), (std::vector<std::int64_t>{5, 6}));
+  CHECK_EQ(ckpt::to_int("part." + std::to_string(rank), *reader.load_latest()), 60 + rank);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, reader.save(7, {state_of(rank, 7)})),
+           "ckpt: mpi::checkpoint_manager: save: the folder '" + folder.string() + "' was opened read-only");
+  CHECK(fs::exists(ckpt::mpi::step_folder(folder, 9)));  // not cleaned up: it may be a live save
+  if (rank == 0) {
+    const ckpt::checkpoint_manager single(folder, {.read_only = true});
+    CHECK_EQ(single.steps(), (std::vector<std::int64_t>{5, 6}));
+    CHECK_EQ(single.path_of(6), ckpt::mpi::step_folder(folder, 6));
+  }
+  MPI_Barrier(comm);
+  if (rank == 0) {
+    ckpt::checkpoint_manager single(folder, {.read_only = true});
+    CHECK_EQ(ckpt::to_int("step", single.load(5)), 5);
+  }
+  MPI_Barrier(comm);
+}
+
 int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_manager",
                  {{"retention_matches_the_single_process_manager", retention_matches_the_single_process_manager},
@@ -253,5 +284,6 @@ int main(int argc, char** argv) {
                   {"opening_removes_uncommitted_steps", opening_removes_uncommitted_steps},
                   {"opening_finishes_retention", opening_finishes_retention},
                   {"save_async_commits_at_the_next_call", save_async_commits_at_the_next_call},
-                  {"save_async_follows_the_rules_of_save", save_async_follows_the_rules_of_save}});
+                  {"save_async_follows_the_rules_of_save", save_async_follows_the_rules_of_save},
+                  {"read_only_managers_open_a_folder_being_written", read_only_managers_open_a_folder_being_written}});
 }
