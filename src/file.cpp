@@ -167,7 +167,7 @@ file_contents map_file(const std::filesystem::path& path) {
 
 checkpoint load_file(const std::filesystem::path& path, const load_options& options) {
   const file_contents file = map_file(path);
-  checkpoint t = parse_file(file.bytes, path, file.owner, file.where);
+  checkpoint t = parse_file(file.bytes, path, file.owner, file.where, options.skipped);
   verify_digest(t, file.bytes, file.where == storage::file_mapping, path, options);
   return t;
 }
@@ -178,7 +178,8 @@ checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::p
                  const load_options& options) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  checkpoint t = detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, detail::storage::memory);
+  checkpoint t =
+      detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, detail::storage::memory, options.skipped);
   verify_digest(t, {copy.get(), file_bytes.size()}, false, origin, options);
   return t;
 }

@@ -341,7 +341,8 @@ std::uint64_t read_le64(const std::byte* p) {
 }  // namespace
 
 checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner, storage where) {
+                      const std::shared_ptr<const void>& owner, storage where,
+                      const std::function<void(std::string_view, std::string_view)>& skipped) {
   if (file.size() < 8)
     fail(origin, "the file has " + std::to_string(file.size()) +
                      " bytes, fewer than the 8 of the header length");
@@ -420,8 +421,11 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
   out.reserve(entries.size());
   for (header_entry& e : entries) {
     if (!e.type) {
-      std::cerr << "ckpt: warning: '" << origin.string() << "': skipping entry '" << e.name
-                << "' of unknown dtype '" << e.dtype_spelling << "'\n";
+      if (skipped)
+        skipped(e.name, e.dtype_spelling);
+      else
+        std::cerr << "ckpt: warning: '" << origin.string() << "': skipping entry '" << e.name
+                  << "' of unknown dtype '" << e.dtype_spelling << "'\n";
       continue;
     }
     out.emplace_back(std::move(e.name),

@@ -525,6 +525,21 @@ BOOST_AUTO_TEST_CASE(unknown_dtypes_are_skipped_with_a_warning) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_caller_can_hear_of_skipped_entries_instead_of_the_warning) {
+  std::vector<std::string> heard;
+  const cerr_capture capture;
+  const std::vector<std::byte> bytes = file_of("{" + entry("odd", "F128", "[1]", 8, 24) + "," +
+                                                   entry("a", "F32", "[2]", 0, 8) + "," + entry("z", "F63", "[1]", 24, 28) + "}",
+                                               data_of(28));
+  const ckpt::checkpoint c = ckpt::parse(bytes, "mem.safetensors",
+                                         {.skipped = [&](std::string_view name, std::string_view dtype) {
+                                           heard.push_back(std::string(name) + ":" + std::string(dtype));
+                                         }});
+  BOOST_TEST(c.names() == std::vector<std::string>{"a"}, boost::test_tools::per_element());
+  BOOST_TEST(heard == (std::vector<std::string>{"odd:F128", "z:F63"}), boost::test_tools::per_element());
+  BOOST_TEST(capture.text().empty());
+}
+
 BOOST_AUTO_TEST_CASE(unknown_dtypes_still_count_in_the_layout) {
   const cerr_capture quiet;
   // Its only tensor has an unknown dtype and leaves a hole.

@@ -42,6 +42,10 @@ struct load_options {
   /// sharded checkpoint reports each shard in turn, each with its own total. An exception it
   /// throws abandons the load.
   std::function<void(std::uint64_t hashed, std::uint64_t total)> progress = {};
+  /// Called for each entry left out because its dtype is not one this version knows (a later
+  /// version of the format's), with the entry's name and the dtype as the file spells it. When
+  /// unset, a warning naming the file, the entry and the dtype is written to stderr instead.
+  std::function<void(std::string_view name, std::string_view dtype)> skipped = {};
 };
 
 /// Writes `t` to a safetensors file at `path`, replacing any existing file atomically: the data
