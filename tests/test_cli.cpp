@@ -380,7 +380,7 @@ BOOST_AUTO_TEST_CASE(ok_or_the_broken_rule) {
   ckpt::save(a, sample(), {.digest = true});
   const result ok = run(d.path(), {"verify", "a.safetensors"});
   BOOST_TEST(ok.status == 0);
-  BOOST_TEST(ok.out == "ok\n");
+  BOOST_TEST(ok.out == "a.safetensors: ok, digest verified\n");
   BOOST_TEST(ok.err == "");
 
   // A flipped data bit: only the digest sees it; verify reports the library's own words.
@@ -388,25 +388,31 @@ BOOST_AUTO_TEST_CASE(ok_or_the_broken_rule) {
   const result corrupted = run(d.path(), {"verify", "a.safetensors"});
   BOOST_TEST(corrupted.status == 1);
   BOOST_TEST(corrupted.err == "");
-  BOOST_TEST(corrupted.out == in_folder(d.path(), [] {
+  BOOST_TEST(corrupted.out == "a.safetensors: " + in_folder(d.path(), [] {
                return message_of<ckpt::integrity_error>([] { (void)ckpt::load("a.safetensors"); });
              }) + "\n");
-  BOOST_TEST(corrupted.out.starts_with("ckpt: 'a.safetensors' is corrupted: its data section hashes to "));
+  BOOST_TEST(corrupted.out.starts_with("a.safetensors: ckpt: 'a.safetensors' is corrupted: its data section hashes to "));
 
   // A header rule: a truncated file.
   const std::string bytes = read_bytes(a);
   std::ofstream(d.path() / "cut.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() - 4);
   const result cut = run(d.path(), {"verify", "cut.safetensors"});
   BOOST_TEST(cut.status == 1);
-  BOOST_TEST(cut.out == in_folder(d.path(), [] {
+  BOOST_TEST(cut.out == "cut.safetensors: " + in_folder(d.path(), [] {
                return message_of<ckpt::format_error>([] { (void)ckpt::load("cut.safetensors"); });
              }) + "\n");
-  BOOST_TEST(cut.out.starts_with("ckpt: 'cut.safetensors' is not a valid safetensors file: "));
+  BOOST_TEST(cut.out.starts_with("cut.safetensors: ckpt: 'cut.safetensors' is not a valid safetensors file: "));
 
-  // Without a digest, a flipped data bit is not a broken rule.
-  ckpt::save(d.path() / "plain.safetensors", sample());
+  // Without a digest, a flipped data bit is not a broken rule: verify says what it could check.
+  ckpt::save(d.path() / "plain.safetensors", sample(), {.digest = false});
   flip_last_byte(d.path() / "plain.safetensors");
-  BOOST_TEST(run(d.path(), {"verify", "plain.safetensors"}).out == "ok\n");
+  BOOST_TEST(run(d.path(), {"verify", "plain.safetensors"}).out == "plain.safetensors: ok, format only: no digest\n");
+
+  // Several paths, a line each; one broken file makes the status 1 without hiding the others.
+  const result several = run(d.path(), {"verify", "plain.safetensors", "cut.safetensors", "plain.safetensors"});
+  BOOST_TEST(several.status == 1);
+  BOOST_TEST(several.out == "plain.safetensors: ok, format only: no digest\n" + cut.out +
+                                "plain.safetensors: ok, format only: no digest\n");
 }
 
 BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
@@ -418,9 +424,10 @@ BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
   const result ok = run(d.path(), {"verify", "run"});
   BOOST_TEST(ok.status == 0);
   BOOST_TEST(ok.out ==
-             "ckpt-0000000001.safetensors: ok\n"
-             "ckpt-0000000002.safetensors: ok\n"
-             "ckpt-0000000003.safetensors: ok\n");
+             "run/ckpt-0000000001.safetensors: ok, digest verified\n"
+             "run/ckpt-0000000002.safetensors: ok, digest verified\n"
+             "run/ckpt-0000000003.safetensors: ok, digest verified\n");
+  BOOST_TEST(run(d.path(), {"verify", "run", "--step", "2"}).out == "run/ckpt-0000000002.safetensors: ok, digest verified\n");
   flip_last_byte(ckpt::checkpoint_path(d.path() / "run", 2));
   const result broken = run(d.path(), {"verify", "run"});
   BOOST_TEST(broken.status == 1);
@@ -429,9 +436,9 @@ BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
     return message_of<ckpt::integrity_error>([] { (void)ckpt::load(ckpt::checkpoint_path("run", 2)); });
   });
   BOOST_TEST(broken.out ==
-             "ckpt-0000000001.safetensors: ok\n"
-             "ckpt-0000000002.safetensors: " + problem + "\n"
-             "ckpt-0000000003.safetensors: ok\n");
+             "run/ckpt-0000000001.safetensors: ok, digest verified\n"
+             "run/ckpt-0000000002.safetensors: " + problem + "\n"
+             "run/ckpt-0000000003.safetensors: ok, digest verified\n");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -649,7 +656,7 @@ BOOST_AUTO_TEST_CASE(sharded_and_back) {
                                    "__metadata__:\n"
                                    "  note: first\n"));  // each shard's own digest is not common
   BOOST_TEST(run(d.path(), {"inspect", "sharded"}).out == index.out);
-  BOOST_TEST(run(d.path(), {"verify", "sharded"}).out == "ok\n");
+  BOOST_TEST(run(d.path(), {"verify", "sharded"}).out == "sharded: ok, digests of 3 shards verified\n");
 
   const result back = run(d.path(), {"convert", "sharded", "back.safetensors"});
   BOOST_TEST(back.status == 0);
@@ -667,7 +674,7 @@ BOOST_AUTO_TEST_CASE(sharded_and_back) {
   BOOST_TEST(broken.out.find("model-00002-of-00003.safetensors' is corrupted") != std::string::npos);
   const result refused = run(d.path(), {"convert", "sharded", "again.safetensors"});
   BOOST_TEST(refused.status == 2);
-  BOOST_TEST(refused.err == broken.out);
+  BOOST_TEST("sharded: " + refused.err == broken.out);
   BOOST_TEST(!fs::exists(d.path() / "again.safetensors"));
 }
 
@@ -711,7 +718,8 @@ BOOST_AUTO_TEST_CASE(a_bar_on_a_terminal_only) {
   const result verify = run_on_terminal(d.path(), {"verify", "a.safetensors"});
   BOOST_TEST(verify.status == 0);
   BOOST_TEST(verify.out.starts_with("\rverifying [..............................]   0%"));
-  BOOST_TEST(verify.out.ends_with("\rverifying [##############################] 100%" + erase + "ok\r\n"));
+  BOOST_TEST(verify.out.ends_with("\rverifying [##############################] 100%" + erase +
+                                  "a.safetensors: ok, digest verified\r\n"));
 
   const result convert = run_on_terminal(d.path(), {"convert", "a.safetensors", "b.safetensors"});
   BOOST_TEST(convert.status == 0);
@@ -727,9 +735,91 @@ BOOST_AUTO_TEST_CASE(a_bar_on_a_terminal_only) {
   BOOST_TEST(sharded.status == 0);
   BOOST_TEST(sharded.out.starts_with("\rverifying shard 1 [..............................]   0%"));
   BOOST_TEST(sharded.out.find(erase + "\rverifying shard 2 [") != std::string::npos);
-  BOOST_TEST(sharded.out.ends_with("] 100%" + erase + "ok\r\n"));
+  BOOST_TEST(sharded.out.ends_with("] 100%" + erase + "sharded: ok, digests of 2 shards verified\r\n"));
   // Nothing long to show: a table alone.
   BOOST_TEST(run_on_terminal(d.path(), {"inspect", "a.safetensors"}).out.starts_with("name  dtype"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Every folder ckpt writes opens with every command: a manager folder of either manager (the
+// latest step, or --step N, read-only: a run may be training there), and an MPI step folder.
+BOOST_AUTO_TEST_SUITE(folders)
+
+BOOST_AUTO_TEST_CASE(every_command_opens_manager_folders_of_both_kinds) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    m.save(5, {sample()});
+    m.save(12, {with(sample(), "step", ckpt::of_int("step", 12).get("step"))});
+  }
+  // The layout of ckpt::mpi::checkpoint_manager: a folder per step, committed by its index (the
+  // step folder without one is a save in progress, not a step).
+  ckpt::save_sharded(d.path() / "mpi" / "step-0000000005", sample(), 16);
+  ckpt::save_sharded(d.path() / "mpi" / "step-0000000012", with(sample(), "step", ckpt::of_int("step", 12).get("step")), 16);
+  fs::create_directories(d.path() / "mpi" / "step-0000000013");
+
+  for (const std::string folder : {"run", "mpi"}) {
+    const result listed = run(d.path(), {"inspect", folder});
+    BOOST_TEST(listed.status == 0, folder);
+    BOOST_TEST(listed.out.ends_with("checkpoint_manager folder: 2 steps, latest 12\n"), folder);
+    const result step5 = run(d.path(), {"inspect", folder, "--step", "5"});
+    BOOST_TEST(step5.status == 0, folder);
+    BOOST_TEST(step5.out.find("step  I32    [1]") != std::string::npos, folder);
+    // diff: the latest of each, and step 5 against the file it was saved from.
+    ckpt::save(d.path() / "five.safetensors", sample());
+    const result latest = run(d.path(), {"diff", folder, "run"});
+    BOOST_TEST(latest.status == 0, folder);
+    BOOST_TEST(latest.out.ends_with("same: 3 entries within atol 0, rtol 0\n"), folder);
+    const result five = run(d.path(), {"diff", folder, "five.safetensors", "--step", "5"});
+    BOOST_TEST(five.status == 0, folder);
+    BOOST_TEST(five.out.ends_with("same: 3 entries within atol 0, rtol 0\n"), folder);
+    const result newer = run(d.path(), {"diff", folder, "five.safetensors"});
+    BOOST_TEST(newer.status == 1, folder);  // step 12's counter is not 7
+    // convert: step 5 out as one file, without the manager's metadata.
+    const std::string out = folder + "-5.safetensors";
+    const result converted = run(d.path(), {"convert", folder, out, "--step", "5", "--drop-metadata"});
+    BOOST_TEST(converted.status == 0, folder);
+    BOOST_TEST(ckpt::load(d.path() / out).names() == sample().names(), folder);
+    BOOST_TEST((ckpt::load(d.path() / out).metadata() == ckpt::metadata_map{{std::string(ckpt::digest_key),
+                                                                              digest_of(d.path() / out)}}),
+               folder);  // the manager's step and wall_time, and the note, are dropped
+  }
+  // verify: every step of each, named by its checkpoint.
+  const result all = run(d.path(), {"verify", "run", "mpi"});
+  BOOST_TEST(all.status == 0);
+  BOOST_TEST(all.out ==
+             "run/ckpt-0000000005.safetensors: ok, digest verified\n"
+             "run/ckpt-0000000012.safetensors: ok, digest verified\n"
+             "mpi/step-0000000005: ok, format only: no digest\n"
+             "mpi/step-0000000012: ok, format only: no digest\n");
+  // An MPI step folder alone is a sharded checkpoint (these were written without digests).
+  BOOST_TEST(run(d.path(), {"verify", "mpi/step-0000000012"}).out == "mpi/step-0000000012: ok, format only: no digest\n");
+
+  check_usage_error(d, {"inspect", "run", "--step", "7"}, "ckpt: --step 7: 'run' has no such step (it has 5, 12)\n");
+  check_usage_error(d, {"verify", "five.safetensors", "--step", "5"},
+                    "ckpt: --step 5: 'five.safetensors' is not a checkpoint_manager folder\n");
+  check_usage_error(d, {"diff", "five.safetensors", "five.safetensors", "--step", "5"},
+                    "ckpt: --step 5: neither 'five.safetensors' nor 'five.safetensors' is a checkpoint_manager folder\n");
+}
+
+BOOST_AUTO_TEST_CASE(verify_counts_entries_of_an_unknown_dtype_and_fails_on_them_when_strict) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample(), {.digest = false});
+  // A dtype a later version of the format might add: the header spells F32 as F63.
+  std::string bytes = read_bytes(d.path() / "a.safetensors");
+  const std::size_t at = bytes.find("\"F32\"");
+  BOOST_REQUIRE(at != std::string::npos);
+  bytes.replace(at, 5, "\"F63\"");
+  std::ofstream(d.path() / "later.safetensors", std::ios::binary) << bytes;
+  const result lenient = run(d.path(), {"verify", "later.safetensors"});
+  BOOST_TEST(lenient.status == 0);
+  BOOST_TEST(lenient.err == "");
+  BOOST_TEST(lenient.out == "later.safetensors: ok, format only: no digest; 1 entry skipped (unknown dtype): 'l1.b' (F63)\n");
+  const result strict = run(d.path(), {"verify", "--strict", "later.safetensors"});
+  BOOST_TEST(strict.status == 1);
+  BOOST_TEST(strict.out == "later.safetensors: not ok (--strict): 1 entry of an unknown dtype: 'l1.b' (F63)\n");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+

@@ -68,9 +68,32 @@ std::uint64_t parse_size(std::string_view text) {
   return count * it->second;
 }
 
-bool is_manager_folder(const std::filesystem::path& path) {
+std::vector<listed_step> steps_in(const std::filesystem::path& path) {
   std::error_code ec;
-  return std::filesystem::is_directory(path, ec) && !ckpt::list_steps(path).empty();
+  if (!std::filesystem::is_directory(path, ec)) return {};
+  const ckpt::checkpoint_manager reader(path, {.read_only = true});
+  std::vector<listed_step> out;
+  for (const std::int64_t step : reader.steps()) out.push_back({step, reader.path_of(step)});
+  return out;
+}
+
+std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step) {
+  const std::vector<listed_step> steps = steps_in(path);
+  if (steps.empty()) {
+    if (step) throw usage_error("ckpt: --step " + std::to_string(*step) + ": '" + path.string() + "' is not a checkpoint_manager folder");
+    return path;
+  }
+  if (!step) return steps.back().checkpoint;
+  const auto it = std::ranges::find(steps, *step, &listed_step::step);
+  if (it != steps.end()) return it->checkpoint;
+  std::string have;
+  for (const listed_step& s : steps) have += (have.empty() ? "" : ", ") + std::to_string(s.step);
+  throw usage_error("ckpt: --step " + std::to_string(*step) + ": '" + path.string() + "' has no such step (it has " + have + ")");
+}
+
+void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step) {
+  sub.add_option("--step", step, "in a checkpoint_manager folder (of either manager), step N instead of the latest")
+      ->type_name("N");
 }
 
 ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options) {

@@ -84,9 +84,26 @@ class usage_error : public std::runtime_error {
 /// \throws std::invalid_argument naming `text` if it is not such a count, is 0, or overflows.
 [[nodiscard]] std::uint64_t parse_size(std::string_view text);
 
-/// True if `path` is a folder holding checkpoints of a `checkpoint_manager`.
+/// One step of a manager folder: its number and its checkpoint (a file, or an MPI step folder).
+struct listed_step {
+  std::int64_t step;
+  std::filesystem::path checkpoint;
+};
+
+/// The committed steps of a manager folder, of either manager (`ckpt::checkpoint_manager`'s
+/// files, `ckpt::mpi::checkpoint_manager`'s step folders), listed by a read-only manager (no
+/// lock: a run may be training there); nothing if `path` is not a folder or holds no step.
 /// \throws ckpt::io_error if the folder cannot be listed.
-[[nodiscard]] bool is_manager_folder(const std::filesystem::path& path);
+[[nodiscard]] std::vector<listed_step> steps_in(const std::filesystem::path& path);
+
+/// The checkpoint a PATH argument names, with `--step`: a step of a manager folder (`step`, or
+/// the latest), or PATH itself (a file, a sharded checkpoint, an MPI step folder).
+/// \throws usage_error if `step` is given and PATH is not a manager folder, or has no such step
+/// (the message lists the steps it has).
+[[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step);
+
+/// Adds the `--step N` option of the commands that open a manager folder's step.
+void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 
 /// The checkpoint at `path`: a `torch.save` file (recognized by its zip signature) through
 /// `ckpt::load_torch`, anything else (a safetensors file, a sharded checkpoint) through

@@ -39,6 +39,7 @@ struct convert_args {
   std::string shard_size;
   std::string base_name = "model";
   bool no_digest = false;
+  std::optional<std::int64_t> step;  // of a manager folder: this step, not the latest
 };
 
 struct rename_rule {
@@ -100,8 +101,9 @@ int convert(const convert_args& args) {
                       "' is a folder: give --shard-size to write a sharded checkpoint into it, or a file name");
 
   // The digest (if recorded) is checked: a conversion must not launder corrupted data.
-  if (!ckpt::is_sharded_path(args.in)) read_ahead({args.in}, "reading");
-  const ckpt::checkpoint input = read_checkpoint(args.in, {});
+  const std::filesystem::path in = checkpoint_in(args.in, args.step);
+  if (!ckpt::is_sharded_path(in)) read_ahead({in}, "reading");
+  const ckpt::checkpoint input = read_checkpoint(in, {});
 
   std::vector<ckpt::checkpoint::entry> selected;
   for (const auto& [name, x] : input)
@@ -211,6 +213,7 @@ void add_convert(CLI::App& app, action& chosen) {
                   "with --shard-size: the files are NAME-00001-of-0000N.safetensors and NAME.safetensors.index.json")
       ->type_name("NAME")
       ->capture_default_str();
+  add_step_option(*sub, args->step);
   sub->add_flag("--no-digest", args->no_digest, "do not record the data digest (ckpt.xxh3_64) in the output");
   auto* drop_metadata =
       sub->add_flag("--drop-metadata", args->drop_metadata,

@@ -20,6 +20,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct diff_args {
   double rtol = 0;
   bool ignore_dtype = false;
   std::string filter;  // only the entries whose names start with it
+  std::optional<std::int64_t> step;  // of manager folders: this step, not the latest
 };
 
 // The comparison of the values of two entries of the same shape.
@@ -106,7 +108,13 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
 }
 
 int diff(const diff_args& args) {
-  const ckpt::checkpoint a = read_checkpoint(args.a, {}), b = read_checkpoint(args.b, {});
+  // --step picks the step of whichever of A and B is a manager folder.
+  const bool a_folder = !steps_in(args.a).empty(), b_folder = !steps_in(args.b).empty();
+  if (args.step && !a_folder && !b_folder)
+    throw usage_error("ckpt: --step " + std::to_string(*args.step) + ": neither '" + args.a.string() + "' nor '" +
+                      args.b.string() + "' is a checkpoint_manager folder");
+  const ckpt::checkpoint a = read_checkpoint(checkpoint_in(args.a, a_folder ? args.step : std::nullopt), {});
+  const ckpt::checkpoint b = read_checkpoint(checkpoint_in(args.b, b_folder ? args.step : std::nullopt), {});
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
@@ -186,6 +194,7 @@ void add_diff(CLI::App& app, action& chosen) {
   sub->add_flag("--ignore-dtype", args->ignore_dtype,
                 "compare values across dtypes without counting the dtype difference itself (after convert "
                 "--dtype)");
+  add_step_option(*sub, args->step);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
 }

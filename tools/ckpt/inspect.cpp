@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct inspect_args {
   std::filesystem::path path;
   std::string filter;
   bool json = false;
+  std::optional<std::int64_t> step;
 };
 
 struct totals {
@@ -59,8 +61,8 @@ void print_totals(const totals& t) {
 }
 
 // Only the header is read: inspecting a large file costs no pass over its data (verify does that).
-int inspect_checkpoint(const inspect_args& args) {
-  const ckpt::checkpoint t = read_checkpoint(args.path, {.verify_digest = false});
+int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& path) {
+  const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = false});
   const auto entries = entries_with_prefix(t, args.filter);
   const totals total = sum(entries);
   if (args.json) {
@@ -74,7 +76,7 @@ int inspect_checkpoint(const inspect_args& args) {
                                          {"parameters", e->second.numel()},
                                          {"bytes", e->second.nbytes()}});
     }
-    std::cout << boost::json::serialize(boost::json::object{{"path", args.path.string()},
+    std::cout << boost::json::serialize(boost::json::object{{"path", path.string()},
                                                             {"entries", std::move(rows)},
                                                             {"total", json_of(total)},
                                                             {"metadata", json_of(t.metadata())}})
@@ -96,7 +98,7 @@ int inspect_checkpoint(const inspect_args& args) {
   return success;
 }
 
-int inspect_folder(const inspect_args& args) {
+int inspect_folder(const inspect_args& args, const std::vector<listed_step>& listed) {
   struct step_row {
     std::int64_t step;
     std::filesystem::path file;
@@ -104,8 +106,7 @@ int inspect_folder(const inspect_args& args) {
     ckpt::metadata_map metadata;
   };
   std::vector<step_row> steps;
-  for (const std::int64_t step : ckpt::list_steps(args.path)) {
-    const std::filesystem::path file = ckpt::checkpoint_path(args.path, step);
+  for (const auto& [step, file] : listed) {
     const auto t = load_listed(file);
     if (t) steps.push_back({step, file, sum(entries_with_prefix(*t, args.filter)), t->metadata()});
   }
@@ -137,7 +138,11 @@ int inspect_folder(const inspect_args& args) {
 }
 
 int inspect(const inspect_args& args) {
-  return is_manager_folder(args.path) ? inspect_folder(args) : inspect_checkpoint(args);
+  if (!args.step) {
+    const std::vector<listed_step> steps = steps_in(args.path);
+    if (!steps.empty()) return inspect_folder(args, steps);
+  }
+  return inspect_checkpoint(args, checkpoint_in(args.path, args.step));
 }
 
 // What `ckpt inspect --help` shows.
@@ -145,7 +150,8 @@ constexpr command_text text{
     "inspect", "List the entries and metadata of a checkpoint, or a folder's steps",
     R"(List the entries of a checkpoint (name, dtype, shape, parameters, bytes), their totals and its
 __metadata__, reading headers only. PATH is a .safetensors file, a sharded checkpoint (its
-*.safetensors.index.json or its folder) or a checkpoint_manager folder, whose steps are listed.
+*.safetensors.index.json or its folder, an MPI step folder) or a checkpoint_manager folder (of
+either manager, opened read-only), whose steps are listed, or whose step N --step shows.
 
 Exit status: 0, or 2 if PATH cannot be read or is not a valid checkpoint.)"};
 
@@ -155,6 +161,7 @@ void add_inspect(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<inspect_args>(app, chosen, inspect, text);
   sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder")->required()->type_name("");
   sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
+  add_step_option(*sub, args->step);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX")
       ->type_name("PREFIX");
 }

@@ -4,7 +4,6 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
-#include <ckpt/manager.hpp>
 #include <ckpt/sharded.hpp>
 
 #include <CLI/CLI.hpp>
@@ -23,60 +22,98 @@ namespace ckpt_tool {
 namespace {
 
 struct verify_args {
-  std::filesystem::path path;
+  std::vector<std::filesystem::path> paths;
+  std::optional<std::int64_t> step;
+  bool strict = false;
 };
 
-// Loads `path` as `ckpt::load` does, digest included, and returns the broken rule's message, or
-// nothing if the checkpoint is sound. Loading maps the file and parses the header only; nothing
-// is extracted. The digest check draws a bar (on a terminal), one for each shard of a sharded
-// checkpoint. An I/O error (a missing file) is not a finding about the checkpoint: it propagates,
-// for exit status 2.
-std::optional<std::string> problem_of(const std::filesystem::path& path) {
+// What verifying one checkpoint found.
+struct verdict {
+  std::optional<std::string> problem;  // the broken rule, or nothing if sound
+  int digests = 0;                     // files whose digest was checked (a shard each)
+  std::vector<std::string> skipped;    // entries of an unknown dtype: "'name' (DTYPE)"
+};
+
+// Loads `path` as `ckpt::load` does, digest included, and says what it found. Loading maps the
+// file and parses the header only; nothing is extracted. The digest check draws a bar (on a
+// terminal), one for each shard of a sharded checkpoint. An I/O error (a missing file) is not a
+// finding about the checkpoint: it propagates, for exit status 2.
+verdict check(const std::filesystem::path& path) {
   const bool sharded = ckpt::is_sharded_path(path);
+  verdict out;
   std::optional<progress> bar;
   std::uint64_t shown = 0;
-  int files = 0;
   bool file_done = true;  // the next report is the first of a file
   const auto report = [&](std::uint64_t hashed, std::uint64_t total) {
     if (file_done) {
       bar.reset();  // erases the previous file's bar
-      bar.emplace(sharded ? "verifying shard " + std::to_string(++files) : std::string("verifying"), total);
+      ++out.digests;
+      bar.emplace(sharded ? "verifying shard " + std::to_string(out.digests) : std::string("verifying"), total);
       shown = 0;
     }
     bar->advance(hashed - shown);
     shown = hashed;
     file_done = hashed == total;
   };
+  const auto skipped = [&](std::string_view name, std::string_view dtype) {
+    out.skipped.push_back("'" + std::string(name) + "' (" + std::string(dtype) + ")");
+  };
   try {
-    (void)read_checkpoint(path, {.verify_digest = true, .progress = report});
-    return std::nullopt;
+    (void)read_checkpoint(path, {.verify_digest = true, .progress = report, .skipped = skipped});
   } catch (const ckpt::io_error&) {
     throw;
   } catch (const ckpt::error& e) {
-    return e.what();
+    out.problem = e.what();
   }
+  return out;
+}
+
+// "ok, digest verified", "ok, format only: no digest", the broken rule; and the entries skipped
+// for an unknown dtype, which --strict counts as a finding. Returns whether it is a finding.
+bool print_verdict(const std::string& label, const verdict& v, bool strict) {
+  std::cout << label << ": ";
+  const bool skipped_fail = strict && !v.skipped.empty();
+  if (v.problem) {
+    std::cout << *v.problem;
+  } else if (skipped_fail) {
+    std::cout << "not ok (--strict): " << count_of(v.skipped.size(), "entry", "entries") << " of an unknown dtype";
+  } else {
+    std::cout << "ok, "
+              << (v.digests == 0   ? std::string("format only: no digest")
+                  : v.digests == 1 ? std::string("digest verified")
+                                   : "digests of " + std::to_string(v.digests) + " shards verified");
+    if (!v.skipped.empty()) std::cout << "; " << count_of(v.skipped.size(), "entry", "entries") << " skipped (unknown dtype)";
+  }
+  if (!v.skipped.empty() && !v.problem) {
+    std::string names;
+    for (const std::string& n : v.skipped) names += (names.empty() ? "" : ", ") + n;
+    std::cout << ": " << names;
+  }
+  std::cout << '\n';
+  return v.problem.has_value() || skipped_fail;
 }
 
 int verify(const verify_args& args) {
-  if (!is_manager_folder(args.path)) {
-    const auto problem = problem_of(args.path);
-    std::cout << (problem ? *problem : "ok") << '\n';
-    return problem ? finding : success;
-  }
-  // Each step in turn, one line each, so that one broken checkpoint does not hide the others.
+  // One line a checkpoint, so that one broken checkpoint does not hide the others.
   int status = success;
-  for (const std::int64_t step : ckpt::list_steps(args.path)) {
-    const std::filesystem::path file = ckpt::checkpoint_path(args.path, step);
-    std::optional<std::string> problem;
-    try {
-      problem = problem_of(file);
-    } catch (const ckpt::io_error& e) {
-      // Deleted since it was listed, by the retention rules of a manager still training here.
-      if (e.code() == std::errc::no_such_file_or_directory) continue;
-      throw;
+  for (const std::filesystem::path& path : args.paths) {
+    const std::vector<listed_step> steps = args.step ? std::vector<listed_step>{} : steps_in(path);
+    if (steps.empty()) {
+      const std::filesystem::path checkpoint = checkpoint_in(path, args.step);
+      if (print_verdict(checkpoint.string(), check(checkpoint), args.strict)) status = finding;
+      continue;
     }
-    std::cout << file.filename().string() << ": " << (problem ? *problem : "ok") << '\n';
-    if (problem) status = finding;
+    for (const auto& [step, checkpoint] : steps) {
+      verdict v;
+      try {
+        v = check(checkpoint);
+      } catch (const ckpt::io_error& e) {
+        // Deleted since it was listed, by the retention rules of a manager still training here.
+        if (e.code() == std::errc::no_such_file_or_directory) continue;
+        throw;
+      }
+      if (print_verdict(checkpoint.string(), v, args.strict)) status = finding;
+    }
   }
   return status;
 }
@@ -84,18 +121,26 @@ int verify(const verify_args& args) {
 // What `ckpt verify --help` shows.
 constexpr command_text text{
     "verify", "Check every rule of the loader and the data digest",
-    R"(Check a checkpoint with every rule of the strict loader, and its data digest (ckpt.xxh3_64)
-where one is recorded, without extracting anything. Prints 'ok' or the broken rule, naming the
-file. PATH is a .safetensors file, a sharded checkpoint (index or folder), or a
-checkpoint_manager folder, whose steps are checked one by one.
+    R"(Check checkpoints with every rule of the strict loader, and their data digest (ckpt.xxh3_64)
+where one is recorded, without extracting anything. Prints a line a checkpoint: 'ok, digest
+verified', 'ok, format only: no digest' (only the format rules could be checked), or the broken
+rule naming the file; and the entries left out for a dtype this version does not know. Each PATH
+is a .safetensors file, a sharded checkpoint (index or folder, an MPI step folder included), or a
+checkpoint_manager folder (of either manager, opened read-only), whose steps are checked one by
+one (or only step N with --step).
 
-Exit status: 0 if sound, 1 if a checkpoint breaks a rule, 2 if a file cannot be read.)"};
+Exit status: 0 if sound, 1 if a checkpoint breaks a rule (or, with --strict, has entries of an
+unknown dtype), 2 if a file cannot be read.)"};
 
 }  // namespace
 
 void add_verify(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<verify_args>(app, chosen, verify, text);
-  sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder")->required()->type_name("");
+  sub->add_option("PATH", args->paths, "checkpoint files, sharded indexes or folders, manager folders")
+      ->required()
+      ->type_name("");
+  add_step_option(*sub, args->step);
+  sub->add_flag("--strict", args->strict, "fail on entries of a dtype this version does not know (they are left out)");
 }
 
 }  // namespace ckpt_tool
