@@ -1,12 +1,16 @@
-# The consumer_find_package test: installs the current ckpt build tree into a fresh prefix,
-# configures and builds tests/consumer against that prefix with find_package(ckpt CONFIG
-# REQUIRED), and runs the result. Everything happens under WORK_DIR, which is wiped first.
+# The consumer tests: builds and runs a tiny project that uses ckpt the way a user would, under
+# WORK_DIR (wiped first), with the compiler and flags of the build under test (so a sanitizer
+# build links the sanitizer runtime into the consumer too). MODE says how the project gets ckpt:
+#   find_package      installs CKPT_BUILD_DIR into a fresh prefix and builds tests/consumer
+#                     against it with find_package(ckpt CONFIG REQUIRED);
+#   add_subdirectory  builds tests/consumer/subdirectory, which adds CKPT_SOURCE_DIR with
+#                     add_subdirectory (as a vendored or FetchContent copy is built).
 #
-# cmake -DCKPT_BUILD_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=...
-#       [-DMAKE_PROGRAM=...] -DCXX_COMPILER=... [-DCXX_FLAGS=...] [-DEXE_LINKER_FLAGS=...]
-#       [-DBUILD_TYPE=...] -P run.cmake
+# cmake -DMODE=... -DCKPT_BUILD_DIR=... -DCKPT_SOURCE_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=...
+#       -DGENERATOR=... [-DMAKE_PROGRAM=...] -DCXX_COMPILER=... [-DCXX_FLAGS=...]
+#       [-DEXE_LINKER_FLAGS=...] [-DBUILD_TYPE=...] -P run.cmake
 cmake_minimum_required(VERSION 3.25)
-foreach(var CKPT_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER)
+foreach(var MODE CKPT_BUILD_DIR CKPT_SOURCE_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "run.cmake: -D${var}=... is required")
   endif()
@@ -29,38 +33,44 @@ set(config_args)
 if(BUILD_TYPE)
   set(config_args --config "${BUILD_TYPE}")
 endif()
-run("install ${CKPT_BUILD_DIR} into ${prefix}"
-    "${CMAKE_COMMAND}" --install "${CKPT_BUILD_DIR}" --prefix "${prefix}" ${config_args})
-
-set(configure_args
-  -S "${CONSUMER_SOURCE_DIR}" -B "${build}" -G "${GENERATOR}"
-  "-DCMAKE_PREFIX_PATH=${prefix}"
+set(configure_args -B "${build}" -G "${GENERATOR}"
   "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
   "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
-  "-DCMAKE_EXE_LINKER_FLAGS=${EXE_LINKER_FLAGS}"
-  # Only the fresh prefix may provide ckpt: not a package registry, not /usr/local.
-  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
-  -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
+  "-DCMAKE_EXE_LINKER_FLAGS=${EXE_LINKER_FLAGS}")
 if(MAKE_PROGRAM)
   list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
 endif()
 if(BUILD_TYPE)
   list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}")
 endif()
-run("configure ${CONSUMER_SOURCE_DIR}" "${CMAKE_COMMAND}" ${configure_args})
 
-# Prove that find_package took the copy just installed.
-file(STRINGS "${build}/CMakeCache.txt" found REGEX "^ckpt_DIR:")
-string(REGEX REPLACE "^ckpt_DIR:[A-Z]+=" "" found "${found}")
-file(REAL_PATH "${prefix}" real_prefix)
-if(EXISTS "${found}")
-  file(REAL_PATH "${found}" found)
+if(MODE STREQUAL "find_package")
+  run("install ${CKPT_BUILD_DIR} into ${prefix}"
+      "${CMAKE_COMMAND}" --install "${CKPT_BUILD_DIR}" --prefix "${prefix}" ${config_args})
+  run("configure ${CONSUMER_SOURCE_DIR}" "${CMAKE_COMMAND}" -S "${CONSUMER_SOURCE_DIR}" ${configure_args}
+      "-DCMAKE_PREFIX_PATH=${prefix}"
+      # Only the fresh prefix may provide ckpt: not a package registry, not /usr/local.
+      -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
+  # Prove that find_package took the copy just installed.
+  file(STRINGS "${build}/CMakeCache.txt" found REGEX "^ckpt_DIR:")
+  string(REGEX REPLACE "^ckpt_DIR:[A-Z]+=" "" found "${found}")
+  file(REAL_PATH "${prefix}" real_prefix)
+  if(EXISTS "${found}")
+    file(REAL_PATH "${found}" found)
+  endif()
+  string(FIND "${found}" "${real_prefix}/" at)
+  if(NOT at EQUAL 0)
+    message(FATAL_ERROR "consumer: find_package(ckpt) found '${found}', not the install in ${prefix}")
+  endif()
+  message(STATUS "consumer: ckpt_DIR=${found}")
+elseif(MODE STREQUAL "add_subdirectory")
+  # The library alone: no MPI component, whatever the machine has.
+  run("configure with add_subdirectory(${CKPT_SOURCE_DIR})" "${CMAKE_COMMAND}"
+      -S "${CONSUMER_SOURCE_DIR}/subdirectory" ${configure_args} "-DCKPT_SOURCE_DIR=${CKPT_SOURCE_DIR}"
+      -DCKPT_BUILD_MPI=OFF)
+else()
+  message(FATAL_ERROR "run.cmake: MODE must be find_package or add_subdirectory, not '${MODE}'")
 endif()
-string(FIND "${found}" "${real_prefix}/" at)
-if(NOT at EQUAL 0)
-  message(FATAL_ERROR "consumer: find_package(ckpt) found '${found}', not the install in ${prefix}")
-endif()
-message(STATUS "consumer: ckpt_DIR=${found}")
 
 run("build" "${CMAKE_COMMAND}" --build "${build}" ${config_args})
 run("run ckpt_consumer" "${build}/ckpt_consumer" "${WORK_DIR}/consumer.safetensors")
