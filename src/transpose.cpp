@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -13,11 +15,14 @@
 namespace ckpt::detail {
 namespace {
 
-// Square blocks of this many bytes a side keep a source block and a destination block in L1.
-constexpr std::size_t block_bytes = 256;
+// Square blocks of this many bytes a side (256 floats: 256 KiB a block) keep a source block and
+// a destination block in L2. Blocks sized for L1 were much slower on matrices not in cache: a
+// block's rows lie as many pages apart as it has rows, and small blocks come back to the same
+// pages many times (bench/README.md, "Column-major").
+constexpr std::size_t block_bytes = 1024;
 
 // Matrices of at least this size are transposed on two threads.
-constexpr std::size_t parallel_bytes = std::size_t{8} << 20;
+constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
 template <class T>
 void transpose_scalar(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
@@ -95,8 +100,12 @@ void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* ds
   // misses (cachegrind: 7.7x a memcpy for 2048 x 2048 F32). Such blocks go through a small
   // contiguous buffer and leave it a destination row at a time. Other strides write directly,
   // which is faster for them.
-  const bool buffered = dst_stride * Size % 1024 == 0;
-  alignas(64) std::byte buffer[block * block * Size];
+  // The buffer is on the heap (a block is 256 KiB, too much for a thread's stack); without one,
+  // the blocks are written directly.
+  std::unique_ptr<std::byte[]> storage;
+  if (dst_stride * Size % 1024 == 0) storage.reset(new (std::nothrow) std::byte[block * block * Size]);
+  std::byte* const buffer = storage.get();
+  const bool buffered = buffer != nullptr;
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
     const std::size_t r1 = std::min(rows, r0 + block), nr = r1 - r0;
     for (std::size_t c0 = 0; c0 < cols; c0 += block) {

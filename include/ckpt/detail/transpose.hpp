@@ -7,7 +7,7 @@ namespace ckpt::detail {
 
 // Writes the transpose of `src`, a row-major rows x cols matrix of `element_size`-byte
 // elements, to `dst` as a row-major cols x rows matrix. Cache-blocked, with SSE2 register tiles
-// for 2-, 4- and 8-byte elements; a matrix of 8 MiB or more is split between this thread and a
+// for 2-, 4- and 8-byte elements; a matrix of 1 MiB or more is split between this thread and a
 // helper. `src` and `dst` must not overlap; they need no alignment.
 void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size_t cols,
                std::size_t element_size) noexcept;
