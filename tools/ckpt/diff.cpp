@@ -182,10 +182,10 @@ void add_diff(CLI::App& app, action& chosen) {
       ->type_name("");
   // CLI::NonNegativeNumber would print the largest double in its message.
   const CLI::Validator non_negative(
-      [](std::string& text) -> std::string {
+      [](std::string& value) -> std::string {
         char* end = nullptr;
-        const double x = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !(x >= 0)) return "'" + text + "' is not a number >= 0";
+        const double x = std::strtod(value.c_str(), &end);
+        if (end == value.c_str() || *end != '\0' || !(x >= 0)) return "'" + value + "' is not a number >= 0";
         return {};
       },
       "TOLERANCE");
