@@ -1,10 +1,11 @@
 #include <ckpt/detail/transpose.hpp>
 
+#include "transpose_kernels.hpp"
+#include "transpose_tiles.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <system_error>
 #include <thread>
 
@@ -15,22 +16,8 @@
 namespace ckpt::detail {
 namespace {
 
-// Square blocks of this many bytes a side (256 floats: 256 KiB a block) keep a source block and
-// a destination block in L2. Blocks sized for L1 were much slower on matrices not in cache: a
-// block's rows lie as many pages apart as it has rows, and small blocks come back to the same
-// pages many times (bench/README.md, "Column-major").
-constexpr std::size_t block_bytes = 1024;
-
 // Matrices of at least this size are transposed on two threads.
 constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
-
-template <class T>
-void transpose_scalar(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-                      std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) noexcept {
-  for (std::size_t r = r0; r < r1; ++r)
-    for (std::size_t c = c0; c < c1; ++c)
-      std::memcpy(dst + (c * dst_stride + r) * sizeof(T), src + (r * src_stride + c) * sizeof(T), sizeof(T));
-}
 
 #if defined(__SSE2__)
 // One register tile: a TILE x TILE square of elements, moved with unaligned loads and stores.
@@ -89,42 +76,6 @@ struct tile<2> {
   }
 };
 
-template <std::size_t Size>
-void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-                     std::size_t rows, std::size_t cols) noexcept {
-  using element = std::conditional_t<Size == 2, std::uint16_t, std::conditional_t<Size == 4, std::uint32_t, std::uint64_t>>;
-  constexpr std::size_t side = tile<Size>::side;
-  constexpr std::size_t block = std::max<std::size_t>(block_bytes / Size, side);
-  // With a destination stride of a multiple of 1 KiB (a 2048-float row: 8 KiB), the rows a block
-  // writes fall in the same L1 sets and evict each other before each line is filled: every store
-  // misses (cachegrind: 7.7x a memcpy for 2048 x 2048 F32). Such blocks go through a small
-  // contiguous buffer and leave it a destination row at a time. Other strides write directly,
-  // which is faster for them.
-  // The buffer is on the heap (a block is 256 KiB, too much for a thread's stack); without one,
-  // the blocks are written directly.
-  std::unique_ptr<std::byte[]> storage;
-  if (dst_stride * Size % 1024 == 0) storage.reset(new (std::nothrow) std::byte[block * block * Size]);
-  std::byte* const buffer = storage.get();
-  const bool buffered = buffer != nullptr;
-  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
-    const std::size_t r1 = std::min(rows, r0 + block), nr = r1 - r0;
-    for (std::size_t c0 = 0; c0 < cols; c0 += block) {
-      const std::size_t c1 = std::min(cols, c0 + block), nc = c1 - c0;
-      const std::byte* s = src + (r0 * src_stride + c0) * Size;
-      std::byte* d = buffered ? buffer : dst + (c0 * dst_stride + r0) * Size;
-      const std::size_t d_stride = buffered ? block : dst_stride;
-      const std::size_t r_tiled = nr / side * side, c_tiled = nc / side * side;
-      for (std::size_t r = 0; r < r_tiled; r += side)
-        for (std::size_t c = 0; c < c_tiled; c += side)
-          tile<Size>::move(s + (r * src_stride + c) * Size, src_stride * Size, d + (c * d_stride + r) * Size, d_stride * Size);
-      transpose_scalar<element>(s, src_stride, d, d_stride, r_tiled, nr, 0, nc);
-      transpose_scalar<element>(s, src_stride, d, d_stride, 0, r_tiled, c_tiled, nc);
-      if (buffered)
-        for (std::size_t c = 0; c < nc; ++c)
-          std::memcpy(dst + ((c0 + c) * dst_stride + r0) * Size, buffer + c * block * Size, nr * Size);
-    }
-  }
-}
 #endif
 
 template <class T>
@@ -138,19 +89,42 @@ void transpose_blocked(const std::byte* src, std::size_t src_stride, std::byte* 
 
 }  // namespace
 
+transpose_kernel best_transpose_kernel() noexcept {
+#if defined(CKPT_HAVE_AVX2_KERNELS)
+  if (__builtin_cpu_supports("avx2")) return transpose_kernel::avx2;
+#endif
+#if defined(__SSE2__)
+  return transpose_kernel::sse2;
+#else
+  return transpose_kernel::portable;
+#endif
+}
+
+transpose_kernel& active_transpose_kernel() noexcept {
+  static transpose_kernel kernel = best_transpose_kernel();
+  return kernel;
+}
+
 void transpose(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
                std::size_t rows, std::size_t cols, std::size_t element_size) noexcept {
   if (rows == 0 || cols == 0) return;
-  switch (element_size) {
+  const transpose_kernel kernel = active_transpose_kernel();
+#if defined(CKPT_HAVE_AVX2_KERNELS)
+  if (kernel == transpose_kernel::avx2 && transpose_avx2(src, src_stride, dst, dst_stride, rows, cols, element_size))
+    return;
+#endif
 #if defined(__SSE2__)
-    case 2: return transpose_tiled<2>(src, src_stride, dst, dst_stride, rows, cols);
-    case 4: return transpose_tiled<4>(src, src_stride, dst, dst_stride, rows, cols);
-    case 8: return transpose_tiled<8>(src, src_stride, dst, dst_stride, rows, cols);
-#else
+  if (kernel != transpose_kernel::portable) switch (element_size) {
+      case 2: return transpose_tiled<tile<2>, 2>(src, src_stride, dst, dst_stride, rows, cols);
+      case 4: return transpose_tiled<tile<4>, 4>(src, src_stride, dst, dst_stride, rows, cols);
+      case 8: return transpose_tiled<tile<8>, 8>(src, src_stride, dst, dst_stride, rows, cols);
+      default: break;
+    }
+#endif
+  switch (element_size) {
     case 2: return transpose_blocked<std::uint16_t>(src, src_stride, dst, dst_stride, rows, cols);
     case 4: return transpose_blocked<std::uint32_t>(src, src_stride, dst, dst_stride, rows, cols);
     case 8: return transpose_blocked<std::uint64_t>(src, src_stride, dst, dst_stride, rows, cols);
-#endif
     case 1: return transpose_blocked<std::uint8_t>(src, src_stride, dst, dst_stride, rows, cols);
     default:
       // Wider elements have no tile; move them whole.

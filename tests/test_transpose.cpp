@@ -1,8 +1,11 @@
-// The tiled transpose that reorders column-major leaves, against the definition.
+// The tiled transpose that reorders column-major leaves, against the definition, with each
+// kernel this CPU has (portable, SSE2, AVX2) forced in turn through the build's private seam.
 #define BOOST_TEST_MODULE transpose
 #include <boost/test/unit_test.hpp>
 
 #include <ckpt/detail/transpose.hpp>
+
+#include "transpose_kernels.hpp"  // the build's private seam (src/)
 
 #include <cstdint>
 #include <cstring>
@@ -29,55 +32,98 @@ bool is_transpose(const std::vector<std::byte>& src, const std::vector<std::byte
   return true;
 }
 
+using ckpt::detail::transpose_kernel;
+
+// The kernels this CPU and build have, the widest last.
+std::vector<transpose_kernel> kernels() {
+  std::vector<transpose_kernel> out{transpose_kernel::portable};
+#if defined(__SSE2__)
+  out.push_back(transpose_kernel::sse2);
+#endif
+  if (ckpt::detail::best_transpose_kernel() == transpose_kernel::avx2) out.push_back(transpose_kernel::avx2);
+  return out;
+}
+
+const char* name_of(transpose_kernel k) {
+  return k == transpose_kernel::portable ? "portable" : k == transpose_kernel::sse2 ? "sse2" : "avx2";
+}
+
+// Runs `check(name)` with each kernel in use, then puts the best one back.
+template <class F>
+void with_each_kernel(F&& check) {
+  for (const transpose_kernel k : kernels()) {
+    ckpt::detail::active_transpose_kernel() = k;
+    check(name_of(k));
+  }
+  ckpt::detail::active_transpose_kernel() = ckpt::detail::best_transpose_kernel();
+}
+
 }  // namespace
 
+BOOST_AUTO_TEST_CASE(the_widest_kernel_the_cpu_has_is_chosen) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  BOOST_TEST((ckpt::detail::best_transpose_kernel() ==
+              (__builtin_cpu_supports("avx2") ? transpose_kernel::avx2 : transpose_kernel::sse2)));
+#endif
+  BOOST_TEST((ckpt::detail::active_transpose_kernel() == ckpt::detail::best_transpose_kernel()));
+}
+
 BOOST_AUTO_TEST_CASE(matches_the_definition_for_every_element_size_and_odd_extents) {
-  for (const std::size_t size : {1u, 2u, 4u, 8u, 16u, 3u})
-    for (const std::size_t rows : {1u, 2u, 3u, 7u, 8u, 17u, 64u, 129u, 300u})
-      for (const std::size_t cols : {1u, 4u, 5u, 9u, 16u, 63u, 130u}) {
-        const auto src = pattern(rows, cols, size);
-        std::vector<std::byte> dst(src.size(), std::byte{0xEE});
-        ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
-        BOOST_TEST(is_transpose(src, dst, rows, cols, size), "size " << size << ", " << rows << " x " << cols);
-      }
+  with_each_kernel([&](const char* kernel) {
+    for (const std::size_t size : {1u, 2u, 4u, 8u, 16u, 3u})
+      for (const std::size_t rows : {1u, 2u, 3u, 7u, 8u, 17u, 64u, 129u, 300u})
+        for (const std::size_t cols : {1u, 4u, 5u, 9u, 16u, 63u, 130u}) {
+          const auto src = pattern(rows, cols, size);
+          std::vector<std::byte> dst(src.size(), std::byte{0xEE});
+          ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+          BOOST_TEST(is_transpose(src, dst, rows, cols, size), kernel << ", size " << size << ", " << rows << " x " << cols);
+        }
+  });
 }
 
 BOOST_AUTO_TEST_CASE(power_of_two_strides_take_the_buffered_path) {
-  // Destination rows of a multiple of 1 KiB go through the block buffer: check it too, with
-  // partial blocks at the edges.
-  for (const std::size_t size : {2u, 4u, 8u})
-    for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{512, 256}, {1024, 130}, {2048, 67}}) {
-      const auto src = pattern(rows, cols, size);
-      std::vector<std::byte> dst(src.size());
-      ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
-      std::vector<std::byte> back(src.size());
-      ckpt::detail::transpose(dst.data(), back.data(), cols, rows, size);
-      BOOST_TEST((back == src), "size " << size << ", " << rows << " x " << cols);
-      BOOST_TEST(is_transpose(src, dst, rows, cols, size), "size " << size << ", " << rows << " x " << cols);
-    }
+  with_each_kernel([&](const char* kernel) {
+    // Destination rows of a multiple of 1 KiB go through the block buffer: check it too, with
+    // partial blocks at the edges.
+    for (const std::size_t size : {2u, 4u, 8u})
+      for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{512, 256}, {1024, 130}, {2048, 67}}) {
+        const auto src = pattern(rows, cols, size);
+        std::vector<std::byte> dst(src.size());
+        ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+        std::vector<std::byte> back(src.size());
+        ckpt::detail::transpose(dst.data(), back.data(), cols, rows, size);
+        BOOST_TEST((back == src), kernel << ", size " << size << ", " << rows << " x " << cols);
+        BOOST_TEST(is_transpose(src, dst, rows, cols, size), kernel << ", size " << size << ", " << rows << " x " << cols);
+      }
+  });
 }
 
 BOOST_AUTO_TEST_CASE(large_matrices_split_between_two_threads_come_out_whole) {
-  // 8 MiB and more: two runs of rows, the second on a helper thread; odd row counts leave the
-  // helper a partial tile.
-  for (const auto& [rows, cols, size] :
-       {std::tuple<std::size_t, std::size_t, std::size_t>{2048, 1024, 4}, {1031, 1000, 8}, {4099, 2050, 1}}) {
-    const auto src = pattern(rows, cols, size);
-    std::vector<std::byte> dst(src.size());
-    ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
-    BOOST_TEST(is_transpose(src, dst, rows, cols, size), "size " << size << ", " << rows << " x " << cols);
-  }
+  with_each_kernel([&](const char* kernel) {
+    // 8 MiB and more: two runs of rows, the second on a helper thread; odd row counts leave the
+    // helper a partial tile.
+    for (const auto& [rows, cols, size] :
+         {std::tuple<std::size_t, std::size_t, std::size_t>{2048, 1024, 4}, {1031, 1000, 8}, {4099, 2050, 1}}) {
+      const auto src = pattern(rows, cols, size);
+      std::vector<std::byte> dst(src.size());
+      ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+      BOOST_TEST(is_transpose(src, dst, rows, cols, size), kernel << ", size " << size << ", " << rows << " x " << cols);
+    }
+  });
 }
 
 BOOST_AUTO_TEST_CASE(works_on_unaligned_buffers) {
-  const std::size_t rows = 33, cols = 19, size = 4;
-  const auto src = pattern(rows, cols, size);
-  std::vector<std::byte> shifted_src(src.size() + 1), dst(src.size() + 3);
-  std::memcpy(shifted_src.data() + 1, src.data(), src.size());
-  ckpt::detail::transpose(shifted_src.data() + 1, dst.data() + 3, rows, cols, size);
-  std::vector<std::byte> back(src.size());
-  ckpt::detail::transpose(dst.data() + 3, back.data(), cols, rows, size);
-  BOOST_TEST((back == src));
+  with_each_kernel([&](const char* kernel) {
+    const std::size_t rows = 33, cols = 19, size = 4;
+    const auto src = pattern(rows, cols, size);
+    std::vector<std::byte> shifted_src(src.size() + 1), dst(src.size() + 3);
+    std::memcpy(shifted_src.data() + 1, src.data(), src.size());
+    ckpt::detail::transpose(shifted_src.data() + 1, dst.data() + 3, rows, cols, size);
+    std::vector<std::byte> back(src.size());
+    ckpt::detail::transpose(dst.data() + 3, back.data(), cols, rows, size);
+    BOOST_TEST((back == src), kernel);
+  });
 }
 
 BOOST_AUTO_TEST_CASE(empty_matrices_touch_nothing) {

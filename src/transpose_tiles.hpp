@@ -1,0 +1,69 @@
+#pragma once
+// The cache-blocked loop of the transpose over a register tile (`Tile::side` x `Tile::side`
+// elements of `Size` bytes, moved by `Tile::move`), shared by src/transpose.cpp (SSE2, the x86-64
+// baseline) and src/transpose_avx2.cpp (compiled for AVX2). Everything here has internal
+// linkage, so that each file's copy keeps its own instruction set.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+namespace ckpt::detail {
+namespace {
+
+// Square blocks of this many bytes a side (256 floats: 256 KiB a block) keep a source block and
+// a destination block in L2. Blocks sized for L1 were much slower on matrices not in cache: a
+// block's rows lie as many pages apart as it has rows, and small blocks come back to the same
+// pages many times (bench/README.md, "Column-major").
+constexpr std::size_t block_bytes = 1024;
+
+template <class T>
+void transpose_scalar(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
+                      std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) noexcept {
+  for (std::size_t r = r0; r < r1; ++r)
+    for (std::size_t c = c0; c < c1; ++c)
+      std::memcpy(dst + (c * dst_stride + r) * sizeof(T), src + (r * src_stride + c) * sizeof(T), sizeof(T));
+}
+
+template <class Tile, std::size_t Size>
+void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
+                     std::size_t rows, std::size_t cols) noexcept {
+  using element = std::conditional_t<Size == 2, std::uint16_t, std::conditional_t<Size == 4, std::uint32_t, std::uint64_t>>;
+  constexpr std::size_t side = Tile::side;
+  constexpr std::size_t block = std::max<std::size_t>(block_bytes / Size, side);
+  // With a destination stride of a multiple of 1 KiB (a 2048-float row: 8 KiB), the rows a block
+  // writes fall in the same L1 sets and evict each other before each line is filled: every store
+  // misses (cachegrind: 7.7x a memcpy for 2048 x 2048 F32). Such blocks go through a small
+  // contiguous buffer and leave it a destination row at a time. Other strides write directly,
+  // which is faster for them.
+  // The buffer is on the heap (a block is 256 KiB, too much for a thread's stack); without one,
+  // the blocks are written directly.
+  std::unique_ptr<std::byte[]> storage;
+  if (dst_stride * Size % 1024 == 0) storage.reset(new (std::nothrow) std::byte[block * block * Size]);
+  std::byte* const buffer = storage.get();
+  const bool buffered = buffer != nullptr;
+  for (std::size_t r0 = 0; r0 < rows; r0 += block) {
+    const std::size_t r1 = std::min(rows, r0 + block), nr = r1 - r0;
+    for (std::size_t c0 = 0; c0 < cols; c0 += block) {
+      const std::size_t c1 = std::min(cols, c0 + block), nc = c1 - c0;
+      const std::byte* s = src + (r0 * src_stride + c0) * Size;
+      std::byte* d = buffered ? buffer : dst + (c0 * dst_stride + r0) * Size;
+      const std::size_t d_stride = buffered ? block : dst_stride;
+      const std::size_t r_tiled = nr / side * side, c_tiled = nc / side * side;
+      for (std::size_t r = 0; r < r_tiled; r += side)
+        for (std::size_t c = 0; c < c_tiled; c += side)
+          Tile::move(s + (r * src_stride + c) * Size, src_stride * Size, d + (c * d_stride + r) * Size, d_stride * Size);
+      transpose_scalar<element>(s, src_stride, d, d_stride, r_tiled, nr, 0, nc);
+      transpose_scalar<element>(s, src_stride, d, d_stride, 0, r_tiled, c_tiled, nc);
+      if (buffered)
+        for (std::size_t c = 0; c < nc; ++c)
+          std::memcpy(dst + ((c0 + c) * dst_stride + r0) * Size, buffer + c * block * Size, nr * Size);
+    }
+  }
+}
+}  // namespace
+}  // namespace ckpt::detail
