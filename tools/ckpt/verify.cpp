@@ -137,8 +137,7 @@ unknown dtype), 2 if a file cannot be read.)"};
 void add_verify(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<verify_args>(app, chosen, verify, text);
   sub->add_option("PATH", args->paths, "checkpoint files, sharded indexes or folders, manager folders")
-      ->required()
-      ->type_name("");
+      ->required()->type_name("");
   add_step_option(*sub, args->step);
   sub->add_flag("--strict", args->strict, "fail on entries of a dtype this version does not know (they are left out)");
 }
