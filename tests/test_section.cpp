@@ -143,11 +143,11 @@ BOOST_AUTO_TEST_CASE(a_section_of_a_temporary_checkpoint_outlives_it) {
   // shared bytes of the counter, so the file holds 300, not what the freed memory held.
   const temp_dir s;
   const model m = make_model(3);
+  // (Under AddressSanitizer, a section that kept only a view would be a use after free here.)
   const std::initializer_list<ckpt::section> sections = {{m, "model"}, {ckpt::of_int("optim.step", 300)}};
-  std::vector<std::int64_t> churn(1 << 16, -1);  // reuse what the temporary freed, if anything
+  const std::vector<std::int64_t> churn(1 << 16, -1);  // reuses what the temporary freed, if anything
   ckpt::save(s.path() / "kept.safetensors", sections);
   BOOST_TEST(ckpt::to_int("optim.step", ckpt::load(s.path() / "kept.safetensors")) == 300);
-  BOOST_TEST(churn.front() == -1);
 }
 
 BOOST_AUTO_TEST_CASE(leaves_larger_than_the_reorder_buffer_are_written_in_several_bands) {

@@ -346,8 +346,8 @@ void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state
   // the step read before the parameters are filled in place, which checks all of them first.
   constexpr std::string_view function = "restore_training_state";
   adam_moments<P> mu = detail::moments_like(params);
+  adam_moments<P> nu = mu;  // not a second copy of the parameters: frozen leaves are empty here
   read_params(t, mu, {.prefix = "optim.mu", .function = function});
-  adam_moments<P> nu = detail::moments_like(params);
   read_params(t, nu, {.prefix = "optim.nu", .function = function});
   const std::int64_t step = to_int(detail::step_entry_name(), t);
   if (step < 0)

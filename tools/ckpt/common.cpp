@@ -78,7 +78,11 @@ std::vector<listed_step> steps_in(const std::filesystem::path& path) {
 }
 
 std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step) {
-  const std::vector<listed_step> steps = steps_in(path);
+  return checkpoint_in(path, steps_in(path), step);
+}
+
+std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std::vector<listed_step>& steps,
+                                    std::optional<std::int64_t> step) {
   if (steps.empty()) {
     if (step) throw usage_error("ckpt: --step " + std::to_string(*step) + ": '" + path.string() + "' is not a checkpoint_manager folder");
     return path;

@@ -101,6 +101,9 @@ struct listed_step {
 /// \throws usage_error if `step` is given and PATH is not a manager folder, or has no such step
 /// (the message lists the steps it has).
 [[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step);
+/// The same, for a caller that listed `path` already (`steps` is `steps_in(path)`).
+[[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std::vector<listed_step>& steps,
+                                                  std::optional<std::int64_t> step);
 
 /// Adds the `--step N` option of the commands that open a manager folder's step.
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);

@@ -109,12 +109,13 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
 
 int diff(const diff_args& args) {
   // --step picks the step of whichever of A and B is a manager folder.
-  const bool a_folder = !steps_in(args.a).empty(), b_folder = !steps_in(args.b).empty();
-  if (args.step && !a_folder && !b_folder)
+  const std::vector<listed_step> steps_a = steps_in(args.a), steps_b = steps_in(args.b);
+  if (args.step && steps_a.empty() && steps_b.empty())
     throw usage_error("ckpt: --step " + std::to_string(*args.step) + ": neither '" + args.a.string() + "' nor '" +
                       args.b.string() + "' is a checkpoint_manager folder");
-  const ckpt::checkpoint a = read_checkpoint(checkpoint_in(args.a, a_folder ? args.step : std::nullopt), {});
-  const ckpt::checkpoint b = read_checkpoint(checkpoint_in(args.b, b_folder ? args.step : std::nullopt), {});
+  const auto step_of = [&](const std::vector<listed_step>& s) { return s.empty() ? std::nullopt : args.step; };
+  const ckpt::checkpoint a = read_checkpoint(checkpoint_in(args.a, steps_a, step_of(steps_a)), {});
+  const ckpt::checkpoint b = read_checkpoint(checkpoint_in(args.b, steps_b, step_of(steps_b)), {});
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;

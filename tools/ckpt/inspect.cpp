@@ -138,11 +138,9 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
 }
 
 int inspect(const inspect_args& args) {
-  if (!args.step) {
-    const std::vector<listed_step> steps = steps_in(args.path);
-    if (!steps.empty()) return inspect_folder(args, steps);
-  }
-  return inspect_checkpoint(args, checkpoint_in(args.path, args.step));
+  const std::vector<listed_step> steps = steps_in(args.path);
+  if (!args.step && !steps.empty()) return inspect_folder(args, steps);
+  return inspect_checkpoint(args, checkpoint_in(args.path, steps, args.step));
 }
 
 // What `ckpt inspect --help` shows.

@@ -97,9 +97,9 @@ int verify(const verify_args& args) {
   // One line a checkpoint, so that one broken checkpoint does not hide the others.
   int status = success;
   for (const std::filesystem::path& path : args.paths) {
-    const std::vector<listed_step> steps = args.step ? std::vector<listed_step>{} : steps_in(path);
-    if (steps.empty()) {
-      const std::filesystem::path checkpoint = checkpoint_in(path, args.step);
+    const std::vector<listed_step> steps = steps_in(path);
+    if (args.step || steps.empty()) {
+      const std::filesystem::path checkpoint = checkpoint_in(path, steps, args.step);
       if (print_verdict(checkpoint.string(), check(checkpoint), args.strict)) status = finding;
       continue;
     }
