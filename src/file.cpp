@@ -3,6 +3,7 @@
 #include "atomic_file.hpp"
 #include "mapped_file.hpp"
 #include "posix_file.hpp"
+#include "reordered_bands.hpp"
 #include "safetensors.hpp"
 
 #include <fcntl.h>
@@ -272,30 +273,24 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
     header = make_header(entries, fields);
   }
   atomic_file file(path);
-  // Entries that need reordering go through one bounded buffer, a run of whole rows at a time.
   std::uint64_t total = header.size();
   for (const entry_source& e : entries) total += e.nbytes;
   data_writer out(file, options, total);
   out.add_unhashed(std::as_bytes(std::span(header)));
-  std::vector<std::byte> buffer;
-  for (const entry_source& e : entries) {
-    if (e.nbytes == 0) continue;
-    if (!e.write_rows) {
-      out.add({e.contiguous.data(), e.nbytes});
+  // Entries that need reordering arrive in bands of whole rows, made one band ahead.
+  reordered_bands bands(entries);
+  for (std::size_t i = 0; i < entries.size();) {
+    const entry_source& e = entries[i];
+    if (e.nbytes > 0 && e.write_rows) {
+      out.flush();
+      const reordered_bands::band band = bands.next();
+      out.add(band.bytes);
+      out.flush();
+      i = band.next_entry;
       continue;
     }
-    out.flush();
-    const auto rows = static_cast<std::size_t>(e.shape.front());
-    const std::size_t row_bytes = e.nbytes / rows;
-    constexpr std::size_t buffer_bytes = std::size_t{8} << 20;
-    const std::size_t rows_per_chunk = std::max<std::size_t>(1, buffer_bytes / row_bytes);
-    buffer.resize(std::max(buffer.size(), std::min(rows, rows_per_chunk) * row_bytes));
-    for (std::size_t first = 0; first < rows; first += rows_per_chunk) {
-      const std::size_t count = std::min(rows_per_chunk, rows - first);
-      e.write_rows(first, count, buffer.data());
-      out.add(std::span(buffer).first(count * row_bytes));
-      out.flush();
-    }
+    if (e.nbytes > 0) out.add({e.contiguous.data(), e.nbytes});
+    ++i;
   }
   out.flush();
   if (const auto value = out.digest()) file.write_at(to_hex(*value), static_cast<off_t>(digest_at));

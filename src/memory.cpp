@@ -2,17 +2,23 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <new>
 
 namespace ckpt::detail {
 namespace {
 
 constexpr std::size_t huge_page = std::size_t{2} << 20;
+// glibc serves blocks below this from its heap once a block of their size has been freed (its
+// mmap threshold follows freed blocks up to 32 MiB), so the memory of one checkpoint is reused
+// by the next without new page faults.
+constexpr std::size_t heap_limit = std::size_t{32} << 20;
 
 }  // namespace
 
 std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
-  if (size < huge_page) return std::make_shared_for_overwrite<std::byte[]>(size);
+  static const bool old_policy = std::getenv("CKPT_OLD_ALLOC") != nullptr;
+  if (size < (old_policy ? huge_page : heap_limit)) return std::make_shared_for_overwrite<std::byte[]>(size);
   // Rounded up to whole huge pages, so the last one can be huge too; the slack is at most 2 MiB
   // on a buffer of at least 2 MiB.
   const std::size_t mapped = (size + huge_page - 1) / huge_page * huge_page;

@@ -11,19 +11,23 @@ namespace ckpt {
 
 namespace detail {
 
-std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function) {
-  std::vector<const entry_source*> order;
-  for (const section& s : sections)
-    for (const entry_source& e : s.entries_) order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
+void order_entries(std::vector<const entry_source*>& entries, std::string_view function) {
+  std::sort(entries.begin(), entries.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
   std::vector<std::string> names;
-  names.reserve(order.size());
-  for (const auto* e : order) {
+  names.reserve(entries.size());
+  for (const auto* e : entries) {
     if (e->name == "__metadata__")
       throw std::invalid_argument("ckpt: '__metadata__' is reserved by the safetensors format and cannot name an entry");
     names.push_back(e->name);
   }
   check_leaf_names(names, function);
+}
+
+std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function) {
+  std::vector<const entry_source*> order;
+  for (const section& s : sections)
+    for (const entry_source& e : s.entries_) order.push_back(&e);
+  order_entries(order, function);
   return order;
 }
 

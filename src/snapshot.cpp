@@ -1,5 +1,7 @@
 #include <ckpt/snapshot.hpp>
 
+#include <ckpt/detail/live_source.hpp>
+
 #include "memory.hpp"
 
 #include <algorithm>
@@ -26,18 +28,26 @@ void copy_entry(const detail::entry_source& e, std::byte* out) {
     std::memcpy(out, e.contiguous.data(), e.nbytes);
 }
 
-// Copies every entry `order[i]` to `storage + offsets[i]`. One core does not saturate memory
-// bandwidth: a large snapshot is split into runs of entries of about equal size, copied on up to
-// four threads (bench/README.md, "Notes from the code").
-void copy_in_parallel(const std::vector<const detail::entry_source*>& order, const std::vector<std::size_t>& offsets,
-                      std::byte* storage, std::size_t total) {
+// Copies every entry `order[i]` to `targets[i]` (none where it is null). One core does not
+// saturate memory bandwidth: a large copy is split into runs of entries of about equal size,
+// copied on up to four threads (bench/README.md, "Notes from the code").
+void copy_in_parallel(const std::vector<const detail::entry_source*>& order, const std::vector<std::byte*>& targets) {
+  // starts[i]: the bytes before entry i.
+  std::vector<std::size_t> starts;
+  starts.reserve(order.size());
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    starts.push_back(total);
+    if (targets[i] != nullptr) total += order[i]->nbytes;
+  }
+  const auto copy_run = [&](std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i)
+      if (targets[i] != nullptr) copy_entry(*order[i], targets[i]);
+  };
   constexpr std::size_t bytes_per_thread = std::size_t{64} << 20;
   const std::size_t threads =
       std::clamp<std::size_t>(std::min<std::size_t>(std::thread::hardware_concurrency(), 4), 1,
                               std::max<std::size_t>(total / bytes_per_thread, 1));
-  const auto copy_run = [&](std::size_t first, std::size_t last) {
-    for (std::size_t i = first; i < last; ++i) copy_entry(*order[i], storage + offsets[i]);
-  };
   if (threads == 1) {
     copy_run(0, order.size());
     return;
@@ -46,7 +56,7 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
   std::vector<std::size_t> bounds{0};
   for (std::size_t k = 1; k < threads; ++k) {
     const std::size_t target = total / threads * k;
-    bounds.push_back(static_cast<std::size_t>(std::lower_bound(offsets.begin(), offsets.end(), target) - offsets.begin()));
+    bounds.push_back(static_cast<std::size_t>(std::lower_bound(starts.begin(), starts.end(), target) - starts.begin()));
   }
   bounds.push_back(order.size());
   std::vector<std::exception_ptr> errors(threads);
@@ -96,7 +106,10 @@ checkpoint snapshot_arena::snapshot(std::initializer_list<section> sections, con
   }
   const std::shared_ptr<std::byte[]> storage = chosen->bytes;
 
-  copy_in_parallel(order, offsets, storage.get(), total);
+  std::vector<std::byte*> targets;
+  targets.reserve(order.size());
+  for (const std::size_t offset : offsets) targets.push_back(storage.get() + offset);
+  copy_in_parallel(order, targets);
 
   std::vector<checkpoint::entry> entries;
   entries.reserve(order.size());
@@ -105,6 +118,30 @@ checkpoint snapshot_arena::snapshot(std::initializer_list<section> sections, con
     entries.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {storage.get() + offsets[i], e.nbytes}, storage));
   }
   return checkpoint(std::move(entries), metadata);
+}
+
+checkpoint detail::copy_entries(const std::vector<entry_source>& entries, std::string_view function) {
+  std::vector<const entry_source*> order;
+  order.reserve(entries.size());
+  for (const entry_source& e : entries) order.push_back(&e);
+  order_entries(order, function);
+  // Each entry in memory of its own, so that a tensor kept from the checkpoint keeps only its own
+  // bytes. Bytes the source already holds as a tensor (a tensor leaf, a snapshotted one) are shared.
+  std::vector<checkpoint::entry> out;
+  out.reserve(order.size());
+  std::vector<std::byte*> targets(order.size(), nullptr);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const entry_source& e = *order[i];
+    if (e.nbytes > 0 && e.keep_alive.nbytes() == e.nbytes) {
+      out.emplace_back(e.name, e.keep_alive);
+      continue;
+    }
+    const std::shared_ptr<std::byte[]> bytes = detail::allocate_bytes(std::max<std::size_t>(e.nbytes, 1));
+    if (e.nbytes > 0) targets[i] = bytes.get();
+    out.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {bytes.get(), e.nbytes}, bytes));
+  }
+  copy_in_parallel(order, targets);
+  return checkpoint(std::move(out));
 }
 
 std::size_t snapshot_arena::capacity() const noexcept {

@@ -52,6 +52,7 @@ set(layer_transpose 1)
 set(layer_transpose_avx2 1)
 set(layer_transpose_kernels 1)
 set(layer_transpose_tiles 1)
+set(layer_reordered_bands 2)  # the file writer's bands
 set(layer_safetensors 2)
 set(layer_hf_index 2)
 set(layer_load 2)  # src/load.cpp: load dispatches to the file and the sharded reader

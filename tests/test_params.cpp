@@ -279,7 +279,7 @@ BOOST_AUTO_TEST_CASE(bare_root_leaf_is_named_by_the_prefix) {
   const auto t = ckpt::of_params(Eigen::Vector3f(1, 2, 3), "bias");
   BOOST_TEST(t.names() == std::vector<std::string>{"bias"});
   BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::of_params(Eigen::Vector3f(1, 2, 3)); }) ==
-             "ckpt: entry names must not be empty");
+             "ckpt: of_params: a leaf has an empty name (a bare leaf needs a prefix)");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, Eigen::Vector3f::Zero().eval()); }) ==
              "ckpt: to_params: a leaf has an empty name (a bare leaf needs a prefix)");
   BOOST_TEST((ckpt::to_params(t, Eigen::Vector3f::Zero().eval(), {.prefix = "bias"}) == Eigen::Vector3f(1, 2, 3)));
@@ -394,7 +394,7 @@ BOOST_AUTO_TEST_CASE(duplicate_leaf_names_are_refused) {
   // A map key with a dot can collide with a nested path.
   const std::map<std::string, std::map<std::string, float>> clash{{"a", {{"b.c", 1.0f}}}, {"a.b", {{"c", 2.0f}}}};
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::of_params(clash); }) ==
-             "ckpt: duplicate entry name 'a.b.c'");
+             "ckpt: of_params: two leaves are named 'a.b.c'");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(ckpt::checkpoint{}, clash); }) ==
              "ckpt: to_params: two leaves are named 'a.b.c'");
 }

@@ -57,6 +57,7 @@ struct plain_matrix {
 
 struct hook_calls {
   int contiguous = 0, write_rows = 0, write = 0;
+  int fail_at_write_rows = -1;  // the call of write_rows that throws, if any
 };
 hook_calls calls;
 
@@ -86,7 +87,7 @@ struct ckpt::leaf_traits<streamed_matrix> {
     return std::as_bytes(std::span(m.data));
   }
   static void write_rows(const streamed_matrix& m, std::size_t first, std::size_t count, std::byte* out) {
-    ++calls.write_rows;
+    if (calls.write_rows++ == calls.fail_at_write_rows) throw std::runtime_error("row writer failed");
     write_c_order_rows(m, first, count, out);
   }
   static void write(const streamed_matrix& m, std::span<std::byte> out) {
@@ -151,7 +152,7 @@ BOOST_AUTO_TEST_CASE(a_section_of_a_temporary_checkpoint_outlives_it) {
 }
 
 BOOST_AUTO_TEST_CASE(leaves_larger_than_the_reorder_buffer_are_written_in_several_bands) {
-  // A 2100 x 2103 column-major float matrix (17 MiB) goes out in three 8 MiB bands.
+  // A 2100 x 2103 column-major float matrix (17 MiB) goes out in 2 MiB bands of 249 rows.
   const temp_dir s;
   const model m = make_model(2100);
   ckpt::save(s.path() / "live.safetensors", {{m}});
@@ -176,13 +177,13 @@ BOOST_AUTO_TEST_CASE(names_are_checked_across_sections) {
 }
 
 BOOST_AUTO_TEST_CASE(a_user_leaf_with_a_row_writer_is_streamed_through_it) {
-  // 70 rows of 65,536 floats (256 KiB each): 32 rows fill the 8 MiB band, so three bands.
+  // 70 rows of 65,536 floats (256 KiB each): 8 rows fill a 2 MiB band, so nine bands.
   const temp_dir s;
   const streamed_matrix m = make_streamed(70, 65536);
   calls = {};
   ckpt::save(s.path() / "live.safetensors", {{m, "w"}});
   BOOST_TEST(calls.contiguous == 1);
-  BOOST_TEST(calls.write_rows == 3);
+  BOOST_TEST(calls.write_rows == 9);
   BOOST_TEST(calls.write == 0);  // never snapshotted
   ckpt::save(s.path() / "snap.safetensors", ckpt::of_params(m, "w"));
   BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
@@ -204,4 +205,60 @@ BOOST_AUTO_TEST_CASE(a_user_leaf_without_the_hooks_is_snapshotted_through_write)
   BOOST_TEST(calls.write == 1);
   ckpt::save(s.path() / "snap.safetensors", ckpt::of_params(p.m, "w"));
   BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
+}
+
+BOOST_AUTO_TEST_CASE(consecutive_reordered_leaves_share_bands_and_other_entries_keep_their_place) {
+  // 45 column-major 100 x 128 matrices (50 KiB each) fill a 2 MiB band with 40 of them and 96
+  // rows of the 41st; the next band has its last 4 rows and four more. A row-major leaf and an
+  // empty one sit between them and the next reordered leaves.
+  struct mixed {
+    std::vector<streamed_matrix> first;
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> row_major;
+    Eigen::MatrixXf empty;
+    Eigen::MatrixXd col_major;
+    std::vector<streamed_matrix> last;
+  };
+  mixed m;
+  for (int i = 0; i < 45; ++i) m.first.push_back(make_streamed(100, 128));
+  m.row_major = Eigen::MatrixXf::Random(30, 40);
+  m.empty.resize(0, 5);
+  m.col_major = Eigen::MatrixXd::Random(300, 17);
+  m.last = {make_streamed(7, 9), make_streamed(1, 1)};
+  const temp_dir s;
+  calls = {};
+  ckpt::save(s.path() / "live.safetensors", {{m, "m"}});
+  BOOST_TEST(calls.write_rows == 45 + 1 + 1);  // the 41st in two calls; the 1 x 1 is in place
+  BOOST_TEST(calls.write == 0);
+  ckpt::save(s.path() / "snap.safetensors", ckpt::of_params(m, "m"));
+  BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
+  // Rows larger than a band (2.4 MiB) go out one a band.
+  const streamed_matrix wide = make_streamed(3, 600000);
+  calls = {};
+  ckpt::save(s.path() / "live.safetensors", {{wide, "w"}});
+  BOOST_TEST(calls.write_rows == 3);
+  ckpt::save(s.path() / "snap.safetensors", ckpt::of_params(wide, "w"));
+  BOOST_TEST((read_bytes(s.path() / "live.safetensors") == read_bytes(s.path() / "snap.safetensors")));
+}
+
+BOOST_AUTO_TEST_CASE(a_row_writer_that_throws_fails_the_save_and_leaves_the_old_file) {
+  // Thrown on the caller's thread (4 KiB to reorder: no helper) or on the helper thread that makes
+  // the bands (16 matrices of 256 KiB): the save rethrows it, the previous file stays and no
+  // temporary is left.
+  for (const std::size_t side : {std::size_t{16}, std::size_t{256}}) {
+    const temp_dir s;
+    ckpt::save(s.path() / "m.safetensors", {{Eigen::Vector2f(1, 2), "before"}});
+    const std::string before = read_bytes(s.path() / "m.safetensors");
+    const std::vector<streamed_matrix> m(side == 16 ? 4 : 16, make_streamed(side, side));
+    calls = {};
+    calls.fail_at_write_rows = side == 16 ? 2 : 10;
+    try {
+      ckpt::save(s.path() / "m.safetensors", {{m, "m"}});
+      BOOST_FAIL("no exception");
+    } catch (const std::runtime_error& e) {
+      BOOST_TEST(std::string(e.what()) == "row writer failed");
+    }
+    calls.fail_at_write_rows = -1;
+    BOOST_TEST(read_bytes(s.path() / "m.safetensors") == before);
+    BOOST_TEST(std::distance(fs::directory_iterator(s.path()), fs::directory_iterator()) == 1);
+  }
 }

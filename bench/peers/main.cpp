@@ -3,7 +3,8 @@
 //
 //   ckpt_peers time --case=col|row|small [--count=64 --rows=2048 --cols=2048] [--reps=5] [--dir=D]
 //       every peer's save and load, --reps rounds in a rotating order; prints one RESULT line a
-//       peer: median save and load seconds, the ratios to the raw floor, the file size
+//       peer: median save and load seconds, the ratios to the raw floor, the file size; each
+//       sample on stderr
 //   ckpt_peers rss --case=... --peer=NAME --op=save|load [sizes] [--dir=D]
 //       one operation in this fresh process; prints the peak RSS (VmHWM) and the data size
 //
@@ -155,6 +156,8 @@ int run(const bench::args& a, long count, long rows, long cols) {
       start = bench::now_s();
       p.load(target, file);
       loads[i].push_back(bench::now_s() - start);
+      std::fprintf(stderr, "sample %ld | %s | save %.3f s | load %.3f s\n", rep, p.about.name.c_str(), saves[i].back(),
+                   loads[i].back());
       if (!(target.layers.back().isApprox(m.layers.back()) && target.layers.front() == m.layers.front()))
         throw std::runtime_error(p.about.name + " loaded other values");
       for (auto& x : target.layers) x.setZero();

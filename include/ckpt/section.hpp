@@ -7,7 +7,7 @@
 /// `save(path, checkpoint)` (ckpt/file.hpp, Raven's `Kaun.Checkpoint.save`) is its one-section case.
 
 #include <ckpt/checkpoint.hpp>
-#include <ckpt/detail/entry_source.hpp>
+#include <ckpt/detail/live_source.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/named.hpp>
 #include <ckpt/params.hpp>
@@ -21,47 +21,6 @@
 #include <vector>
 
 namespace ckpt {
-
-namespace detail {
-
-// An entry that refers to a live leaf, through its traits' optional hooks: its bytes where they
-// stand in C order (`contiguous`), else a band of rows at a time (`write_rows`), else a snapshot
-// made by `write`.
-template <leaf L>
-entry_source live_source(std::string name, const L& x) {
-  using traits = leaf_traits<L>;
-  entry_source out;
-  out.name = std::move(name);
-  out.dtype = traits::dtype(x);
-  out.shape = traits::shape(x);
-  out.nbytes = nbytes_of(out.dtype, numel_of(out.shape));
-  if (out.nbytes == 0) return out;
-  // A tensor's bytes are shared, not copied: the section holds them, so that the section of a
-  // temporary checkpoint (`{ckpt::of_int("optim.step", step)}`) stays valid as long as it does.
-  if constexpr (std::is_same_v<L, tensor>) out.keep_alive = x;
-  if constexpr (has_contiguous<L>) {
-    out.contiguous = traits::contiguous(x);
-    if (!out.contiguous.empty()) {
-      if (out.contiguous.size() != out.nbytes)
-        throw std::invalid_argument("ckpt: save: leaf_traits::contiguous gave " + std::to_string(out.contiguous.size()) +
-                                    " bytes for entry '" + out.name + "' of " + std::to_string(out.nbytes) + " bytes");
-      return out;
-    }
-  }
-  if constexpr (has_write_rows<L>) {
-    if (!out.shape.empty()) {
-      out.write_rows = [&x](std::size_t first, std::size_t count, std::byte* dst) {
-        traits::write_rows(x, first, count, dst);
-      };
-      return out;
-    }
-  }
-  out.keep_alive = to_tensor(x);
-  out.contiguous = out.keep_alive.bytes();
-  return out;
-}
-
-}  // namespace detail
 
 class section;
 
@@ -108,7 +67,8 @@ class section {
 
 /// Writes the sections to a safetensors file at `path`, atomically (as `save`), without copying
 /// the leaves into a checkpoint first: C-order leaves are written straight from their storage and
-/// column-major ones are reordered through a bounded buffer. The file is the one
+/// column-major ones are reordered a band of rows at a time, on a helper thread that works one
+/// band ahead of the writer when there are 2 MiB or more to reorder. The file is the one
 /// `save(path, concat({of_params(...)...}).with_metadata(metadata))` would write.
 /// The leaves must not change during the call. `options.digest` stores the digest of the data
 /// section, hashed as the bytes go out (see `save`).

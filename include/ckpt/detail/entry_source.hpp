@@ -1,8 +1,9 @@
 #pragma once
-// Not part of the API (section.hpp's template builds these): what the file writer needs of an
-// entry, its header fields and a way to its C-order bytes, whether they already stand in memory
-// (a tensor, a row-major leaf) or must be reordered on the way out (a column-major leaf, written
-// through a bounded buffer).
+// Not part of the API (the templates of section.hpp and params.hpp build these, through
+// live_source.hpp): what the file writer and the copy into a checkpoint need of an entry, its
+// header fields and a way to its C-order bytes, whether they already stand in memory (a tensor,
+// a row-major leaf) or must be reordered on the way (a column-major leaf, a band of rows at a
+// time).
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/tensor.hpp>
