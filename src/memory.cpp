@@ -2,23 +2,22 @@
 
 #include <sys/mman.h>
 
-#include <cstdlib>
 #include <new>
 
 namespace ckpt::detail {
 namespace {
 
 constexpr std::size_t huge_page = std::size_t{2} << 20;
-// glibc serves blocks below this from its heap once a block of their size has been freed (its
-// mmap threshold follows freed blocks up to 32 MiB), so the memory of one checkpoint is reused
-// by the next without new page faults.
+// Buffers below this come from the heap: once glibc has freed a block of their size, its mmap
+// threshold follows (up to 32 MiB) and later blocks reuse the heap's memory without new page
+// faults. Larger ones are mapped with huge pages asked for: 512 times fewer faults than 4 KiB
+// pages, each of which costs microseconds on a VM (bench/README.md, "Library changes" 11).
 constexpr std::size_t heap_limit = std::size_t{32} << 20;
 
 }  // namespace
 
 std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
-  static const bool old_policy = std::getenv("CKPT_OLD_ALLOC") != nullptr;
-  if (size < (old_policy ? huge_page : heap_limit)) return std::make_shared_for_overwrite<std::byte[]>(size);
+  if (size < heap_limit) return std::make_shared_for_overwrite<std::byte[]>(size);
   // Rounded up to whole huge pages, so the last one can be huge too; the slack is at most 2 MiB
   // on a buffer of at least 2 MiB.
   const std::size_t mapped = (size + huge_page - 1) / huge_page * huge_page;
