@@ -48,9 +48,10 @@ namespace ckpt {
 ///   `i` of a leaf of shape `[d0, d1, ...]` is its `d1 * ...` elements of index `i`); the writer
 ///   calls it a bounded band of rows at a time, so that reordering needs no copy of the whole
 ///   leaf. It is called only when `contiguous` is absent or declined, and never for shape `[]`.
-///   When a save has 2 MiB or more to reorder, the calls come from a helper thread that runs
-///   one band ahead of the writer (one call at a time, in order, all before `save` returns):
-///   the hook must only read the leaf. What it throws abandons the save.
+///   The calls may come from helper threads (a save with 2 MiB or more to reorder makes its
+///   bands one ahead of the writer; `of_params` and snapshots of 128 MiB or more copy on several
+///   threads), all before the call that made them returns: the hook must only read the leaf.
+///   What it throws abandons that call.
 /// A leaf whose traits have neither hook (or decline both) is snapshotted through `write` while
 /// it is saved. The leaf types below implement both hooks, and their `write` is made of them.
 template <class T, class Enable = void>
