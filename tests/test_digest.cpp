@@ -204,7 +204,7 @@ BOOST_AUTO_TEST_CASE(names_that_look_like_the_digest_field_do_not_confuse_the_wr
 BOOST_AUTO_TEST_CASE(sections_are_hashed_as_reordered_leaves_go_out) {
   const temp_dir s;
   struct state {
-    Eigen::MatrixXf big;   // column-major, over the writer's 8 MiB buffer: reordered in chunks
+    Eigen::MatrixXf big;   // column-major, 9 MB: reordered in 2 MiB bands on the writer's helper thread
     Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> r;  // straight from memory
     Eigen::VectorXf v;
   };
