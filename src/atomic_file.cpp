@@ -18,6 +18,14 @@
 
 namespace ckpt::detail {
 
+void drop_cached_pages(const std::filesystem::path& file) noexcept {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return;
+  struct stat info {};
+  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) static_cast<void>(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED));
+  ::close(fd);
+}
+
 atomic_file::atomic_file(std::filesystem::path target)
     : target_(std::move(target)), temporary_(temporary_pattern(target_)) {
   fd_ = ::mkostemp(temporary_.data(), O_CLOEXEC);
@@ -27,15 +35,9 @@ atomic_file::atomic_file(std::filesystem::path target)
   ::umask(mask);
   static_cast<void>(::fchmod(fd_, 0666 & ~mask));
   // The file being replaced gives its cached pages back first (clean ones: it was synced when it
-  // was written), so that the replacement's pages are the ones just freed. Otherwise the page
-  // cache grows by a whole file, and on a VM that hands idle memory back to its host the new
-  // pages cost 4-6 us each to touch: a save 3x as slow as writing over the file in place
-  // (bench/README.md, "Library changes" 11). Advice only: its failure changes nothing.
-  const int old = ::open(target_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (old >= 0) {
-    static_cast<void>(::posix_fadvise(old, 0, 0, POSIX_FADV_DONTNEED));
-    ::close(old);
-  }
+  // was written), so that the replacement's pages are the ones just freed: without it an atomic
+  // replace grows the page cache by a whole file, and cost 3x writing over the file in place here.
+  drop_cached_pages(target_);
 }
 
 atomic_file::~atomic_file() {

@@ -2,6 +2,7 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/snapshot.hpp>
 
+#include "atomic_file.hpp"
 #include "io_hooks.hpp"
 #include "manager_core.hpp"
 #include "posix_file.hpp"
@@ -98,12 +99,14 @@ class local_state final : public detail::manager_state {
   }
 
   void save_now(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata) override {
+    release_pages_of_dropped(step, metadata);
     ckpt::save(path_of(step), sections, metadata, save_options{.digest = core.options().digest});
     commit(step, metadata);
   }
 
   void save_in_background(std::int64_t step, std::initializer_list<section> sections,
                           const metadata_map& metadata) override {
+    release_pages_of_dropped(step, metadata);
     pending_step_ = step;
     pending_metadata_ = metadata;
     // The job owns its snapshot and its path; the state is only touched by settle(), on the
@@ -116,6 +119,13 @@ class local_state final : public detail::manager_state {
   checkpoint load_step(std::int64_t step, const load_options& options) override { return ckpt::load(path_of(step), options); }
 
  private:
+  // The checkpoints the retention will delete once `step` is saved give their cached pages back
+  // before it is written, so that its file reuses them (see detail::drop_cached_pages). They stay
+  // whole and readable: only the cache is dropped.
+  void release_pages_of_dropped(std::int64_t step, const metadata_map& metadata) const {
+    for (const std::int64_t old : core.to_drop_after(step, metadata)) detail::drop_cached_pages(path_of(old));
+  }
+
   // Records `step`'s new file and applies the retention rules.
   void commit(std::int64_t step, const metadata_map& metadata) {
     core.add(step, metadata);

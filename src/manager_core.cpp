@@ -135,6 +135,12 @@ void manager_core::add_existing(const std::vector<std::int64_t>& steps,
     steps_.insert_or_assign(step, options_.keep_best > 0 ? metric_of(metadata_of(step)) : std::nullopt);
 }
 
+std::vector<std::int64_t> manager_core::to_drop_after(std::int64_t step, const metadata_map& metadata) const {
+  manager_core after = *this;
+  after.add(step, metadata);
+  return after.to_drop();
+}
+
 std::vector<std::int64_t> manager_core::to_drop() const {
   // The newest is always kept, as max_to_keep is at least 1 when set.
   if (options_.max_to_keep == 0 || steps_.size() <= options_.max_to_keep) return {};

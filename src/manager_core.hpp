@@ -90,6 +90,8 @@ class manager_core {
   // The retention decision: the steps no rule keeps, oldest first. The caller deletes each one's
   // files and `forget`s it.
   [[nodiscard]] std::vector<std::int64_t> to_drop() const;
+  // What to_drop() would answer once `step` is added with `metadata`.
+  [[nodiscard]] std::vector<std::int64_t> to_drop_after(std::int64_t step, const metadata_map& metadata) const;
   void forget(std::int64_t step) { steps_.erase(step); }
 
   [[nodiscard]] const step_map& all() const noexcept { return steps_; }

@@ -520,3 +520,64 @@ BOOST_AUTO_TEST_CASE(a_wrong_prefix_is_answered_with_the_prefixes_there_are) {
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, make_deep(1, {}), {.prefix = "model"}); }) ==
              "ckpt: to_params: no entry named 'model.layers.0.w'");
 }
+
+namespace {
+
+struct every_kind {
+  Eigen::MatrixXf w;
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> r;
+  Eigen::ArrayXXf a;
+  Eigen::Tensor<float, 3> t;
+  Eigen::Matrix3f fixed;
+  std::vector<Eigen::VectorXf> layers;
+  std::vector<std::array<Eigen::VectorXd, 2>> pairs;  // (an array field would crash GCC 12: named.hpp)
+  std::map<std::string, Eigen::MatrixXf> by_name;
+  ckpt::frozen<Eigen::MatrixXf> embedding;
+  ckpt::ptree extra;
+  std::int64_t count = 0;
+};
+
+every_kind make_every_kind(float seed) {
+  every_kind x;
+  x.w = Eigen::MatrixXf::Constant(3, 4, seed);
+  x.r = Eigen::MatrixXd::Constant(2, 5, seed);
+  x.a = Eigen::ArrayXXf::Constant(4, 2, seed);
+  x.t = Eigen::Tensor<float, 3>(2, 3, 4);
+  x.t.setConstant(seed);
+  x.fixed = Eigen::Matrix3f::Constant(seed);
+  x.layers = {Eigen::VectorXf::Constant(5, seed), Eigen::VectorXf::Constant(7, seed)};
+  x.pairs = {{Eigen::VectorXd::Constant(1, seed), Eigen::VectorXd::Constant(2, seed)}};
+  x.by_name = {{"k", Eigen::MatrixXf::Constant(2, 2, seed)}, {"q", Eigen::MatrixXf::Constant(1, 3, seed)}};
+  x.embedding.value = Eigen::MatrixXf::Constant(6, 2, seed);
+  x.extra = ckpt::ptree::dict({{"v", ckpt::ptree::tensor(Eigen::Vector2f(seed, seed))}});
+  x.count = static_cast<std::int64_t>(seed);
+  return x;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(to_params_builds_every_kind_of_structure_without_copying_like) {
+  // The structure to_params, map_leaves and zeros_like start from: `like`'s shape everywhere
+  // (zip_leaves throws where lengths or keys differ), leaf shapes equal, values left to the caller.
+  const every_kind like = make_every_kind(1);
+  const every_kind shell = ckpt::detail::unfilled_structure(like);
+  int leaves = 0;
+  ckpt::zip_leaves(
+      [&leaves](const auto& a, const auto& b) {
+        using leaf_type = std::remove_cvref_t<decltype(a)>;
+        BOOST_TEST(ckpt::leaf_traits<leaf_type>::shape(a) == ckpt::leaf_traits<leaf_type>::shape(b));
+        ++leaves;
+      },
+      shell, like);
+  BOOST_TEST(leaves == 14);
+  BOOST_TEST(shell.w.data() != like.w.data());
+  // And to_params fills all of it from the checkpoint.
+  const every_kind saved = make_every_kind(7);
+  const every_kind back = ckpt::to_params(ckpt::of_params(saved), like);
+  BOOST_TEST((back.w == saved.w && back.r == saved.r && (back.a == saved.a).all() && back.fixed == saved.fixed));
+  BOOST_TEST(static_cast<float>(back.t(1, 2, 3)) == 7.0f);
+  BOOST_TEST((back.layers[1] == saved.layers[1] && back.pairs[0][1] == saved.pairs[0][1]));
+  BOOST_TEST((back.by_name.at("q") == saved.by_name.at("q") && back.embedding.value == saved.embedding.value));
+  BOOST_TEST(back.extra.at("v").as_tensor().as<float>()[1] == 7.0f);
+  BOOST_TEST(back.count == 7);
+}

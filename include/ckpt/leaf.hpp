@@ -400,6 +400,35 @@ struct frozen {
   T value;
 };
 
+namespace detail {
+
+// A leaf of `x`'s type and shape whose values are left for `read` to write: dynamic Eigen
+// matrices, arrays and tensors are allocated, not copied; any other leaf is copied.
+template <class L>
+L unfilled_like(const L& x) {
+  return x;
+}
+template <class S, int R, int C, int O, int MR, int MC>
+Eigen::Matrix<S, R, C, O, MR, MC> unfilled_like(const Eigen::Matrix<S, R, C, O, MR, MC>& x) {
+  if constexpr (R == Eigen::Dynamic || C == Eigen::Dynamic) return Eigen::Matrix<S, R, C, O, MR, MC>(x.rows(), x.cols());
+  else return x;
+}
+template <class S, int R, int C, int O, int MR, int MC>
+Eigen::Array<S, R, C, O, MR, MC> unfilled_like(const Eigen::Array<S, R, C, O, MR, MC>& x) {
+  if constexpr (R == Eigen::Dynamic || C == Eigen::Dynamic) return Eigen::Array<S, R, C, O, MR, MC>(x.rows(), x.cols());
+  else return x;
+}
+template <class S, int N, int O, class I>
+Eigen::Tensor<S, N, O, I> unfilled_like(const Eigen::Tensor<S, N, O, I>& x) {
+  return Eigen::Tensor<S, N, O, I>(x.dimensions());
+}
+template <class T>
+frozen<T> unfilled_like(const frozen<T>& x) {
+  return {unfilled_like(x.value)};
+}
+
+}  // namespace detail
+
 /// A `frozen<T>` is written and read as its `value`, through `T`'s traits and their hooks.
 template <class T>
 struct leaf_traits<frozen<T>> {

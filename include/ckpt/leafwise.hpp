@@ -107,9 +107,9 @@ template <flat_leaf L>
 template <class S, class... Rest, class F>
 [[nodiscard]] S map_leaves(F&& f, const S& s, const Rest&... rest) {
   static_assert(named<S>, "ckpt: map_leaves needs a named structure or a leaf");
-  // Copying first gives the result its structure (vector lengths, map keys, ptree nodes) for
-  // every kind of named structure alike; each leaf is then assigned once.
-  S out = s;
+  // The result gets its structure (vector lengths, map keys, ptree nodes) without copying the
+  // leaves' values; each leaf is then assigned once.
+  S out = detail::unfilled_structure(s);
   for_each_leaf([&f](std::string_view, auto& o, const auto& x, const auto&... xs) { o = f(x, xs...); },
                 out, s, rest...);
   return out;
@@ -134,7 +134,7 @@ void zip_leaves(F&& f, A& a, B& b, Rest&... rest) {
 template <class S>
 [[nodiscard]] S zeros_like(const S& s) {
   static_assert(named<S>, "ckpt: zeros_like needs a named structure or a leaf");
-  S out = s;
+  S out = detail::unfilled_structure(s);
   for_each_leaf([](std::string_view, auto& x) { detail::set_leaf_zero(x); }, out);
   return out;
 }

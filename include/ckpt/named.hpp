@@ -228,6 +228,36 @@ void walk(std::string& path, F& visit, X& x, Xs&... xs) {
   }
 }
 
+// A structure of `x`'s shape (vector lengths, map keys, ptree nodes, leaf shapes) whose leaves
+// are left for the caller to write, every one of them: dynamic Eigen leaves are allocated, not
+// copied (see unfilled_like). `fields` and `leaf_subset` structures and ptrees are copied whole,
+// since only their owner knows how to build one (a ptree's tensors share their bytes anyway).
+template <class T>
+T unfilled_structure(const T& x) {
+  if constexpr (leaf<T>) {
+    return unfilled_like(x);
+  } else if constexpr (customized<T> || subset<T> || std::is_same_v<T, ptree>) {
+    return x;
+  } else if constexpr (is_std_vector<T>::value) {
+    T out(x.get_allocator());
+    out.reserve(x.size());
+    for (const auto& element : x) out.push_back(unfilled_structure(element));
+    return out;
+  } else if constexpr (is_std_array<T>::value) {
+    return [&x]<std::size_t... I>(std::index_sequence<I...>) {
+      return T{unfilled_structure(x[I])...};
+    }(std::make_index_sequence<std::tuple_size_v<T>>{});
+  } else if constexpr (is_string_map<T>::value) {
+    T out(x.key_comp(), x.get_allocator());
+    for (const auto& [key, value] : x) out.emplace_hint(out.end(), key, unfilled_structure(value));
+    return out;
+  } else {
+    return [&x]<std::size_t... I>(std::index_sequence<I...>) {
+      return T{unfilled_structure(boost::pfr::get<I>(x))...};
+    }(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+  }
+}
+
 template <class T>
 inline constexpr bool is_named_v = leaf<T> || customized<T> || subset<T> || std::is_same_v<T, ptree> ||
                                    is_std_vector<T>::value || is_std_array<T>::value ||

@@ -149,9 +149,11 @@ template <class P>
 
 /// `like` with every leaf replaced by the entry of `t` of the same name (prefixed as in
 /// `of_params`). `like` supplies structure, names, dtypes and shapes; its values are discarded.
-/// Entries `like` does not name are ignored, unless `opts.strict`. Entries are copied once into the leaves, reordered
-/// for column-major leaves; `ckpt::tensor` leaves share the entry's bytes. To fill existing
-/// parameters without first copying `like`, use `read_params`.
+/// Entries `like` does not name are ignored, unless `opts.strict`. Entries are copied once into
+/// the leaves, reordered for column-major leaves; `ckpt::tensor` leaves share the entry's bytes.
+/// `like`'s values are not copied: dynamic Eigen leaves are allocated at their shapes and filled
+/// (structures of your own through `ckpt::fields`, and leaves of your own, are copied first). To
+/// fill existing parameters without allocating, use `read_params`.
 /// \throws std::invalid_argument if an entry named by `like` is missing, has another shape, or
 /// another dtype while `opts.cast` is false (each message names the entry and both shapes or
 /// dtypes), if a dtype cannot be cast (sub-byte formats), if `like`'s names are invalid, or, with
@@ -160,7 +162,7 @@ template <class P>
 template <class P>
 [[nodiscard]] P to_params(const checkpoint& t, const P& like, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: to_params needs a named structure or a leaf");
-  P out = like;
+  P out = detail::unfilled_structure(like);
   detail::extract(t, out, opts, "to_params");
   return out;
 }
