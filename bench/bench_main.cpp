@@ -356,7 +356,7 @@ void row2(const config& c, const row_model& m) {
                s_row_cold, s_pread_cold, 0, "+" + fmt_mib(s_row_cold.peak()));
   ratio_result("2.c", "cold: load + read_params into column-major leaves vs the same cold pread", s_col_cold,
                s_pread_cold, 0, "+" + fmt_mib(s_col_cold.peak()));
-  ratio_result("2.d", "diagnostic: P out = like (the template copy inside to_params) vs pread", s_template,
+  ratio_result("2.d", "diagnostic: P out = like (the template copy to_params made before it allocated its leaves) vs pread", s_template,
                s_pread, 0, "+" + fmt_mib(s_template.peak()));
   ratio_result("2.d", "diagnostic: mmap + memcpy into preallocated buffers vs pread", s_mmap, s_pread, 0, "-");
   ratio_result("2.d", "diagnostic: ckpt transpose kernel vs memcpy, both in memory, preallocated", s_transpose,

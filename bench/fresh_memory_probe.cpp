@@ -1,0 +1,74 @@
+// fresh_memory_probe: what fresh memory costs on this machine, and what it does to the saves of a
+// training loop (bench/README.md, "Library changes" 11).
+//
+//   fresh_memory_probe touch MIB PAUSE
+//       maps MIB MiB, writes every page, unmaps; four times, PAUSE seconds apart. On a VM that
+//       hands memory left free for a few seconds back to its host, the pause makes every page
+//       fresh again.
+//   fresh_memory_probe manager DIR PAUSE
+//       a checkpoint_manager keeping 2 checkpoints of 256 MiB (64 row-major 1024 x 1024 float
+//       matrices) in DIR (emptied first), saved 8 times, PAUSE seconds of "training" apart; prints
+//       each save's seconds.
+
+#include <ckpt/ckpt.hpp>
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int touch(std::size_t mib, int pause) {
+  const std::size_t bytes = mib << 20;
+  for (int round = 0; round < 4; ++round) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 1;
+    const double start = now_s();
+    std::memset(p, 1, bytes);
+    const double seconds = now_s() - start;
+    ::munmap(p, bytes);
+    std::printf("touch %zu MiB: %.3f s (%.1f us a 4 KiB page)\n", mib, seconds, seconds * 1e6 / static_cast<double>(bytes / 4096));
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(pause));
+  }
+  return 0;
+}
+
+int manager(const std::string& dir, int pause) {
+  struct model {
+    std::vector<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> layers;
+  } m;
+  for (int i = 0; i < 64; ++i) m.layers.push_back(Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>::Random(1024, 1024));
+  std::filesystem::remove_all(dir);
+  ckpt::checkpoint_manager saves(dir, {.max_to_keep = 2});
+  for (int step = 1; step <= 8; ++step) {
+    std::this_thread::sleep_for(std::chrono::seconds(pause));
+    const double start = now_s();
+    saves.save(step, {{m, "model"}});
+    std::printf("%.3f ", now_s() - start);
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string mode = argc == 4 ? argv[1] : "";
+  if (mode == "touch") return touch(std::strtoul(argv[2], nullptr, 10), std::atoi(argv[3]));
+  if (mode == "manager") return manager(argv[2], std::atoi(argv[3]));
+  std::fprintf(stderr, "usage: fresh_memory_probe touch MIB PAUSE | manager DIR PAUSE\n");
+  return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fresh_memory_probe: %s\n", e.what());
+  return 1;
+}
