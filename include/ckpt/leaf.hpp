@@ -408,14 +408,11 @@ template <class L>
 L unfilled_like(const L& x) {
   return x;
 }
-template <class S, int R, int C, int O, int MR, int MC>
-Eigen::Matrix<S, R, C, O, MR, MC> unfilled_like(const Eigen::Matrix<S, R, C, O, MR, MC>& x) {
-  if constexpr (R == Eigen::Dynamic || C == Eigen::Dynamic) return Eigen::Matrix<S, R, C, O, MR, MC>(x.rows(), x.cols());
-  else return x;
-}
-template <class S, int R, int C, int O, int MR, int MC>
-Eigen::Array<S, R, C, O, MR, MC> unfilled_like(const Eigen::Array<S, R, C, O, MR, MC>& x) {
-  if constexpr (R == Eigen::Dynamic || C == Eigen::Dynamic) return Eigen::Array<S, R, C, O, MR, MC>(x.rows(), x.cols());
+// Eigen::Matrix and Eigen::Array alike.
+template <template <class, int, int, int, int, int> class Dense, class S, int R, int C, int O, int MR, int MC>
+  requires std::is_base_of_v<Eigen::PlainObjectBase<Dense<S, R, C, O, MR, MC>>, Dense<S, R, C, O, MR, MC>>
+Dense<S, R, C, O, MR, MC> unfilled_like(const Dense<S, R, C, O, MR, MC>& x) {
+  if constexpr (R == Eigen::Dynamic || C == Eigen::Dynamic) return Dense<S, R, C, O, MR, MC>(x.rows(), x.cols());
   else return x;
 }
 template <class S, int N, int O, class I>
