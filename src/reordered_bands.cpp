@@ -1,12 +1,16 @@
 #include "reordered_bands.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <system_error>
 
 namespace ckpt::detail {
 namespace {
 
 bool reordered(const entry_source& e) { return e.write_rows && e.nbytes > 0; }
+
+// The writer asked for more bands than its entries make: a bug of ckpt's, not of the caller's.
+std::logic_error no_band_left() { return std::logic_error("ckpt: save: internal error: no band left to write"); }
 
 }  // namespace
 
@@ -83,7 +87,7 @@ void reordered_bands::run(const std::stop_token& stop) {
 reordered_bands::band reordered_bands::next() {
   slot& s = slots_[consumed_ % 2];
   if (!helper_.joinable()) {
-    if (!produce(s)) return {};
+    if (!produce(s)) throw no_band_left();
     ++consumed_;
     return {{s.bytes.get(), s.size}, s.next_entry};
   }
@@ -96,7 +100,7 @@ reordered_bands::band reordered_bands::next() {
   changed_.wait(lock, [&] { return s.full || error_ || done_; });
   if (!s.full) {
     if (error_) std::rethrow_exception(error_);
-    return {};
+    throw no_band_left();
   }
   ++consumed_;
   return {{s.bytes.get(), s.size}, s.next_entry};

@@ -31,7 +31,8 @@ class reordered_bands {
     std::size_t next_entry = 0;        // the index of the entry the bytes after them belong to
   };
   // The next band, for the writer standing at the first entry it has not written that needs
-  // reordering: its bytes stay valid until the next call. Rethrows what a `write_rows` threw.
+  // reordering: its bytes stay valid until the next call. Rethrows what a `write_rows` threw;
+  // std::logic_error if no band is left (the writer's loop went wrong).
   [[nodiscard]] band next();
 
  private:

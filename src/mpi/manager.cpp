@@ -2,6 +2,7 @@
 #include <ckpt/sharded.hpp>
 #include <ckpt/snapshot.hpp>
 
+#include "../atomic_file.hpp"
 #include "../manager_core.hpp"
 #include "../posix_file.hpp"
 #include "common.hpp"
@@ -128,6 +129,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   // Collective.
   void save_now(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata) override {
     const detail::step_plan plan = plan_of(step, sections, metadata, "save");
+    release_pages_of_dropped(plan);
     std::exception_ptr local_error;
     try {
       detail::write_shard(plan, sections, core.options().digest);
@@ -141,6 +143,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   void save_in_background(std::int64_t step, std::initializer_list<section> sections,
                           const metadata_map& metadata) override {
     pending_ = plan_of(step, sections, metadata, "save_async");
+    release_pages_of_dropped(pending_);
     if (pending_.shard.empty()) {
       // Nothing of this rank's is written (another rank writes its entries): only the commit.
       background.finish(nullptr);
@@ -229,6 +232,16 @@ class mpi_state final : public ckpt::detail::manager_state {
     detail::broadcast(comm_, bytes, 0);
     if (rank() != 0) core.replace_all(decode_steps(bytes));
     detail::settle(comm_, local_error, core.folder(), operation);
+  }
+
+  // This rank's shards of the steps the retention will delete once `plan`'s step is committed give
+  // their cached pages back before the new shard is written, as in the single-process manager
+  // (each rank's pages are in its own node's cache). A shard named otherwise (another rank
+  // count) is left alone: advice only.
+  void release_pages_of_dropped(const detail::step_plan& plan) const {
+    if (plan.shard.empty()) return;
+    for (const std::int64_t old : core.to_drop_after(plan.step, plan.metadata))
+      ckpt::detail::drop_cached_pages(path_of(old) / plan.shard);
   }
 
   // Collective: commits `plan`'s step once every rank's shard is written (`local_error` is this
