@@ -45,7 +45,9 @@ enum class metric_mode {
 /// Options of `checkpoint_manager`. A checkpoint is kept if any rule keeps it: it is among the
 /// newest `max_to_keep`, its step is a multiple of `keep_every_n_steps`, or it is among the
 /// `keep_best` best by `best_metric`. Everything else of the manager's own is deleted after each
-/// save. The newest checkpoint is always kept.
+/// save. The newest checkpoint is always kept. Before a save writes, the checkpoints it will
+/// delete give their pages back to the kernel's cache (they stay whole until deleted), so that
+/// the new file reuses that memory instead of growing the page cache by a checkpoint.
 struct checkpoint_manager_options {
   /// Keep the newest N checkpoints; 0 keeps every checkpoint (no deletion at all).
   std::size_t max_to_keep = 5;
