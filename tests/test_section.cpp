@@ -97,6 +97,20 @@ struct ckpt::leaf_traits<streamed_matrix> {
   static void read(streamed_matrix&, const ckpt::tensor&) {}
 };
 
+// A leaf type whose `contiguous` hook is wrong: two floats declared, one given.
+struct short_leaf {
+  float values[2] = {1, 2};
+};
+
+template <>
+struct ckpt::leaf_traits<short_leaf> {
+  static ckpt::dtype dtype(const short_leaf&) { return ckpt::dtype::f32; }
+  static ckpt::dims shape(const short_leaf&) { return {2}; }
+  static std::span<const std::byte> contiguous(const short_leaf& x) { return std::as_bytes(std::span(x.values, 1)); }
+  static void write(const short_leaf& x, std::span<std::byte> out) { std::memcpy(out.data(), x.values, out.size()); }
+  static void read(short_leaf&, const ckpt::tensor&) {}
+};
+
 template <>
 struct ckpt::leaf_traits<plain_matrix> {
   static ckpt::dtype dtype(const plain_matrix&) { return ckpt::dtype::f32; }
@@ -260,5 +274,23 @@ BOOST_AUTO_TEST_CASE(a_row_writer_that_throws_fails_the_save_and_leaves_the_old_
     calls.fail_at_write_rows = -1;
     BOOST_TEST(read_bytes(s.path() / "m.safetensors") == before);
     BOOST_TEST(std::distance(fs::directory_iterator(s.path()), fs::directory_iterator()) == 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_contiguous_hook_of_the_wrong_size_is_refused_by_name) {
+  const temp_dir s;
+  const short_leaf x;
+  try {
+    ckpt::save(s.path() / "x.safetensors", {{x, "w"}});
+    BOOST_FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "ckpt: save: leaf_traits::contiguous gave 4 bytes for entry 'w' of 8 bytes");
+  }
+  BOOST_TEST(!fs::exists(s.path() / "x.safetensors"));
+  try {
+    (void)ckpt::of_params(x, "w");
+    BOOST_FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "ckpt: of_params: leaf_traits::contiguous gave 4 bytes for entry 'w' of 8 bytes");
   }
 }

@@ -111,7 +111,8 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
 /// do not affect it. A copy of 128 MiB or more is made on up to four threads (runs of whole
 /// leaves), since one core does not use all of the memory bandwidth.
 /// \throws std::invalid_argument if the names are not distinct and non-empty (the message
-/// quotes the offending name), or name `__metadata__`, before anything is copied.
+/// quotes the offending name), or name `__metadata__`, before anything is copied; if a
+/// `leaf_traits::contiguous` gives a span of another size than the entry's.
 /// \throws std::bad_alloc; std::system_error if a copying thread cannot be started.
 template <class P>
 [[nodiscard]] checkpoint of_params(const P& params, std::string_view prefix = {}) {
@@ -119,7 +120,7 @@ template <class P>
   std::vector<detail::entry_source> entries;
   for_each_leaf(
       [&](std::string_view name, const auto& x) {
-        entries.push_back(detail::live_source(detail::join_name(prefix, name), x));
+        entries.push_back(detail::live_source(detail::join_name(prefix, name), x, "of_params"));
       },
       params);
   return detail::copy_entries(entries, "of_params");

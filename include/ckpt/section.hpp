@@ -46,7 +46,7 @@ class section {
   section(const P& params, std::string_view prefix = {}) {  // NOLINT: implicit on purpose
     for_each_leaf(
         [&](std::string_view name, const auto& x) {
-          entries_.push_back(detail::live_source(detail::join_name(prefix, name), x));
+          entries_.push_back(detail::live_source(detail::join_name(prefix, name), x, "save"));
         },
         params);
   }
@@ -54,7 +54,7 @@ class section {
   /// section shares the entries' bytes: `t` may be a temporary.
   /// \throws std::bad_alloc
   section(const checkpoint& t) {  // NOLINT: implicit on purpose
-    for (const auto& [name, x] : t) entries_.push_back(detail::live_source(name, x));
+    for (const auto& [name, x] : t) entries_.push_back(detail::live_source(name, x, "save"));
   }
 
  private:

@@ -15,9 +15,9 @@ namespace ckpt::detail {
 
 // An entry that refers to a live leaf, through its traits' optional hooks: its bytes where they
 // stand in C order (`contiguous`), else a band of rows at a time (`write_rows`), else a snapshot
-// made by `write`.
+// made by `write`. `function` names the caller in the error message.
 template <leaf L>
-entry_source live_source(std::string name, const L& x) {
+entry_source live_source(std::string name, const L& x, std::string_view function) {
   using traits = leaf_traits<L>;
   entry_source out;
   out.name = std::move(name);
@@ -32,7 +32,8 @@ entry_source live_source(std::string name, const L& x) {
     out.contiguous = traits::contiguous(x);
     if (!out.contiguous.empty()) {
       if (out.contiguous.size() != out.nbytes)
-        throw std::invalid_argument("ckpt: save: leaf_traits::contiguous gave " + std::to_string(out.contiguous.size()) +
+        throw std::invalid_argument("ckpt: " + std::string(function) + ": leaf_traits::contiguous gave " +
+                                    std::to_string(out.contiguous.size()) +
                                     " bytes for entry '" + out.name + "' of " + std::to_string(out.nbytes) + " bytes");
       return out;
     }
