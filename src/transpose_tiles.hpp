@@ -18,7 +18,7 @@ namespace {
 // Square blocks of this many bytes a side (256 floats: 256 KiB a block) keep a source block and
 // a destination block in L2. Blocks sized for L1 were much slower on matrices not in cache: a
 // block's rows lie as many pages apart as it has rows, and small blocks come back to the same
-// pages many times (bench/README.md, "Column-major").
+// pages many times (bench/README.md, "Library changes" 9).
 constexpr std::size_t block_bytes = 1024;
 
 template <class T>
@@ -43,7 +43,11 @@ void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* ds
   // The buffer is on the heap (a block is 256 KiB, too much for a thread's stack); without one,
   // the blocks are written directly.
   std::unique_ptr<std::byte[]> storage;
-  if (dst_stride * Size % 1024 == 0) storage.reset(new (std::nothrow) std::byte[block * block * Size]);
+  if (dst_stride * Size % 1024 == 0) try {
+      storage = std::make_unique_for_overwrite<std::byte[]>(block * block * Size);
+    } catch (const std::bad_alloc&) {
+      // Written directly, below.
+    }
   std::byte* const buffer = storage.get();
   const bool buffered = buffer != nullptr;
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
