@@ -133,7 +133,7 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
     for (std::size_t i = 0; i < into.size(); ++i)
       pieces.emplace_back(into[i], detail::tensor_access::view_of(x.dtype(), shape,
                                                                   x.bytes().subspan(i * part_bytes, part_bytes), owner,
-                                                                  detail::tensor_access::where(x)));
+                                                                  detail::tensor_access::file_of(x)));
   } else {
     // Each outer index contributes one run of `run` bytes to every part.
     const std::size_t outer = product(x.shape().first(a));

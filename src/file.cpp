@@ -35,22 +35,6 @@ namespace {
 using detail::file_descriptor;
 using detail::last_error;
 
-// A read-only mapping of a whole file, shared by the tensors that view it.
-class mapping {
- public:
-  mapping(void* address, std::size_t size) noexcept : address_(address), size_(size) {}
-  mapping(const mapping&) = delete;
-  mapping& operator=(const mapping&) = delete;
-  ~mapping() { ::munmap(address_, size_); }
-  [[nodiscard]] std::span<const std::byte> bytes() const noexcept {
-    return {static_cast<const std::byte*>(address_), size_};
-  }
-
- private:
-  void* address_;
-  std::size_t size_;
-};
-
 std::shared_ptr<std::byte[]> read_whole(int fd, const std::filesystem::path& path, std::size_t size) {
   auto buffer = std::make_shared_for_overwrite<std::byte[]>(size);
   if (detail::read_fully(fd, buffer.get(), size, 0, path) != size)
@@ -158,18 +142,32 @@ file_contents map_file(const std::filesystem::path& path) {
     // No read-ahead: loading reads the header alone, and an entry is read when it is extracted
     // (to_params asks for its pages then with MADV_WILLNEED).
     ::madvise(address, size, MADV_RANDOM);
-    auto owner = std::make_shared<const mapping>(address, size);
-    return {owner->bytes(), owner, storage::file_mapping};
+    auto owner = std::make_shared<const mapped_file>(address, size, std::move(fd), path);
+    return {owner->bytes(), owner, owner.get()};
   }
   // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
   std::shared_ptr<const std::byte[]> buffer = read_whole(fd.get(), path, size);
-  return {{buffer.get(), size}, buffer, storage::memory};
+  return {{buffer.get(), size}, buffer, nullptr};
+}
+
+mapped_file::~mapped_file() { ::munmap(address_, size_); }
+
+void mapped_file::read(std::span<const std::byte> from, std::byte* out) const {
+  const auto offset = static_cast<off_t>(from.data() - static_cast<const std::byte*>(address_));
+  if (read_fully(fd_.get(), out, from.size(), offset, path_) != from.size())
+    throw format_error(path_, "the file shrank while it was being read");
+}
+
+void mapped_file::check_size() const {
+  struct stat info {};
+  if (::fstat(fd_.get(), &info) != 0) throw io_error(path_, "stat", last_error());
+  if (static_cast<std::size_t>(info.st_size) < size_) throw format_error(path_, "the file shrank since it was loaded");
 }
 
 checkpoint load_file(const std::filesystem::path& path, const load_options& options) {
   const file_contents file = map_file(path);
-  checkpoint t = parse_file(file.bytes, path, file.owner, file.where, options.skipped);
-  verify_digest(t, file.bytes, file.where == storage::file_mapping, path, options);
+  checkpoint t = parse_file(file.bytes, path, file.owner, file.file, options.skipped);
+  verify_digest(t, file.bytes, file.file != nullptr, path, options);
   return t;
 }
 
@@ -180,7 +178,7 @@ checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::p
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
   checkpoint t =
-      detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, detail::storage::memory, options.skipped);
+      detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, nullptr, options.skipped);
   verify_digest(t, {copy.get(), file_bytes.size()}, false, origin, options);
   return t;
 }

@@ -25,6 +25,7 @@ inline std::error_code last_error() { return {errno, std::system_category()}; }
 class file_descriptor {
  public:
   explicit file_descriptor(int fd) noexcept : fd_(fd) {}
+  file_descriptor(file_descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   file_descriptor(const file_descriptor&) = delete;
   file_descriptor& operator=(const file_descriptor&) = delete;
   ~file_descriptor() {

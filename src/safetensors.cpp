@@ -341,7 +341,7 @@ std::uint64_t read_le64(const std::byte* p) {
 }  // namespace
 
 checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner, storage where,
+                      const std::shared_ptr<const void>& owner, const mapped_file* mapping,
                       const std::function<void(std::string_view, std::string_view)>& skipped) {
   if (file.size() < 8)
     fail(origin, "the file has " + std::to_string(file.size()) +
@@ -430,7 +430,7 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
     }
     out.emplace_back(std::move(e.name),
                      tensor_access::view_of(*e.type, std::move(e.shape),
-                                     data.subspan(e.begin, e.end - e.begin), owner, where));
+                                     data.subspan(e.begin, e.end - e.begin), owner, mapping));
   }
   return checkpoint(std::move(out), std::move(header.metadata));
 }

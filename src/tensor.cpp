@@ -1,6 +1,7 @@
 #include <ckpt/tensor.hpp>
 #include <ckpt/detail/pages.hpp>
 
+#include "mapped_file.hpp"
 #include "memory.hpp"
 
 #include <sys/mman.h>
@@ -8,7 +9,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 namespace ckpt {
@@ -66,13 +70,13 @@ std::size_t alignment_of(dtype type) {
 std::shared_ptr<std::byte[]> tensor::allocate(std::size_t size) { return detail::allocate_bytes(size); }
 
 tensor::tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-               std::shared_ptr<const void> owner, detail::storage where)
+               std::shared_ptr<const void> owner, const detail::mapped_file* file)
     : dtype_(type),
       shape_(std::move(shape)),
       numel_(numel_of(shape_)),
       bytes_(bytes),
       owner_(std::move(owner)),
-      storage_(where) {}
+      file_(file) {}
 
 tensor tensor::copy_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes) {
   checked_size(type, shape, bytes.size());
@@ -83,15 +87,15 @@ tensor tensor::copy_of(ckpt::dtype type, dims shape, std::span<const std::byte> 
 
 tensor tensor::view_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
                        std::shared_ptr<const void> owner) {
-  return detail::tensor_access::view_of(type, std::move(shape), bytes, std::move(owner), detail::storage::memory);
+  return detail::tensor_access::view_of(type, std::move(shape), bytes, std::move(owner), nullptr);
 }
 
 tensor detail::tensor_access::view_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-                                      std::shared_ptr<const void> owner, storage where) {
+                                      std::shared_ptr<const void> owner, const mapped_file* file) {
   checked_size(type, shape, bytes.size());
   if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignment_of(type) != 0)
     return tensor::copy_of(type, std::move(shape), bytes);
-  return tensor(type, std::move(shape), bytes, std::move(owner), where);
+  return tensor(type, std::move(shape), bytes, std::move(owner), file);
 }
 
 namespace {
@@ -116,7 +120,7 @@ constexpr std::size_t advised_bytes = std::size_t{256} << 10;
 }  // namespace
 
 void detail::tensor_access::prefetch_pages(const tensor& x) noexcept {
-  if (x.storage_ != storage::file_mapping || x.bytes_.size() < advised_bytes) return;
+  if (x.file_ == nullptr || x.bytes_.size() < advised_bytes) return;
   const auto [first, length] = pages_of(x.bytes_);
   // The mapping is MADV_RANDOM (load reads the header only), and MADV_WILLNEED alone starts no
   // read on some kernels (bench/README.md, "Notes from the code"): marking the entry's pages
@@ -126,7 +130,7 @@ void detail::tensor_access::prefetch_pages(const tensor& x) noexcept {
 }
 
 void detail::tensor_access::release_pages(const tensor& x) noexcept {
-  if (x.storage_ != storage::file_mapping || x.bytes_.size() < advised_bytes) return;
+  if (x.file_ == nullptr || x.bytes_.size() < advised_bytes) return;
   static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = reinterpret_cast<std::uintptr_t>(x.bytes_.data());
   const std::uintptr_t first = (begin + page - 1) / page * page;
@@ -136,6 +140,50 @@ void detail::tensor_access::release_pages(const tensor& x) noexcept {
   // Back to the mapping's random access (prefetch_pages made these pages sequential).
   const auto [pages, length] = pages_of(x.bytes_);
   ::madvise(pages, length, MADV_RANDOM);
+}
+
+namespace {
+
+// Copies of this many bytes or more are split between two threads: one core does not use all of
+// the memory bandwidth (bench/README.md, "Library changes" 12).
+constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
+
+// Calls part(i, n) for i in [0, n): on this thread alone (n = 1), or with `split` on this thread
+// and a helper (n = 2). What the helper throws is rethrown here, after both have finished.
+template <class Part>
+void on_two_threads(bool split, const Part& part) {
+  std::exception_ptr failure;
+  std::jthread helper;
+  if (split && std::thread::hardware_concurrency() > 1) try {
+      helper = std::jthread([&] {
+        try {
+          part(1, 2);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {
+      // No thread to be had: all on this one.
+    }
+  if (!helper.joinable()) return part(0, 1);
+  part(0, 2);  // should this throw, the helper is joined first (jthread)
+  helper.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+void detail::tensor_access::read_bytes(const tensor& x, std::span<std::byte> out) {
+  const std::span<const std::byte> in = x.bytes_;
+  if (in.empty()) return;
+  const bool from_file = x.file_ != nullptr && in.size() >= advised_bytes;
+  on_two_threads(in.size() >= parallel_bytes, [&](std::size_t i, std::size_t n) {
+    // Part i of n, cut on 4 KiB boundaries.
+    const auto cut = [&](std::size_t k) { return k == n ? in.size() : in.size() / n * k / 4096 * 4096; };
+    const std::size_t first = cut(i), count = cut(i + 1) - first;
+    if (from_file) x.file_->read(in.subspan(first, count), out.data() + first);
+    else std::memcpy(out.data() + first, in.data() + first, count);
+  });
 }
 
 bool operator==(const tensor& a, const tensor& b) noexcept {

@@ -206,9 +206,9 @@ class unpickler {
  public:
   unpickler(std::span<const std::byte> pickle, const std::filesystem::path& origin, std::string_view prefix,
             const std::map<std::string, std::span<const std::byte>, std::less<>>& records, bool big_endian,
-            std::shared_ptr<const void> owner, detail::storage where, std::size_t copy_budget)
+            std::shared_ptr<const void> owner, const detail::mapped_file* mapping, std::size_t copy_budget)
       : in_(pickle), origin_(origin), prefix_(prefix), records_(records), big_endian_(big_endian),
-        owner_(std::move(owner)), where_(where), copy_budget_(copy_budget) {}
+        owner_(std::move(owner)), mapping_(mapping), copy_budget_(copy_budget) {}
 
   ref run() {
     while (true) {
@@ -517,7 +517,7 @@ class unpickler {
     if (numel == 0) {
       out->value = tensor::copy_of(s.type, shape, {});
     } else if (contiguous && !big_endian_) {
-      out->value = detail::tensor_access::view_of(s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, where_);
+      out->value = detail::tensor_access::view_of(s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, mapping_);
     } else {
       // A view with zero strides (torch's expand) holds more elements than its storage: the
       // copies are bounded so that a small file cannot claim an unbounded allocation.
@@ -575,7 +575,7 @@ class unpickler {
   const std::map<std::string, std::span<const std::byte>, std::less<>>& records_;
   bool big_endian_;
   std::shared_ptr<const void> owner_;
-  detail::storage where_;
+  const detail::mapped_file* mapping_;  // the loaded file the records are in, or null
   std::size_t copy_budget_;  // bytes that copied (non-contiguous) tensors may still take
   std::vector<std::unique_ptr<object>> arena_;
   std::vector<ref> stack_;
@@ -651,7 +651,7 @@ class flattener {
 };
 
 checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner, detail::storage where) {
+                      const std::shared_ptr<const void>& owner, const detail::mapped_file* mapping) {
   if (!looks_like_torch(bytes))
     throw torch_format_error(origin, "it is not a zip file (torch.save files before PyTorch 1.6 are not read; load "
                                      "and save such a file again with a newer PyTorch)");
@@ -677,7 +677,7 @@ checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::p
   // Copies of non-contiguous tensors may take 16 times the file, plus 16 MiB.
   const std::size_t copy_budget = bytes.size() * 16 + (std::size_t{16} << 20);
   const std::span<const std::byte> pickle = records.at(prefix + "data.pkl");
-  unpickler reader(pickle, origin, prefix, records, big_endian, owner, where, copy_budget);
+  unpickler reader(pickle, origin, prefix, records, big_endian, owner, mapping, copy_budget);
   const ref root = reader.run();
   if (root->k != object::kind::dict)
     throw torch_format_error(origin, "its object is " + std::string(kind_name(root->k)) + ", not a dict of tensors");
@@ -695,13 +695,13 @@ bool looks_like_torch(std::span<const std::byte> file_bytes) noexcept {
 
 checkpoint load_torch(const std::filesystem::path& path) {
   const detail::file_contents file = detail::map_file(path);
-  return read_torch(file.bytes, path, file.owner, file.where);
+  return read_torch(file.bytes, path, file.owner, file.file);
 }
 
 checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  return read_torch({copy.get(), file_bytes.size()}, origin, copy, detail::storage::memory);
+  return read_torch({copy.get(), file_bytes.size()}, origin, copy, nullptr);
 }
 
 }  // namespace ckpt

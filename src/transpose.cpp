@@ -106,20 +106,24 @@ transpose_kernel& active_transpose_kernel() noexcept {
 }
 
 void transpose(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-               std::size_t rows, std::size_t cols, std::size_t element_size) noexcept {
+               std::size_t rows, std::size_t cols, std::size_t element_size, destination to) noexcept {
   if (rows == 0 || cols == 0) return;
   const transpose_kernel kernel = active_transpose_kernel();
+  const bool to_memory = to == destination::memory;
 #if defined(CKPT_HAVE_AVX2_KERNELS)
-  if (kernel == transpose_kernel::avx2 && transpose_avx2(src, src_stride, dst, dst_stride, rows, cols, element_size))
+  if (kernel == transpose_kernel::avx2 &&
+      transpose_avx2(src, src_stride, dst, dst_stride, rows, cols, element_size, to_memory))
     return;
 #endif
 #if defined(__SSE2__)
   if (kernel != transpose_kernel::portable) switch (element_size) {
-      case 2: return transpose_tiled<tile<2>, 2>(src, src_stride, dst, dst_stride, rows, cols);
-      case 4: return transpose_tiled<tile<4>, 4>(src, src_stride, dst, dst_stride, rows, cols);
-      case 8: return transpose_tiled<tile<8>, 8>(src, src_stride, dst, dst_stride, rows, cols);
+      case 2: return transpose_tiled<tile<2>, 2>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
+      case 4: return transpose_tiled<tile<4>, 4>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
+      case 8: return transpose_tiled<tile<8>, 8>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
       default: break;
     }
+#else
+  static_cast<void>(to_memory);
 #endif
   switch (element_size) {
     case 2: return transpose_blocked<std::uint16_t>(src, src_stride, dst, dst_stride, rows, cols);
@@ -135,7 +139,7 @@ void transpose(const std::byte* src, std::size_t src_stride, std::byte* dst, std
 }
 
 void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size_t cols,
-               std::size_t element_size) noexcept {
+               std::size_t element_size, destination to) noexcept {
   if (rows == 1 || cols == 1) {
     // A row or a column reads the same in both orders.
     if (rows * cols != 0) std::memcpy(dst, src, rows * cols * element_size);
@@ -148,15 +152,15 @@ void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size
     try {
       const std::jthread helper([=] {
         transpose(src + half * cols * element_size, cols, dst + half * element_size, rows, rows - half, cols,
-                  element_size);
+                  element_size, to);
       });
-      transpose(src, cols, dst, rows, half, cols, element_size);
+      transpose(src, cols, dst, rows, half, cols, element_size, to);
       return;  // the helper joins here
     } catch (const std::system_error&) {
       // No thread to be had: the whole matrix on this one, below.
     }
   }
-  transpose(src, cols, dst, rows, rows, cols, element_size);
+  transpose(src, cols, dst, rows, rows, cols, element_size, to);
 }
 
 }  // namespace ckpt::detail

@@ -43,9 +43,9 @@ struct avx2_tile4 {
 }  // namespace
 
 bool transpose_avx2(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-                    std::size_t rows, std::size_t cols, std::size_t element_size) noexcept {
+                    std::size_t rows, std::size_t cols, std::size_t element_size, bool to_memory) noexcept {
   if (element_size != 4) return false;
-  transpose_tiled<avx2_tile4, 4>(src, src_stride, dst, dst_stride, rows, cols);
+  transpose_tiled<avx2_tile4, 4>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
   return true;
 }
 

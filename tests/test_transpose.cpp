@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -48,12 +49,16 @@ const char* name_of(transpose_kernel k) {
   return k == transpose_kernel::portable ? "portable" : k == transpose_kernel::sse2 ? "sse2" : "avx2";
 }
 
-// Runs `check(name)` with each kernel in use, then puts the best one back.
+using ckpt::detail::destination;
+
+// Runs `check(name, to)` with each kernel in use and each destination (into the caches, and
+// around them with non-temporal stores), then puts the best kernel back.
 template <class F>
 void with_each_kernel(F&& check) {
   for (const transpose_kernel k : kernels()) {
     ckpt::detail::active_transpose_kernel() = k;
-    check(name_of(k));
+    check(name_of(k), destination::cached);
+    check((std::string(name_of(k)) + " to memory").c_str(), destination::memory);
   }
   ckpt::detail::active_transpose_kernel() = ckpt::detail::best_transpose_kernel();
 }
@@ -70,29 +75,29 @@ BOOST_AUTO_TEST_CASE(the_widest_kernel_the_cpu_has_is_chosen) {
 }
 
 BOOST_AUTO_TEST_CASE(matches_the_definition_for_every_element_size_and_odd_extents) {
-  with_each_kernel([&](const char* kernel) {
+  with_each_kernel([&](const char* kernel, destination to) {
     for (const std::size_t size : {1u, 2u, 4u, 8u, 16u, 3u})
       for (const std::size_t rows : {1u, 2u, 3u, 7u, 8u, 17u, 64u, 129u, 300u})
         for (const std::size_t cols : {1u, 4u, 5u, 9u, 16u, 63u, 130u}) {
           const auto src = pattern(rows, cols, size);
           std::vector<std::byte> dst(src.size(), std::byte{0xEE});
-          ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+          ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size, to);
           BOOST_TEST(is_transpose(src, dst, rows, cols, size), kernel << ", size " << size << ", " << rows << " x " << cols);
         }
   });
 }
 
 BOOST_AUTO_TEST_CASE(power_of_two_strides_take_the_buffered_path) {
-  with_each_kernel([&](const char* kernel) {
+  with_each_kernel([&](const char* kernel, destination to) {
     // Destination rows of a multiple of 1 KiB go through the block buffer: check it too, with
     // partial blocks at the edges.
     for (const std::size_t size : {2u, 4u, 8u})
       for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{512, 256}, {1024, 130}, {2048, 67}}) {
         const auto src = pattern(rows, cols, size);
         std::vector<std::byte> dst(src.size());
-        ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+        ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size, to);
         std::vector<std::byte> back(src.size());
-        ckpt::detail::transpose(dst.data(), back.data(), cols, rows, size);
+        ckpt::detail::transpose(dst.data(), back.data(), cols, rows, size, to);
         BOOST_TEST((back == src), kernel << ", size " << size << ", " << rows << " x " << cols);
         BOOST_TEST(is_transpose(src, dst, rows, cols, size), kernel << ", size " << size << ", " << rows << " x " << cols);
       }
@@ -100,28 +105,28 @@ BOOST_AUTO_TEST_CASE(power_of_two_strides_take_the_buffered_path) {
 }
 
 BOOST_AUTO_TEST_CASE(large_matrices_split_between_two_threads_come_out_whole) {
-  with_each_kernel([&](const char* kernel) {
+  with_each_kernel([&](const char* kernel, destination to) {
     // 8 MiB and more: two runs of rows, the second on a helper thread; odd row counts leave the
     // helper a partial tile.
     for (const auto& [rows, cols, size] :
          {std::tuple<std::size_t, std::size_t, std::size_t>{2048, 1024, 4}, {1031, 1000, 8}, {4099, 2050, 1}}) {
       const auto src = pattern(rows, cols, size);
       std::vector<std::byte> dst(src.size());
-      ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size);
+      ckpt::detail::transpose(src.data(), dst.data(), rows, cols, size, to);
       BOOST_TEST(is_transpose(src, dst, rows, cols, size), kernel << ", size " << size << ", " << rows << " x " << cols);
     }
   });
 }
 
 BOOST_AUTO_TEST_CASE(works_on_unaligned_buffers) {
-  with_each_kernel([&](const char* kernel) {
+  with_each_kernel([&](const char* kernel, destination to) {
     const std::size_t rows = 33, cols = 19, size = 4;
     const auto src = pattern(rows, cols, size);
     std::vector<std::byte> shifted_src(src.size() + 1), dst(src.size() + 3);
     std::memcpy(shifted_src.data() + 1, src.data(), src.size());
-    ckpt::detail::transpose(shifted_src.data() + 1, dst.data() + 3, rows, cols, size);
+    ckpt::detail::transpose(shifted_src.data() + 1, dst.data() + 3, rows, cols, size, to);
     std::vector<std::byte> back(src.size());
-    ckpt::detail::transpose(dst.data() + 3, back.data(), cols, rows, size);
+    ckpt::detail::transpose(dst.data() + 3, back.data(), cols, rows, size, to);
     BOOST_TEST((back == src), kernel);
   });
 }
@@ -129,6 +134,6 @@ BOOST_AUTO_TEST_CASE(works_on_unaligned_buffers) {
 BOOST_AUTO_TEST_CASE(empty_matrices_touch_nothing) {
   std::byte sentinel{0x5A};
   ckpt::detail::transpose(nullptr, &sentinel, 0, 5, 4);
-  ckpt::detail::transpose(nullptr, &sentinel, 5, 0, 4);
+  ckpt::detail::transpose(nullptr, &sentinel, 5, 0, 4, destination::memory);
   BOOST_TEST((sentinel == std::byte{0x5A}));
 }

@@ -5,6 +5,7 @@
 /// and `ckpt::tensor` itself. `ckpt::leaf_traits<T>` is the customization point for other
 /// tensor types.
 
+#include <ckpt/detail/pages.hpp>
 #include <ckpt/detail/transpose.hpp>
 #include <ckpt/dtype.hpp>
 #include <ckpt/tensor.hpp>
@@ -99,11 +100,12 @@ void normalize_bools(S* out, std::size_t count) {
   }
 }
 
-// C-order bytes into a leaf's storage: one copy.
+// An entry's C-order bytes into a leaf's storage: one copy (a large entry of a loaded file is
+// read from the file, on two threads: tensor_access::read_bytes).
 template <class S>
-void copy_in(S* out, const std::byte* in, std::size_t count) {
+void copy_in(S* out, const tensor& in, std::size_t count) {
   if (count == 0) return;
-  std::memcpy(static_cast<void*>(out), in, count * sizeof(S));
+  tensor_access::read_bytes(in, {reinterpret_cast<std::byte*>(out), count * sizeof(S)});
   normalize_bools(out, count);
 }
 
@@ -112,10 +114,12 @@ void copy_out(std::byte* out, const S* in, std::size_t count) {
   if (count != 0) std::memcpy(out, static_cast<const void*>(in), count * sizeof(S));
 }
 
-// Column-major storage of a rows x cols matrix is the row-major storage of its transpose.
+// Column-major storage of a rows x cols matrix is the row-major storage of its transpose: written
+// around the caches (a leaf is not read again right away). Transposed from the mapping: reading
+// bands of a warm file with pread first measured slower (bench/README.md, "Library changes" 12).
 template <class S>
-void transpose_in(S* out, const std::byte* in, std::size_t rows, std::size_t cols) {
-  transpose(in, reinterpret_cast<std::byte*>(out), rows, cols, sizeof(S));
+void transpose_in(S* out, const tensor& in, std::size_t rows, std::size_t cols) {
+  transpose(in.bytes().data(), reinterpret_cast<std::byte*>(out), rows, cols, sizeof(S), destination::memory);
   normalize_bools(out, rows * cols);
 }
 
@@ -188,8 +192,8 @@ struct dense_leaf_traits {
   static void write(const T& m, std::span<std::byte> out) { write_through_rows<dense_leaf_traits>(m, out); }
   static void read(T& m, const tensor& in) {
     const auto rows = static_cast<std::size_t>(m.rows()), cols = static_cast<std::size_t>(m.cols());
-    if (c_ordered(m)) copy_in(m.data(), in.bytes().data(), rows * cols);
-    else transpose_in(m.data(), in.bytes().data(), rows, cols);
+    if (c_ordered(m)) copy_in(m.data(), in, rows * cols);
+    else transpose_in(m.data(), in, rows, cols);
   }
 };
 
@@ -245,17 +249,16 @@ struct tensor_leaf_traits {
   static void write(const T& t, std::span<std::byte> out) { write_through_rows<tensor_leaf_traits>(t, out); }
   static void read(T& t, const tensor& in) {
     const auto count = static_cast<std::size_t>(t.size());
-    const auto* bytes = in.bytes().data();
     if constexpr (is_row_major || rank <= 1) {
-      copy_in(t.data(), bytes, count);
+      copy_in(t.data(), in, count);
     } else if constexpr (rank == 2) {
-      transpose_in(t.data(), bytes, static_cast<std::size_t>(t.dimension(0)), static_cast<std::size_t>(t.dimension(1)));
+      transpose_in(t.data(), in, static_cast<std::size_t>(t.dimension(0)), static_cast<std::size_t>(t.dimension(1)));
     } else {
       // Higher ranks reverse all axes: Eigen's shuffle does it, reading bools as bytes.
       using element = std::conditional_t<std::is_same_v<scalar_type, bool>, std::uint8_t, scalar_type>;
       using row_major = Eigen::Tensor<const element, rank, Eigen::RowMajor, Eigen::Index>;
       using col_major = Eigen::Tensor<scalar_type, rank, Eigen::ColMajor, Eigen::Index>;
-      Eigen::TensorMap<const row_major> source(reinterpret_cast<const element*>(bytes), extents(t));
+      Eigen::TensorMap<const row_major> source(reinterpret_cast<const element*>(in.bytes().data()), extents(t));
       Eigen::TensorMap<col_major>(t.data(), extents(t)) =
           source.swap_layout().shuffle(reversed()).template cast<scalar_type>();
     }
@@ -292,7 +295,7 @@ struct leaf_traits<S, std::enable_if_t<std::is_arithmetic_v<S> || scalar<S>>> {
   static dims shape(const S&) { return {}; }
   static std::span<const std::byte> contiguous(const S& x) { return detail::bytes_of(&x, 1); }
   static void write(const S& x, std::span<std::byte> out) { detail::copy_out(out.data(), &x, 1); }
-  static void read(S& x, const tensor& in) { detail::copy_in(&x, in.bytes().data(), 1); }
+  static void read(S& x, const tensor& in) { detail::copy_in(&x, in, 1); }
 };
 
 namespace detail {
@@ -349,7 +352,7 @@ struct leaf_traits<E, std::enable_if_t<detail::is_std_engine<E>::value>> {
   /// not print back as the same numbers); `e` is then left as it was.
   static void read(E& e, const tensor& in) {
     std::vector<std::uint64_t> words(static_cast<std::size_t>(in.numel()));
-    detail::copy_in(words.data(), in.bytes().data(), words.size());
+    detail::copy_in(words.data(), in, words.size());
     std::ostringstream text;
     text.imbue(std::locale::classic());
     for (const std::uint64_t w : words) text << w << ' ';

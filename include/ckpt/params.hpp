@@ -52,12 +52,14 @@ inline std::string join_name(std::string_view prefix, std::string_view name) {
 // Kaun's rule for P.names: one name per leaf, distinct and non-empty.
 void check_leaf_names(std::span<const std::string> names, std::string_view function);
 
-// One leaf of an extraction: its entry's name, its dtype and shape, and how to read an entry into it.
+// One leaf of an extraction: its entry's name, its dtype and shape, how to read an entry into it,
+// and whether that reads the entry's bytes (a `ckpt::tensor` leaf views them instead).
 struct leaf_read {
   std::string name;
   ckpt::dtype dtype;
   dims shape;
   std::function<void(const tensor& entry)> read;
+  bool reads_bytes = true;
 };
 
 // Everything that can go wrong with an extraction, checked before any leaf is written: the names,
@@ -66,10 +68,16 @@ struct leaf_read {
 std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,
                                             const extract_options& opts, std::string_view function);
 
+// Reads each entry into its leaf, in order. The pages of a loaded file's entries are asked for
+// (tensor_access::prefetch_pages) a little ahead of the entry being read, so that reading a cold
+// file overlaps the copies.
+void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries);
+
 // The entries of `t` under `prefix` that are not in `names`, sorted.
 std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names, std::string_view prefix);
 
-// Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another.
+// Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another (read_entries has
+// asked for the entry's pages).
 template <leaf L>
 void read_leaf(L& x, const tensor& entry) {
   const dtype type = leaf_traits<L>::dtype(x);
@@ -78,11 +86,10 @@ void read_leaf(L& x, const tensor& entry) {
   } else if constexpr (std::is_same_v<L, tensor>) {
     leaf_traits<L>::read(x, entry);  // a view: nothing is read now
   } else {
-    tensor_access::prefetch_pages(entry);
     leaf_traits<L>::read(x, entry);
-    // The leaf holds its own copy now: the file's pages need not stay in memory too.
-    tensor_access::release_pages(entry);
   }
+  // The leaf holds its own copy now: the file's pages need not stay in memory too.
+  if constexpr (!std::is_same_v<L, tensor>) tensor_access::release_pages(entry);
 }
 
 // The one walk of an extraction: names every leaf of `params` and notes how to fill it, checks
@@ -95,12 +102,13 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
       [&](std::string_view leaf_name, auto& x) {
         using leaf_type = std::remove_cvref_t<decltype(x)>;
         leaves.push_back({join_name(opts.prefix, leaf_name), leaf_traits<leaf_type>::dtype(x),
-                          leaf_traits<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); }});
+                          leaf_traits<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); },
+                          !std::is_same_v<leaf_type, tensor>});
       },
       params);
   const std::vector<const tensor*> entries =
       check_extraction(t, leaves, opts, opts.function.empty() ? function : opts.function);
-  for (std::size_t i = 0; i < leaves.size(); ++i) leaves[i].read(*entries[i]);
+  read_entries(leaves, entries);
 }
 
 }  // namespace detail
@@ -160,6 +168,9 @@ template <class P>
 /// dtypes), if a dtype cannot be cast (sub-byte formats), if `like`'s names are invalid, or, with
 /// `opts.strict`, if entries under the prefix are left unconsumed. When no entry of `t` is under
 /// a non-empty prefix, the message lists the prefixes `t` has.
+/// \throws ckpt::format_error naming the file if a loaded file has been truncated since `load`
+/// (checked before any leaf is written); ckpt::io_error if it cannot be read, or format_error if
+/// it is truncated while it is being read.
 template <class P>
 [[nodiscard]] P to_params(const checkpoint& t, const P& like, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: to_params needs a named structure or a leaf");
@@ -172,6 +183,8 @@ template <class P>
 /// without the copy of the template, so that loading a model needs no second copy of it. All
 /// entries are checked before any leaf is written: on an error `params` is unchanged.
 /// \throws std::invalid_argument as `to_params` (the messages say `read_params`).
+/// \throws ckpt::io_error, ckpt::format_error as `to_params`; after a failure while reading, the
+/// leaves read before it hold their new values.
 template <class P>
 void read_params(const checkpoint& t, P& params, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: read_params needs a named structure or a leaf");

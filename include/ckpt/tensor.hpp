@@ -31,9 +31,9 @@ using dims = std::vector<std::int64_t>;
 [[nodiscard]] std::size_t nbytes_of(dtype type, std::int64_t numel);
 
 namespace detail {
-// Not part of the API: where a tensor's bytes live, and the library's access to it
-// (ckpt/detail/pages.hpp).
-enum class storage { memory, file_mapping };
+// Not part of the API: a loaded file's mapping, which a tensor's bytes may view, and the
+// library's access to it (ckpt/detail/pages.hpp).
+class mapped_file;
 struct tensor_access;
 }  // namespace detail
 
@@ -106,7 +106,7 @@ class tensor {
  private:
   friend struct detail::tensor_access;
   tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-         std::shared_ptr<const void> owner, detail::storage where = detail::storage::memory);
+         std::shared_ptr<const void> owner, const detail::mapped_file* file = nullptr);
   static std::shared_ptr<std::byte[]> allocate(std::size_t size);
   [[noreturn]] void throw_dtype_mismatch(ckpt::dtype requested) const;
 
@@ -115,7 +115,8 @@ class tensor {
   std::int64_t numel_ = 0;
   std::span<const std::byte> bytes_;
   std::shared_ptr<const void> owner_;
-  detail::storage storage_ = detail::storage::memory;
+  // The loaded file whose mapping `bytes_` views (kept alive through `owner_`), or null.
+  const detail::mapped_file* file_ = nullptr;
 };
 
 }  // namespace ckpt
