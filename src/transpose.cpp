@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -105,25 +107,45 @@ transpose_kernel& active_transpose_kernel() noexcept {
   return kernel;
 }
 
-void transpose(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-               std::size_t rows, std::size_t cols, std::size_t element_size, destination to) noexcept {
+namespace {
+
+// The calling thread's two block buffers (transpose_tiles.hpp), allocated at its first transpose
+// and kept until it ends (1 MiB), or null where that allocation failed. A buffer allocated for
+// each call measured 1.4x slower loads in a program that churns memory (on this VM, fresh
+// pages cost up to 8 us each: bench/README.md, "Library changes" 11 and 12); the second buffer
+// is lent to the helper thread of a split matrix, which lives for one call.
+std::byte* block_buffer(std::size_t which) noexcept {
+  thread_local std::unique_ptr<std::byte[]> buffers;
+  thread_local bool failed = false;
+  if (!buffers && !failed) try {
+      buffers = std::make_unique_for_overwrite<std::byte[]>(2 * block_buffer_bytes);
+    } catch (const std::bad_alloc&) {
+      failed = true;  // every block written directly
+    }
+  return buffers ? buffers.get() + which * block_buffer_bytes : nullptr;
+}
+
+void transpose_with(std::byte* buffer, const std::byte* src, std::size_t src_stride, std::byte* dst,
+                    std::size_t dst_stride, std::size_t rows, std::size_t cols, std::size_t element_size,
+                    destination to) noexcept {
   if (rows == 0 || cols == 0) return;
   const transpose_kernel kernel = active_transpose_kernel();
   const bool to_memory = to == destination::memory;
 #if defined(CKPT_HAVE_AVX2_KERNELS)
   if (kernel == transpose_kernel::avx2 &&
-      transpose_avx2(src, src_stride, dst, dst_stride, rows, cols, element_size, to_memory))
+      transpose_avx2(src, src_stride, dst, dst_stride, rows, cols, element_size, to_memory, buffer))
     return;
 #endif
 #if defined(__SSE2__)
   if (kernel != transpose_kernel::portable) switch (element_size) {
-      case 2: return transpose_tiled<tile<2>, 2>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
-      case 4: return transpose_tiled<tile<4>, 4>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
-      case 8: return transpose_tiled<tile<8>, 8>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
+      case 2: return transpose_tiled<tile<2>, 2>(src, src_stride, dst, dst_stride, rows, cols, to_memory, buffer);
+      case 4: return transpose_tiled<tile<4>, 4>(src, src_stride, dst, dst_stride, rows, cols, to_memory, buffer);
+      case 8: return transpose_tiled<tile<8>, 8>(src, src_stride, dst, dst_stride, rows, cols, to_memory, buffer);
       default: break;
     }
 #else
   static_cast<void>(to_memory);
+  static_cast<void>(buffer);
 #endif
   switch (element_size) {
     case 2: return transpose_blocked<std::uint16_t>(src, src_stride, dst, dst_stride, rows, cols);
@@ -138,6 +160,14 @@ void transpose(const std::byte* src, std::size_t src_stride, std::byte* dst, std
   }
 }
 
+}  // namespace
+
+void transpose(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
+               std::size_t rows, std::size_t cols, std::size_t element_size, destination to) noexcept {
+  if (rows == 0 || cols == 0) return;
+  transpose_with(block_buffer(0), src, src_stride, dst, dst_stride, rows, cols, element_size, to);
+}
+
 void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size_t cols,
                std::size_t element_size, destination to) noexcept {
   if (rows == 1 || cols == 1) {
@@ -150,9 +180,10 @@ void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size
   const std::size_t half = rows / 2 / 64 * 64;  // whole tiles on either side
   if (rows * cols * element_size >= parallel_bytes && half > 0 && std::thread::hardware_concurrency() > 1) {
     try {
+      std::byte* const lent = block_buffer(1);
       const std::jthread helper([=] {
-        transpose(src + half * cols * element_size, cols, dst + half * element_size, rows, rows - half, cols,
-                  element_size, to);
+        transpose_with(lent, src + half * cols * element_size, cols, dst + half * element_size, rows, rows - half,
+                       cols, element_size, to);
       });
       transpose(src, cols, dst, rows, half, cols, element_size, to);
       return;  // the helper joins here

@@ -43,9 +43,10 @@ struct avx2_tile4 {
 }  // namespace
 
 bool transpose_avx2(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-                    std::size_t rows, std::size_t cols, std::size_t element_size, bool to_memory) noexcept {
+                    std::size_t rows, std::size_t cols, std::size_t element_size, bool to_memory,
+                    std::byte* buffer) noexcept {
   if (element_size != 4) return false;
-  transpose_tiled<avx2_tile4, 4>(src, src_stride, dst, dst_stride, rows, cols, to_memory);
+  transpose_tiled<avx2_tile4, 4>(src, src_stride, dst, dst_stride, rows, cols, to_memory, buffer);
   return true;
 }
 

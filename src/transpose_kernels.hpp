@@ -21,8 +21,10 @@ enum class transpose_kernel {
 [[nodiscard]] transpose_kernel& active_transpose_kernel() noexcept;
 
 // The AVX2 tiles (src/transpose_avx2.cpp, compiled for AVX2): false if `element_size` has none.
-// `to_memory`: the destination is written around the caches (detail::destination::memory).
+// `to_memory`: the destination is written around the caches (detail::destination::memory);
+// `buffer`: the block buffer (transpose_tiles.hpp), or null.
 bool transpose_avx2(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-                    std::size_t rows, std::size_t cols, std::size_t element_size, bool to_memory) noexcept;
+                    std::size_t rows, std::size_t cols, std::size_t element_size, bool to_memory,
+                    std::byte* buffer) noexcept;
 
 }  // namespace ckpt::detail

@@ -8,8 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <type_traits>
 
 #if defined(__SSE2__)
@@ -24,6 +22,9 @@ namespace {
 // block's rows lie as many pages apart as it has rows, and small blocks come back to the same
 // pages many times (bench/README.md, "Library changes" 9).
 constexpr std::size_t block_bytes = 1024;
+
+// The largest block buffer a transpose_tiled call uses (2-byte elements: 512 x 512 of them).
+constexpr std::size_t block_buffer_bytes = block_bytes * block_bytes / 2;
 
 template <class T>
 void transpose_scalar(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
@@ -51,10 +52,11 @@ inline void copy_to_memory(std::byte* d, const std::byte* s, std::size_t n) noex
 
 // `to_memory`: the destination is not read again soon (a leaf being loaded), and is written
 // around the caches from the block buffer: 1.7-1.9x faster for matrices of 1000 x 1000 floats
-// and more (bench/README.md, "Library changes" 12).
+// and more (bench/README.md, "Library changes" 12). `buffer`: block_buffer_bytes of scratch
+// memory, or null to write every block directly.
 template <class Tile, std::size_t Size>
 void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
-                     std::size_t rows, std::size_t cols, bool to_memory) noexcept {
+                     std::size_t rows, std::size_t cols, bool to_memory, std::byte* buffer) noexcept {
   using element = std::conditional_t<Size == 2, std::uint16_t, std::conditional_t<Size == 4, std::uint32_t, std::uint64_t>>;
   constexpr std::size_t side = Tile::side;
   constexpr std::size_t block = std::max<std::size_t>(block_bytes / Size, side);
@@ -64,17 +66,8 @@ void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* ds
   // contiguous buffer and leave it a destination row at a time. Other strides write directly,
   // which is faster for them, unless the destination is written around the caches, which only
   // the buffer's whole rows can be.
-  // The buffer is on the heap (a block is up to 256 KiB, too much for a thread's stack); without
-  // one, the blocks are written directly.
   const std::size_t buffer_stride = std::min(block, rows);
-  std::unique_ptr<std::byte[]> storage;
-  if (to_memory || dst_stride * Size % 1024 == 0) try {
-      storage = std::make_unique_for_overwrite<std::byte[]>(buffer_stride * std::min(block, cols) * Size);
-    } catch (const std::bad_alloc&) {
-      // Written directly, below.
-    }
-  std::byte* const buffer = storage.get();
-  const bool buffered = buffer != nullptr;
+  const bool buffered = buffer != nullptr && (to_memory || dst_stride * Size % 1024 == 0);
   for (std::size_t r0 = 0; r0 < rows; r0 += block) {
     const std::size_t r1 = std::min(rows, r0 + block), nr = r1 - r0;
     for (std::size_t c0 = 0; c0 < cols; c0 += block) {
