@@ -3,10 +3,10 @@
 #include <ckpt/detail/live_source.hpp>
 
 #include "memory.hpp"
+#include "parallel.hpp"
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <thread>
 #include <vector>
 #include <string>
@@ -48,10 +48,6 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
   const std::size_t threads =
       std::clamp<std::size_t>(std::min<std::size_t>(std::thread::hardware_concurrency(), 4), 1,
                               std::max<std::size_t>(total / bytes_per_thread, 1));
-  if (threads == 1) {
-    copy_run(0, order.size());
-    return;
-  }
   // Run k ends at the first entry that starts at or past k/threads of the bytes.
   std::vector<std::size_t> bounds{0};
   for (std::size_t k = 1; k < threads; ++k) {
@@ -59,25 +55,10 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
     bounds.push_back(static_cast<std::size_t>(std::lower_bound(starts.begin(), starts.end(), target) - starts.begin()));
   }
   bounds.push_back(order.size());
-  std::vector<std::exception_ptr> errors(threads);
-  {
-    std::vector<std::jthread> helpers;
-    for (std::size_t k = 1; k < threads; ++k)
-      helpers.emplace_back([&, k] {
-        try {
-          copy_run(bounds[k], bounds[k + 1]);
-        } catch (...) {
-          errors[k] = std::current_exception();
-        }
-      });
-    try {
-      copy_run(bounds[0], bounds[1]);
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
-  }  // the helpers join here
-  for (const std::exception_ptr& error : errors)
-    if (error) std::rethrow_exception(error);
+  detail::run_in_parallel(threads, [&](std::size_t k, std::size_t n) {
+    if (n == 1) copy_run(0, order.size());  // a machine with one hardware thread
+    else copy_run(bounds[k], bounds[k + 1]);
+  });
 }
 
 }  // namespace

@@ -3,16 +3,14 @@
 
 #include "mapped_file.hpp"
 #include "memory.hpp"
+#include "parallel.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <limits>
-#include <system_error>
-#include <thread>
 #include <utility>
 
 namespace ckpt {
@@ -148,36 +146,13 @@ namespace {
 // the memory bandwidth (bench/README.md, "Library changes" 12).
 constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
-// Calls part(i, n) for i in [0, n): on this thread alone (n = 1), or with `split` on this thread
-// and a helper (n = 2). What the helper throws is rethrown here, after both have finished.
-template <class Part>
-void on_two_threads(bool split, const Part& part) {
-  std::exception_ptr failure;
-  std::jthread helper;
-  if (split && std::thread::hardware_concurrency() > 1) try {
-      helper = std::jthread([&] {
-        try {
-          part(1, 2);
-        } catch (...) {
-          failure = std::current_exception();
-        }
-      });
-    } catch (const std::system_error&) {
-      // No thread to be had: all on this one.
-    }
-  if (!helper.joinable()) return part(0, 1);
-  part(0, 2);  // should this throw, the helper is joined first (jthread)
-  helper.join();
-  if (failure) std::rethrow_exception(failure);
-}
-
 }  // namespace
 
 void detail::tensor_access::read_bytes(const tensor& x, std::span<std::byte> out) {
   const std::span<const std::byte> in = x.bytes_;
   if (in.empty()) return;
   const bool from_file = x.file_ != nullptr && in.size() >= advised_bytes;
-  on_two_threads(in.size() >= parallel_bytes, [&](std::size_t i, std::size_t n) {
+  run_in_parallel(in.size() >= parallel_bytes ? 2 : 1, [&](std::size_t i, std::size_t n) {
     // Part i of n, cut on 4 KiB boundaries.
     const auto cut = [&](std::size_t k) { return k == n ? in.size() : in.size() / n * k / 4096 * 4096; };
     const std::size_t first = cut(i), count = cut(i + 1) - first;

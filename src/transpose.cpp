@@ -1,5 +1,6 @@
 #include <ckpt/detail/transpose.hpp>
 
+#include "parallel.hpp"
 #include "transpose_kernels.hpp"
 #include "transpose_tiles.hpp"
 
@@ -8,8 +9,6 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <system_error>
-#include <thread>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -178,20 +177,15 @@ void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size
   // One core does not use all of the memory bandwidth (bench/README.md, "Notes from the code"), so
   // a large matrix is split into two runs of source rows, the second transposed on a helper thread. The runs write disjoint columns of the destination.
   const std::size_t half = rows / 2 / 64 * 64;  // whole tiles on either side
-  if (rows * cols * element_size >= parallel_bytes && half > 0 && std::thread::hardware_concurrency() > 1) {
-    try {
-      std::byte* const lent = block_buffer(1);
-      const std::jthread helper([=] {
-        transpose_with(lent, src + half * cols * element_size, cols, dst + half * element_size, rows, rows - half,
-                       cols, element_size, to);
-      });
-      transpose(src, cols, dst, rows, half, cols, element_size, to);
-      return;  // the helper joins here
-    } catch (const std::system_error&) {
-      // No thread to be had: the whole matrix on this one, below.
-    }
-  }
-  transpose(src, cols, dst, rows, rows, cols, element_size, to);
+  if (rows * cols * element_size < parallel_bytes || half == 0)
+    return transpose(src, cols, dst, rows, rows, cols, element_size, to);
+  std::byte* const lent = block_buffer(1);
+  run_in_parallel(2, [&](std::size_t part, std::size_t parts) {
+    if (parts == 1) transpose(src, cols, dst, rows, rows, cols, element_size, to);
+    else if (part == 0) transpose(src, cols, dst, rows, half, cols, element_size, to);
+    else transpose_with(lent, src + half * cols * element_size, cols, dst + half * element_size, rows, rows - half,
+                        cols, element_size, to);
+  });
 }
 
 }  // namespace ckpt::detail

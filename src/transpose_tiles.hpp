@@ -51,7 +51,7 @@ inline void copy_to_memory(std::byte* d, const std::byte* s, std::size_t n) noex
 }
 
 // `to_memory`: the destination is not read again soon (a leaf being loaded), and is written
-// around the caches from the block buffer: 1.7-1.9x faster for matrices of 1000 x 1000 floats
+// around the caches from the block buffer: 1.5-1.9x faster for matrices of 1000 x 1000 floats
 // and more (bench/README.md, "Library changes" 12). `buffer`: block_buffer_bytes of scratch
 // memory, or null to write every block directly.
 template <class Tile, std::size_t Size>

@@ -48,6 +48,7 @@ set(layer_mapped_file 2)  # hands out tensor::storage
 set(layer_io_hooks 1)
 set(layer_temporary_name 1)
 set(layer_memory 1)
+set(layer_parallel 1)
 set(layer_transpose 1)
 set(layer_transpose_avx2 1)
 set(layer_transpose_kernels 1)

@@ -1,13 +1,19 @@
 // The tiled transpose that reorders column-major leaves, against the definition, with each
-// kernel this CPU has (portable, SSE2, AVX2) forced in turn through the build's private seam.
+// kernel this CPU has (portable, SSE2, AVX2) forced in turn through the build's private seam;
+// and the split of work between threads that it, extraction and snapshots share.
 #define BOOST_TEST_MODULE transpose
 #include <boost/test/unit_test.hpp>
 
 #include <ckpt/detail/transpose.hpp>
 
-#include "transpose_kernels.hpp"  // the build's private seam (src/)
+#include "parallel.hpp"           // the build's private seams (src/)
+#include "transpose_kernels.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <stdexcept>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -137,3 +143,36 @@ BOOST_AUTO_TEST_CASE(empty_matrices_touch_nothing) {
   ckpt::detail::transpose(nullptr, &sentinel, 5, 0, 4, destination::memory);
   BOOST_TEST((sentinel == std::byte{0x5A}));
 }
+
+BOOST_AUTO_TEST_SUITE(parallel_parts)
+
+BOOST_AUTO_TEST_CASE(every_part_runs_once_the_first_on_the_calling_thread) {
+  const std::size_t n = std::thread::hardware_concurrency() > 1 ? 4 : 1;
+  std::vector<std::atomic<int>> runs(4);
+  std::atomic<bool> first_here = false;
+  const auto caller = std::this_thread::get_id();
+  ckpt::detail::run_in_parallel(4, [&](std::size_t k, std::size_t parts) {
+    BOOST_REQUIRE(parts == n);
+    ++runs[k];
+    if (k == 0) first_here = std::this_thread::get_id() == caller;
+  });
+  for (std::size_t k = 0; k < 4; ++k) BOOST_TEST(runs[k] == (k < n ? 1 : 0), "part " << k);
+  BOOST_TEST(first_here.load());
+}
+
+BOOST_AUTO_TEST_CASE(what_a_part_throws_is_rethrown_and_the_other_parts_still_run) {
+  std::atomic<int> finished = 0;
+  std::atomic<std::size_t> parts_seen = 0;
+  BOOST_CHECK_EXCEPTION(ckpt::detail::run_in_parallel(3,
+                                                      [&](std::size_t k, std::size_t parts) {
+                                                        parts_seen = parts;
+                                                        if (k == parts - 1) throw std::runtime_error("last part");
+                                                        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                                        ++finished;
+                                                      }),
+                        std::runtime_error, [](const std::runtime_error& e) { return std::string(e.what()) == "last part"; });
+  // The part that threw ran on a helper (where there are helpers); every other part ran whole.
+  BOOST_TEST(finished == static_cast<int>(parts_seen) - 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

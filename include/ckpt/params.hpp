@@ -121,7 +121,7 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
 /// \throws std::invalid_argument if the names are not distinct and non-empty (the message
 /// quotes the offending name), or name `__metadata__`, before anything is copied; if a
 /// `leaf_traits::contiguous` gives a span of another size than the entry's.
-/// \throws std::bad_alloc; std::system_error if a copying thread cannot be started.
+/// \throws std::bad_alloc (where no copying thread can be started, the copy runs on this one).
 template <class P>
 [[nodiscard]] checkpoint of_params(const P& params, std::string_view prefix = {}) {
   static_assert(named<P>, "ckpt: of_params needs a named structure or a leaf");

@@ -37,8 +37,8 @@ class snapshot_arena {
   /// whole leaves), since one core does not use all of the memory bandwidth.
   /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted),
   /// before anything is copied.
-  /// \throws std::bad_alloc if a new buffer cannot be allocated; std::system_error if a copying
-  /// thread cannot be started.
+  /// \throws std::bad_alloc if a new buffer cannot be allocated (where no copying thread can be
+  /// started, the copy runs on this one).
   [[nodiscard]] checkpoint snapshot(std::initializer_list<section> sections, const metadata_map& metadata = {});
 
   /// The bytes of the buffers the arena holds, in use by snapshots or free.

@@ -1,0 +1,55 @@
+#pragma once
+// The one way the compiled parts split work between threads: one core does not use all of the
+// memory bandwidth (bench/README.md, "Notes from the code"), so large copies and transposes run
+// in parts, the first on the calling thread and the others on helpers started for the call.
+
+#include <algorithm>
+#include <cstddef>
+#include <exception>
+#include <new>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace ckpt::detail {
+
+// Calls part(k, n) once for every k in [0, n): part 0 on this thread, the others on helper
+// threads, all finished when it returns. `n` is `parts`, or 1 on a machine with one hardware
+// thread. A helper that cannot be started leaves its parts to this thread. Rethrows the first
+// exception a part threw, once every part has finished.
+template <class Part>
+void run_in_parallel(std::size_t parts, const Part& part) {
+  const std::size_t n = std::thread::hardware_concurrency() > 1 ? std::max<std::size_t>(parts, 1) : 1;
+  if (n == 1) return part(0, 1);
+  std::vector<std::exception_ptr> errors;
+  std::vector<std::jthread> helpers;  // declared after `errors`: joined before it goes
+  try {
+    errors.resize(n);
+    helpers.reserve(n - 1);
+  } catch (const std::bad_alloc&) {
+    for (std::size_t k = 0; k < n; ++k) part(k, n);  // no room for helpers: all here
+    return;
+  }
+  const auto run = [&](std::size_t k) {
+    try {
+      part(k, n);
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  };
+  std::size_t started = 1;
+  try {
+    for (; started < n; ++started) helpers.emplace_back(run, started);
+  } catch (const std::system_error&) {
+    // No more threads to be had: the remaining parts run here.
+  } catch (const std::bad_alloc&) {
+    // Likewise.
+  }
+  run(0);
+  for (std::size_t k = started; k < n; ++k) run(k);
+  helpers.clear();  // joins them
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
+}
+
+}  // namespace ckpt::detail
