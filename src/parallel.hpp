@@ -13,14 +13,27 @@
 
 namespace ckpt::detail {
 
+// Whether this thread is running a part of a run_in_parallel call: the calls made from a part run
+// all their parts on its thread, so that nested splits do not start more threads than cores.
+inline thread_local bool in_parallel_part = false;
+
 // Calls part(k, n) once for every k in [0, n): part 0 on this thread, the others on helper
 // threads, all finished when it returns. `n` is `parts`, or 1 on a machine with one hardware
-// thread. A helper that cannot be started leaves its parts to this thread. Rethrows the first
-// exception a part threw, once every part has finished.
+// thread or within a part of another call. A helper that cannot be started leaves its parts to
+// this thread. Rethrows the first exception a part threw, once every part has finished.
 template <class Part>
 void run_in_parallel(std::size_t parts, const Part& part) {
-  const std::size_t n = std::thread::hardware_concurrency() > 1 ? std::max<std::size_t>(parts, 1) : 1;
+  const std::size_t n =
+      std::thread::hardware_concurrency() > 1 && !in_parallel_part ? std::max<std::size_t>(parts, 1) : 1;
   if (n == 1) return part(0, 1);
+  // Marks this thread as running a part while one runs.
+  struct part_scope {
+    bool outer = in_parallel_part;
+    part_scope() noexcept { in_parallel_part = true; }
+    ~part_scope() { in_parallel_part = outer; }
+    part_scope(const part_scope&) = delete;
+    part_scope& operator=(const part_scope&) = delete;
+  };
   std::vector<std::exception_ptr> errors;
   std::vector<std::jthread> helpers;  // declared after `errors`: joined before it goes
   try {
@@ -31,6 +44,7 @@ void run_in_parallel(std::size_t parts, const Part& part) {
     return;
   }
   const auto run = [&](std::size_t k) {
+    const part_scope scope;
     try {
       part(k, n);
     } catch (...) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -579,4 +580,55 @@ BOOST_AUTO_TEST_CASE(to_params_builds_every_kind_of_structure_without_copying_li
   BOOST_TEST((back.by_name.at("q") == saved.by_name.at("q") && back.embedding.value == saved.embedding.value));
   BOOST_TEST(back.extra.at("v").as_tensor().as<float>()[1] == 7.0f);
   BOOST_TEST(back.count == 7);
+}
+
+namespace {
+// A leaf of one float whose read notes the thread it ran on; `Alone` is its reads_only_its_leaf.
+template <bool Alone>
+struct thread_probe {
+  float v = 0;
+  std::thread::id read_on;
+};
+}  // namespace
+
+template <bool Alone>
+struct ckpt::leaf_traits<thread_probe<Alone>> {
+  static ckpt::dtype dtype(const thread_probe<Alone>&) { return ckpt::dtype::f32; }
+  static ckpt::dims shape(const thread_probe<Alone>&) { return {}; }
+  static void write(const thread_probe<Alone>& x, std::span<std::byte> out) { std::memcpy(out.data(), &x.v, 4); }
+  static void read(thread_probe<Alone>& x, const ckpt::tensor& in) {
+    std::memcpy(&x.v, in.bytes().data(), 4);
+    x.read_on = std::this_thread::get_id();
+  }
+  static constexpr bool reads_only_its_leaf = Alone;
+};
+
+namespace {
+template <bool Alone>
+struct probed_model {
+  Eigen::MatrixXf a, b;  // 2 MiB each: enough for extraction to read on two threads
+  thread_probe<Alone> last;
+};
+
+template <bool Alone>
+probed_model<Alone> probed(float fill) {
+  return {Eigen::MatrixXf::Constant(512, 1024, fill), Eigen::MatrixXf::Constant(512, 1024, fill + 1), {fill + 2, {}}};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(leaves_that_read_alone_are_read_on_two_threads_and_the_others_on_the_callers) {
+  const auto t = ckpt::of_params(probed<true>(1));
+  // Every leaf declares reads_only_its_leaf: the second run of leaves (the probe, past half of
+  // the bytes) is read on a helper where the machine has two threads.
+  probed_model<true> alone = probed<true>(0);
+  ckpt::read_params(t, alone);
+  BOOST_TEST(alone.a(3, 7) == 1.0f);
+  BOOST_TEST(alone.b(511, 1023) == 2.0f);
+  BOOST_TEST(alone.last.v == 3.0f);
+  BOOST_TEST((alone.last.read_on != std::this_thread::get_id()) == (std::thread::hardware_concurrency() > 1));
+  // One leaf that does not declare it: every leaf is read on the calling thread.
+  probed_model<false> mixed = ckpt::to_params(t, probed<false>(0));
+  BOOST_TEST(mixed.b(0, 0) == 2.0f);
+  BOOST_TEST(mixed.last.v == 3.0f);
+  BOOST_TEST((mixed.last.read_on == std::this_thread::get_id()));
 }

@@ -37,9 +37,15 @@ namespace ckpt {
 ///   // Optional, for `save(path, {sections})` (ckpt/section.hpp) to stream the leaf:
 ///   static std::span<const std::byte> contiguous(const my_tensor&);
 ///   static void write_rows(const my_tensor&, std::size_t first, std::size_t count, std::byte* out);
+///   // Optional, for extraction to read this leaf on a helper thread:
+///   static constexpr bool reads_only_its_leaf = true;
 /// };
 /// \endcode
-/// `read` receives an entry whose dtype and shape already match the leaf's.
+/// `read` receives an entry whose dtype and shape already match the leaf's. It is called on the
+/// thread that extracts (`to_params`, `read_params`), unless the traits declare
+/// `reads_only_its_leaf = true`: `read` touches nothing but the leaf it fills, so that
+/// extraction may read such leaves on two threads at once (it does when every leaf of the call
+/// declares it; the leaf types below all do).
 ///
 /// The two optional hooks let the save of sections write a leaf without a copy of it:
 /// - `contiguous` returns the leaf's C-order bytes where they already stand in memory (all of
@@ -170,6 +176,7 @@ std::span<const std::byte> bytes_of(const S* data, std::size_t count) {
 template <class T>
 struct dense_leaf_traits {
   using scalar_type = typename T::Scalar;
+  static constexpr bool reads_only_its_leaf = true;
   // Whether the storage already is C order: row-major, or a single row or column.
   static bool c_ordered(const T& m) { return T::IsRowMajor || m.rows() == 1 || m.cols() == 1; }
 
@@ -201,6 +208,7 @@ struct dense_leaf_traits {
 template <class T>
 struct tensor_leaf_traits {
   using scalar_type = typename T::Scalar;
+  static constexpr bool reads_only_its_leaf = true;
   static constexpr int rank = T::NumIndices;
   static constexpr bool is_row_major = (static_cast<int>(T::Layout) == Eigen::RowMajor);
 
@@ -296,6 +304,7 @@ struct leaf_traits<S, std::enable_if_t<std::is_arithmetic_v<S> || scalar<S>>> {
   static std::span<const std::byte> contiguous(const S& x) { return detail::bytes_of(&x, 1); }
   static void write(const S& x, std::span<std::byte> out) { detail::copy_out(out.data(), &x, 1); }
   static void read(S& x, const tensor& in) { detail::copy_in(&x, in, 1); }
+  static constexpr bool reads_only_its_leaf = true;
 };
 
 namespace detail {
@@ -376,6 +385,7 @@ struct leaf_traits<tensor> {
     if (!out.empty()) std::memcpy(out.data(), x.bytes().data(), out.size());
   }
   static void read(tensor& x, const tensor& in) { x = in; }
+  static constexpr bool reads_only_its_leaf = true;
 };
 
 namespace detail {

@@ -53,14 +53,23 @@ inline std::string join_name(std::string_view prefix, std::string_view name) {
 void check_leaf_names(std::span<const std::string> names, std::string_view function);
 
 // One leaf of an extraction: its entry's name, its dtype and shape, how to read an entry into it,
-// and whether that reads the entry's bytes (a `ckpt::tensor` leaf views them instead).
+// whether that reads the entry's bytes (a `ckpt::tensor` leaf views them instead), and whether
+// it may run on a helper thread (leaf_traits::reads_only_its_leaf).
 struct leaf_read {
   std::string name;
   ckpt::dtype dtype;
   dims shape;
   std::function<void(const tensor& entry)> read;
   bool reads_bytes = true;
+  bool reads_alone = false;
 };
+
+// Whether leaf_traits<L> declares that its `read` touches nothing but its leaf.
+template <class L>
+inline constexpr bool reads_only_its_leaf = [] {
+  if constexpr (requires { leaf_traits<L>::reads_only_its_leaf; }) return bool{leaf_traits<L>::reads_only_its_leaf};
+  else return false;
+}();
 
 // Everything that can go wrong with an extraction, checked before any leaf is written: the names,
 // then each leaf's entry (present, same shape, same dtype or castable as `opts.cast` allows), and
@@ -68,9 +77,10 @@ struct leaf_read {
 std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,
                                             const extract_options& opts, std::string_view function);
 
-// Reads each entry into its leaf, in order. The pages of a loaded file's entries are asked for
+// Reads each entry into its leaf. The pages of a loaded file's entries are asked for
 // (tensor_access::prefetch_pages) a little ahead of the entry being read, so that reading a cold
-// file overlaps the copies.
+// file overlaps the copies. When every leaf reads alone, two runs of leaves of about equal bytes
+// are read on two threads; otherwise the leaves are read in order on this thread.
 void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries);
 
 // The entries of `t` under `prefix` that are not in `names`, sorted.
@@ -103,7 +113,7 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
         using leaf_type = std::remove_cvref_t<decltype(x)>;
         leaves.push_back({join_name(opts.prefix, leaf_name), leaf_traits<leaf_type>::dtype(x),
                           leaf_traits<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); },
-                          !std::is_same_v<leaf_type, tensor>});
+                          !std::is_same_v<leaf_type, tensor>, reads_only_its_leaf<leaf_type>});
       },
       params);
   const std::vector<const tensor*> entries =
