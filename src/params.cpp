@@ -5,6 +5,8 @@
 #include "parallel.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <set>
 #include <span>
 #include <unordered_set>
@@ -88,32 +90,56 @@ constexpr std::size_t parallel_read_bytes = std::size_t{2} << 20;
 }  // namespace
 
 void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries) {
-  // The bytes entry k's leaf reads, its pages asked for by `ask`.
-  const auto bytes = [&](std::size_t k) { return leaves[k].reads_bytes ? entries[k]->nbytes() : 0; };
-  const auto ask = [&](std::size_t k) {
-    if (leaves[k].reads_bytes) tensor_access::prefetch_pages(*entries[k]);
+  // Leaves that read alone are read in the order of their bytes in the file (reading a file
+  // front to back is what its read-ahead and the disk do best; entries named layers.0 ..
+  // layers.10 are not stored in that order); other leaves in their own order.
+  const bool alone = std::ranges::all_of(leaves, [](const leaf_read& l) { return l.reads_alone; });
+  std::vector<std::size_t> order(leaves.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  if (alone)
+    std::ranges::stable_sort(order, std::less<>{}, [&](std::size_t k) { return entries[k]->bytes().data(); });
+  const auto bytes = [&](std::size_t pos) {
+    const std::size_t k = order[pos];
+    return leaves[k].reads_bytes ? entries[k]->nbytes() : 0;
   };
-  // Reads entries [first, last) in order, asking for pages up to read_ahead_bytes ahead.
+  // Reads the entries at positions [first, last) of `order`, asking for the pages of those up to
+  // read_ahead_bytes ahead. Entries that follow each other in the file are asked for together,
+  // once their run reaches tensor_access::advised_bytes or the entry about to be read is in it: a cold run of
+  // small entries is read ahead too, with one madvise for many.
   const auto read_run = [&](std::size_t first, std::size_t last) {
-    std::size_t next = first, pending = 0;  // entries [i + 1, next) were asked for ahead: `pending` bytes
-    for (std::size_t i = first; i < last; ++i) {
-      if (next <= i) {
-        ask(i);
-        next = i + 1;
-        pending = 0;
-      } else {
-        pending -= bytes(i);
+    std::span<const std::byte> range;  // the bytes of positions [asked, ranged), adjacent in one file
+    const mapped_file* range_file = nullptr;
+    std::size_t asked = first, ranged = first;
+    std::size_t pending = 0;  // the bytes of positions [pos, ranged)
+    const auto ask = [&] {
+      if (!range.empty()) tensor_access::prefetch_range(range);
+      range = {};
+      asked = ranged;
+    };
+    const auto add = [&] {
+      const std::size_t k = order[ranged];
+      const std::span<const std::byte> b = entries[k]->bytes();
+      const mapped_file* file = tensor_access::file_of(*entries[k]);
+      const bool mapped = leaves[k].reads_bytes && file != nullptr && !b.empty();
+      if (mapped && !range.empty() && (file != range_file || b.data() != range.data() + range.size()))
+        ask();  // not adjacent: the run so far is asked for
+      pending += bytes(ranged);
+      ++ranged;
+      if (mapped) {
+        range = range.empty() ? b : std::span<const std::byte>(range.data(), range.size() + b.size());
+        range_file = file;
       }
-      for (; next < last && pending < read_ahead_bytes; ++next) {
-        ask(next);
-        pending += bytes(next);
-      }
-      leaves[i].read(*entries[i]);
+      if (range.size() >= tensor_access::advised_bytes) ask();
+    };
+    for (std::size_t pos = first; pos < last; ++pos) {
+      while (ranged < last && (ranged == pos || pending < read_ahead_bytes)) add();
+      if (asked <= pos) ask();  // this entry's pages have not been asked for yet
+      leaves[order[pos]].read(*entries[order[pos]]);
+      pending -= bytes(pos);
     }
   };
   std::size_t total = 0;
-  for (std::size_t k = 0; k < leaves.size(); ++k) total += bytes(k);
-  const bool alone = std::ranges::all_of(leaves, [](const leaf_read& l) { return l.reads_alone; });
+  for (std::size_t pos = 0; pos < leaves.size(); ++pos) total += bytes(pos);
   if (!alone || total < parallel_read_bytes || leaves.size() < 2) return read_run(0, leaves.size());
   // The second run starts at the first entry at or past half of the bytes (and leaves the first
   // run at least one entry).

@@ -109,17 +109,12 @@ std::pair<void*, std::size_t> pages_of(std::span<const std::byte> bytes) noexcep
 
 }  // namespace
 
-namespace {
-// Entries smaller than this get no page advice: each madvise that changes the mapping's access
-// mode splits and merges its VMA (about 1 µs), which costs more than it saves on a small entry
-// whose pages are cached (100,000 entries of 64 bytes: 250 ms of madvise against a 20 ms copy),
-// while a cold entry of this size is read by 64 single-page faults at most.
-constexpr std::size_t advised_bytes = std::size_t{256} << 10;
-}  // namespace
-
 void detail::tensor_access::prefetch_pages(const tensor& x) noexcept {
-  if (x.file_ == nullptr || x.bytes_.size() < advised_bytes) return;
-  const auto [first, length] = pages_of(x.bytes_);
+  if (x.file_ != nullptr && x.bytes_.size() >= advised_bytes) prefetch_range(x.bytes_);
+}
+
+void detail::tensor_access::prefetch_range(std::span<const std::byte> mapped) noexcept {
+  const auto [first, length] = pages_of(mapped);
   // The mapping is MADV_RANDOM (load reads the header only), and MADV_WILLNEED alone starts no
   // read on some kernels (bench/README.md, "Notes from the code"): marking the entry's pages
   // sequential until release_pages makes the faults of the copy read ahead in large blocks.

@@ -44,8 +44,9 @@ namespace ckpt {
 /// `read` receives an entry whose dtype and shape already match the leaf's. It is called on the
 /// thread that extracts (`to_params`, `read_params`), unless the traits declare
 /// `reads_only_its_leaf = true`: `read` touches nothing but the leaf it fills, so that
-/// extraction may read such leaves on two threads at once (it does when every leaf of the call
-/// declares it; the leaf types below all do).
+/// extraction may read such leaves in any order and on two threads at once (it does when every
+/// leaf of the call declares it, in the order of the entries in the file; the leaf types below
+/// all declare it).
 ///
 /// The two optional hooks let the save of sections write a leaf without a copy of it:
 /// - `contiguous` returns the leaf's C-order bytes where they already stand in memory (all of
