@@ -3,7 +3,6 @@
 // memory bandwidth (bench/README.md, "Notes from the code"), so large copies and transposes run
 // in parts, the first on the calling thread and the others on helpers started for the call.
 
-#include <algorithm>
 #include <cstddef>
 #include <exception>
 #include <new>
@@ -23,9 +22,10 @@ inline thread_local bool in_parallel_part = false;
 // this thread. Rethrows the first exception a part threw, once every part has finished.
 template <class Part>
 void run_in_parallel(std::size_t parts, const Part& part) {
-  const std::size_t n =
-      std::thread::hardware_concurrency() > 1 && !in_parallel_part ? std::max<std::size_t>(parts, 1) : 1;
-  if (n == 1) return part(0, 1);
+  // hardware_concurrency() reads sysfs on each call (glibc): asked once, and only for a split.
+  static const bool one_core = std::thread::hardware_concurrency() < 2;
+  if (parts <= 1 || in_parallel_part || one_core) return part(0, 1);
+  const std::size_t n = parts;
   // Marks this thread as running a part while one runs.
   struct part_scope {
     bool outer = in_parallel_part;

@@ -97,15 +97,15 @@ void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* con
   std::vector<std::size_t> order(leaves.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   if (alone)
-    std::ranges::stable_sort(order, std::less<>{}, [&](std::size_t k) { return entries[k]->bytes().data(); });
+    std::ranges::sort(order, std::less<>{}, [&](std::size_t k) { return entries[k]->bytes().data(); });
   const auto bytes = [&](std::size_t pos) {
     const std::size_t k = order[pos];
     return leaves[k].reads_bytes ? entries[k]->nbytes() : 0;
   };
   // Reads the entries at positions [first, last) of `order`, asking for the pages of those up to
   // read_ahead_bytes ahead. Entries that follow each other in the file are asked for together,
-  // once their run reaches tensor_access::advised_bytes or the entry about to be read is in it: a cold run of
-  // small entries is read ahead too, with one madvise for many.
+  // once their run reaches tensor_access::advised_bytes or holds the entry about to be read: a
+  // cold run of small entries is read ahead too, with one madvise for many.
   const auto read_run = [&](std::size_t first, std::size_t last) {
     std::span<const std::byte> range;  // the bytes of positions [asked, ranged), adjacent in one file
     const mapped_file* range_file = nullptr;

@@ -193,8 +193,8 @@ template <class P>
 /// without the copy of the template, so that loading a model needs no second copy of it. All
 /// entries are checked before any leaf is written: on an error `params` is unchanged.
 /// \throws std::invalid_argument as `to_params` (the messages say `read_params`).
-/// \throws ckpt::io_error, ckpt::format_error as `to_params`; after a failure while reading, the
-/// leaves read before it hold their new values.
+/// \throws ckpt::io_error, ckpt::format_error as `to_params`; after a failure while reading,
+/// some leaves may hold their new values.
 template <class P>
 void read_params(const checkpoint& t, P& params, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: read_params needs a named structure or a leaf");
