@@ -137,6 +137,10 @@ void detail::tensor_access::release_pages(const tensor& x) noexcept {
 
 namespace {
 
+// Entries of this many bytes or more are read from the file with pread rather than copied out of
+// the mapping (a pread a tensor would cost more than the faults for small ones).
+constexpr std::size_t pread_bytes = std::size_t{256} << 10;
+
 // Copies of this many bytes or more are split between two threads: one core does not use all of
 // the memory bandwidth (bench/README.md, "Library changes" 12).
 constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
@@ -146,7 +150,7 @@ constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 void detail::tensor_access::read_bytes(const tensor& x, std::span<std::byte> out) {
   const std::span<const std::byte> in = x.bytes_;
   if (in.empty()) return;
-  const bool from_file = x.file_ != nullptr && in.size() >= advised_bytes;
+  const bool from_file = x.file_ != nullptr && in.size() >= pread_bytes;
   run_in_parallel(in.size() >= parallel_bytes ? 2 : 1, [&](std::size_t i, std::size_t n) {
     // Part i of n, cut on 4 KiB boundaries.
     const auto cut = [&](std::size_t k) { return k == n ? in.size() : in.size() / n * k / 4096 * 4096; };
