@@ -641,3 +641,16 @@ BOOST_AUTO_TEST_CASE(leaves_that_read_alone_are_read_on_two_threads_and_the_othe
   BOOST_TEST((mixed.first.read_on == std::this_thread::get_id()));
   BOOST_TEST((mixed.second.read_on == std::this_thread::get_id()));
 }
+
+// The library's leaf types declare that their read touches their leaf alone (so that
+// extraction may read them on two threads); a type of one's own is read on the calling thread
+// unless it says so, and frozen<T> says what T says. Checked when this file compiles.
+static_assert(ckpt::detail::reads_only_its_leaf<Eigen::MatrixXf>);
+static_assert(ckpt::detail::reads_only_its_leaf<Eigen::Array<double, 3, 1>>);
+static_assert(ckpt::detail::reads_only_its_leaf<Eigen::Tensor<float, 3>>);
+static_assert(ckpt::detail::reads_only_its_leaf<float>);
+static_assert(ckpt::detail::reads_only_its_leaf<ckpt::tensor>);
+static_assert(ckpt::detail::reads_only_its_leaf<std::mt19937>);
+static_assert(ckpt::detail::reads_only_its_leaf<ckpt::frozen<Eigen::MatrixXf>>);
+static_assert(!ckpt::detail::reads_only_its_leaf<ckpt::frozen<thread_probe<false>>>);
+static_assert(!ckpt::detail::reads_only_its_leaf<thread_probe<false>>);

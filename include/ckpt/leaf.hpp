@@ -80,6 +80,13 @@ namespace detail {
 template <class>
 inline constexpr bool always_false = false;
 
+// Whether leaf_traits<L> declares that its `read` touches nothing but its leaf.
+template <class L>
+inline constexpr bool reads_only_its_leaf = [] {
+  if constexpr (requires { leaf_traits<L>::reads_only_its_leaf; }) return bool{leaf_traits<L>::reads_only_its_leaf};
+  else return false;
+}();
+
 // Emits the diagnostic for an arithmetic type the format has no dtype for; the instantiation
 // context names the type.
 template <class T>
@@ -374,6 +381,7 @@ struct leaf_traits<E, std::enable_if_t<detail::is_std_engine<E>::value>> {
       throw std::invalid_argument("ckpt: the entry does not hold a state of this random engine");
     e = restored;
   }
+  static constexpr bool reads_only_its_leaf = true;
 };
 
 /// A `ckpt::tensor` is a leaf of its own dtype and shape; reading one shares the entry's bytes.
@@ -457,6 +465,7 @@ struct leaf_traits<frozen<T>> {
   }
   static void write(const frozen<T>& x, std::span<std::byte> out) { leaf_traits<T>::write(x.value, out); }
   static void read(frozen<T>& x, const tensor& in) { leaf_traits<T>::read(x.value, in); }
+  static constexpr bool reads_only_its_leaf = detail::reads_only_its_leaf<T>;
 };
 
 /// The dtype of the entry `x` becomes.

@@ -64,12 +64,6 @@ struct leaf_read {
   bool reads_alone = false;
 };
 
-// Whether leaf_traits<L> declares that its `read` touches nothing but its leaf.
-template <class L>
-inline constexpr bool reads_only_its_leaf = [] {
-  if constexpr (requires { leaf_traits<L>::reads_only_its_leaf; }) return bool{leaf_traits<L>::reads_only_its_leaf};
-  else return false;
-}();
 
 // Everything that can go wrong with an extraction, checked before any leaf is written: the names,
 // then each leaf's entry (present, same shape, same dtype or castable as `opts.cast` allows), and
