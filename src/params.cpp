@@ -79,8 +79,8 @@ std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string
 namespace {
 // How far beyond the entry being read the file's pages are asked for. A cold 256 MiB file of
 // 4 MiB entries took 1.50-1.62x the time of a cold pread with none, 1.22-1.26x with the next
-// entry, 1.11-1.30x with 8, 16, 32 or 64 MiB (within the disk's noise of each other; bench/README.md,
-// "Library changes" 12).
+// entry, 1.10-1.30x with 8, 16, 32 or 64 MiB (within the disk's noise of each other;
+// bench/README.md, "Library changes" 12).
 constexpr std::size_t read_ahead_bytes = std::size_t{16} << 20;
 // Extractions of this many bytes or more read two runs of leaves on two threads (each leaf then
 // reads on one thread): a thread for the whole call, not one for each large leaf. 64 matrices of
@@ -99,17 +99,16 @@ void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* con
   // layers.10 are not stored in that order), unless they average less than file_order_bytes;
   // other leaves in their own order.
   const bool alone = std::ranges::all_of(leaves, [](const leaf_read& l) { return l.reads_alone; });
+  // The bytes leaf k reads.
+  const auto leaf_bytes = [&](std::size_t k) { return leaves[k].reads_bytes ? entries[k]->nbytes() : 0; };
   std::size_t total = 0;
-  for (std::size_t k = 0; k < leaves.size(); ++k) total += leaves[k].reads_bytes ? entries[k]->nbytes() : 0;
+  for (std::size_t k = 0; k < leaves.size(); ++k) total += leaf_bytes(k);
   const bool file_order = alone && total >= file_order_bytes * leaves.size();
   std::vector<std::size_t> order(leaves.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   if (file_order)
     std::ranges::sort(order, std::less<>{}, [&](std::size_t k) { return entries[k]->bytes().data(); });
-  const auto bytes = [&](std::size_t pos) {
-    const std::size_t k = order[pos];
-    return leaves[k].reads_bytes ? entries[k]->nbytes() : 0;
-  };
+  const auto bytes = [&](std::size_t pos) { return leaf_bytes(order[pos]); };
   // Reads the entries at positions [first, last) of `order`, asking for the pages of those up to
   // read_ahead_bytes ahead. Entries that follow each other in the file are asked for together,
   // once their run reaches tensor_access::advised_bytes or holds the entry about to be read: a

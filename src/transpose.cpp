@@ -109,10 +109,11 @@ transpose_kernel& active_transpose_kernel() noexcept {
 namespace {
 
 // The calling thread's two block buffers (transpose_tiles.hpp), allocated at its first transpose
-// and kept until it ends (1 MiB), or null where that allocation failed. A buffer allocated for
-// each call measured 1.4x slower loads in a program that churns memory (on this VM, fresh
-// pages cost up to 8 us each: bench/README.md, "Library changes" 11 and 12); the second buffer
-// is lent to the helper thread of a split matrix, which lives for one call.
+// and kept until it ends (1 MiB), or null where that allocation failed: fresh memory for each
+// call costs a fault a page (on this VM up to 8 us a page: bench/README.md, "Library changes" 11
+// and 12, where 64 column-major 1024 x 1024 loads took 0.058 s with a buffer a call, 0.055 s with
+// these, and 0.091 s with 512 KiB a call). The second buffer is lent to the helper thread of a
+// split matrix, which lives for one call.
 std::byte* block_buffer(std::size_t which) noexcept {
   thread_local std::unique_ptr<std::byte[]> buffers;
   thread_local bool failed = false;

@@ -64,7 +64,6 @@ struct leaf_read {
   bool reads_alone = false;
 };
 
-
 // Everything that can go wrong with an extraction, checked before any leaf is written: the names,
 // then each leaf's entry (present, same shape, same dtype or castable as `opts.cast` allows), and
 // in strict mode the entries no leaf consumes. Returns the entry of each leaf, in order.
@@ -85,14 +84,10 @@ std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string
 template <leaf L>
 void read_leaf(L& x, const tensor& entry) {
   const dtype type = leaf_traits<L>::dtype(x);
-  if (entry.dtype() != type) {
-    leaf_traits<L>::read(x, cast(entry, type));
-  } else if constexpr (std::is_same_v<L, tensor>) {
-    leaf_traits<L>::read(x, entry);  // a view: nothing is read now
-  } else {
-    leaf_traits<L>::read(x, entry);
-  }
-  // The leaf holds its own copy now: the file's pages need not stay in memory too.
+  if (entry.dtype() != type) leaf_traits<L>::read(x, cast(entry, type));
+  else leaf_traits<L>::read(x, entry);
+  // The leaf holds its own copy now: the file's pages need not stay in memory too (a
+  // `ckpt::tensor` leaf views them instead).
   if constexpr (!std::is_same_v<L, tensor>) tensor_access::release_pages(entry);
 }
 
