@@ -304,7 +304,8 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
   }
   metadata_map metadata = common.value_or(metadata_map{});
   // A digest describes one file's bytes, never a checkpoint spanning several.
-  if (const auto it = metadata.find(digest_key); it != metadata.end()) metadata.erase(it);
+  for (const std::string_view key : {digest_key, whole_digest_key})
+    if (const auto it = metadata.find(key); it != metadata.end()) metadata.erase(it);
   return checkpoint(std::move(entries), std::move(metadata));
 }
 

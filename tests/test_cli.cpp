@@ -314,7 +314,7 @@ BOOST_AUTO_TEST_CASE(a_file_as_a_table_with_totals_and_metadata) {
              "step  I32    [1]              1      4\n"
              "total: 3 entries, 9 parameters, 36 bytes\n"
              "__metadata__:\n"
-             "  ckpt.xxh3_64: " + digest_of(d.path() / "a.safetensors") + "\n"
+             "  ckpt.xxh3_64_per_mib: " + digest_of(d.path() / "a.safetensors") + "\n"
              "  note: first\n");
   const result filtered = run(d.path(), {"inspect", "a.safetensors", "--filter", "l1.w"});
   BOOST_TEST(filtered.status == 0);

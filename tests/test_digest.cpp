@@ -1,6 +1,8 @@
-// The optional XXH3-64 digest of the data section: where it is stored, that it matches the data
-// as an independent hash of the file computes it, that a flipped byte anywhere in the data is
-// caught (and can be let through on request), and who writes it (save, save of sections, the manager).
+// The optional digest of the data section (XXH3-64 of each MiB, then of those hashes): where it is
+// stored, that it matches the data as an independent hash of the file computes it, that a flipped
+// byte anywhere in the data is caught (and can be let through on request), that files of earlier
+// versions (one XXH3-64 of the whole section) are still verified, and who writes it (save, save of
+// sections, the manager).
 #define BOOST_TEST_MODULE digest
 #include <boost/test/unit_test.hpp>
 
@@ -11,6 +13,7 @@
 #include <Eigen/Core>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -44,13 +47,28 @@ std::size_t data_start(const std::string& file) {
   return 8 + static_cast<std::size_t>(n);
 }
 
-// The digest of a file's data section, computed here from the raw bytes.
-std::string digest_of_data(const std::string& file) {
-  const std::size_t start = data_start(file);
+std::string hex(XXH64_hash_t value) {
   char text[17];
-  std::snprintf(text, sizeof text, "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits(file.data() + start, file.size() - start)));
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
   return text;
+}
+
+// The digest of a file's data section (ckpt::digest_key), computed here from the raw bytes as
+// the key's documentation spells it: XXH3-64 of each MiB, then of those hashes' little-endian bytes.
+std::string digest_of_data(const std::string& file) {
+  const std::size_t start = data_start(file), chunk = std::size_t{1} << 20;
+  std::string hashes;
+  for (std::size_t at = start; at < file.size(); at += chunk) {
+    std::uint64_t h = XXH3_64bits(file.data() + at, std::min(chunk, file.size() - at));
+    for (int b = 0; b < 8; ++b, h >>= 8) hashes.push_back(static_cast<char>(h & 0xff));
+  }
+  return hex(XXH3_64bits(hashes.data(), hashes.size()));
+}
+
+// The digest of earlier versions (ckpt::whole_digest_key): XXH3-64 of the whole data section.
+std::string whole_digest_of_data(const std::string& file) {
+  const std::size_t start = data_start(file);
+  return hex(XXH3_64bits(file.data() + start, file.size() - start));
 }
 
 // A checkpoint of a few entries, a column-major matrix among them, with some metadata.
@@ -62,9 +80,10 @@ ckpt::checkpoint sample() {
       .with_metadata({{"note", "hello"}});
 }
 
-std::string corrupted_message(const fs::path& path, const std::string& computed, const std::string& recorded) {
+std::string corrupted_message(const fs::path& path, const std::string& computed, const std::string& recorded,
+                              const std::string& under = "ckpt.xxh3_64_per_mib") {
   return "ckpt: '" + path.string() + "' is corrupted: its data section hashes to " + computed +
-         " but its __metadata__ entry 'ckpt.xxh3_64' records " + recorded;
+         " but its __metadata__ entry '" + under + "' records " + recorded;
 }
 
 }  // namespace
@@ -143,6 +162,71 @@ BOOST_AUTO_TEST_CASE(a_flipped_byte_anywhere_in_the_data_is_caught) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(each_mib_is_hashed_and_the_order_of_the_mibs_counts) {
+  const temp_dir s;
+  const fs::path path = s.path() / "c.safetensors";
+  // 9.5 MiB and 4 bytes of data: ten chunks, the last short, hashed on two threads (from 8 MiB).
+  Eigen::VectorXf v((std::size_t{19} << 17) + 1);
+  for (Eigen::Index i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  ckpt::save(path, ckpt::of_tensor("v", v), {.digest = true});
+  const std::string good = read_bytes(path);
+  const std::size_t start = data_start(good), mib = std::size_t{1} << 20;
+  BOOST_TEST_REQUIRE(good.size() - start == v.size() * sizeof(float));
+  const std::string recorded = ckpt::load(path).metadata().at(key);
+  BOOST_TEST(recorded == digest_of_data(good));
+  BOOST_TEST(recorded != whole_digest_of_data(good));  // not the whole-section hash of earlier versions
+  // Bytes on either side of chunk boundaries, in both threads' halves, and the very last one.
+  for (const std::size_t at : {start + mib - 1, start + mib, start + 5 * mib - 1, start + 5 * mib, start + 9 * mib,
+                               good.size() - 1}) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x20);
+    write_bytes(path, bad);
+    BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)ckpt::load(path); }) ==
+               corrupted_message(path, digest_of_data(bad), recorded));
+    BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)ckpt::parse(std::as_bytes(std::span(bad)), "mem"); }) ==
+               corrupted_message("mem", digest_of_data(bad), recorded));
+  }
+  // Two whole chunks swapped: every chunk's hash is still recorded, but not in that order.
+  std::string swapped = good;
+  std::copy_n(good.begin() + static_cast<std::ptrdiff_t>(start), mib, swapped.begin() + static_cast<std::ptrdiff_t>(start + mib));
+  std::copy_n(good.begin() + static_cast<std::ptrdiff_t>(start + mib), mib, swapped.begin() + static_cast<std::ptrdiff_t>(start));
+  write_bytes(path, swapped);
+  BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)ckpt::load(path); }) ==
+             corrupted_message(path, digest_of_data(swapped), recorded));
+}
+
+// tests/fixtures/ckpt/whole_digest.safetensors was written by ckpt at commit 63087c2, before the
+// per-MiB digest: `ckpt::save(path, sample(), {.digest = true})`.
+BOOST_AUTO_TEST_CASE(files_of_earlier_versions_are_verified_by_their_whole_digest) {
+  const temp_dir s;
+  const fs::path fixture = fs::path(CKPT_FIXTURES_DIR) / "ckpt" / "whole_digest.safetensors";
+  const std::string good = read_bytes(fixture);
+  const std::string old_key(ckpt::whole_digest_key);
+  const ckpt::checkpoint t = ckpt::load(fixture);
+  BOOST_TEST(t.metadata() == (ckpt::metadata_map{{"note", "hello"}, {old_key, whole_digest_of_data(good)}}));
+  for (const auto& [name, x] : sample()) BOOST_TEST((t.get(name) == x));
+  // A flipped byte is caught, and the error names the old key.
+  const fs::path path = s.path() / "old.safetensors";
+  std::string bad = good;
+  bad[good.size() - 1] = static_cast<char>(bad[good.size() - 1] ^ 0x01);
+  write_bytes(path, bad);
+  BOOST_TEST(message_of<ckpt::integrity_error>([&] { (void)ckpt::load(path); }) ==
+             corrupted_message(path, whole_digest_of_data(bad), t.metadata().at(old_key), old_key));
+  BOOST_TEST(ckpt::load(path, {.verify_digest = false}).metadata().at(old_key) == t.metadata().at(old_key));
+  // Malformed, it is refused like the current key.
+  std::string malformed = good;
+  malformed[good.find(t.metadata().at(old_key))] = 'X';
+  write_bytes(path, malformed);
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(path, {.verify_digest = false}); })
+                 .find("the __metadata__ entry 'ckpt.xxh3_64' is \"X") != std::string::npos);
+  // Saved again, the checkpoint gets the current digest, never the old one back.
+  ckpt::save(path, t, {.digest = true});
+  const ckpt::checkpoint resaved = ckpt::load(path);
+  BOOST_TEST(resaved.metadata() == (ckpt::metadata_map{{"note", "hello"}, {key, digest_of_data(read_bytes(path))}}));
+  ckpt::save(path, t);
+  BOOST_TEST(ckpt::load(path).metadata() == (ckpt::metadata_map{{"note", "hello"}}));
+}
+
 BOOST_AUTO_TEST_CASE(a_changed_digest_is_caught_and_a_malformed_one_refused) {
   const temp_dir s;
   const fs::path path = s.path() / "m.safetensors";
@@ -164,7 +248,7 @@ BOOST_AUTO_TEST_CASE(a_changed_digest_is_caught_and_a_malformed_one_refused) {
     bad[at + 15] = c;
     write_bytes(path, bad);
     const std::string expected = "ckpt: '" + path.string() +
-                                 "' is not a valid safetensors file: the __metadata__ entry 'ckpt.xxh3_64' is \"" +
+                                 "' is not a valid safetensors file: the __metadata__ entry 'ckpt.xxh3_64_per_mib' is \"" +
                                  bad.substr(at, 16) + "\", not 16 lowercase hex digits";
     BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(path); }) == expected);
     BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(path, {.verify_digest = false}); }) == expected);
@@ -191,13 +275,14 @@ BOOST_AUTO_TEST_CASE(a_stale_digest_in_the_metadata_is_not_saved) {
 BOOST_AUTO_TEST_CASE(names_that_look_like_the_digest_field_do_not_confuse_the_writer) {
   const temp_dir s;
   const fs::path path = s.path() / "n.safetensors";
-  // Keys and names whose JSON spelling contains `"ckpt.xxh3_64":"` before the real field.
+  // Keys and names whose JSON spelling contains `"ckpt.xxh3_64_per_mib":"` before the real field.
   const ckpt::checkpoint t =
-      ckpt::concat({ckpt::of_int("a\"ckpt.xxh3_64", 1), ckpt::of_int("z", 2)})
-          .with_metadata({{"a\"ckpt.xxh3_64", "0000000000000000"}, {"b", "\"ckpt.xxh3_64\":\"ffffffffffffffff"}});
+      ckpt::concat({ckpt::of_int("a\"ckpt.xxh3_64_per_mib", 1), ckpt::of_int("z", 2)})
+          .with_metadata({{"a\"ckpt.xxh3_64_per_mib", "0000000000000000"},
+                          {"b", "\"ckpt.xxh3_64_per_mib\":\"ffffffffffffffff"}});
   ckpt::save(path, t, {.digest = true});
   const ckpt::checkpoint back = ckpt::load(path);
-  BOOST_TEST(back.metadata().at("a\"ckpt.xxh3_64") == "0000000000000000");
+  BOOST_TEST(back.metadata().at("a\"ckpt.xxh3_64_per_mib") == "0000000000000000");
   BOOST_TEST(back.metadata().at(key) == digest_of_data(read_bytes(path)));
 }
 
@@ -259,22 +344,31 @@ BOOST_AUTO_TEST_CASE(verifying_does_not_leave_the_file_mapped_in_memory) {
 
 BOOST_AUTO_TEST_CASE(verification_reports_its_progress_per_file) {
   const temp_dir s;
-  // 100 MiB: two 64 MiB windows.
+  // 100 MiB.
   const fs::path path = s.path() / "p.safetensors";
   ckpt::save(path, ckpt::of_tensor("x", Eigen::VectorXf::Constant(25 << 20, 2.0f).eval()), {.digest = true});
   const std::uint64_t data_bytes = std::uint64_t{100} << 20;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;
   const auto record = [&](std::uint64_t hashed, std::uint64_t total) { reports.emplace_back(hashed, total); };
+  // Two threads hash 50 MiB each: the loading thread reports after its window the bytes both
+  // have hashed (50 MiB, or all 100 if the helper was done first), then all of them once.
+  const auto check_reports = [&] {
+    BOOST_TEST_REQUIRE(!reports.empty());
+    BOOST_TEST(reports.size() <= 2u);
+    BOOST_TEST(reports.front().first >= std::uint64_t{50} << 20);
+    BOOST_TEST(reports.back().first == data_bytes);
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      BOOST_TEST(reports[i].second == data_bytes);
+      if (i > 0) BOOST_TEST(reports[i].first > reports[i - 1].first);
+    }
+  };
   (void)ckpt::load(path, {.progress = record});
-  BOOST_TEST_REQUIRE(reports.size() == 2u);
-  BOOST_TEST(reports[0].first == std::uint64_t{64} << 20);
-  BOOST_TEST(reports[1].first == data_bytes);
-  BOOST_TEST((reports[0].second == data_bytes && reports[1].second == data_bytes));
+  check_reports();
   // In memory too; and nothing to report when nothing is verified.
   reports.clear();
   const std::string file = read_bytes(path);
   (void)ckpt::parse(std::as_bytes(std::span(file)), path, {.progress = record});
-  BOOST_TEST(reports.size() == 2u);
+  check_reports();
   reports.clear();
   (void)ckpt::load(path, {.verify_digest = false, .progress = record});
   BOOST_TEST(reports.empty());

@@ -34,7 +34,7 @@ BOOST_AUTO_TEST_SUITE(guide_format)
 BOOST_AUTO_TEST_CASE(the_digest_detects_a_changed_data_byte) {
   const ckpt::checkpoint t = weights();
   // [digest]
-  ckpt::save("weights.safetensors", t, {.digest = true});  // __metadata__ "ckpt.xxh3_64"
+  ckpt::save("weights.safetensors", t, {.digest = true});  // __metadata__ "ckpt.xxh3_64_per_mib"
   // ... a byte of the data section changes on disk ...
   // [digest]
   const auto size = std::filesystem::file_size("weights.safetensors");
@@ -50,7 +50,7 @@ BOOST_AUTO_TEST_CASE(the_digest_detects_a_changed_data_byte) {
   const ckpt::checkpoint as_is = ckpt::load("weights.safetensors", {.verify_digest = false});
   // [digest_check]
   BOOST_TEST(message.starts_with("ckpt: 'weights.safetensors' is corrupted: its data section hashes to "));
-  BOOST_TEST(message.find("but its __metadata__ entry 'ckpt.xxh3_64' records ") != std::string::npos);
+  BOOST_TEST(message.find("but its __metadata__ entry 'ckpt.xxh3_64_per_mib' records ") != std::string::npos);
   BOOST_TEST(as_is.metadata().contains(std::string(ckpt::digest_key)));
   BOOST_TEST(!(as_is.get("w") == t.get("w")));
 

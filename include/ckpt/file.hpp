@@ -15,10 +15,19 @@
 
 namespace ckpt {
 
-/// The `__metadata__` key under which ckpt stores the digest of a file's data section: the
-/// XXH3-64 hash (seed 0) of every byte after the 8 + N header bytes, as 16 lowercase hex digits.
-/// It is an ordinary metadata entry, so other safetensors readers load such files unchanged.
-inline constexpr std::string_view digest_key = "ckpt.xxh3_64";
+/// The `__metadata__` key under which ckpt stores the digest of a file's data section (every
+/// byte after the 8 + N header bytes), as 16 lowercase hex digits: the data are cut into chunks
+/// of 1 MiB (2^20 bytes; the last may be shorter, an empty section has none), each chunk is hashed
+/// with XXH3-64 (seed 0), and the digest is the XXH3-64 (seed 0) of those chunk hashes written
+/// one after the other as 8 little-endian bytes each. Chunks can be hashed in any order, so
+/// `load` verifies a large file on two threads. It is an ordinary metadata entry, so other
+/// safetensors readers load such files unchanged.
+inline constexpr std::string_view digest_key = "ckpt.xxh3_64_per_mib";
+
+/// The `__metadata__` key of the digest that earlier versions of ckpt wrote: the XXH3-64 hash
+/// (seed 0) of the whole data section at once, as 16 lowercase hex digits. `load` verifies it
+/// like `digest_key` (on one thread: the hash is one sequence); `save` never writes it.
+inline constexpr std::string_view whole_digest_key = "ckpt.xxh3_64";
 
 /// Options of `save`, of a checkpoint or of sections (ckpt/section.hpp).
 struct save_options {
@@ -34,13 +43,15 @@ struct save_options {
 
 /// Options of `load` and `parse`.
 struct load_options {
-  /// If the file records a digest (`digest_key`), hash its data section and compare: this reads
-  /// the whole file once at load time. False trusts the file (the header rules still apply).
+  /// If the file records a digest (`digest_key`, or `whole_digest_key` of earlier versions), hash
+  /// its data section and compare: this reads the whole file once at load time. False trusts the
+  /// file (the header rules still apply).
   bool verify_digest = true;
   /// If set, called on the loading thread while a digest is verified, with the bytes of the data
-  /// section hashed so far and their total: after every 64 MiB and once with both equal. A
-  /// sharded checkpoint reports each shard in turn, each with its own total. An exception it
-  /// throws abandons the load.
+  /// section hashed so far and their total: after each 64 MiB the loading thread hashes (a helper
+  /// thread hashes the second half of a file of 8 MiB or more at the same time; the count
+  /// includes its bytes), and once with both equal. A sharded checkpoint reports each shard in
+  /// turn, each with its own total. An exception it throws abandons the load.
   std::function<void(std::uint64_t hashed, std::uint64_t total)> progress = {};
   /// Called for each entry left out because its dtype is not one this version knows (a later
   /// version of the format's), with the entry's name and the dtype as the file spells it. When
@@ -66,8 +77,9 @@ struct load_options {
 /// so a returned save survives power loss, as far as the disk honours flushes. A failure in 3
 /// throws although the new file is already in place.
 ///
-/// `t`'s metadata are written as given, except `digest_key`, which ckpt owns: a stale value (say,
-/// from a loaded file) is dropped, and a fresh one is written when `options.digest` is set.
+/// `t`'s metadata are written as given, except `digest_key` and `whole_digest_key`, which ckpt
+/// owns: a stale value (say, from a loaded file) is dropped, and a fresh `digest_key` is written
+/// when `options.digest` is set.
 /// \throws io_error on an I/O error (the message names the file and the system error).
 /// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes.
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options = {});
@@ -87,9 +99,10 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// names and a `__metadata__` that is not a string-to-string object. Entries of a dtype the
 /// format does not define are skipped with a warning on stderr.
 ///
-/// If `__metadata__` holds `digest_key` and `options.verify_digest` is set, the whole data
-/// section is read and hashed (so the load costs one pass over the file), and a mismatch throws.
-/// The loaded metadata keep the `digest_key` entry.
+/// If `__metadata__` holds `digest_key` (or `whole_digest_key`, written by earlier versions) and
+/// `options.verify_digest` is set, the whole data section is read and hashed (so the load costs
+/// one pass over the file, on two threads from 8 MiB), and a mismatch throws. The loaded
+/// metadata keep the digest entry.
 ///
 /// A `path` whose name ends with `.index.json`, or a folder, is a Hugging Face sharded checkpoint
 /// instead: `load` returns `load_sharded(path, options)` (ckpt/sharded.hpp), one checkpoint
@@ -98,8 +111,8 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// \throws io_error if the file cannot be opened or read.
 /// \throws integrity_error if the data do not match the recorded digest.
 /// \throws format_error if it is not a valid safetensors file (the message names the file and the
-/// broken rule), including a `digest_key` value that is not 16 lowercase hex digits (checked even
-/// when verification is off).
+/// broken rule), including a digest value that is not 16 lowercase hex digits (checked even when
+/// verification is off).
 [[nodiscard]] checkpoint load(const std::filesystem::path& path, const load_options& options = {});
 
 /// Parses the bytes of a whole safetensors file held in memory, with the same rules as `load`.

@@ -121,8 +121,8 @@ int verify(const verify_args& args) {
 // What `ckpt verify --help` shows.
 constexpr command_text text{
     "verify", "Check every rule of the loader and the data digest",
-    R"(Check checkpoints with every rule of the strict loader, and their data digest (ckpt.xxh3_64)
-where one is recorded, without extracting anything. Prints a line a checkpoint: 'ok, digest
+    R"(Check checkpoints with every rule of the strict loader, and their data digest
+(ckpt.xxh3_64_per_mib, or ckpt.xxh3_64 of earlier versions) where one is recorded, without extracting anything. Prints a line a checkpoint: 'ok, digest
 verified', 'ok, format only: no digest' (only the format rules could be checked), or the broken
 rule naming the file; and the entries left out for a dtype this version does not know. Each PATH
 is a .safetensors file, a sharded checkpoint (index or folder, an MPI step folder included), or a
