@@ -398,6 +398,14 @@ BOOST_AUTO_TEST_CASE(duplicate_leaf_names_are_refused) {
              "ckpt: of_params: two leaves are named 'a.b.c'");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(ckpt::checkpoint{}, clash); }) ==
              "ckpt: to_params: two leaves are named 'a.b.c'");
+  // With the entry present, which both leaves find; strict or not, in place or not.
+  const ckpt::checkpoint present = ckpt::of_params(std::map<std::string, float>{{"a.b.c", 3.0f}});
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(present, clash); }) ==
+             "ckpt: to_params: two leaves are named 'a.b.c'");
+  auto target = clash;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(present, target, {.strict = true}); }) ==
+             "ckpt: read_params: two leaves are named 'a.b.c'");
+  BOOST_TEST(target == clash);  // nothing written
 }
 
 BOOST_AUTO_TEST_CASE(views_read_entries_in_place) {
