@@ -226,7 +226,13 @@ file_contents map_file(const std::filesystem::path& path) {
     // No read-ahead: loading reads the header alone, and an entry is read when it is extracted
     // (to_params asks for its pages then with MADV_WILLNEED).
     ::madvise(address, size, MADV_RANDOM);
-    auto owner = std::make_shared<const mapped_file>(address, size, std::move(fd), path);
+    std::shared_ptr<const mapped_file> owner;
+    try {
+      owner = std::make_shared<const mapped_file>(address, size, std::move(fd), path);
+    } catch (...) {
+      ::munmap(address, size);  // no owner took the mapping
+      throw;
+    }
     return {owner->bytes(), owner, owner.get()};
   }
   // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
