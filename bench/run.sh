@@ -4,7 +4,7 @@
 #
 #   bench/run.sh            the full sizes (1 GiB, 100,000 tensors, 10 GiB sparse): ~12 minutes here
 #   bench/run.sh --smoke    tiny sizes: seconds
-#   options: --rows=1,2,3,4,5,6,7 (a subset; 7 is the digest cost of issue 6)   --dir=DIR (scratch folder; default build-bench/work)
+#   options: --rows=1,2,2k,3,4,5,6,7 (a subset; 2k is to_params against an allocating loader alone, 7 the digest's cost)   --dir=DIR (scratch folder; default build-bench/work)
 #            --no-build (use the binaries already in build-bench/)
 #
 # Needs /usr/bin/time (Debian's `time` package: apt-get install -y time) for the peak-RSS rows.
@@ -13,7 +13,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-bench
-mode=full rows=1,2,3,4,5,6,7 work="" do_build=1
+mode=full rows=1,2,2k,3,4,5,6,7 work="" do_build=1
 for arg in "$@"; do
   case $arg in
     --smoke) mode=smoke ;;
@@ -71,9 +71,9 @@ start=$(date +%s)
 # Row 0: a fact of the machine that the rows below depend on.
 "$rss" machine - --mib=256 >>"$results" 2>>"$log"
 
-# Rows 1, 2, 3, 6 and 7: in one process, baselines side by side.
+# Rows 1, 2, 2k, 3, 6 and 7: in one process, baselines side by side.
 in_process=""
-for r in 1 2 3 6 7; do wants $r && in_process+="${in_process:+,}$r"; done
+for r in 1 2 2k 3 6 7; do wants $r && in_process+="${in_process:+,}$r"; done
 if [[ -n $in_process ]]; then
   "$bench" --dir="$work" --rows="$in_process" "${sizes[@]}" "${timing[@]}" 2>>"$log" | tee -a "$results" >/dev/null
 fi
