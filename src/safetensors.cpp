@@ -67,7 +67,7 @@ class header_handler {
         if (is_metadata_) {
           where_ = place::metadata;
         } else {
-          result.entries.emplace_back().name = key_;
+          result.entries.emplace_back().name = std::move(key_);  // errors name the entry from here
           where_ = place::entry;
         }
         return true;
@@ -323,6 +323,10 @@ parsed_header parse_header(std::string_view json, const std::filesystem::path& o
   // Invalid UTF-8 anywhere (overlong forms, surrogates, stray or missing continuation bytes) and
   // lone escaped surrogates are refused by the parser itself: allow_invalid_utf8 stays false.
   boost::json::basic_parser<header_handler> parser(options, origin);
+  // An entry takes at least 50 bytes of JSON (`"a":{"dtype":"U8","shape":[],"data_offsets":[0,0]},`):
+  // room for that many, so that 100,000 entries are not moved as the list grows (pages of the
+  // room that no entry fills are never touched).
+  parser.handler().result.entries.reserve(json.size() / 50);
   error_code ec;
   const std::size_t used = parser.write_some(false, json.data(), json.size(), ec);
   if (ec) fail(origin, "the header is not valid JSON (" + ec.message() + ")");
