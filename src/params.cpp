@@ -15,17 +15,18 @@
 
 namespace ckpt::detail {
 
+void leaf_name_error(std::string_view name, std::string_view function) {
+  if (name.empty())
+    throw std::invalid_argument("ckpt: " + std::string(function) + ": a leaf has an empty name (a bare leaf needs a prefix)");
+  throw std::invalid_argument("ckpt: " + std::string(function) + ": two leaves are named '" + std::string(name) + "'");
+}
+
 void check_leaf_names(std::span<const std::string> names, std::string_view function) {
   // A hash set, not a sort: 100,000 names are checked in a few milliseconds whatever their order.
   std::unordered_set<std::string_view> seen;
   seen.reserve(names.size());
-  for (const std::string& name : names) {
-    if (name.empty())
-      throw std::invalid_argument("ckpt: " + std::string(function) +
-                                  ": a leaf has an empty name (a bare leaf needs a prefix)");
-    if (!seen.insert(name).second)
-      throw std::invalid_argument("ckpt: " + std::string(function) + ": two leaves are named '" + name + "'");
-  }
+  for (const std::string& name : names)
+    if (name.empty() || !seen.insert(name).second) leaf_name_error(name, function);
 }
 
 namespace {

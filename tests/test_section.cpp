@@ -7,6 +7,11 @@
 
 #include <ckpt/ckpt.hpp>
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -188,6 +193,37 @@ BOOST_AUTO_TEST_CASE(names_are_checked_across_sections) {
   BOOST_CHECK_THROW(ckpt::save(s.path() / "x.safetensors", {{v}}), std::invalid_argument);
   BOOST_CHECK_THROW(ckpt::save(s.path() / "x.safetensors", {{v, "__metadata__"}}), std::invalid_argument);
   BOOST_TEST(!fs::exists(s.path() / "x.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(entries_are_laid_out_in_byte_wise_name_order) {
+  // Names that share long prefixes, differ within and past the 8 bytes after them, end early,
+  // hold bytes above 0x7f, and are walked out of order (`v.10` comes after `v.9`).
+  struct state {
+    std::vector<float> v;
+    std::map<std::string, float> k;
+  };
+  state x;
+  for (int i = 0; i < 1200; ++i) x.v.push_back(static_cast<float>(i));
+  for (const std::string key : {"shared_prefix_0123456789a", "shared_prefix_0123456789", "shared_prefix_0123456789b",
+                                "shared_prefix_01234567", "shared", "shared_prefix_\xc3\xa9", "shared_prefix_z", "a"})
+    x.k.emplace(key, static_cast<float>(key.size()));
+  const temp_dir s;
+  const fs::path live = s.path() / "live.safetensors", copy = s.path() / "copy.safetensors";
+  ckpt::save(live, {{x, "m"}, {ckpt::of_int("z.m.v.1", 7)}});
+  ckpt::save(copy, ckpt::concat({ckpt::of_params(x, "m"), ckpt::of_int("z.m.v.1", 7)}));
+  BOOST_TEST((read_bytes(live) == read_bytes(copy)));
+  // The entries' bytes lie in the file in the order of their names, compared as bytes.
+  const ckpt::checkpoint t = ckpt::load(live);
+  std::vector<std::string> by_name = t.names(), by_place = t.names();
+  std::ranges::sort(by_name, [](const std::string& a, const std::string& b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                        [](char p, char q) { return static_cast<unsigned char>(p) < static_cast<unsigned char>(q); });
+  });
+  std::ranges::sort(by_place, std::less<>{}, [&](const std::string& n) { return t.get(n).bytes().data(); });
+  BOOST_TEST(by_place.size() == 1200u + 8u + 1u);
+  BOOST_TEST(by_place == by_name);
+  BOOST_TEST(by_place.front() == "m.k.a");
+  BOOST_TEST(by_place[1] == "m.k.shared");
 }
 
 BOOST_AUTO_TEST_CASE(a_user_leaf_with_a_row_writer_is_streamed_through_it) {

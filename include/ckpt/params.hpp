@@ -51,6 +51,8 @@ inline std::string join_name(std::string_view prefix, std::string_view name) {
 
 // Kaun's rule for P.names: one name per leaf, distinct and non-empty.
 void check_leaf_names(std::span<const std::string> names, std::string_view function);
+// Throws the error of check_leaf_names for `name`, empty or found twice.
+[[noreturn]] void leaf_name_error(std::string_view name, std::string_view function);
 
 // One leaf of an extraction: its entry's name, its dtype and shape, how to read an entry into it,
 // whether that reads the entry's bytes (a `ckpt::tensor` leaf views them instead), and whether
