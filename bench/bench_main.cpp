@@ -225,6 +225,24 @@ void pread_once_into(const fs::path& path, const std::vector<layout_entry>& layo
   ::close(fd);
 }
 
+// Times `make()`, which returns a new model, into `s`; the model is destroyed after the timing
+// (its first matrix read, so that the call is not optimized away).
+template <class Make>
+void time_new_model(series& s, float& checksum, const Make& make) {
+  std::optional<decltype(make())> out;
+  s.add(measure([&] { out = make(); }));
+  checksum += out->layers[0](1, 2);
+}
+
+// What a user writes without ckpt when the loader returns a new model (issue 15 item 3):
+// allocate the matrices, pread into them.
+row_model allocating_load(const config& c, const fs::path& path, const std::vector<layout_entry>& layout,
+                          std::uint64_t data_start) {
+  row_model out = make_row_model(c.tensors, c.rows, c.cols, false);
+  pread_once_into(path, layout, data_start, out);
+  return out;
+}
+
 // Drops the (clean) pages of `path` from the page cache, so that the next read goes to the disk.
 void drop_from_page_cache(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -256,24 +274,14 @@ void row2(const config& c, const row_model& m) {
     s_pread.add(measure([&] { pread_once_into(path, layout, data_start, buffers); }));
     checksum += buffers.layers[0](1, 2);
   };
-  // What a user writes without ckpt when the loader returns a new model (issue 15 item 3).
   auto alloc_once = [&] {
-    std::optional<row_model> out;
-    s_alloc.add(measure([&] {
-      out = make_row_model(c.tensors, c.rows, c.cols, false);
-      pread_once_into(path, layout, data_start, *out);
-    }));
-    checksum += out->layers[0](1, 2);
+    time_new_model(s_alloc, checksum, [&] { return allocating_load(c, path, layout, data_start); });
   };
   auto row_once = [&] {
-    std::optional<row_model> out;
-    s_row.add(measure([&] { out = ckpt::to_params(ckpt::load(path), row_like, {.prefix = "model"}); }));
-    checksum += out->layers[0](1, 2);
+    time_new_model(s_row, checksum, [&] { return ckpt::to_params(ckpt::load(path), row_like, {.prefix = "model"}); });
   };
   auto col_once = [&] {
-    std::optional<col_model> out;
-    s_col.add(measure([&] { out = ckpt::to_params(ckpt::load(path), col_like, {.prefix = "model"}); }));
-    checksum += out->layers[0](1, 2);
+    time_new_model(s_col, checksum, [&] { return ckpt::to_params(ckpt::load(path), col_like, {.prefix = "model"}); });
   };
   // read_params fills the preallocated (touched) leaves in place: restoring a live model.
   auto row_in_place_once = [&] {
@@ -285,11 +293,7 @@ void row2(const config& c, const row_model& m) {
     checksum += col_like.layers[0](1, 2);
   };
   // Diagnostics: the parts of the row-major path, each alone, and what fresh memory costs here.
-  auto template_once = [&] {
-    std::optional<row_model> out;
-    s_template.add(measure([&] { out = row_like; }));
-    checksum += out->layers[0](1, 2);
-  };
+  auto template_once = [&] { time_new_model(s_template, checksum, [&] { return row_like; }); };
   auto mmap_once = [&] {
     s_mmap.add(measure([&] {
       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -515,17 +519,10 @@ void row2k(const config& c, const row_model& m) {
   series s_alloc{"hand-written loader: allocate the matrices, pread into them"}, s_row{"load+to_params row-major"};
   float checksum = 0;
   auto alloc_once = [&] {
-    std::optional<row_model> out;
-    s_alloc.add(measure([&] {
-      out = make_row_model(c.tensors, c.rows, c.cols, false);
-      pread_once_into(path, layout, data_start, *out);
-    }));
-    checksum += out->layers[0](1, 2);
+    time_new_model(s_alloc, checksum, [&] { return allocating_load(c, path, layout, data_start); });
   };
   auto row_once = [&] {
-    std::optional<row_model> out;
-    s_row.add(measure([&] { out = ckpt::to_params(ckpt::load(path), m, {.prefix = "model"}); }));
-    checksum += out->layers[0](1, 2);
+    time_new_model(s_row, checksum, [&] { return ckpt::to_params(ckpt::load(path), m, {.prefix = "model"}); });
   };
   rotated(c.reps, alloc_once, row_once);
   log("  (checksum " + std::to_string(checksum) + ")");
@@ -583,14 +580,12 @@ void row7(const config& c, const row_model& m) {
     checksum += buffers.layers[0](1, 2);
   };
   auto to_skip_once = [&] {
-    std::optional<row_model> out;
-    s_to_skip.add(measure([&] { out = ckpt::to_params(ckpt::load(hashed, {.verify_digest = false}), m, {.prefix = "model"}); }));
-    checksum += out->layers[0](1, 2);
+    time_new_model(s_to_skip, checksum, [&] {
+      return ckpt::to_params(ckpt::load(hashed, {.verify_digest = false}), m, {.prefix = "model"});
+    });
   };
   auto to_verify_once = [&] {
-    std::optional<row_model> out;
-    s_to_verify.add(measure([&] { out = ckpt::to_params(ckpt::load(hashed), m, {.prefix = "model"}); }));
-    checksum += out->layers[0](1, 2);
+    time_new_model(s_to_verify, checksum, [&] { return ckpt::to_params(ckpt::load(hashed), m, {.prefix = "model"}); });
   };
   // The verification alone: load() with the digest checked, minus nothing else (only the header
   // is parsed besides).
