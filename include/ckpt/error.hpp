@@ -68,8 +68,8 @@ class format_error : public error {
 };
 
 /// A file's data section does not match the digest recorded in its `__metadata__` (see
-/// `ckpt::digest_key` and `ckpt::whole_digest_key`): the bytes changed after they were written (a flipped bit on disk, a
-/// truncated copy patched up, a tool that edited the data). The message reads
+/// `ckpt::digest_key` and `ckpt::whole_digest_key`): the bytes changed after they were written (a
+/// flipped bit on disk, a truncated copy patched up, a tool that edited the data). The message reads
 /// `ckpt: '<path>' is corrupted: its data section hashes to <computed> but its __metadata__
 /// entry '<key>' records <expected>`.
 class integrity_error : public format_error {
