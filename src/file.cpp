@@ -214,10 +214,8 @@ void verify_digest(const checkpoint& t, std::span<const std::byte> file, bool ma
 namespace detail {
 
 file_contents map_file(const std::filesystem::path& path) {
-  file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw io_error(path, "open", last_error());
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) throw io_error(path, "stat", last_error());
+  file_descriptor fd = detail::open_to_read(path, info);
   if (!S_ISREG(info.st_mode)) throw format_error(path, "it is not a regular file");
   const auto size = static_cast<std::size_t>(info.st_size);
 

@@ -3,6 +3,7 @@
 // memory bandwidth (bench/README.md, "Notes from the code"), so large copies and transposes run
 // in parts, the first on the calling thread and the others on helpers started for the call.
 
+#include <algorithm>
 #include <cstddef>
 #include <exception>
 #include <new>
@@ -11,6 +12,13 @@
 #include <vector>
 
 namespace ckpt::detail {
+
+// The machine's hardware threads (at least one), asked once: glibc answers
+// std::thread::hardware_concurrency() by reading sysfs on each call.
+inline std::size_t hardware_threads() noexcept {
+  static const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  return threads;
+}
 
 // Whether this thread is running a part of a run_in_parallel call: the calls made from a part run
 // all their parts on its thread, so that nested splits do not start more threads than cores.
@@ -22,9 +30,7 @@ inline thread_local bool in_parallel_part = false;
 // this thread. Rethrows the first exception a part threw, once every part has finished.
 template <class Part>
 void run_in_parallel(std::size_t parts, const Part& part) {
-  // hardware_concurrency() reads sysfs on each call (glibc): asked once, and only for a split.
-  static const bool one_core = std::thread::hardware_concurrency() < 2;
-  if (parts <= 1 || in_parallel_part || one_core) return part(0, 1);
+  if (parts <= 1 || in_parallel_part || hardware_threads() < 2) return part(0, 1);
   const std::size_t n = parts;
   // Marks this thread as running a part while one runs.
   struct part_scope {

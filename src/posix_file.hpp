@@ -39,6 +39,15 @@ class file_descriptor {
   int fd_;
 };
 
+/// Opens the file at `path` for reading and fills `info` with its status.
+/// \throws io_error naming `path` if it cannot be opened or examined.
+[[nodiscard]] inline file_descriptor open_to_read(const std::filesystem::path& path, struct stat& info) {
+  file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw io_error(path, "open", last_error());
+  if (::fstat(fd.get(), &info) != 0) throw io_error(path, "stat", last_error());
+  return fd;
+}
+
 /// Opens (creating it) `lock_path` in `folder` and takes its exclusive `flock`, which the
 /// returned descriptor holds until it is closed. flock, not fcntl locks: it belongs to the open
 /// file description, so a second holder in this very process, which opens the file anew, is

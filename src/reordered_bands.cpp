@@ -1,5 +1,7 @@
 #include "reordered_bands.hpp"
 
+#include "parallel.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <system_error>
@@ -24,7 +26,7 @@ reordered_bands::reordered_bands(std::span<const entry_source> entries) : entrie
   if (total == 0) return;
   capacity_ = std::min(total, std::max(band_bytes, largest_row));
   for (slot& s : slots_) s.bytes = std::make_unique_for_overwrite<std::byte[]>(capacity_);
-  if (total < threaded_bytes || std::thread::hardware_concurrency() < 2) return;
+  if (total < threaded_bytes || hardware_threads() < 2) return;
   try {
     helper_ = std::jthread([this](const std::stop_token& stop) { run(stop); });
   } catch (const std::system_error&) {

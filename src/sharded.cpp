@@ -123,10 +123,8 @@ bool is_shard_name(std::string_view name, std::string_view base) {
 std::string json_string(std::string_view s) { return boost::json::serialize(boost::json::string_view(s.data(), s.size())); }
 
 std::string read_index(const std::filesystem::path& path) {
-  file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw io_error(path, "open", last_error());
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) throw io_error(path, "stat", last_error());
+  const file_descriptor fd = detail::open_to_read(path, info);
   if (!S_ISREG(info.st_mode)) throw index_error(path, "it is not a regular file");
   // An index lists names only; one larger than the format's header cap is no index.
   if (static_cast<std::uint64_t>(info.st_size) > detail::max_header_size)

@@ -46,7 +46,7 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
   };
   constexpr std::size_t bytes_per_thread = std::size_t{64} << 20;
   const std::size_t threads =
-      std::clamp<std::size_t>(std::min<std::size_t>(std::thread::hardware_concurrency(), 4), 1,
+      std::clamp<std::size_t>(std::min<std::size_t>(detail::hardware_threads(), 4), 1,
                               std::max<std::size_t>(total / bytes_per_thread, 1));
   // Run k ends at the first entry that starts at or past k/threads of the bytes.
   std::vector<std::size_t> bounds{0};
