@@ -1,4 +1,5 @@
 #include <ckpt/file.hpp>
+#include <ckpt/detail/pages.hpp>
 
 #include "atomic_file.hpp"
 #include "mapped_file.hpp"
@@ -125,24 +126,12 @@ std::span<const std::byte> data_section(std::span<const std::byte> file) {
 template <class Visit>
 void for_each_window(std::span<const std::byte> data, bool mapped, const Visit& visit) {
   constexpr std::size_t window = std::size_t{64} << 20;
-  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   for (std::size_t first = 0; first < data.size(); first += window) {
     const std::span<const std::byte> part = data.subspan(first, std::min(window, data.size() - first));
-    if (!mapped) {
-      visit(part);
-      continue;
-    }
-    // madvise wants page-aligned ranges; the mapping itself starts on a page.
-    const auto begin = reinterpret_cast<std::uintptr_t>(part.data()) / page * page;
-    void* const pages = reinterpret_cast<void*>(begin);
-    const auto length = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(part.data() + part.size()) - begin);
-    // Sequential while it is hashed, as tensor::prefetch_pages does (the mapping is
-    // MADV_RANDOM; WILLNEED alone reads nothing ahead on some kernels): cold, 15x faster.
-    ::madvise(pages, length, MADV_SEQUENTIAL);
-    ::madvise(pages, length, MADV_WILLNEED);
+    // Read ahead while it is hashed (the mapping is MADV_RANDOM): cold, 15x faster.
+    if (mapped) detail::tensor_access::prefetch_range(part);
     visit(part);
-    ::madvise(pages, length, MADV_DONTNEED);
-    ::madvise(pages, length, MADV_RANDOM);
+    if (mapped) detail::tensor_access::release_range(part);
   }
 }
 

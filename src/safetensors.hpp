@@ -21,7 +21,8 @@ namespace ckpt::detail {
 inline constexpr std::uint64_t max_header_size = 100'000'000;
 
 // Builds a checkpoint from the bytes of a whole file. Tensors view `file`, kept alive by
-// `owner`; `mapping` is the loaded file `file` maps, or null for bytes in memory. Throws format_error naming `origin` and the broken rule.
+// `owner`; `mapping` is the loaded file `file` maps, or null for bytes in memory. Throws
+// format_error naming `origin` and the broken rule.
 // `skipped` (load_options::skipped) hears of the entries of unknown dtypes, which are left out.
 checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
                       const std::shared_ptr<const void>& owner, const mapped_file* mapping,

@@ -123,15 +123,18 @@ void detail::tensor_access::prefetch_range(std::span<const std::byte> mapped) no
 }
 
 void detail::tensor_access::release_pages(const tensor& x) noexcept {
-  if (x.file_ == nullptr || x.bytes_.size() < advised_bytes) return;
+  if (x.file_ != nullptr && x.bytes_.size() >= advised_bytes) release_range(x.bytes_);
+}
+
+void detail::tensor_access::release_range(std::span<const std::byte> mapped) noexcept {
   static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(x.bytes_.data());
+  const auto begin = reinterpret_cast<std::uintptr_t>(mapped.data());
   const std::uintptr_t first = (begin + page - 1) / page * page;
-  const std::uintptr_t last = (begin + x.bytes_.size()) / page * page;
-  // Pages shared with a neighbouring entry stay: that entry may still be in use.
+  const std::uintptr_t last = (begin + mapped.size()) / page * page;
+  // Pages shared with a neighbouring range stay: it may still be in use.
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-  // Back to the mapping's random access (prefetch_pages made these pages sequential).
-  const auto [pages, length] = pages_of(x.bytes_);
+  // Back to the mapping's random access (prefetch_range made these pages sequential).
+  const auto [pages, length] = pages_of(mapped);
   ::madvise(pages, length, MADV_RANDOM);
 }
 

@@ -73,7 +73,7 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
                                             const extract_options& opts, std::string_view function);
 
 // Reads each entry into its leaf. The pages of a loaded file's entries are asked for
-// (tensor_access::prefetch_pages) a little ahead of the entry being read, so that reading a cold
+// (tensor_access::prefetch_range) a little ahead of the entry being read, so that reading a cold
 // file overlaps the copies. When every leaf reads alone, two runs of leaves of about equal bytes
 // are read on two threads; otherwise the leaves are read in order on this thread.
 void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries);

@@ -36,6 +36,8 @@ struct tensor_access {
   // Drops the whole pages of the entry from the process (they are read again from the page
   // cache or the file the next time they are touched), and ends a prefetch_pages.
   static void release_pages(const tensor& x) noexcept;
+  // The same for `mapped`, a range of a loaded file's mapping that prefetch_range prepared.
+  static void release_range(std::span<const std::byte> mapped) noexcept;
   // Copies the bytes of `x` into `out` (of x.nbytes() bytes). An entry of 256 KiB or more of a
   // loaded file is read from the file (pread: no page faults, the file's read-ahead when cold);
   // 1 MiB or more is split between this thread and a helper.
