@@ -62,14 +62,16 @@ class local_state final : public detail::manager_state {
     detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
       if (const auto step = step_of(name)) steps.push_back(*step);
       else if (is_own_temporary(name)) leftovers.push_back(path);
+      else note_set_aside(name, path);
     });
     // We hold the lock, so no save of ours is writing them: they are debris of a crash. Failing
     // to remove one is harmless (it is ignored when listing), so that is not an error.
     for (const auto& path : leftovers) std::filesystem::remove(path, ec);
     // Only the headers are needed: verifying digests here would read every checkpoint whole.
-    core.add_existing(steps, [this](std::int64_t step) {
+    const auto unreadable = core.add_existing(steps, [this](std::int64_t step) {
       return ckpt::load(path_of(step), {.verify_digest = false}).metadata();
     });
+    for (const auto& [step, reason] : unreadable) static_cast<void>(set_aside(step, reason));
   }
 
   [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const override {
@@ -118,6 +120,10 @@ class local_state final : public detail::manager_state {
 
   checkpoint load_step(std::int64_t step, const load_options& options) override { return ckpt::load(path_of(step), options); }
 
+  step_status set_aside(std::int64_t step, const std::string& reason) override {
+    return core.set_aside(step, path_of(step), reason);
+  }
+
  private:
   // The checkpoints the retention will delete once `step` is saved give their cached pages back
   // before it is written, so that its file reuses them (see detail::drop_cached_pages). They stay
@@ -145,7 +151,8 @@ class local_state final : public detail::manager_state {
   }
 
   // Read-only: a step file of ours, or a committed step folder of ckpt::mpi::checkpoint_manager
-  // (one with its index), each found in the folder as it is now.
+  // (one with its index), each found in the folder as it is now. A step held both ways is
+  // ambiguous: it is listed as damaged, with a reason naming both.
   void open_read_only() {
     std::vector<std::int64_t> steps;
     std::error_code ignored;
@@ -156,9 +163,33 @@ class local_state final : public detail::manager_state {
                  mpi_step && std::filesystem::exists(path / detail::mpi_step_index, ignored)) {
         steps.push_back(*mpi_step);
         step_folders_.emplace(*mpi_step, path);
+      } else {
+        note_set_aside(name, path);
       }
     });
-    core.add_existing(steps, [](std::int64_t) { return metadata_map{}; });
+    std::ranges::sort(steps);
+    std::vector<std::int64_t> unique;
+    for (std::size_t i = 0, j = 0; i < steps.size(); i = j) {
+      while (j < steps.size() && steps[j] == steps[i]) ++j;
+      if (j - i == 1) {
+        unique.push_back(steps[i]);
+        continue;
+      }
+      const std::filesystem::path file = core.folder() / detail::step_name(file_prefix, steps[i], file_suffix);
+      core.mark_damaged(steps[i], file,
+                        "step " + std::to_string(steps[i]) + " is both the file '" + file.filename().string() +
+                            "' and the MPI step folder '" + step_folders_.at(steps[i]).filename().string() +
+                            "': remove or rename one of them");
+      step_folders_.erase(steps[i]);
+    }
+    static_cast<void>(core.add_existing(unique, [](std::int64_t) { return metadata_map{}; }));
+  }
+
+  // A step of either layout set aside as damaged by an earlier run: listed as damaged.
+  void note_set_aside(const std::string& name, const std::filesystem::path& path) {
+    std::optional<std::int64_t> step = detail::step_set_aside(name, file_prefix, file_suffix);
+    if (!step) step = detail::step_set_aside(name, detail::mpi_step_prefix);
+    if (step) core.mark_damaged(*step, path, "set aside as damaged by an earlier run");
   }
 
   int lock_fd_ = -1;

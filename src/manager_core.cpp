@@ -57,6 +57,47 @@ void for_each_in_folder(const std::filesystem::path& folder,
   if (ec) throw io_error(folder, "list", ec);
 }
 
+namespace {
+
+// The first of `<path>.damaged`, `<path>.damaged-2`, ... that does not exist.
+std::filesystem::path set_aside_path(const std::filesystem::path& path) {
+  std::filesystem::path out = path;
+  out += ".damaged";
+  std::error_code ec;
+  for (int k = 2; std::filesystem::symlink_status(out, ec).type() != std::filesystem::file_type::not_found; ++k) {
+    out = path;
+    out += ".damaged-" + std::to_string(k);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::int64_t> step_set_aside(std::string_view name, std::string_view prefix, std::string_view suffix) {
+  constexpr std::string_view mark = ".damaged";
+  const std::size_t at = name.rfind(mark);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view rest = name.substr(at + mark.size());
+  if (!rest.empty()) {
+    // "-K" with K >= 2, written without leading zeros.
+    int k = 0;
+    const auto [end, ec] = std::from_chars(rest.data() + 1, rest.data() + rest.size(), k);
+    if (rest[0] != '-' || ec != std::errc() || end != rest.data() + rest.size() || k < 2 ||
+        rest != "-" + std::to_string(k))
+      return std::nullopt;
+  }
+  return step_in_name(name.substr(0, at), prefix, suffix);
+}
+
+bool is_damage(const error& e) noexcept {
+  const auto* io = dynamic_cast<const io_error*>(&e);
+  if (io == nullptr) return true;
+  const std::error_code code = io->code();
+  return code != std::errc::too_many_files_open && code != std::errc::too_many_files_open_in_system &&
+         code != std::errc::not_enough_memory && code != std::errc::resource_unavailable_try_again &&
+         code != std::errc::interrupted;
+}
+
 std::string wall_time_now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
@@ -129,10 +170,54 @@ void manager_core::add(std::int64_t step, const metadata_map& metadata) {
   steps_.insert_or_assign(step, metric_of(metadata));
 }
 
-void manager_core::add_existing(const std::vector<std::int64_t>& steps,
-                                const std::function<metadata_map(std::int64_t step)>& metadata_of) {
-  for (const std::int64_t step : steps)
-    steps_.insert_or_assign(step, options_.keep_best > 0 ? metric_of(metadata_of(step)) : std::nullopt);
+std::vector<std::pair<std::int64_t, std::string>> manager_core::add_existing(
+    const std::vector<std::int64_t>& steps, const std::function<metadata_map(std::int64_t step)>& metadata_of) {
+  std::vector<std::pair<std::int64_t, std::string>> unreadable;
+  for (const std::int64_t step : steps) {
+    std::optional<double> metric;
+    if (options_.keep_best > 0) {
+      try {
+        metric = metric_of(metadata_of(step));
+      } catch (const error& e) {
+        if (!is_damage(e)) throw;
+        unreadable.emplace_back(step, e.what());
+        continue;
+      }
+    }
+    steps_.insert_or_assign(step, metric);
+  }
+  return unreadable;
+}
+
+void manager_core::mark_damaged(std::int64_t step, std::filesystem::path path, std::string reason) {
+  forget(step);
+  damaged_.push_back({.step = step, .state = step_state::damaged, .path = std::move(path), .reason = std::move(reason)});
+}
+
+const step_status& manager_core::set_aside(std::int64_t step, std::filesystem::path path, std::string reason) {
+  if (!options_.read_only) {
+    const std::filesystem::path aside = set_aside_path(path);
+    std::error_code ec;
+    std::filesystem::rename(path, aside, ec);
+    if (!ec) path = aside;
+    else if (ec != std::errc::no_such_file_or_directory) throw io_error(path, "set aside (rename)", ec);
+  }
+  mark_damaged(step, std::move(path), std::move(reason));
+  return damaged_.back();
+}
+
+std::vector<step_status> manager_core::status(const std::function<std::filesystem::path(std::int64_t)>& path_of) const {
+  std::vector<step_status> out = damaged_;
+  for (const auto& [step, metric] : steps_)
+    out.push_back({.step = step,
+                   .state = intact_.contains(step) ? step_state::intact : step_state::unchecked,
+                   .path = path_of(step),
+                   .reason = {}});
+  // A damaged step before a later save of the same number.
+  std::ranges::stable_sort(out, [](const step_status& a, const step_status& b) {
+    return a.step != b.step ? a.step < b.step : a.state == step_state::damaged && b.state != step_state::damaged;
+  });
+  return out;
 }
 
 std::vector<std::int64_t> manager_core::to_drop_after(std::int64_t step, const metadata_map& metadata) const {
@@ -281,17 +366,47 @@ std::vector<std::int64_t> checkpoint_manager_base::steps() const { return state_
 
 std::optional<std::int64_t> checkpoint_manager_base::latest_step() const noexcept { return state_->core.latest_step(); }
 
+std::vector<step_status> checkpoint_manager_base::status() const {
+  return state_->core.status([this](std::int64_t step) { return state_->path_of(step); });
+}
+
+namespace {
+
+// Loads committed `step`; if it is damaged, sets it aside (recorded in the core) and throws the
+// load's error.
+checkpoint load_committed(detail::manager_state& state, std::int64_t step, const load_options& options) {
+  try {
+    checkpoint t = state.load_step(step, options);
+    state.core.mark_intact(step);
+    return t;
+  } catch (const error& e) {
+    if (detail::is_damage(e)) static_cast<void>(state.set_aside(step, e.what()));
+    throw;
+  }
+}
+
+}  // namespace
+
 checkpoint checkpoint_manager_base::load(std::int64_t step, const load_options& options) {
   state_->settle();
   state_->core.require(step);
-  return state_->load_step(step, options);
+  return load_committed(*state_, step, options);
 }
 
-std::optional<checkpoint> checkpoint_manager_base::load_latest(const load_options& options) {
+latest_checkpoint checkpoint_manager_base::load_latest(const load_options& options) {
   state_->settle();
-  const std::optional<std::int64_t> step = latest_step();
-  if (!step) return std::nullopt;
-  return state_->load_step(*step, options);
+  latest_checkpoint out;
+  while (const std::optional<std::int64_t> step = latest_step()) {
+    try {
+      out.data = load_committed(*state_, *step, options);
+      out.step = *step;
+      break;
+    } catch (const error& e) {
+      if (!detail::is_damage(e)) throw;
+      out.skipped.push_back(state_->core.damaged().back());
+    }
+  }
+  return out;
 }
 
 }  // namespace ckpt

@@ -18,6 +18,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -45,6 +46,15 @@ inline constexpr std::string_view mpi_step_prefix = "step-";
 // The index that commits such a folder (ckpt::mpi::index_file_name; src/mpi/manager.cpp checks
 // that they agree).
 inline constexpr std::string_view mpi_step_index = "model.safetensors.index.json";
+
+// Damaged steps are set aside under `<name>.damaged`, or `<name>.damaged-K` (K = 2, 3, ...) when
+// that is taken (manager_core::set_aside). The step of a name so given for `step_name(prefix, step, suffix)`, or nothing.
+[[nodiscard]] std::optional<std::int64_t> step_set_aside(std::string_view name, std::string_view prefix,
+                                                         std::string_view suffix = {});
+
+// Whether an error of loading a step says that the step itself is damaged (see "Damaged steps" in
+// include/ckpt/manager.hpp), rather than that this process ran out of a resource.
+[[nodiscard]] bool is_damage(const error& e) noexcept;
 
 // Now, in UTC, as ISO 8601 with milliseconds: the `wall_time` metadata of a manager's checkpoint.
 [[nodiscard]] std::string wall_time_now();
@@ -83,16 +93,33 @@ class manager_core {
   // Records `step`, whose file has `metadata`.
   void add(std::int64_t step, const metadata_map& metadata);
   // Records the steps found in the folder; if keep-best is on, `metadata_of(step)` gives each
-  // one's metadata (read from its header) for its metric.
-  void add_existing(const std::vector<std::int64_t>& steps,
-                    const std::function<metadata_map(std::int64_t step)>& metadata_of);
+  // one's metadata (read from its header) for its metric. Returns the steps whose header could
+  // not be read (is_damage), with the error's message, unrecorded: the caller sets them aside.
+  [[nodiscard]] std::vector<std::pair<std::int64_t, std::string>> add_existing(
+      const std::vector<std::int64_t>& steps, const std::function<metadata_map(std::int64_t step)>& metadata_of);
+
+  // The states of the steps (see ckpt::step_status).
+  void mark_intact(std::int64_t step) { intact_.insert(step); }
+  // `step` is damaged: no longer a committed step; `path` is where it is now.
+  void mark_damaged(std::int64_t step, std::filesystem::path path, std::string reason);
+  // Committed `step`, whose checkpoint is `path`, is damaged: a writing manager renames it aside
+  // (a missing `path` is only recorded), then it is marked damaged. Returns its status.
+  // \throws io_error if the rename fails.
+  const step_status& set_aside(std::int64_t step, std::filesystem::path path, std::string reason);
+  [[nodiscard]] const std::vector<step_status>& damaged() const noexcept { return damaged_; }
+  void replace_damaged(std::vector<step_status> damaged) { damaged_ = std::move(damaged); }
+  // Every step with its state, ascending; `path_of` gives a committed step's path.
+  [[nodiscard]] std::vector<step_status> status(const std::function<std::filesystem::path(std::int64_t)>& path_of) const;
 
   // The retention decision: the steps no rule keeps, oldest first. The caller deletes each one's
   // files and `forget`s it.
   [[nodiscard]] std::vector<std::int64_t> to_drop() const;
   // What to_drop() would answer once `step` is added with `metadata`.
   [[nodiscard]] std::vector<std::int64_t> to_drop_after(std::int64_t step, const metadata_map& metadata) const;
-  void forget(std::int64_t step) { steps_.erase(step); }
+  void forget(std::int64_t step) {
+    steps_.erase(step);
+    intact_.erase(step);
+  }
 
   [[nodiscard]] const step_map& all() const noexcept { return steps_; }
   void replace_all(step_map steps) { steps_ = std::move(steps); }
@@ -105,6 +132,8 @@ class manager_core {
   std::filesystem::path folder_;
   checkpoint_manager_options options_;
   step_map steps_;
+  std::set<std::int64_t> intact_;     // committed steps this manager loaded
+  std::vector<step_status> damaged_;  // in the order they were found
 };
 
 // At most one write on a background thread, whose error is handed over once.
@@ -164,6 +193,9 @@ class manager_state {
                                   const metadata_map& metadata) = 0;
   // After settle(): reads committed `step`.
   [[nodiscard]] virtual checkpoint load_step(std::int64_t step, const load_options& options) = 0;
+  // Committed `step` was found damaged (`reason`): sets it aside (a writing manager renames it)
+  // and records it in the core as damaged. Returns its status.
+  virtual step_status set_aside(std::int64_t step, const std::string& reason) = 0;
 
   // settle(), its error written to stderr: what a destructor does.
   void settle_quietly() noexcept;

@@ -97,9 +97,14 @@ int run(options o) {
   }
 
   const ckpt::adam opt{.lr = o.lr};
-  std::optional<ckpt::checkpoint> restored;
+  ckpt::latest_checkpoint restored;
   if (o.resume) {
+    // The newest step that loads: a damaged newer step is set aside (renamed, not deleted) and
+    // the run goes on from the one before, which the same seed replays bit for bit.
     restored = manager.load_latest();
+    for (const ckpt::step_status& s : restored.skipped)
+      std::cout << "skipped damaged step " << s.step << " (set aside as " << s.path.filename().string()
+                << "): " << s.reason << '\n';
     if (!restored) std::cout << "no checkpoint in " << o.ckpt_dir.string() << ": starting fresh\n";
   }
   // The data set, initial parameters and batch order all come from the seed and the batch
@@ -125,7 +130,7 @@ int run(options o) {
     data_position position = order.position();  // the template: an engine and a count
     ckpt::read_params(*restored, position, {.prefix = "data"});
     order.restore(position);
-    std::cout << "resumed from " << manager.path_of(*latest).string() << " at step " << state.step << '\n';
+    std::cout << "resumed from " << manager.path_of(restored.step).string() << " at step " << state.step << '\n';
   }
 
   std::ofstream csv = open_csv(o.csv, restored ? std::optional(state.step) : std::nullopt);
@@ -149,7 +154,7 @@ int run(options o) {
   install_signal_handlers();
   const std::int64_t first = state.step;
   // The newest step saved; a saved step is never saved again (the manager refuses it).
-  std::optional<std::int64_t> saved = latest;
+  std::optional<std::int64_t> saved = manager.latest_step();  // after load_latest set damaged steps aside
   float loss = 0;
   auto started = std::chrono::steady_clock::now();
   auto last_log = started;

@@ -79,8 +79,14 @@ int run(MPI_Comm comm, options o) {
                 << "): pass --resume to continue, or choose another --ckpt-dir\n";
     return 2;
   }
-  std::optional<ckpt::checkpoint> restored;
-  if (o.resume) restored = manager.load_latest();
+  ckpt::latest_checkpoint restored;
+  if (o.resume) {
+    // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
+    restored = manager.load_latest();
+    if (rank == 0)
+      for (const ckpt::step_status& s : restored.skipped)
+        std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
+  }
   // What shapes the run comes from the checkpoint when resuming, so that it continues the same run.
   if (restored) {
     const auto& meta = restored->metadata();
@@ -122,7 +128,7 @@ int run(MPI_Comm comm, options o) {
     if (manager.should_save(state.step) && state.step != o.steps)
       manager.save_async(state.step, {ckpt::training_state(params, state)}, metadata(loss));
   }
-  if (state.step > first || !latest)
+  if (state.step > first || !manager.latest_step())
     manager.save(state.step, {ckpt::training_state(params, state)}, metadata(loss), /*force=*/true);
   manager.wait();
   if (rank == 0)

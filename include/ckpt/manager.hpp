@@ -18,7 +18,8 @@
 /// Files: `<folder>/ckpt-<step, zero-padded to 10 digits>.safetensors`, written with `ckpt::save`
 /// (atomic), and the lock file `<folder>/.ckpt-manager.lock`. Other files in the folder
 /// are never touched; leftover temporaries of an interrupted save of its own checkpoints
-/// (`.ckpt-<step>.safetensors.tmp-XXXXXX`) are ignored and removed when the manager opens.
+/// (`.ckpt-<step>.safetensors.tmp-XXXXXX`) are ignored and removed when the manager opens. A step
+/// found damaged is set aside as `<its name>.damaged` (`.damaged-2`, ... if taken), never deleted.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
@@ -77,6 +78,51 @@ struct checkpoint_manager_options {
   bool read_only = false;
 };
 
+/// What a manager knows of one step of its folder (see `checkpoint_manager_base::status`).
+enum class step_state {
+  unchecked,  ///< listed, not loaded by this manager yet
+  intact,     ///< loaded by this manager: the format's rules held, and the digest if it was checked
+  damaged,    ///< could not be loaded (unreadable, malformed, corrupted); set aside, no longer a step
+};
+
+/// One step of a manager's folder and its state.
+struct step_status {
+  /// The step.
+  std::int64_t step = 0;
+  /// Its state.
+  step_state state = step_state::unchecked;
+  /// Its checkpoint: the file (or MPI step folder) of a step, or, for a damaged step, where it is
+  /// now (the name it was set aside under, if the manager set it aside).
+  std::filesystem::path path;
+  /// Why it is damaged: the message of the error that loading it gave; for a step set aside by an
+  /// earlier run, a sentence saying so. Empty for the other states.
+  std::string reason;
+};
+
+/// What `checkpoint_manager_base::load_latest` restored: the newest intact step's checkpoint, if
+/// there is one, and the newer steps it skipped because they were damaged. It reads like a
+/// `std::optional<checkpoint>` (`if (auto latest = manager.load_latest()) ... *latest ...`).
+struct latest_checkpoint {
+  /// The checkpoint of `step`, or nothing if no step could be loaded.
+  std::optional<checkpoint> data;
+  /// The step loaded, or -1.
+  std::int64_t step = -1;
+  /// The steps newer than `step` that were found damaged and set aside, newest first, each with
+  /// its reason. A caller that resumes should report them: the run goes on from an older step.
+  std::vector<step_status> skipped;
+
+  /// True if a step was loaded.
+  /// \throws nothing
+  [[nodiscard]] bool has_value() const noexcept { return data.has_value(); }
+  /// \copydoc has_value
+  explicit operator bool() const noexcept { return data.has_value(); }
+  /// The checkpoint.
+  /// \throws std::bad_optional_access if no step was loaded.
+  [[nodiscard]] const checkpoint& operator*() const { return data.value(); }
+  /// \copydoc operator*
+  [[nodiscard]] const checkpoint* operator->() const { return &data.value(); }
+};
+
 namespace detail {
 class manager_state;  // src/manager_core.hpp
 }  // namespace detail
@@ -94,6 +140,19 @@ class manager_state;  // src/manager_core.hpp
 /// sees a step's contents change under it; and a step of an MPI job is several files committed
 /// by an index, which could not be replaced atomically anyway. A resumed run saves the steps
 /// after the one it loaded.
+///
+/// **Damaged steps.** A step whose checkpoint cannot be loaded (a file cut short, a header or data
+/// that do not match the digest, a file replaced by a folder or an empty file, a symlink to
+/// nowhere, a disk read error) never blocks the run: `load_latest` skips it and returns the newest
+/// step that loads, and opening a folder never fails because of one. A writing manager sets a
+/// damaged step aside (renames it to `<name>.damaged`, never deletes it), so the step number can
+/// be saved again; a read-only manager only stops listing it. `status()` lists damaged steps with
+/// their reason, and so do `ckpt inspect` and `ckpt verify` for a run folder. What counts as
+/// damage: any `ckpt::error` of the load (`format_error`, `integrity_error`, `index_error`,
+/// `io_error`, and in the MPI manager `collective_error`), except an `io_error` that says this
+/// process ran out of a resource (`EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, `EINTR`), which is
+/// thrown. Opening reads no checkpoint data: a step is checked when it is loaded (the digest
+/// with it, by default), or, with keep-best, its header when the manager opens.
 ///
 /// **Background saves.** `save` writes before returning; `save_async` copies and writes on a
 /// background thread (in the MPI manager, each rank its own shard). At most one background write
@@ -175,15 +234,31 @@ class checkpoint_manager_base {
   /// The newest committed step, or nothing if there is none.
   /// \throws nothing
   [[nodiscard]] std::optional<std::int64_t> latest_step() const noexcept;
+  /// Every step the manager knows, ascending: the committed ones (`unchecked`, or `intact` once
+  /// loaded), and the damaged ones (found by a load, or set aside by an earlier run), each with
+  /// its path and, if damaged, its reason. A damaged step and a newer save of the same number
+  /// are two rows. Reads nothing.
+  /// \throws std::bad_alloc
+  [[nodiscard]] std::vector<step_status> status() const;
   /// `step`'s checkpoint (its metadata include `step` and `wall_time`), its digest verified if
-  /// it has one and `options.verify_digest` is set.
+  /// it has one and `options.verify_digest` is set. If the step is damaged (see the class notes),
+  /// it is set aside as `load_latest` does, and the error is thrown.
   /// \throws std::invalid_argument if there is no checkpoint for `step`.
   /// \throws io_error, format_error, integrity_error as `ckpt::load` (MPI: `collective_error` as
-  /// `ckpt::mpi::load`); a pending background error.
+  /// `ckpt::mpi::load`); io_error if a damaged step cannot be renamed; a pending background error.
   [[nodiscard]] checkpoint load(std::int64_t step, const load_options& options = {});
-  /// The newest checkpoint, or nothing if there is none.
-  /// \throws as `load`.
-  [[nodiscard]] std::optional<checkpoint> load_latest(const load_options& options = {});
+  /// The newest step that loads (its digest verified as `options` says), and the newer steps that
+  /// did not, set aside (see the class notes): a damaged step never blocks a resume. Empty if no
+  /// step loads (`skipped` then lists every step tried).
+  /// \code
+  /// if (auto latest = manager.load_latest()) {
+  ///   for (const ckpt::step_status& s : latest.skipped) log("skipped step", s.step, s.reason);
+  ///   ckpt::restore_training_state(*latest, params, state);
+  /// }
+  /// \endcode
+  /// \throws io_error if a damaged step cannot be renamed, or the load failed for want of a
+  /// resource (see the class notes); std::bad_alloc; a pending background error.
+  [[nodiscard]] latest_checkpoint load_latest(const load_options& options = {});
 
  protected:
   /// \throws nothing
@@ -220,8 +295,8 @@ class checkpoint_manager : public checkpoint_manager_base {
   /// `keep_every_n_steps` < 0, `keep_best` > 0 with an empty `best_metric`).
   /// \throws lock_error if another manager holds the folder.
   /// \throws io_error if the folder or lock file cannot be created or listed.
-  /// \throws format_error if keep-best is enabled and an existing checkpoint's header cannot be
-  /// read (its metric is needed to rank it).
+  /// A checkpoint whose header cannot be read when keep-best needs its metric is damaged: it is
+  /// set aside (see "Damaged steps"), not an error.
   explicit checkpoint_manager(std::filesystem::path folder, checkpoint_manager_options options = {});
 };
 

@@ -23,18 +23,25 @@ constexpr std::string_view who = "mpi::checkpoint_manager";
 
 using step_map = ckpt::detail::manager_core::step_map;
 
-std::string encode(const step_map& steps) {
+// The core's steps and damaged steps, as rank 0 shares them.
+std::string encode(const ckpt::detail::manager_core& core) {
   detail::encoder e;
-  e.u64(steps.size());
-  for (const auto& [step, metric] : steps) {
+  e.u64(core.all().size());
+  for (const auto& [step, metric] : core.all()) {
     e.i64(step);
     e.u64(metric ? 1 : 0);
     e.f64(metric.value_or(0));
   }
+  e.u64(core.damaged().size());
+  for (const step_status& s : core.damaged()) {
+    e.i64(s.step);
+    e.str(s.path.string());
+    e.str(s.reason);
+  }
   return std::move(e.bytes());
 }
 
-step_map decode_steps(std::string_view bytes) {
+void decode_into(ckpt::detail::manager_core& core, std::string_view bytes) {
   detail::decoder d(bytes);
   step_map steps;
   for (std::uint64_t n = d.u64(); n > 0; --n) {
@@ -43,7 +50,14 @@ step_map decode_steps(std::string_view bytes) {
     const double metric = d.f64();
     steps.emplace(step, has ? std::optional<double>(metric) : std::nullopt);
   }
-  return steps;
+  std::vector<step_status> damaged;
+  for (std::uint64_t n = d.u64(); n > 0; --n) {
+    const std::int64_t step = d.i64();
+    std::string path = d.str();
+    damaged.push_back({.step = step, .state = step_state::damaged, .path = std::move(path), .reason = d.str()});
+  }
+  core.replace_all(std::move(steps));
+  core.replace_damaged(std::move(damaged));
 }
 
 std::string encode(const metadata_map& metadata) {
@@ -164,6 +178,12 @@ class mpi_state final : public ckpt::detail::manager_state {
     return mpi::load(comm_, core.folder(), step, options);
   }
 
+  // Collective: rank 0 sets the step folder aside, every rank learns of it.
+  step_status set_aside(std::int64_t step, const std::string& reason) override {
+    on_rank_0_then_share([&] { set_aside_on_rank_0(step, reason); }, "load");
+    return core.damaged().back();
+  }
+
  private:
   [[nodiscard]] int rank() const { return detail::rank_of(comm_); }
 
@@ -178,7 +198,8 @@ class mpi_state final : public ckpt::detail::manager_state {
   void open_on_rank_0() {
     if (core.options().read_only) {
       // No lock, no clean-up: the committed steps as they are now.
-      core.add_existing(committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; });
+      note_set_aside();
+      static_cast<void>(core.add_existing(committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; }));
       return;
     }
     std::error_code ec;
@@ -193,13 +214,28 @@ class mpi_state final : public ckpt::detail::manager_state {
         debris.push_back(path);
     });
     for (const auto& path : debris) std::filesystem::remove_all(path, ec);
+    note_set_aside();
     // Only the headers are needed for the metrics.
-    core.add_existing(committed_steps(core.folder()), [this](std::int64_t step) {
+    const auto unreadable = core.add_existing(committed_steps(core.folder()), [this](std::int64_t step) {
       return load_sharded(path_of(step) / index_file_name, {.verify_digest = false}).metadata();
     });
+    for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);
     // Finishes the retention of a job that died between a commit and its deletions, so that
     // crashes do not pile up steps the rules drop (as the single-process manager does).
     retain();
+  }
+
+  // Rank 0: step folders set aside as damaged by an earlier run, listed as damaged.
+  void note_set_aside() {
+    ckpt::detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
+      if (const auto step = ckpt::detail::step_set_aside(name, detail::step_prefix))
+        core.mark_damaged(*step, path, "set aside as damaged by an earlier run");
+    });
+  }
+
+  // Rank 0: sets a damaged step's folder aside.
+  void set_aside_on_rank_0(std::int64_t step, const std::string& reason) {
+    static_cast<void>(core.set_aside(step, path_of(step), reason));
   }
 
   // Rank 0: deletes what the rules drop, the index first, so that a step is either committed and
@@ -228,9 +264,9 @@ class mpi_state final : public ckpt::detail::manager_state {
         local_error = std::current_exception();
       }
     }
-    std::string bytes = rank() == 0 ? encode(core.all()) : std::string();
+    std::string bytes = rank() == 0 ? encode(core) : std::string();
     detail::broadcast(comm_, bytes, 0);
-    if (rank() != 0) core.replace_all(decode_steps(bytes));
+    if (rank() != 0) decode_into(core, bytes);
     detail::settle(comm_, local_error, core.folder(), operation);
   }
 

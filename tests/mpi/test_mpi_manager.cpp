@@ -65,7 +65,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
     std::ranges::sort(expected);
     CHECK_EQ(listing(folder / "mpi"), expected);
     CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(9));
-    const std::optional<ckpt::checkpoint> latest = manager.load_latest();
+    const ckpt::latest_checkpoint latest = manager.load_latest();
     CHECK(latest.has_value());
     CHECK_EQ(ckpt::to_int("part." + std::to_string(rank), *latest), 90 + rank);
     CHECK_EQ(latest->metadata().at("step"), std::string("9"));
@@ -196,7 +196,7 @@ void save_async_commits_at_the_next_call(const fs::path& folder) {
         CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(3));
       }
     }
-    const std::optional<ckpt::checkpoint> latest = manager.load_latest();  // commits step 5
+    const ckpt::latest_checkpoint latest = manager.load_latest();  // commits step 5
     CHECK(latest.has_value());
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 5}));
     for (int r = 0; r < size_of(comm); ++r) {

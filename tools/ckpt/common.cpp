@@ -73,7 +73,8 @@ std::vector<listed_step> steps_in(const std::filesystem::path& path) {
   if (!std::filesystem::is_directory(path, ec)) return {};
   const ckpt::checkpoint_manager reader(path, {.read_only = true});
   std::vector<listed_step> out;
-  for (const std::int64_t step : reader.steps()) out.push_back({step, reader.path_of(step)});
+  for (const ckpt::step_status& s : reader.status())
+    out.push_back({s.step, s.path, s.state == ckpt::step_state::damaged ? std::optional(s.reason) : std::nullopt});
   return out;
 }
 
@@ -87,9 +88,18 @@ std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std
     if (step) throw usage_error("ckpt: --step " + std::to_string(*step) + ": '" + path.string() + "' is not a checkpoint_manager folder");
     return path;
   }
-  if (!step) return steps.back().checkpoint;
-  const auto it = std::ranges::find(steps, *step, &listed_step::step);
+  const auto usable = [](const listed_step& s) { return !s.damaged; };
+  if (!step) {
+    const auto newest = std::ranges::find_if(steps.rbegin(), steps.rend(), usable);
+    if (newest == steps.rend())
+      throw usage_error("ckpt: '" + path.string() + "' holds only damaged steps: name one with --step");
+    return newest->checkpoint;
+  }
+  // The step, or a damaged one of that number if there is no other.
+  const auto same = [&](const listed_step& s) { return s.step == *step; };
+  const auto it = std::ranges::find_if(steps, [&](const listed_step& s) { return same(s) && usable(s); });
   if (it != steps.end()) return it->checkpoint;
+  if (const auto damaged = std::ranges::find_if(steps, same); damaged != steps.end()) return damaged->checkpoint;
   std::string have;
   for (const listed_step& s : steps) have += (have.empty() ? "" : ", ") + std::to_string(s.step);
   throw usage_error("ckpt: --step " + std::to_string(*step) + ": '" + path.string() + "' has no such step (it has " + have + ")");

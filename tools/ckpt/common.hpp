@@ -88,16 +88,21 @@ class usage_error : public std::runtime_error {
 struct listed_step {
   std::int64_t step;
   std::filesystem::path checkpoint;
+  /// Set if the step is known to be damaged without reading it: set aside by a manager (the
+  /// checkpoint is then the set-aside file), or ambiguous; the reason.
+  std::optional<std::string> damaged = {};
 };
 
-/// The committed steps of a manager folder, of either manager (`ckpt::checkpoint_manager`'s
-/// files, `ckpt::mpi::checkpoint_manager`'s step folders), listed by a read-only manager (no
-/// lock: a run may be training there); nothing if `path` is not a folder or holds no step.
+/// The steps of a manager folder, of either manager (`ckpt::checkpoint_manager`'s files,
+/// `ckpt::mpi::checkpoint_manager`'s step folders), listed by a read-only manager (no lock: a run
+/// may be training there), damaged ones included; nothing if `path` is not a folder or holds no
+/// step.
 /// \throws ckpt::io_error if the folder cannot be listed.
 [[nodiscard]] std::vector<listed_step> steps_in(const std::filesystem::path& path);
 
 /// The checkpoint a PATH argument names, with `--step`: a step of a manager folder (`step`, or
-/// the latest), or PATH itself (a file, a sharded checkpoint, an MPI step folder).
+/// the latest step not known to be damaged; for `step`, a damaged one if it is the only one), or
+/// PATH itself (a file, a sharded checkpoint, an MPI step folder).
 /// \throws usage_error if `step` is given and PATH is not a manager folder, or has no such step
 /// (the message lists the steps it has).
 [[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step);

@@ -34,7 +34,7 @@ struct diff_args {
   double rtol = 0;
   bool ignore_dtype = false;
   std::string filter;  // only the entries whose names start with it
-  std::optional<std::int64_t> step;  // of manager folders: this step, not the latest
+  std::vector<std::int64_t> steps;  // of manager folders: this step (A B), or these two (RUN)
 };
 
 // The comparison of the values of two entries of the same shape.
@@ -108,14 +108,31 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
 }
 
 int diff(const diff_args& args) {
-  // --step picks the step of whichever of A and B is a manager folder.
-  const std::vector<listed_step> steps_a = steps_in(args.a), steps_b = steps_in(args.b);
-  if (args.step && steps_a.empty() && steps_b.empty())
-    throw usage_error("ckpt: --step " + std::to_string(*args.step) + ": neither '" + args.a.string() + "' nor '" +
-                      args.b.string() + "' is a checkpoint_manager folder");
-  const auto step_of = [&](const std::vector<listed_step>& s) { return s.empty() ? std::nullopt : args.step; };
-  const ckpt::checkpoint a = read_checkpoint(checkpoint_in(args.a, steps_a, step_of(steps_a)), {});
-  const ckpt::checkpoint b = read_checkpoint(checkpoint_in(args.b, steps_b, step_of(steps_b)), {});
+  const std::vector<listed_step> steps_a = steps_in(args.a);
+  std::filesystem::path path_a, path_b;
+  if (args.b.empty()) {
+    // RUN --step S --step T: two steps of one manager folder.
+    if (args.steps.size() != 2 || steps_a.empty())
+      throw usage_error("ckpt: diff with one PATH compares two steps of a checkpoint_manager folder: ckpt diff RUN "
+                        "--step S --step T");
+    path_a = checkpoint_in(args.a, steps_a, args.steps[0]);
+    path_b = checkpoint_in(args.a, steps_a, args.steps[1]);
+  } else {
+    // A B [--step N]: --step picks the step of whichever of A and B is a manager folder.
+    const std::vector<listed_step> steps_b = steps_in(args.b);
+    if (args.steps.size() > 1)
+      throw usage_error("ckpt: --step is given twice: with two paths, one --step picks the step of their manager "
+                        "folders (compare two steps of one folder with ckpt diff RUN --step S --step T)");
+    const std::optional<std::int64_t> step = args.steps.empty() ? std::nullopt : std::optional(args.steps[0]);
+    if (step && steps_a.empty() && steps_b.empty())
+      throw usage_error("ckpt: --step " + std::to_string(*step) + ": neither '" + args.a.string() + "' nor '" +
+                        args.b.string() + "' is a checkpoint_manager folder");
+    const auto step_of = [&](const std::vector<listed_step>& s) { return s.empty() ? std::nullopt : step; };
+    path_a = checkpoint_in(args.a, steps_a, step_of(steps_a));
+    path_b = checkpoint_in(args.b, steps_b, step_of(steps_b));
+  }
+  const ckpt::checkpoint a = read_checkpoint(path_a, {});
+  const ckpt::checkpoint b = read_checkpoint(path_b, {});
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
@@ -169,7 +186,9 @@ constexpr command_text text{
 whose dtype or shape differ, and for the common entries of equal shape the largest absolute
 difference |a - b| and relative difference |a - b| / |b|, computed in double. An element is
 beyond tolerance when |a - b| > atol + rtol * |b| (numpy.isclose); NaN equals NaN, and NaN
-against a number, or an infinity against anything else, is beyond any tolerance.
+against a number, or an infinity against anything else, is beyond any tolerance. A and B may be
+checkpoint_manager folders (their latest steps, or step N with --step); `ckpt diff RUN --step S
+--step T` compares two steps of one run.
 
 Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be read.)"};
 
@@ -178,8 +197,9 @@ Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be re
 void add_diff(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<diff_args>(app, chosen, diff, text);
   sub->add_option("A", args->a, "the first checkpoint")->required()->type_name("");
-  sub->add_option("B", args->b, "the second checkpoint (the reference of relative differences)")
-      ->required()
+  sub->add_option("B", args->b,
+                  "the second checkpoint (the reference of relative differences); leave it out to compare two "
+                  "steps of the manager folder A, each named by --step")
       ->type_name("");
   // CLI::NonNegativeNumber would print the largest double in its message.
   const CLI::Validator non_negative(
@@ -195,7 +215,12 @@ void add_diff(CLI::App& app, action& chosen) {
   sub->add_flag("--ignore-dtype", args->ignore_dtype,
                 "compare values across dtypes without counting the dtype difference itself (after convert "
                 "--dtype)");
-  add_step_option(*sub, args->step);
+  sub->add_option("--step", args->steps,
+                  "in checkpoint_manager folders, step N instead of the latest; twice with one folder (ckpt diff RUN "
+                  "--step S --step T) to compare two of its steps")
+      ->type_name("N")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
 }

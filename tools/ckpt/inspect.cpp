@@ -2,6 +2,7 @@
 
 #include "common.hpp"
 
+#include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/tensor.hpp>
@@ -98,42 +99,69 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
   return success;
 }
 
+// A row a step, damaged steps included (a manager set them aside, or their header cannot be
+// read): a damaged step is a finding to show, not a reason to stop.
 int inspect_folder(const inspect_args& args, const std::vector<listed_step>& listed) {
   struct step_row {
     std::int64_t step;
     std::filesystem::path file;
     totals total;
     ckpt::metadata_map metadata;
+    std::optional<std::string> damaged;  // the reason
   };
   std::vector<step_row> steps;
-  for (const auto& [step, file] : listed) {
-    const auto t = load_listed(file);
-    if (t) steps.push_back({step, file, sum(entries_with_prefix(*t, args.filter)), t->metadata()});
+  for (const auto& [step, file, damaged] : listed) {
+    if (damaged) {
+      steps.push_back({step, file, {}, {}, damaged});
+      continue;
+    }
+    try {
+      if (const auto t = load_listed(file)) steps.push_back({step, file, sum(entries_with_prefix(*t, args.filter)), t->metadata(), {}});
+    } catch (const ckpt::error& e) {
+      steps.push_back({step, file, {}, {}, e.what()});
+    }
   }
+  const auto state_of = [](const step_row& s) { return s.damaged ? "damaged" : "ok"; };
   if (args.json) {
     boost::json::array rows;
-    for (const auto& s : steps)
-      rows.push_back(boost::json::object{{"step", s.step},
-                                         {"file", s.file.filename().string()},
-                                         {"total", json_of(s.total)},
-                                         {"metadata", json_of(s.metadata)}});
+    for (const auto& s : steps) {
+      boost::json::object row{{"step", s.step}, {"state", state_of(s)}, {"file", s.file.filename().string()}};
+      if (s.damaged) {
+        row["reason"] = *s.damaged;
+      } else {
+        row["total"] = json_of(s.total);
+        row["metadata"] = json_of(s.metadata);
+      }
+      rows.push_back(std::move(row));
+    }
     std::cout << boost::json::serialize(boost::json::object{{"path", args.path.string()}, {"steps", std::move(rows)}})
               << '\n';
     return success;
   }
   std::vector<std::vector<std::string>> rows;
+  std::size_t damaged = 0;
+  const step_row* latest = nullptr;
   for (const auto& s : steps) {
+    if (s.damaged) {
+      ++damaged;
+      rows.push_back({std::to_string(s.step), state_of(s), "-", "-", "-", "-", s.file.filename().string()});
+      continue;
+    }
+    latest = &s;
     const auto wall_time = s.metadata.find("wall_time");
-    rows.push_back({std::to_string(s.step), std::to_string(s.total.entries), std::to_string(s.total.parameters),
-                    std::to_string(s.total.bytes), wall_time == s.metadata.end() ? "-" : wall_time->second,
-                    s.file.filename().string()});
+    rows.push_back({std::to_string(s.step), state_of(s), std::to_string(s.total.entries),
+                    std::to_string(s.total.parameters), std::to_string(s.total.bytes),
+                    wall_time == s.metadata.end() ? "-" : wall_time->second, s.file.filename().string()});
   }
   print_table(std::cout,
-              {{"step", true}, {"entries", true}, {"parameters", true}, {"bytes", true}, {"wall_time"}, {"file"}},
+              {{"step", true}, {"state"}, {"entries", true}, {"parameters", true}, {"bytes", true}, {"wall_time"}, {"file"}},
               rows);
-  std::cout << "checkpoint_manager folder: " << count_of(steps.size(), "step", "steps");
-  if (!steps.empty()) std::cout << ", latest " << steps.back().step;
+  std::cout << "checkpoint_manager folder: " << count_of(steps.size() - damaged, "step", "steps");
+  if (latest != nullptr) std::cout << ", latest " << latest->step;
+  if (damaged > 0) std::cout << ", " << count_of(damaged, "damaged step", "damaged steps");
   std::cout << '\n';
+  for (const auto& s : steps)
+    if (s.damaged) std::cout << "step " << s.step << " damaged: " << *s.damaged << '\n';
   return success;
 }
 
@@ -149,9 +177,12 @@ constexpr command_text text{
     R"(List the entries of a checkpoint (name, dtype, shape, parameters, bytes), their totals and its
 __metadata__, reading headers only. PATH is a .safetensors file, a sharded checkpoint (its
 *.safetensors.index.json or its folder, an MPI step folder) or a checkpoint_manager folder (of
-either manager, opened read-only), whose steps are listed, or whose step N --step shows.
+either manager, opened read-only), whose steps are listed, each with its state ('ok' if its
+header reads, 'damaged' with the reason if not, or if a manager set it aside), or whose step N
+--step shows. Only headers are read: 'ok' does not check the digest (ckpt verify does).
 
-Exit status: 0, or 2 if PATH cannot be read or is not a valid checkpoint.)"};
+Exit status: 0 (a folder with damaged steps included: they are rows), or 2 if PATH cannot be
+read or is not a valid checkpoint.)"};
 
 }  // namespace
 

@@ -103,15 +103,19 @@ int verify(const verify_args& args) {
       if (print_verdict(checkpoint.string(), check(checkpoint), args.strict)) status = finding;
       continue;
     }
-    for (const auto& [step, checkpoint] : steps) {
+    // Every step, damaged ones included: each is a line, and a damaged one a finding.
+    for (const auto& [step, checkpoint, damaged] : steps) {
       verdict v;
       try {
         v = check(checkpoint);
       } catch (const ckpt::io_error& e) {
-        // Deleted since it was listed, by the retention rules of a manager still training here.
-        if (e.code() == std::errc::no_such_file_or_directory) continue;
-        throw;
+        // Deleted since it was listed, by the retention rules of a manager still training here;
+        // anything else there that cannot be read (a symlink to nowhere) is a damaged step.
+        std::error_code ec;
+        if (e.code() == std::errc::no_such_file_or_directory && !std::filesystem::is_symlink(checkpoint, ec)) continue;
+        v.problem = e.what();
       }
+      if (damaged && !v.problem) v.problem = *damaged + "; it verifies now, but is no longer a step of the run";
       if (print_verdict(checkpoint.string(), v, args.strict)) status = finding;
     }
   }
@@ -127,7 +131,8 @@ verified', 'ok, format only: no digest' (only the format rules could be checked)
 rule naming the file; and the entries left out for a dtype this version does not know. Each PATH
 is a .safetensors file, a sharded checkpoint (index or folder, an MPI step folder included), or a
 checkpoint_manager folder (of either manager, opened read-only), whose steps are checked one by
-one (or only step N with --step).
+one (or only step N with --step), steps a manager set aside as damaged included: each damaged
+step is a line naming its file and why.
 
 Exit status: 0 if sound, 1 if a checkpoint breaks a rule (or, with --strict, has entries of an
 unknown dtype), 2 if a file cannot be read.)"};
