@@ -240,7 +240,9 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_message_on_stderr) {
   check_usage_error(d, {}, "A subcommand is required" + more);
   check_usage_error(d, {"frobnicate"}, "A subcommand is required" + more);
   check_usage_error(d, {"inspect"}, "PATH is required" + more);
-  check_usage_error(d, {"diff", "a.safetensors"}, "B is required" + more);
+  check_usage_error(d, {"diff", "a.safetensors"},
+                    "ckpt: diff with one PATH compares two steps of a checkpoint_manager folder: ckpt diff RUN --step S "
+                    "--step T\n");
   check_usage_error(d, {"diff", "a.safetensors", "a.safetensors", "--atol", "-1"},
                     "--atol: '-1' is not a number >= 0" + more);
   check_usage_error(d, {"convert", "a.safetensors", "b.safetensors", "--dtype", "i32"},
@@ -357,9 +359,9 @@ BOOST_AUTO_TEST_CASE(a_manager_folder_lists_its_steps) {
   BOOST_TEST(r.status == 0);
   BOOST_TEST(r.err == "");
   BOOST_TEST(r.out ==
-             "step  entries  parameters  bytes  wall_time                 file\n"
-             "   5        3           9     36  " + wall_time(5) + "  ckpt-0000000005.safetensors\n"
-             "  12        1           2      8  " + wall_time(12) + "  ckpt-0000000012.safetensors\n"
+             "step  state  entries  parameters  bytes  wall_time                 file\n"
+             "   5  ok           3           9     36  " + wall_time(5) + "  ckpt-0000000005.safetensors\n"
+             "  12  ok           1           2      8  " + wall_time(12) + "  ckpt-0000000012.safetensors\n"
              "checkpoint_manager folder: 2 steps, latest 12\n");
   const result json = run(d.path(), {"inspect", "run", "--json", "--filter", "step"});
   const boost::json::value v = boost::json::parse(json.out);
@@ -368,6 +370,49 @@ BOOST_AUTO_TEST_CASE(a_manager_folder_lists_its_steps) {
   BOOST_TEST(v.at("steps").at(0).at("file") == "ckpt-0000000005.safetensors");
   BOOST_TEST(v.at("steps").at(0).at("total") == boost::json::parse(R"({"entries":1,"parameters":1,"bytes":4})"));
   BOOST_TEST(v.at("steps").at(1).at("metadata").at("step") == "12");
+  BOOST_TEST(v.at("steps").at(1).at("state") == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_step_is_a_row_not_an_exit_2) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    for (const std::int64_t step : {1, 2, 3}) m.save(step, {sample()});
+  }
+  // Step 3 set aside by a manager that found it cut short; then step 2's header broken in place.
+  fs::resize_file(ckpt::checkpoint_path(d.path() / "run", 3), 100);
+  BOOST_TEST(ckpt::checkpoint_manager(d.path() / "run").load_latest().step == 2);
+  {
+    std::fstream f(ckpt::checkpoint_path(d.path() / "run", 2), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.put('[');
+  }
+  const result r = run(d.path(), {"inspect", "run"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  const std::string header_problem = in_folder(d.path(), [] {
+    return message_of<ckpt::format_error>([] { (void)ckpt::load(ckpt::checkpoint_path("run", 2), {.verify_digest = false}); });
+  });
+  const std::string wall_time = ckpt::load(ckpt::checkpoint_path(d.path() / "run", 1)).metadata().at("wall_time");
+  BOOST_TEST(r.out ==
+             "step  state    entries  parameters  bytes  wall_time                 file\n"
+             "   1  ok             3           9     36  " + wall_time + "  ckpt-0000000001.safetensors\n"
+             "   2  damaged        -           -      -  -                         ckpt-0000000002.safetensors\n"
+             "   3  damaged        -           -      -  -                         ckpt-0000000003.safetensors.damaged\n"
+             "checkpoint_manager folder: 1 step, latest 1, 2 damaged steps\n"
+             "step 2 damaged: " + header_problem + "\n"
+             "step 3 damaged: set aside as damaged by an earlier run\n");
+  const boost::json::value v = boost::json::parse(run(d.path(), {"inspect", "run", "--json"}).out);
+  BOOST_TEST(v.at("steps").at(1).at("state") == "damaged");
+  BOOST_TEST(v.at("steps").at(1).at("reason").as_string() == header_problem);
+
+  // verify names each damaged step and exits 1; the latest step is the newest intact one.
+  const result checked = run(d.path(), {"verify", "run"});
+  BOOST_TEST(checked.status == 1);
+  BOOST_TEST(checked.out.find("run/ckpt-0000000001.safetensors: ok, digest verified\n") == 0u);
+  BOOST_TEST(checked.out.find("run/ckpt-0000000002.safetensors: " + header_problem) != std::string::npos);
+  BOOST_TEST(checked.out.find("run/ckpt-0000000003.safetensors.damaged: ckpt: ") != std::string::npos);
+  BOOST_TEST(run(d.path(), {"inspect", "run", "--step", "1"}).status == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -444,6 +489,23 @@ BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(diff)
+
+BOOST_AUTO_TEST_CASE(two_steps_of_one_run) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    m.save(1, {ckpt::of_tensor("w", f32({2}, {1, 2}))});
+    m.save(2, {ckpt::of_tensor("w", f32({2}, {1, 3}))});
+  }
+  const result same = run(d.path(), {"diff", "run", "--step", "1", "--step", "1"});
+  BOOST_TEST(same.status == 0);
+  const result r = run(d.path(), {"diff", "run", "--step", "1", "--step", "2"});
+  BOOST_TEST(r.status == 1);
+  BOOST_TEST(r.out.find("1 of 1 compared entry beyond") != std::string::npos);
+  check_usage_error(d, {"diff", "run", "run", "--step", "1", "--step", "2"},
+                    "ckpt: --step is given twice: with two paths, one --step picks the step of their manager folders "
+                    "(compare two steps of one folder with ckpt diff RUN --step S --step T)\n");
+}
 
 BOOST_AUTO_TEST_CASE(identical_checkpoints) {
   const temp_dir d;

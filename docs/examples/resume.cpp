@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -107,6 +108,21 @@ void train(model& m, std::int64_t steps, const std::filesystem::path& folder,
 }
 // [loop]
 
+// [fallback]
+// Resumes `m` and `state` from the newest step of `manager` that loads. A damaged newer step (a
+// file cut short by a full disk, a flipped bit) is set aside as `<file>.damaged` and reported;
+// the run goes on from the step before it, and saves the damaged step's number again.
+std::int64_t resume(ckpt::checkpoint_manager& manager, model& m, ckpt::adam_state<model>& state) {
+  const ckpt::latest_checkpoint latest = manager.load_latest();
+  for (const ckpt::step_status& skipped : latest.skipped)
+    std::cerr << "step " << skipped.step << " is damaged (" << skipped.reason << "), set aside as "
+              << skipped.path << '\n';
+  if (!latest) return 0;  // nothing to resume: a fresh start
+  ckpt::restore_training_state(*latest, m, state);
+  return latest.step;
+}
+// [fallback]
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(guide_resume)
@@ -145,6 +161,29 @@ BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identical_to_an_unstopped_one) {
   BOOST_TEST((latest.names() == std::vector<std::string>{"data.rng", "data.served", "model.embedding",
                                                          "model.running_mean", "model.samples_seen", "model.w",
                                                          "optim.mu.w", "optim.nu.w", "optim.step"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_newest_step_resumes_from_the_one_before) {
+  const std::int64_t total = 40;
+  model straight = initial();
+  train(straight, total, "runs/resume-damaged-straight");
+
+  model first = initial();
+  train(first, 30, "runs/resume-damaged");  // steps 25 and 30 kept
+  const std::filesystem::path newest = "runs/resume-damaged/ckpt-0000000030.safetensors";
+  std::filesystem::resize_file(newest, std::filesystem::file_size(newest) - 100);  // cut short
+
+  {
+    ckpt::checkpoint_manager manager("runs/resume-damaged", {.max_to_keep = 2, .save_interval_steps = 5});
+    model m = initial();
+    ckpt::adam_state<model> state = ckpt::adam{}.init(m);
+    BOOST_TEST(resume(manager, m, state) == 25);
+    BOOST_TEST(std::filesystem::exists("runs/resume-damaged/ckpt-0000000030.safetensors.damaged"));
+  }
+  model resumed = initial();  // train() resumes from step 25 and saves step 30 again
+  train(resumed, total, "runs/resume-damaged");
+  BOOST_TEST((resumed.w == straight.w));
+  BOOST_TEST((resumed.running_mean.value == straight.running_mean.value));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
