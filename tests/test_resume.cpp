@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,6 +176,30 @@ BOOST_AUTO_TEST_CASE(example_binary_resume_is_bit_exact) {
   BOOST_TEST(read_bytes(s.path() / "b2.log").find("resumed from") != std::string::npos);
   // Without --resume an existing run is not overwritten.
   BOOST_TEST(trainer(flags(b, 700), s.path() / "b3.log") == 2);
+}
+
+// A damaged newest step: --resume continues from the step before it, with nothing done by hand,
+// and reaches the parameters of an uninterrupted run.
+BOOST_AUTO_TEST_CASE(example_binary_resumes_past_a_damaged_newest_step) {
+  const temp_dir s;
+  const fs::path a = s.path() / "a", b = s.path() / "b";
+  BOOST_REQUIRE(trainer(flags(a, 400) + " --params-out '" + (s.path() / "a.safetensors").string() + "'", s.path() / "a.log") == 0);
+  BOOST_REQUIRE(trainer(flags(b, 300), s.path() / "b1.log") == 0);
+  {
+    // One byte of the data of step 300 (the last one) flipped.
+    std::fstream f(b / checkpoint_name(300), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-40, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-40, std::ios::end);
+    f.put(static_cast<char>(c ^ 1));
+  }
+  BOOST_REQUIRE(trainer(flags(b, 400) + " --resume --params-out '" + (s.path() / "b.safetensors").string() + "'",
+                        s.path() / "b2.log") == 0);
+  const std::string log = read_bytes(s.path() / "b2.log");
+  BOOST_TEST(log.find("skipped damaged step 300 (set aside as ckpt-0000000300.safetensors.damaged)") != std::string::npos, log);
+  BOOST_TEST(log.find("at step 200") != std::string::npos, log);
+  BOOST_TEST(read_bytes(s.path() / "a.safetensors") == read_bytes(s.path() / "b.safetensors"));
+  BOOST_TEST(fs::exists(b / (checkpoint_name(300) + ".damaged")));
 }
 
 BOOST_AUTO_TEST_CASE(example_binary_resume_from_empty_folder_starts_fresh) {
