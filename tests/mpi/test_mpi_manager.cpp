@@ -276,6 +276,35 @@ void read_only_managers_open_a_folder_being_written(const fs::path& folder) {
   MPI_Barrier(comm);
 }
 
+// A damaged newest step (a shard cut short) is set aside on rank 0 and every rank resumes from
+// the step before it, alike; the step number is saved again.
+void a_damaged_step_is_set_aside_on_every_rank(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  {
+    ckpt::mpi::checkpoint_manager writer(comm, folder, {.max_to_keep = 0});
+    CHECK(writer.save(1, {state_of(rank, 1)}));
+    CHECK(writer.save(2, {state_of(rank, 2)}));
+  }
+  if (rank == 0) {
+    for (const auto& e : fs::directory_iterator(ckpt::mpi::step_folder(folder, 2)))
+      if (e.path().extension() == ".safetensors") fs::resize_file(e.path(), 10);
+  }
+  MPI_Barrier(comm);
+  ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 0});
+  const ckpt::latest_checkpoint latest = manager.load_latest();
+  CHECK_EQ(latest.step, 1);
+  CHECK_EQ(ckpt::to_int("step", *latest), 1);
+  CHECK_EQ(latest.skipped.size(), 1u);
+  CHECK_EQ(latest.skipped.at(0).step, 2);
+  CHECK_EQ(latest.skipped.at(0).path, fs::path(ckpt::mpi::step_folder(folder, 2).string() + ".damaged"));
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{1}));
+  CHECK_EQ(manager.status().size(), 2u);
+  CHECK(manager.save(2, {state_of(rank, 2)}));
+  CHECK_EQ(ckpt::to_int("step", manager.load(2)), 2);
+  MPI_Barrier(comm);
+}
+
 int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_manager",
                  {{"retention_matches_the_single_process_manager", retention_matches_the_single_process_manager},
@@ -285,5 +314,6 @@ int main(int argc, char** argv) {
                   {"opening_finishes_retention", opening_finishes_retention},
                   {"save_async_commits_at_the_next_call", save_async_commits_at_the_next_call},
                   {"save_async_follows_the_rules_of_save", save_async_follows_the_rules_of_save},
-                  {"read_only_managers_open_a_folder_being_written", read_only_managers_open_a_folder_being_written}});
+                  {"read_only_managers_open_a_folder_being_written", read_only_managers_open_a_folder_being_written},
+                  {"a_damaged_step_is_set_aside_on_every_rank", a_damaged_step_is_set_aside_on_every_rank}});
 }
