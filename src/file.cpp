@@ -48,12 +48,12 @@ std::shared_ptr<std::byte[]> read_whole(int fd, const std::filesystem::path& pat
 
 using progress_function = std::function<void(std::uint64_t, std::uint64_t)>;
 
-// The chunks of digest_key's digest, and the files it verifies on two threads.
+// The chunks of digest_key's digest, and the data sections it verifies on two threads.
 constexpr std::size_t digest_chunk_bytes = std::size_t{1} << 20;
 constexpr std::size_t parallel_hash_bytes = std::size_t{8} << 20;
 
-// digest_key's digest from the hashes of the chunks, in order: the XXH3-64 of their
-// little-endian bytes.
+// digest_key's digest from the hash of the header and those of the data's chunks, in order
+// (`chunks` starts with the header's): the XXH3-64 of their little-endian bytes.
 XXH64_hash_t combined(std::span<const XXH64_hash_t> chunks) {
   std::vector<unsigned char> bytes(chunks.size() * 8);
   for (std::size_t i = 0; i < chunks.size(); ++i)
@@ -74,9 +74,11 @@ xxh3_state new_xxh3_state() {
   return state;
 }
 
-// digest_key's digest of a data section being written, fed in pieces of any size.
+// digest_key's digest of a file being written: the hash of its header (digits zeroed), then
+// its data section, fed in pieces of any size.
 class chunked_digest {
  public:
+  explicit chunked_digest(XXH64_hash_t header) : chunks_{header} {}
   void update(std::span<const std::byte> bytes) {
     while (!bytes.empty()) {
       const std::size_t part = std::min(bytes.size(), digest_chunk_bytes - filled_);
@@ -99,7 +101,7 @@ class chunked_digest {
  private:
   xxh3_state state_ = new_xxh3_state();
   std::size_t filled_ = 0;  // bytes of the current chunk
-  std::vector<XXH64_hash_t> chunks_;
+  std::vector<XXH64_hash_t> chunks_;  // the header's hash, then those of the whole chunks
 };
 
 constexpr std::size_t digest_digits = 16;
@@ -108,14 +110,6 @@ std::string to_hex(XXH64_hash_t value) {
   std::string out(digest_digits, '0');
   for (std::size_t i = digest_digits; i-- > 0; value >>= 4) out[i] = "0123456789abcdef"[value & 0xf];
   return out;
-}
-
-// Where the data section of a parsed (hence valid) file starts: after the length prefix and the
-// header it gives.
-std::span<const std::byte> data_section(std::span<const std::byte> file) {
-  std::uint64_t header_size = 0;
-  std::memcpy(&header_size, file.data(), sizeof header_size);
-  return file.subspan(8 + static_cast<std::size_t>(header_size));
 }
 
 // Calls visit(window) for `data` cut in windows of 64 MiB (a multiple of digest_chunk_bytes).
@@ -135,25 +129,15 @@ void for_each_window(std::span<const std::byte> data, bool mapped, const Visit& 
   }
 }
 
-// whole_digest_key's digest of `data` (`mapped` if it is part of a file mapping): one sequence.
-XXH64_hash_t whole_hash_of(std::span<const std::byte> data, bool mapped, const progress_function& progress) {
-  const xxh3_state state = new_xxh3_state();
-  std::uint64_t hashed = 0;
-  for_each_window(data, mapped, [&](std::span<const std::byte> window) {
-    XXH3_64bits_update(state.get(), window.data(), window.size());
-    hashed += window.size();
-    if (progress) progress(hashed, data.size());
-  });
-  if (data.empty() && progress) progress(0, 0);
-  return XXH3_64bits_digest(state.get());
-}
-
-// digest_key's digest of `data`: the chunks of each half hashed on a thread of their own from
-// parallel_hash_bytes (XXH3 on one core reads about 13 GiB/s here, below the memory's bandwidth:
-// bench/README.md, row 7). Progress is reported by this thread, counting both halves.
-XXH64_hash_t chunked_hash_of(std::span<const std::byte> data, bool mapped, const progress_function& progress) {
+// digest_key's digest of a file whose header hashes to `header` and whose data section is
+// `data`: the chunks of each half hashed on a thread of their own from parallel_hash_bytes (XXH3
+// on one core reads about 13 GiB/s here, below the memory's bandwidth: bench/README.md, row 7).
+// Progress is reported by this thread, counting both halves.
+XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> data, bool mapped,
+                             const progress_function& progress) {
   const std::size_t chunks = (data.size() + digest_chunk_bytes - 1) / digest_chunk_bytes;
-  std::vector<XXH64_hash_t> hashes(chunks);
+  std::vector<XXH64_hash_t> hashes(1 + chunks);
+  hashes[0] = header;
   std::atomic<std::uint64_t> hashed{0};
   std::uint64_t reported = 0;
   bool any_report = false;
@@ -165,7 +149,7 @@ XXH64_hash_t chunked_hash_of(std::span<const std::byte> data, bool mapped, const
   run_in_parallel(data.size() >= parallel_hash_bytes ? 2 : 1, [&](std::size_t part, std::size_t parts) {
     const std::size_t first = chunks * part / parts, last = chunks * (part + 1) / parts;
     const std::size_t begin = first * digest_chunk_bytes, end = std::min(data.size(), last * digest_chunk_bytes);
-    std::size_t k = first;
+    std::size_t k = 1 + first;
     for_each_window(data.subspan(begin, end - begin), mapped, [&](std::span<const std::byte> window) {
       for (std::size_t at = 0; at < window.size(); at += digest_chunk_bytes)
         hashes[k++] = XXH3_64bits(window.data() + at, std::min(digest_chunk_bytes, window.size() - at));
@@ -177,25 +161,22 @@ XXH64_hash_t chunked_hash_of(std::span<const std::byte> data, bool mapped, const
   return combined(hashes);
 }
 
-// Checks each digest `t` records against the data section of `file` (`mapped` if it is a file
-// mapping).
-void verify_digest(const checkpoint& t, std::span<const std::byte> file, bool mapped,
+// Checks the digest `parsed` records (if any, and if `options` ask for it) against the bytes of
+// `file` (`mapped` if it is a file mapping). The parser checked the entry's form.
+void verify_digest(const detail::parsed_file& parsed, std::span<const std::byte> file, bool mapped,
                    const std::filesystem::path& origin, const load_options& options) {
-  for (const std::string_view key : {digest_key, whole_digest_key}) {
-    const auto it = t.metadata().find(std::string(key));
-    if (it == t.metadata().end()) continue;
-    const std::string& expected = it->second;
-    if (expected.size() != digest_digits ||
-        !std::ranges::all_of(expected, [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }))
-      throw format_error(origin, "the __metadata__ entry '" + std::string(key) + "' is \"" + expected +
-                                     "\", not 16 lowercase hex digits");
-    if (!options.verify_digest) continue;
-    const std::span<const std::byte> data = data_section(file);
-    const XXH64_hash_t value = key == digest_key ? chunked_hash_of(data, mapped, options.progress)
-                                                 : whole_hash_of(data, mapped, options.progress);
-    if (const std::string computed = to_hex(value); computed != expected)
-      throw integrity_error(origin, std::string(key), expected, computed);
-  }
+  if (!parsed.digest_at || !options.verify_digest) return;
+  const std::size_t at = *parsed.digest_at;
+  // The header as it was hashed when written: its digits still the placeholder's zeros.
+  const xxh3_state state = new_xxh3_state();
+  XXH3_64bits_update(state.get(), file.data(), at);
+  XXH3_64bits_update(state.get(), std::string(digest_digits, '0').data(), digest_digits);
+  XXH3_64bits_update(state.get(), file.data() + at + digest_digits, parsed.data_start - at - digest_digits);
+  const XXH64_hash_t value =
+      chunked_hash_of(XXH3_64bits_digest(state.get()), file.subspan(parsed.data_start), mapped, options.progress);
+  const std::string& expected = parsed.contents.metadata().find(digest_key)->second;
+  if (const std::string computed = to_hex(value); computed != expected)
+    throw integrity_error(origin, std::string(digest_key), expected, computed);
 }
 
 }  // namespace
@@ -243,9 +224,9 @@ void mapped_file::check_size() const {
 
 checkpoint load_file(const std::filesystem::path& path, const load_options& options) {
   const file_contents file = map_file(path);
-  checkpoint t = parse_file(file.bytes, path, file.owner, file.file, options.skipped);
-  verify_digest(t, file.bytes, file.file != nullptr, path, options);
-  return t;
+  parsed_file parsed = parse_file(file.bytes, path, file.owner, file.file, options.skipped);
+  verify_digest(parsed, file.bytes, file.file != nullptr, path, options);
+  return std::move(parsed.contents);
 }
 
 }  // namespace detail
@@ -254,10 +235,10 @@ checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::p
                  const load_options& options) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  checkpoint t =
+  detail::parsed_file parsed =
       detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, nullptr, options.skipped);
-  verify_digest(t, {copy.get(), file_bytes.size()}, false, origin, options);
-  return t;
+  verify_digest(parsed, {copy.get(), file_bytes.size()}, false, origin, options);
+  return std::move(parsed.contents);
 }
 
 namespace detail {
@@ -265,21 +246,20 @@ namespace detail {
 namespace {
 
 // Sends the bytes of a save to the temporary file in large writev batches, straight from where
-// they live, hashing the data section on the way when a digest is asked for, and reporting
-// progress when asked to.
+// they live, hashing them on the way when a digest is asked for, and reporting progress when
+// asked to.
 class data_writer {
  public:
-  data_writer(atomic_file& file, const save_options& options, std::uint64_t total)
+  // Queues `header` (the first 8 + N bytes, the digest's digits zeros; it must stay valid until
+  // the first flush) and hashes it when a digest is asked for.
+  data_writer(atomic_file& file, const save_options& options, std::uint64_t total, std::span<const std::byte> header)
       : file_(file), progress_(options.progress), total_(total) {
-    if (options.digest) digest_.emplace();
+    if (options.digest) digest_.emplace(XXH3_64bits(header.data(), header.size()));
     // Without a digest or a progress report, nothing needs the pieces cut: the kernel gets as
     // many as one writev takes.
     slice_bytes_ = options.digest ? hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
-  }
-  // Queues bytes that are not part of the data section (the header).
-  void add_unhashed(std::span<const std::byte> bytes) {
-    pieces_.push_back(as_iovec(bytes));
-    pending_ += bytes.size();
+    pieces_.push_back(as_iovec(header));
+    pending_ += header.size();
   }
   // Queues data bytes; they must stay valid until the next flush.
   void add(std::span<const std::byte> bytes) {
@@ -334,7 +314,9 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
   // ckpt owns the digest keys: a value carried over from a loaded file would be stale.
   metadata_map fields = metadata;
   fields.erase(std::string(digest_key));
-  fields.erase(std::string(whole_digest_key));
+  for (const std::string_view key : earlier_digest_keys) fields.erase(std::string(key));
+  // What transformers' from_pretrained asks of a safetensors file; the caller's value wins.
+  fields.try_emplace("format", "pt");
   std::string header;
   std::size_t digest_at = 0;
   if (digest) {
@@ -351,8 +333,7 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
   atomic_file file(path);
   std::uint64_t total = header.size();
   for (const entry_source& e : entries) total += e.nbytes;
-  data_writer out(file, options, total);
-  out.add_unhashed(std::as_bytes(std::span(header)));
+  data_writer out(file, options, total, std::as_bytes(std::span(header)));
   // Entries that need reordering arrive in bands of whole rows, made one band ahead.
   reordered_bands bands(entries);
   for (std::size_t i = 0; i < entries.size();) {

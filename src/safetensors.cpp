@@ -35,6 +35,9 @@ struct parsed_header {
   std::vector<header_entry> entries;
   metadata_map metadata;
   bool has_metadata = false;
+  // Where the value of __metadata__'s digest_key starts in the JSON, if it was read in one piece
+  // straight from the JSON's bytes between its two quotes (no escape), and how long it is there.
+  std::optional<std::size_t> digest_at;
 };
 
 [[noreturn]] void fail(const std::filesystem::path& origin, const std::string& rule) {
@@ -53,7 +56,7 @@ class header_handler {
   static constexpr std::size_t max_key_size = std::size_t(-1);
   static constexpr std::size_t max_string_size = std::size_t(-1);
 
-  explicit header_handler(const std::filesystem::path& origin) : origin_(origin) {}
+  header_handler(const std::filesystem::path& origin, std::string_view json) : origin_(origin), json_(json) {}
 
   parsed_header result;
 
@@ -183,10 +186,11 @@ class header_handler {
 
   bool on_string_part(string_view s, std::size_t, error_code&) { return gather(s); }
 
-  bool on_string(string_view s, std::size_t, error_code&) {
-    return complete_text(s, "a string", [this] {
+  bool on_string(string_view s, std::size_t total, error_code&) {
+    return complete_text(s, "a string", [this, s, total] {
       switch (where_) {
         case place::metadata_value:
+          if (key_ == digest_key) result.digest_at = plain_at(s, total);
           result.metadata.emplace(std::move(key_), std::move(partial_));
           where_ = place::metadata;
           return true;
@@ -233,6 +237,19 @@ class header_handler {
   bool gather(string_view s) {
     partial_.append(s.data(), s.size());
     return true;
+  }
+
+  // Where the whole string `s` (`total` bytes long) stands in the JSON, if the parser passed it
+  // in one piece from the JSON's own bytes, right between its quotes: then it has no escape and
+  // its bytes in the file are its value. Strings with escapes come in parts or from a buffer of
+  // the parser's.
+  std::optional<std::size_t> plain_at(string_view s, std::size_t total) const {
+    const auto first = reinterpret_cast<std::uintptr_t>(json_.data());
+    const auto at = reinterpret_cast<std::uintptr_t>(s.data());
+    if (total != s.size() || at <= first || at + s.size() >= first + json_.size()) return std::nullopt;
+    const std::size_t offset = at - first;
+    if (json_[offset - 1] != '"' || json_[offset + s.size()] != '"') return std::nullopt;
+    return offset;
   }
 
   bool unsigned_value(std::uint64_t u) {
@@ -309,6 +326,7 @@ class header_handler {
   }
 
   const std::filesystem::path& origin_;
+  std::string_view json_;
   place where_ = place::root;
   field field_ = field::unknown;
   bool is_metadata_ = false;
@@ -322,7 +340,7 @@ parsed_header parse_header(std::string_view json, const std::filesystem::path& o
   options.max_depth = 64;
   // Invalid UTF-8 anywhere (overlong forms, surrogates, stray or missing continuation bytes) and
   // lone escaped surrogates are refused by the parser itself: allow_invalid_utf8 stays false.
-  boost::json::basic_parser<header_handler> parser(options, origin);
+  boost::json::basic_parser<header_handler> parser(options, origin, json);
   // Room for entries in as many bytes as the header has, so that 100,000 entries are not moved
   // again and again as the list grows (7.9 MiB of header: room for 68,000, then one move; load
   // of 100,000 small tensors 33 ms without, 25 ms with it, 24 ms with room for the most entries
@@ -343,11 +361,34 @@ std::uint64_t read_le64(const std::byte* p) {
   return v;
 }
 
+// Whether `value` is 16 hex digits, of either case (`lowercase` false) or lowercase only.
+bool is_hex16(std::string_view value, bool lowercase) {
+  return value.size() == 16 && std::ranges::all_of(value, [lowercase](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (!lowercase && c >= 'A' && c <= 'F');
+         });
+}
+
+// ckpt's rules for its digest entry (ckpt::digest_key), on a parsed header.
+void check_digest_entry(const parsed_header& header, const std::filesystem::path& origin) {
+  for (const auto& [key, value] : header.metadata)
+    if (is_damaged_digest_entry(key, value))
+      fail(origin, "the __metadata__ key " + quote_bytes(key) + " differs from '" + std::string(digest_key) +
+                       "' in one byte and maps to 16 hex digits: a damaged digest entry");
+  const auto it = header.metadata.find(digest_key);
+  if (it == header.metadata.end()) return;
+  if (!is_hex16(it->second, true))
+    fail(origin, "the __metadata__ entry '" + std::string(digest_key) + "' is \"" + it->second +
+                     "\", not 16 lowercase hex digits");
+  if (!header.digest_at)
+    fail(origin, "the __metadata__ entry '" + std::string(digest_key) +
+                     "' spells its digits with JSON escapes, where ckpt writes them plain");
+}
+
 }  // namespace
 
-checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner, const mapped_file* mapping,
-                      const std::function<void(std::string_view, std::string_view)>& skipped) {
+parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
+                       const std::shared_ptr<const void>& owner, const mapped_file* mapping,
+                       const std::function<void(std::string_view, std::string_view)>& skipped) {
   if (file.size() < 8)
     fail(origin, "the file has " + std::to_string(file.size()) +
                      " bytes, fewer than the 8 of the header length");
@@ -360,6 +401,7 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
                      std::to_string(file.size()) + "-byte file");
   const std::string_view json(reinterpret_cast<const char*>(file.data() + 8), header_size);
   parsed_header header = parse_header(json, origin);
+  check_digest_entry(header, origin);
 
   const std::span<const std::byte> data = file.subspan(8 + header_size);
   std::vector<header_entry>& entries = header.entries;
@@ -437,7 +479,9 @@ checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::pa
                      tensor_access::view_of(*e.type, std::move(e.shape),
                                      data.subspan(e.begin, e.end - e.begin), owner, mapping));
   }
-  return checkpoint(std::move(out), std::move(header.metadata));
+  return {.contents = checkpoint(std::move(out), std::move(header.metadata)),
+          .data_start = 8 + static_cast<std::size_t>(header_size),
+          .digest_at = header.digest_at ? std::optional(8 + *header.digest_at) : std::nullopt};
 }
 
 // `s` quoted for a message: valid UTF-8 kept, control bytes and invalid bytes written as \xNN,
@@ -503,6 +547,17 @@ void require_utf8_to_save(const std::string& what, std::string_view s) {
 
 }  // namespace
 
+bool is_damaged_digest_entry(std::string_view key, std::string_view value) {
+  // A changed byte can also turn two bytes of the key's spelling into one escape (`_f` into
+  // `\f`): compare the spellings, which for ckpt's own files are the bytes in the file.
+  if (key.size() > digest_key.size() || key == digest_key || !is_hex16(value, false)) return false;
+  const std::string spelled = boost::json::serialize(boost::json::string_view(key.data(), key.size()));
+  if (spelled.size() != digest_key.size() + 2) return false;
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < digest_key.size(); ++i) differing += spelled[i + 1] != digest_key[i];
+  return differing == 1;
+}
+
 std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata) {
   std::string json = "{";
   const auto append_string = [&json](std::string_view s) {
@@ -514,6 +569,10 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
     for (const auto& [key, value] : metadata) {
       require_utf8_to_save("the '__metadata__' key", key);
       require_utf8_to_save("the '__metadata__' value of " + quote_bytes(key), value);
+      if (is_damaged_digest_entry(key, value))
+        throw std::invalid_argument("ckpt: cannot save the '__metadata__' key " + quote_bytes(key) +
+                                    " with 16 hex digits: it differs from '" + std::string(digest_key) +
+                                    "' in one byte, and ckpt reads such an entry as a damaged digest");
       if (!first) json += ',';
       first = false;
       append_string(key);

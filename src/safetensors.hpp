@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <functional>
@@ -20,11 +21,24 @@ namespace ckpt::detail {
 // The format's cap on the JSON header, as the reference implementation enforces it.
 inline constexpr std::uint64_t max_header_size = 100'000'000;
 
+// A parsed file: its checkpoint, and what checking its digest needs.
+struct parsed_file {
+  checkpoint contents;
+  // 8 + N: where the data section starts.
+  std::size_t data_start = 0;
+  // Where the 16 digits of __metadata__'s digest_key value start in the file, if it records one:
+  // the parser found them written plain between their quotes (no JSON escape), 16 lowercase hex
+  // digits.
+  std::optional<std::size_t> digest_at;
+};
+
 // Builds a checkpoint from the bytes of a whole file. Tensors view `file`, kept alive by
 // `owner`; `mapping` is the loaded file `file` maps, or null for bytes in memory. Throws
-// format_error naming `origin` and the broken rule.
+// format_error naming `origin` and the broken rule, including ckpt's rules for its digest entry
+// (see ckpt::digest_key): a value that is not 16 lowercase hex digits written plain, or a
+// `__metadata__` entry that reads as a damaged digest entry (is_damaged_digest_entry).
 // `skipped` (load_options::skipped) hears of the entries of unknown dtypes, which are left out.
-checkpoint parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
+parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
                       const std::shared_ptr<const void>& owner, const mapped_file* mapping,
                       const std::function<void(std::string_view, std::string_view)>& skipped);
 
@@ -41,10 +55,17 @@ checkpoint load_file(const std::filesystem::path& path, const load_options& opti
 // \xNN, so that a message about a name read from an untrusted file can be printed and compared.
 std::string quote_bytes(std::string_view s);
 
+// Whether a `__metadata__` entry other than digest_key reads as digest_key's entry with one byte
+// of its key changed: its key as JSON spells it has digest_key's length and differs from it in
+// exactly one byte, and its value is 16 hex digits. The reader refuses such an entry, and
+// make_header too (a file with it could not be loaded).
+bool is_damaged_digest_entry(std::string_view key, std::string_view value);
+
 // The first 8 + N bytes of a file: the length prefix and the JSON header, padded with spaces so
 // that the data that follows starts 8-byte aligned. Entries are laid out in the order given.
-// Throws std::invalid_argument if the header would exceed max_header_size, or if a name, a
-// metadata key or value is not valid UTF-8 (JSON strings must be; nobody could read the file).
+// Throws std::invalid_argument if the header would exceed max_header_size, if a name, a
+// metadata key or value is not valid UTF-8 (JSON strings must be; nobody could read the file),
+// or if a metadata entry is_damaged_digest_entry.
 std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata);
 
 }  // namespace ckpt::detail

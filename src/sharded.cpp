@@ -302,8 +302,8 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
   }
   metadata_map metadata = common.value_or(metadata_map{});
   // A digest describes one file's bytes, never a checkpoint spanning several.
-  for (const std::string_view key : {digest_key, whole_digest_key})
-    if (const auto it = metadata.find(key); it != metadata.end()) metadata.erase(it);
+  metadata.erase(std::string(digest_key));
+  for (const std::string_view key : earlier_digest_keys) metadata.erase(std::string(key));
   return checkpoint(std::move(entries), std::move(metadata));
 }
 

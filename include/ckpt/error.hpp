@@ -67,10 +67,10 @@ class format_error : public error {
   std::string rule_;
 };
 
-/// A file's data section does not match the digest recorded in its `__metadata__` (see
-/// `ckpt::digest_key` and `ckpt::whole_digest_key`): the bytes changed after they were written (a
-/// flipped bit on disk, a truncated copy patched up, a tool that edited the data). The message reads
-/// `ckpt: '<path>' is corrupted: its data section hashes to <computed> but its __metadata__
+/// A file does not match the digest recorded in its `__metadata__` (see `ckpt::digest_key`, which
+/// covers the whole file: header and data): its bytes changed after they were written (a flipped
+/// bit on disk, a truncated copy patched up, a tool that edited the header or the data). The
+/// message reads `ckpt: '<path>' is corrupted: its bytes hash to <computed> but its __metadata__
 /// entry '<key>' records <expected>`.
 class integrity_error : public format_error {
  public:
@@ -79,16 +79,16 @@ class integrity_error : public format_error {
   integrity_error(std::filesystem::path path, const std::string& key, const std::string& expected,
                   const std::string& computed)
       : format_error(path,
-                     "its data section hashes to " + computed + " but its __metadata__ entry '" +
+                     "its bytes hash to " + computed + " but its __metadata__ entry '" +
                          key + "' records " + expected,
-                     "ckpt: '" + path.string() + "' is corrupted: its data section hashes to " +
+                     "ckpt: '" + path.string() + "' is corrupted: its bytes hash to " +
                          computed + " but its __metadata__ entry '" + key + "' records " + expected),
         expected_(expected),
         computed_(computed) {}
   /// The digest recorded in the file (16 lowercase hex digits).
   /// \throws nothing
   [[nodiscard]] const std::string& expected() const noexcept { return expected_; }
-  /// The digest of the data as read (16 lowercase hex digits).
+  /// The digest of the file as read (16 lowercase hex digits).
   /// \throws nothing
   [[nodiscard]] const std::string& computed() const noexcept { return computed_; }
 

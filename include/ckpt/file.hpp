@@ -5,6 +5,7 @@
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -15,24 +16,41 @@
 
 namespace ckpt {
 
-/// The `__metadata__` key under which ckpt stores the digest of a file's data section (every
-/// byte after the 8 + N header bytes), as 16 lowercase hex digits: the data are cut into chunks
-/// of 1 MiB (2^20 bytes; the last may be shorter, an empty section has none), each chunk is hashed
-/// with XXH3-64 (seed 0), and the digest is the XXH3-64 (seed 0) of those chunk hashes written
-/// one after the other as 8 little-endian bytes each. Chunks can be hashed in any order, so
-/// `load` verifies a large file on two threads. It is an ordinary metadata entry, so other
-/// safetensors readers load such files unchanged.
-inline constexpr std::string_view digest_key = "ckpt.xxh3_64_per_mib";
+/// The `__metadata__` key under which ckpt stores the digest of the whole file, as 16 lowercase
+/// hex digits written plain (no JSON escape) between their quotes. The digest covers every byte:
+/// the 8-byte length prefix, the N bytes of the JSON header (every entry's name, dtype, shape and
+/// data_offsets, the rest of `__metadata__`, the padding) and the data section. Byte for byte:
+///  1. H = XXH3-64 (seed 0) of the first 8 + N bytes of the file, with the 16 digits of this
+///     entry's value replaced by 16 `'0'` (0x30) bytes;
+///  2. C_1, ..., C_n = XXH3-64 (seed 0) of each 1 MiB (2^20 bytes) chunk of the data section, in
+///     order (the last may be shorter; an empty data section has none);
+///  3. the digest = XXH3-64 (seed 0) of the 8 (n + 1) bytes of H, C_1, ..., C_n, each written as
+///     8 little-endian bytes.
+///
+/// `save` writes the 16 zeros, hashes the header and the data as they go out, and writes the
+/// digits in their place. Chunks can be hashed in any order, so `load` verifies a large file on
+/// two threads. It is an ordinary metadata entry, so other safetensors readers load such files
+/// unchanged.
+///
+/// Any single changed byte of such a file makes `load` throw (but for a 2^-64 chance of a hash
+/// collision): in the header or the data it changes H or a C_i (or breaks a format rule); in the
+/// digits, the value. In the key itself, it would make the digest vanish, so the reader has a
+/// rule for it: a `__metadata__` key whose JSON spelling has this key's length and differs from it
+/// in exactly one byte, with a value of 16 hex digits, is a damaged digest entry (a format_error;
+/// `save` refuses such a key with std::invalid_argument).
+inline constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
 
-/// The `__metadata__` key of the digest that earlier versions of ckpt wrote: the XXH3-64 hash
-/// (seed 0) of the whole data section at once, as 16 lowercase hex digits. `load` verifies it
-/// like `digest_key` (on one thread: the hash is one sequence); `save` never writes it.
-inline constexpr std::string_view whole_digest_key = "ckpt.xxh3_64";
+/// The digest keys of earlier versions of ckpt, which hashed the data section only:
+/// `ckpt.xxh3_64_per_mib` (per MiB, as `digest_key`'s C_i) and `ckpt.xxh3_64` (the whole section
+/// at once). Recognized, not verified: `load` keeps them as metadata without checking them,
+/// `save` drops them, and `ckpt verify` reports such a file as checked for its format only. Save
+/// the file again to record `digest_key`.
+inline constexpr std::array<std::string_view, 2> earlier_digest_keys = {"ckpt.xxh3_64_per_mib", "ckpt.xxh3_64"};
 
 /// Options of `save`, of a checkpoint or of sections (ckpt/section.hpp).
 struct save_options {
-  /// Store the digest of the data section in `__metadata__` under `digest_key`, computed while
-  /// the data are written (one pass), so that `load` detects corruption of the data later.
+  /// Store the digest of the whole file (header and data) in `__metadata__` under `digest_key`,
+  /// computed while the file is written (one pass), so that `load` detects corruption later.
   bool digest = false;
   /// If set, called on the saving thread as the file is written, with the bytes written so far
   /// and the file's size: at least every 64 MiB and once with both equal, before the fsync. An
@@ -43,9 +61,9 @@ struct save_options {
 
 /// Options of `load` and `parse`.
 struct load_options {
-  /// If the file records a digest (`digest_key`, or `whole_digest_key` of earlier versions), hash
-  /// its data section and compare: this reads the whole file once at load time. False trusts the
-  /// file (the header rules still apply).
+  /// If the file records a digest (`digest_key`), hash the file and compare: this reads the
+  /// whole file once at load time. False trusts the file (the header rules still apply, those of
+  /// the digest entry's form included). The digests of `earlier_digest_keys` are never checked.
   bool verify_digest = true;
   /// If set, called on the loading thread while a digest is verified, with the bytes of the data
   /// section hashed so far and their total: after each 64 MiB the loading thread hashes (a helper
@@ -77,11 +95,14 @@ struct load_options {
 /// so a returned save survives power loss, as far as the disk honours flushes. A failure in 3
 /// throws although the new file is already in place.
 ///
-/// `t`'s metadata are written as given, except `digest_key` and `whole_digest_key`, which ckpt
-/// owns: a stale value (say, from a loaded file) is dropped, and a fresh `digest_key` is written
-/// when `options.digest` is set.
+/// `t`'s metadata are written as given, with two exceptions. `digest_key` and
+/// `earlier_digest_keys` are ckpt's: a stale value (say, from a loaded file) is dropped, and a
+/// fresh `digest_key` is written when `options.digest` is set. And `"format": "pt"` is added
+/// unless the metadata have a `format` key already (the caller's value is kept): Hugging Face
+/// transformers' `from_pretrained` refuses a safetensors file without it.
 /// \throws io_error on an I/O error (the message names the file and the system error).
-/// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes.
+/// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes, or a
+/// metadata entry would read as a damaged digest entry (see `digest_key`).
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options = {});
 
 /// The checkpoint stored in the safetensors file at `path`, whether written by `save` or by
@@ -99,25 +120,25 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// names and a `__metadata__` that is not a string-to-string object. Entries of a dtype the
 /// format does not define are skipped with a warning on stderr.
 ///
-/// If `__metadata__` holds `digest_key` (or `whole_digest_key`, written by earlier versions) and
-/// `options.verify_digest` is set, the whole data section is read and hashed (so the load costs
-/// one pass over the file, on two threads from 8 MiB), and a mismatch throws. The loaded
-/// metadata keep the digest entry.
+/// If `__metadata__` holds `digest_key` and `options.verify_digest` is set, the whole file is
+/// read and hashed (so the load costs one pass over the file, on two threads from 8 MiB of data),
+/// and a mismatch throws. The loaded metadata keep the digest entry. The digests of earlier
+/// versions (`earlier_digest_keys`) are kept as metadata and not checked.
 ///
 /// A `path` whose name ends with `.index.json`, or a folder, is a Hugging Face sharded checkpoint
 /// instead: `load` returns `load_sharded(path, options)` (ckpt/sharded.hpp), one checkpoint
 /// spanning every shard, each mapped as above and its digest checked per `options`.
 /// \throws index_error, ckpt::error for a sharded checkpoint: see `load_sharded`.
 /// \throws io_error if the file cannot be opened or read.
-/// \throws integrity_error if the data do not match the recorded digest.
+/// \throws integrity_error if the file does not match the recorded digest.
 /// \throws format_error if it is not a valid safetensors file (the message names the file and the
-/// broken rule), including a digest value that is not 16 lowercase hex digits (checked even when
-/// verification is off).
+/// broken rule), including a digest value that is not 16 lowercase hex digits written plain and a
+/// damaged digest entry (see `digest_key`; both checked even when verification is off).
 [[nodiscard]] checkpoint load(const std::filesystem::path& path, const load_options& options = {});
 
 /// Parses the bytes of a whole safetensors file held in memory, with the same rules as `load`.
 /// The tensors own a copy of the data. `origin` names the bytes in error messages.
-/// \throws integrity_error if the data do not match the recorded digest (see `load`).
+/// \throws integrity_error if the bytes do not match the recorded digest (see `load`).
 /// \throws format_error if they are not a valid safetensors file.
 [[nodiscard]] checkpoint parse(std::span<const std::byte> file_bytes,
                                const std::filesystem::path& origin = "<memory>",

@@ -214,7 +214,7 @@ void add_convert(CLI::App& app, action& chosen) {
       ->type_name("NAME")
       ->capture_default_str();
   add_step_option(*sub, args->step);
-  sub->add_flag("--no-digest", args->no_digest, "do not record the data digest (ckpt.xxh3_64_per_mib) in the output");
+  sub->add_flag("--no-digest", args->no_digest, "do not record the digest of the file (ckpt.xxh3_64_file) in the output");
   auto* drop_metadata =
       sub->add_flag("--drop-metadata", args->drop_metadata,
                     "carry none of IN's metadata over (the digest of OUT is still recorded, unless --no-digest)");

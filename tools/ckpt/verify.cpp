@@ -1,4 +1,4 @@
-// ckpt verify PATH: every check of the strict loader, and the data digest where one is recorded.
+// ckpt verify PATH: every check of the strict loader, and the file's digest where one is recorded.
 
 #include "common.hpp"
 
@@ -31,6 +31,7 @@ struct verify_args {
 struct verdict {
   std::optional<std::string> problem;  // the broken rule, or nothing if sound
   int digests = 0;                     // files whose digest was checked (a shard each)
+  std::optional<std::string> earlier;  // the key of an earlier version's digest, not checked
   std::vector<std::string> skipped;    // entries of an unknown dtype: "'name' (DTYPE)"
 };
 
@@ -59,7 +60,13 @@ verdict check(const std::filesystem::path& path) {
     out.skipped.push_back("'" + std::string(name) + "' (" + std::string(dtype) + ")");
   };
   try {
-    (void)read_checkpoint(path, {.verify_digest = true, .progress = report, .skipped = skipped});
+    const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = true, .progress = report, .skipped = skipped});
+    if (!t.metadata().contains(ckpt::digest_key))
+      for (const std::string_view key : ckpt::earlier_digest_keys)
+        if (t.metadata().contains(key)) {
+          out.earlier = std::string(key);
+          break;
+        }
   } catch (const ckpt::io_error&) {
     throw;
   } catch (const ckpt::error& e) {
@@ -68,7 +75,8 @@ verdict check(const std::filesystem::path& path) {
   return out;
 }
 
-// "ok, digest verified", "ok, format only: no digest", the broken rule; and the entries skipped
+// "ok, digest verified", "ok, format only: no digest" (or an earlier version's digest, which is
+// not checked), the broken rule; and the entries skipped
 // for an unknown dtype, which --strict counts as a finding. Returns whether it is a finding.
 bool print_verdict(const std::string& label, const verdict& v, bool strict) {
   std::cout << label << ": ";
@@ -79,9 +87,11 @@ bool print_verdict(const std::string& label, const verdict& v, bool strict) {
     std::cout << "not ok (--strict): " << count_of(v.skipped.size(), "entry", "entries") << " of an unknown dtype";
   } else {
     std::cout << "ok, "
-              << (v.digests == 0   ? std::string("format only: no digest")
-                  : v.digests == 1 ? std::string("digest verified")
-                                   : "digests of " + std::to_string(v.digests) + " shards verified");
+              << (v.digests == 1   ? std::string("digest verified")
+                  : v.digests > 1  ? "digests of " + std::to_string(v.digests) + " shards verified"
+                  : v.earlier      ? "format only: the digest of an earlier ckpt version (" + *v.earlier +
+                                    ", data only) is not checked; re-save to record " + std::string(ckpt::digest_key)
+                                   : std::string("format only: no digest"));
     if (!v.skipped.empty()) std::cout << "; " << count_of(v.skipped.size(), "entry", "entries") << " skipped (unknown dtype)";
   }
   if (!v.skipped.empty() && !v.problem) {
@@ -125,10 +135,13 @@ int verify(const verify_args& args) {
 // What `ckpt verify --help` shows.
 constexpr command_text text{
     "verify", "Check every rule of the loader and the data digest",
-    R"(Check checkpoints with every rule of the strict loader, and their data digest
-(ckpt.xxh3_64_per_mib, or ckpt.xxh3_64 of earlier versions) where one is recorded, without extracting anything. Prints a line a checkpoint: 'ok, digest
-verified', 'ok, format only: no digest' (only the format rules could be checked), or the broken
-rule naming the file; and the entries left out for a dtype this version does not know. Each PATH
+    R"(Check checkpoints with every rule of the strict loader, and their digest of the whole
+file (ckpt.xxh3_64_file: header and data) where one is recorded, without extracting anything.
+Prints a line a checkpoint: 'ok, digest verified', 'ok, format only: no digest' (only the format
+rules could be checked; also said of the data-only digests of earlier ckpt versions,
+ckpt.xxh3_64_per_mib and ckpt.xxh3_64, which are not checked: save the file again to record the
+new one), or the broken rule naming the file; and the entries left out for a dtype this version
+does not know. Each PATH
 is a .safetensors file, a sharded checkpoint (index or folder, an MPI step folder included), or a
 checkpoint_manager folder (of either manager, opened read-only), whose steps are checked one by
 one (or only step N with --step), steps a manager set aside as damaged included: each damaged
