@@ -316,7 +316,8 @@ BOOST_AUTO_TEST_CASE(a_file_as_a_table_with_totals_and_metadata) {
              "step  I32    [1]              1      4\n"
              "total: 3 entries, 9 parameters, 36 bytes\n"
              "__metadata__:\n"
-             "  ckpt.xxh3_64_per_mib: " + digest_of(d.path() / "a.safetensors") + "\n"
+             "  ckpt.xxh3_64_file: " + digest_of(d.path() / "a.safetensors") + "\n"
+             "  format: pt\n"
              "  note: first\n");
   const result filtered = run(d.path(), {"inspect", "a.safetensors", "--filter", "l1.w"});
   BOOST_TEST(filtered.status == 0);
@@ -328,7 +329,8 @@ BOOST_AUTO_TEST_CASE(a_file_as_a_table_with_totals_and_metadata) {
              "name  dtype  shape  parameters  bytes\n"
              "x     F32    []              1      4\n"
              "total: 1 entry, 1 parameter, 4 bytes\n"
-             "__metadata__: none\n");
+             "__metadata__:\n"
+             "  format: pt\n");
 }
 
 BOOST_AUTO_TEST_CASE(json_for_scripts) {
@@ -342,7 +344,7 @@ BOOST_AUTO_TEST_CASE(json_for_scripts) {
                "entries": [{"name": "l1.b", "dtype": "F32", "shape": [2], "parameters": 2, "bytes": 8},
                            {"name": "l1.w", "dtype": "F32", "shape": [2, 3], "parameters": 6, "bytes": 24}],
                "total": {"entries": 2, "parameters": 8, "bytes": 32},
-               "metadata": {"note": "first"}})"));
+               "metadata": {"format": "pt", "note": "first"}})"));
 }
 
 BOOST_AUTO_TEST_CASE(a_manager_folder_lists_its_steps) {
@@ -436,7 +438,19 @@ BOOST_AUTO_TEST_CASE(ok_or_the_broken_rule) {
   BOOST_TEST(corrupted.out == "a.safetensors: " + in_folder(d.path(), [] {
                return message_of<ckpt::integrity_error>([] { (void)ckpt::load("a.safetensors"); });
              }) + "\n");
-  BOOST_TEST(corrupted.out.starts_with("a.safetensors: ckpt: 'a.safetensors' is corrupted: its data section hashes to "));
+  BOOST_TEST(corrupted.out.starts_with("a.safetensors: ckpt: 'a.safetensors' is corrupted: its bytes hash to "));
+
+  // A change of the header that breaks no format rule (a shape's dimensions swapped): the digest
+  // covers the header too.
+  ckpt::save(a, sample(), {.digest = true});
+  std::string header_changed = read_bytes(a);
+  const std::size_t shape = header_changed.find("[2,3]");
+  BOOST_TEST_REQUIRE(shape != std::string::npos);
+  header_changed.replace(shape, 5, "[3,2]");
+  std::ofstream(a, std::ios::binary | std::ios::trunc) << header_changed;
+  const result header = run(d.path(), {"verify", "a.safetensors"});
+  BOOST_TEST(header.status == 1);
+  BOOST_TEST(header.out.starts_with("a.safetensors: ckpt: 'a.safetensors' is corrupted: its bytes hash to "));
 
   // A header rule: a truncated file.
   const std::string bytes = read_bytes(a);
@@ -458,6 +472,17 @@ BOOST_AUTO_TEST_CASE(ok_or_the_broken_rule) {
   BOOST_TEST(several.status == 1);
   BOOST_TEST(several.out == "plain.safetensors: ok, format only: no digest\n" + cut.out +
                                 "plain.safetensors: ok, format only: no digest\n");
+
+  // The data-only digests of earlier versions are recognized, not checked, and verify says so
+  // (files written by earlier commits: tests/fixtures/README.md).
+  for (const std::string old : {"per_mib_digest", "whole_digest"}) {
+    fs::copy_file(fs::path(CKPT_FIXTURES_DIR) / "ckpt" / (old + ".safetensors"), d.path() / (old + ".safetensors"));
+    const result earlier = run(d.path(), {"verify", old + ".safetensors"});
+    BOOST_TEST(earlier.status == 0);
+    BOOST_TEST(earlier.out == old + ".safetensors: ok, format only: the digest of an earlier ckpt version (" +
+                                  (old == "whole_digest" ? "ckpt.xxh3_64" : "ckpt.xxh3_64_per_mib") +
+                                  ", data only) is not checked; re-save to record ckpt.xxh3_64_file\n");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
@@ -638,7 +663,7 @@ BOOST_AUTO_TEST_CASE(dtype_rename_keep_drop) {
   BOOST_TEST(b.get("layer1.weight").dtype() == ckpt::dtype::bf16);
   BOOST_TEST((ckpt::cast(b.get("layer1.weight"), ckpt::dtype::f32) == a.get("l1.w")));  // small integers: exact
   BOOST_TEST((b.get("step") == a.get("step")));  // integers keep their dtype
-  BOOST_TEST((b.metadata() == a.metadata()));    // carried over; no digest asked for
+  BOOST_TEST((b.metadata() == ckpt::load(d.path() / "a.safetensors").metadata()));  // carried over; no digest
 
   // BF16 rounds 0.1 by a relative 2^-9 at most: diff with --rtol says so.
   BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "c.safetensors", "--dtype", "bf16"}).status == 0);
@@ -661,13 +686,15 @@ BOOST_AUTO_TEST_CASE(metadata_dropped_or_kept_by_key) {
   ckpt::save(d.path() / "a.safetensors", sample().with_metadata({{"note", "first"}, {"loss", "0.5"}, {"wall_time", "3"}}));
   BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "none.safetensors", "--drop-metadata", "--no-digest"}).status ==
              0);
-  BOOST_TEST(ckpt::load(d.path() / "none.safetensors").metadata().empty());
+  // save writes "format": "pt" in any case.
+  BOOST_TEST((ckpt::load(d.path() / "none.safetensors").metadata() == ckpt::metadata_map{{"format", "pt"}}));
   BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "digest.safetensors", "--drop-metadata"}).status == 0);
-  BOOST_TEST(ckpt::load(d.path() / "digest.safetensors").metadata().size() == 1u);  // the new digest only
+  BOOST_TEST(ckpt::load(d.path() / "digest.safetensors").metadata().size() == 2u);  // format and the new digest
   BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "note.safetensors", "--keep-metadata", "note",
                             "--keep-metadata", "absent", "--no-digest"})
                  .status == 0);
-  BOOST_TEST((ckpt::load(d.path() / "note.safetensors").metadata() == ckpt::metadata_map{{"note", "first"}}));
+  BOOST_TEST((ckpt::load(d.path() / "note.safetensors").metadata() ==
+              ckpt::metadata_map{{"format", "pt"}, {"note", "first"}}));
   const result both =
       run(d.path(), {"convert", "a.safetensors", "x.safetensors", "--drop-metadata", "--keep-metadata", "note"});
   BOOST_TEST(both.status == 2);
@@ -716,6 +743,7 @@ BOOST_AUTO_TEST_CASE(sharded_and_back) {
                                    "step  I32    [1]              1      4\n"
                                    "total: 3 entries, 9 parameters, 36 bytes\n"
                                    "__metadata__:\n"
+                                   "  format: pt\n"
                                    "  note: first\n"));  // each shard's own digest is not common
   BOOST_TEST(run(d.path(), {"inspect", "sharded"}).out == index.out);
   BOOST_TEST(run(d.path(), {"verify", "sharded"}).out == "sharded: ok, digests of 3 shards verified\n");
@@ -843,8 +871,8 @@ BOOST_AUTO_TEST_CASE(every_command_opens_manager_folders_of_both_kinds) {
     const result converted = run(d.path(), {"convert", folder, out, "--step", "5", "--drop-metadata"});
     BOOST_TEST(converted.status == 0, folder);
     BOOST_TEST(ckpt::load(d.path() / out).names() == sample().names(), folder);
-    BOOST_TEST((ckpt::load(d.path() / out).metadata() == ckpt::metadata_map{{std::string(ckpt::digest_key),
-                                                                              digest_of(d.path() / out)}}),
+    BOOST_TEST((ckpt::load(d.path() / out).metadata() ==
+                ckpt::metadata_map{{std::string(ckpt::digest_key), digest_of(d.path() / out)}, {"format", "pt"}}),
                folder);  // the manager's step and wall_time, and the note, are dropped
   }
   // verify: every step of each, named by its checkpoint.

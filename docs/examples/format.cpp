@@ -34,8 +34,8 @@ BOOST_AUTO_TEST_SUITE(guide_format)
 BOOST_AUTO_TEST_CASE(the_digest_detects_a_changed_data_byte) {
   const ckpt::checkpoint t = weights();
   // [digest]
-  ckpt::save("weights.safetensors", t, {.digest = true});  // __metadata__ "ckpt.xxh3_64_per_mib"
-  // ... a byte of the data section changes on disk ...
+  ckpt::save("weights.safetensors", t, {.digest = true});  // __metadata__ "ckpt.xxh3_64_file"
+  // ... a byte of the file changes on disk ...
   // [digest]
   const auto size = std::filesystem::file_size("weights.safetensors");
   flip_byte("weights.safetensors", size - 1);
@@ -44,13 +44,13 @@ BOOST_AUTO_TEST_CASE(the_digest_detects_a_changed_data_byte) {
   try {
     (void)ckpt::load("weights.safetensors");
   } catch (const ckpt::integrity_error& e) {  // a ckpt::format_error
-    message = e.what();  // "ckpt: 'weights.safetensors' is corrupted: its data section hashes to ..."
+    message = e.what();  // "ckpt: 'weights.safetensors' is corrupted: its bytes hash to ..."
   }
-  // Trusting the file instead: the header rules still apply, the data are not hashed.
+  // Trusting the file instead: the header rules still apply, nothing is hashed.
   const ckpt::checkpoint as_is = ckpt::load("weights.safetensors", {.verify_digest = false});
   // [digest_check]
-  BOOST_TEST(message.starts_with("ckpt: 'weights.safetensors' is corrupted: its data section hashes to "));
-  BOOST_TEST(message.find("but its __metadata__ entry 'ckpt.xxh3_64_per_mib' records ") != std::string::npos);
+  BOOST_TEST(message.starts_with("ckpt: 'weights.safetensors' is corrupted: its bytes hash to "));
+  BOOST_TEST(message.find("but its __metadata__ entry 'ckpt.xxh3_64_file' records ") != std::string::npos);
   BOOST_TEST(as_is.metadata().contains(std::string(ckpt::digest_key)));
   BOOST_TEST(!(as_is.get("w") == t.get("w")));
 

@@ -75,7 +75,7 @@ class format_error : public error {
 class integrity_error : public format_error {
  public:
   /// \param path the file; \param key the metadata key of the digest; \param expected the digest
-  /// the file records; \param computed the digest of the data as read.
+  /// the file records; \param computed the digest of the file as read.
   integrity_error(std::filesystem::path path, const std::string& key, const std::string& expected,
                   const std::string& computed)
       : format_error(path,

@@ -64,7 +64,7 @@ struct checkpoint_manager_options {
   std::string best_metric{};
   /// Whether smaller or larger metric values are better.
   metric_mode best_mode = metric_mode::min;
-  /// Store the digest of each checkpoint's data (`ckpt::save_options::digest`), which `load`
+  /// Store the digest of each checkpoint file (`ckpt::save_options::digest`), which `load`
   /// and `load_latest` verify.
   bool digest = true;
   /// Open the folder for reading only, as an evaluation job opens a training run's folder: no
@@ -184,7 +184,7 @@ class checkpoint_manager_base {
   /// Saves the sections as step `step`, straight from where the leaves live (as `ckpt::save` of
   /// sections does: no snapshot, so the trainer needs no memory beyond its parameters), with
   /// `__metadata__` made of `metadata` (rank 0's in the MPI manager), then the manager's `step`
-  /// (decimal) and `wall_time` (UTC, ISO 8601 with milliseconds) entries, and the data's digest
+  /// (decimal) and `wall_time` (UTC, ISO 8601 with milliseconds) entries, and the file's digest
   /// (`ckpt::digest_key`) unless the `digest` option is off. A checkpoint is a section too (its
   /// entries; its own metadata are not written: pass them in `metadata`):
   /// \code

@@ -76,7 +76,7 @@ class collective_error : public error {
 
 /// Options of `save`.
 struct save_options {
-  /// Store each shard's data digest (`ckpt::save_options::digest`), which `load` verifies.
+  /// Store each shard's digest (`ckpt::save_options::digest`), which `load` verifies.
   bool digest = true;
   /// Added to the `__metadata__` of every shard (rank 0's value counts; see `save`).
   metadata_map metadata{};

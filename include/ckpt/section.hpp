@@ -70,8 +70,8 @@ class section {
 /// column-major ones are reordered a band of rows at a time, on a helper thread that works one
 /// band ahead of the writer when there are 2 MiB or more to reorder. The file is the one
 /// `save(path, concat({of_params(...)...}).with_metadata(metadata))` would write.
-/// The leaves must not change during the call. `options.digest` stores the digest of the data
-/// section, hashed as the bytes go out (see `save`).
+/// The leaves must not change during the call. `options.digest` stores the digest of the file
+/// (header and data), hashed as the bytes go out (see `save`).
 /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted).
 /// \throws io_error on an I/O error.
 void save(const std::filesystem::path& path, std::initializer_list<section> sections,

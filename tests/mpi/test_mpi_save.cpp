@@ -100,6 +100,7 @@ void collective_save_and_load(const fs::path& folder) {
     CHECK_EQ(part.metadata().at("run"), std::string("a"));
     CHECK_EQ(part.metadata().at("step"), std::string("10"));
     CHECK(part.metadata().contains(ckpt::digest_key));
+    CHECK_EQ(part.metadata().at("format"), std::string("pt"));  // what every save writes
   }
 
   // Every rank sees the whole step and takes what it owns; the metadata come back, the per-file
@@ -108,7 +109,7 @@ void collective_save_and_load(const fs::path& folder) {
   check_owned_layers(t, rank, size);
   CHECK_EQ(ckpt::to_int("epoch", t), 7);
   CHECK_EQ(t.size(), static_cast<std::size_t>(2 * layer_count + 1));
-  CHECK((t.metadata() == ckpt::metadata_map{{"who", "rank 0"}, {"run", "a"}, {"step", "10"}}));
+  CHECK((t.metadata() == ckpt::metadata_map{{"who", "rank 0"}, {"run", "a"}, {"step", "10"}, {"format", "pt"}}));
 
   // The single-process reader of sharded checkpoints reads the same, by index or by folder.
   CHECK(same(ckpt::load(dir / ckpt::mpi::index_file_name), t));
