@@ -32,9 +32,9 @@ namespace ckpt {
 /// two threads. It is an ordinary metadata entry, so other safetensors readers load such files
 /// unchanged.
 ///
-/// Any single changed byte of such a file makes `load` throw (but for a 2^-64 chance of a hash
-/// collision): in the header or the data it changes H or a C_i (or breaks a format rule); in the
-/// digits, the value. In the key itself, it would make the digest vanish, so the reader has a
+/// Any single changed byte of such a file makes `load` throw when it verifies (but for a 2^-64
+/// chance of a hash collision): in the header or the data it changes H or a C_i (or breaks a
+/// format rule); in the digits, the value (or its form: 16 lowercase hex digits). In the key itself, it would make the digest vanish, so the reader has a
 /// rule for it: a `__metadata__` key whose JSON spelling has this key's length and differs from it
 /// in exactly one byte, with a value of 16 hex digits, is a damaged digest entry (a format_error;
 /// `save` refuses such a key with std::invalid_argument).

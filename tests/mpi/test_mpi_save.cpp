@@ -279,7 +279,7 @@ void digests_checked_once_per_shard(const fs::path& folder) {
   }
   const std::string head = "ckpt: mpi::load of step 5 in '" + folder.string() + "' failed on rank " +
                            std::to_string(verifier) + " of " + std::to_string(size) + ": ckpt: '" + last.string() +
-                           "' is corrupted: its data section hashes to ";
+                           "' is corrupted: its bytes hash to ";
   CHECK_EQ(message.substr(0, head.size()), head);
   // Without verification the step maps, and the other shards' entries are intact.
   const ckpt::checkpoint t = ckpt::mpi::load(comm, folder, 5, {.verify_digest = false});
