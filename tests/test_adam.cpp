@@ -501,3 +501,109 @@ BOOST_AUTO_TEST_CASE(every_leaf_type_trains_and_resumes_bit_exactly) {
   BOOST_TEST((bytes_of(resumed, resumed_state, dir.path() / "resumed.safetensors") == expected));
 
 }
+
+// restore_training_state is strict by default: every entry under model, optim.mu, optim.nu and
+// optim.step is read, and whatever is missing or left over, in all four sections, is listed in
+// one error before anything changes.
+namespace {
+
+struct linear_x {
+  Eigen::MatrixXd w;
+  Eigen::VectorXd b;
+  Eigen::VectorXd x;
+};
+
+struct linear_y {
+  Eigen::MatrixXd w;
+  Eigen::VectorXd b;
+  Eigen::VectorXd y;
+};
+
+// A trained state of `p`, as a checkpoint.
+template <class P>
+ckpt::checkpoint trained_state(P p) {
+  const ckpt::adam opt{.lr = 0.1};
+  auto st = opt.init(p);
+  opt.update(p, p, st);
+  opt.update(p, p, st);
+  return ckpt::training_state(p, st);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(strict_restore_refuses_the_entries_of_a_removed_field) {
+  const linear_x saved{Eigen::MatrixXd::Constant(2, 2, 0.5), Eigen::VectorXd::Constant(2, 0.25), Eigen::VectorXd::Ones(3)};
+  const ckpt::checkpoint t = trained_state(saved);
+  linear p{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2)};
+  ckpt::adam_state<linear> st = ckpt::adam{}.init(p);
+  st.step = 5;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
+             "ckpt: restore_training_state: strict extraction: 3 entries not in the template: 'model.x', "
+             "'optim.mu.x', 'optim.nu.x' (restore_options{.strict = false} ignores them)");
+  // Nothing changed.
+  BOOST_TEST(p.w.isZero());
+  BOOST_TEST(p.b.isZero());
+  BOOST_TEST(st.step == 5);
+  BOOST_TEST(st.mu.values.w.isZero());
+  // Relaxed, the entries the model does not name are ignored.
+  ckpt::restore_training_state(t, p, st, {.strict = false});
+  BOOST_TEST(st.step == 2);
+  BOOST_TEST((ckpt::to_tensor(p.w) == t.get("model.w")));
+  BOOST_TEST((ckpt::to_tensor(st.mu.values.b) == t.get("optim.mu.b")));
+  BOOST_TEST((ckpt::to_tensor(st.nu.values.w) == t.get("optim.nu.w")));
+}
+
+BOOST_AUTO_TEST_CASE(strict_restore_lists_missing_and_left_over_entries_of_all_sections_at_once) {
+  // The entries of a new field are missing; a removed field's are left over; the step is gone.
+  // Entries outside the four sections (another section, another optim.* entry) are not its business.
+  const linear_x saved{Eigen::MatrixXd::Ones(2, 2), Eigen::VectorXd::Ones(2), Eigen::VectorXd::Ones(3)};
+  std::vector<ckpt::checkpoint::entry> entries;
+  for (const auto& entry : trained_state(saved))
+    if (entry.first != "optim.step") entries.push_back(entry);
+  const ckpt::checkpoint t = ckpt::concat({ckpt::checkpoint(std::move(entries)), ckpt::of_int("data.position", 3),
+                                           ckpt::of_int("optim.lr_schedule", 1)});
+  linear_y p{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(3)};
+  ckpt::adam_state<linear_y> st = ckpt::adam{}.init(p);
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
+             "ckpt: restore_training_state: strict extraction: 4 entries missing: 'model.y', 'optim.mu.y', "
+             "'optim.nu.y', 'optim.step'; 3 entries not in the template: 'model.x', 'optim.mu.x', 'optim.nu.x' "
+             "(restore_options{.strict = false} ignores them)");
+  BOOST_TEST(p.w.isZero());
+  // Relaxed, a missing entry is still an error (the first one, in the order of the leaves).
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st, {.strict = false}); }) ==
+             "ckpt: restore_training_state: no entry named 'model.y'");
+  // Missing entries alone, and a checkpoint with none of the sections.
+  linear_x q{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(3)};
+  ckpt::adam_state<linear_x> qs;
+  const linear small{Eigen::MatrixXd::Ones(2, 2), Eigen::VectorXd::Ones(2)};
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(trained_state(small), q, qs); }) ==
+             "ckpt: restore_training_state: strict extraction: 3 entries missing: 'model.x', 'optim.mu.x', "
+             "'optim.nu.x'");
+  BOOST_TEST(message_of<std::invalid_argument>(
+                 [&] { ckpt::restore_training_state(ckpt::of_params(small, "params"), q, qs); }) ==
+             "ckpt: restore_training_state: strict extraction: 10 entries missing: 'model.b', 'model.w', "
+             "'model.x', 'optim.mu.b', 'optim.mu.w', 'optim.mu.x', 'optim.nu.b', 'optim.nu.w', 'optim.nu.x', "
+             "'optim.step' (nothing in the checkpoint is under 'model', 'optim.mu', 'optim.nu', 'optim.step'; "
+             "its prefixes are 'params')");
+  BOOST_TEST(q.x.isZero());
+  BOOST_TEST(qs.step == 0);
+}
+
+// A leaf that was trained when the state was saved and is frozen now: its moments are left over.
+BOOST_AUTO_TEST_CASE(strict_restore_refuses_moments_of_a_leaf_now_frozen) {
+  struct trained {
+    Eigen::MatrixXf embedding, w;
+  };
+  struct frozen_now {
+    ckpt::frozen<Eigen::MatrixXf> embedding;
+    Eigen::MatrixXf w;
+  };
+  const ckpt::checkpoint t = trained_state(trained{Eigen::MatrixXf::Ones(2, 2), Eigen::MatrixXf::Ones(1, 2)});
+  frozen_now p{{Eigen::MatrixXf::Zero(2, 2)}, Eigen::MatrixXf::Zero(1, 2)};
+  ckpt::adam_state<frozen_now> st;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
+             "ckpt: restore_training_state: strict extraction: 2 entries not in the template: "
+             "'optim.mu.embedding', 'optim.nu.embedding' (restore_options{.strict = false} ignores them)");
+  ckpt::restore_training_state(t, p, st, {.strict = false});
+  BOOST_TEST((ckpt::to_tensor(p.embedding.value) == t.get("model.embedding")));
+}
