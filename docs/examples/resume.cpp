@@ -14,6 +14,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,6 +108,30 @@ void train(model& m, std::int64_t steps, const std::filesystem::path& folder,
 }
 // [loop]
 
+// [strict]
+// The model without its running mean: the checkpoints of the run above hold `model.running_mean`,
+// which no leaf of this model reads.
+struct model_without_mean {
+  ckpt::frozen<Eigen::MatrixXf> embedding;
+  Eigen::MatrixXf w;
+  std::int64_t samples_seen = 0;
+};
+
+void restore(const ckpt::checkpoint& t, model_without_mean& m, ckpt::adam_state<model_without_mean>& state) {
+  // Strict, the default: throws std::invalid_argument and changes nothing, with "ckpt:
+  // restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean'
+  // (restore_options{.strict = false} ignores them)". Missing entries join the same list.
+  ckpt::restore_training_state(t, m, state);
+}
+
+void restore_without_the_mean(const ckpt::checkpoint& t, model_without_mean& m,
+                              ckpt::adam_state<model_without_mean>& state) {
+  // Relaxed: entries no leaf reads are ignored (the mean is dropped on purpose); a missing entry
+  // is still an error.
+  ckpt::restore_training_state(t, m, state, {.strict = false});
+}
+// [strict]
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(guide_resume)
@@ -145,6 +170,24 @@ BOOST_AUTO_TEST_CASE(a_killed_run_resumes_bit_identical_to_an_unstopped_one) {
   BOOST_TEST((latest.names() == std::vector<std::string>{"data.rng", "data.served", "model.embedding",
                                                          "model.running_mean", "model.samples_seen", "model.w",
                                                          "optim.mu.w", "optim.nu.w", "optim.step"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_removed_field_is_refused_unless_the_restore_is_relaxed) {
+  model trained = initial();
+  train(trained, 5, "runs/resume-strict");
+  const ckpt::checkpoint latest = *ckpt::checkpoint_manager("runs/resume-strict").load_latest();
+
+  model_without_mean m{{Eigen::MatrixXf::Zero(samples, 3)}, Eigen::MatrixXf::Zero(3, 2)};
+  ckpt::adam_state<model_without_mean> state;
+  BOOST_CHECK_EXCEPTION(restore(latest, m, state), std::invalid_argument, [](const std::invalid_argument& e) {
+    return std::string(e.what()) ==
+           "ckpt: restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean' "
+           "(restore_options{.strict = false} ignores them)";
+  });
+  BOOST_TEST(m.w.isZero());  // unchanged
+  restore_without_the_mean(latest, m, state);
+  BOOST_TEST((m.w == trained.w));
+  BOOST_TEST(state.step == 5);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
