@@ -218,9 +218,13 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
     for (std::size_t k = 0; k < leaves.size(); ++k)
       if (entries[k] == nullptr) missing.push_back(leaves[k].name);
     std::ranges::sort(missing);
-    std::vector<std::string> consumed = names();
-    consumed.insert(consumed.end(), scope.read_by_caller.begin(), scope.read_by_caller.end());
-    const std::vector<std::string> left_over = unconsumed(t, std::move(consumed), scope.prefixes);
+    // The entries no leaf found, in name order (the checkpoint's), without sorting the leaves' names.
+    std::vector<std::string> left_over;
+    std::size_t index = 0;
+    for (const auto& [name, entry] : t)
+      if (!found[index++] && under_any(name, scope.prefixes) &&
+          std::ranges::find(scope.read_by_caller, name) == scope.read_by_caller.end())
+        left_over.push_back(name);
     if (!missing.empty() || !left_over.empty()) {
       std::string message = prefix + "strict extraction: ";
       if (!missing.empty())
