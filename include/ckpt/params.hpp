@@ -33,8 +33,8 @@ struct extract_options {
   /// them without failing.
   bool strict = false;
   /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the extracting
-  /// function's own name. A function built on `to_params` or `read_params` (as
-  /// `restore_training_state`) reports its errors under its own name this way.
+  /// function's own name. A function built on `to_params` or `read_params` reports its errors
+  /// under its own name this way.
   std::string_view function = {};
 };
 
