@@ -36,6 +36,10 @@ bool under_prefix(std::string_view name, std::string_view prefix) {
          (name.size() > prefix.size() && name.starts_with(prefix) && name[prefix.size()] == '.');
 }
 
+bool under_any(std::string_view name, std::span<const std::string_view> prefixes) {
+  return std::ranges::any_of(prefixes, [name](std::string_view prefix) { return under_prefix(name, prefix); });
+}
+
 // "'a', 'b'": names quoted and joined.
 std::string quoted_list(const std::vector<std::string>& names) {
   std::string out;
@@ -47,17 +51,18 @@ std::string counted(std::size_t count, std::string_view one, std::string_view ma
   return std::to_string(count) + " " + std::string(count == 1 ? one : many);
 }
 
-// When nothing in `t` is under `prefix`, the hint " (nothing in the checkpoint is under 'p'; its
-// prefixes are 'a', 'b')" naming the first parts of the entries' names (the first five, with the
-// count when there are more); otherwise nothing.
-std::string prefix_hint(const checkpoint& t, std::string_view prefix) {
-  if (prefix.empty()) return {};
+// When nothing in `t` is under any of `under` (none of them empty), the hint " (nothing in the
+// checkpoint is under 'p'; its prefixes are 'a', 'b')" naming the first parts of the entries'
+// names (the first five, with the count when there are more); otherwise nothing.
+std::string prefix_hint(const checkpoint& t, std::span<const std::string_view> under) {
+  if (under.empty() || std::ranges::any_of(under, &std::string_view::empty)) return {};
   std::set<std::string> prefixes;
   for (const auto& [name, entry] : t) {
-    if (under_prefix(name, prefix)) return {};
+    if (under_any(name, under)) return {};
     prefixes.insert(name.substr(0, name.find('.')));
   }
-  std::string hint = " (nothing in the checkpoint is under '" + std::string(prefix) + "'";
+  std::string hint = " (nothing in the checkpoint is under " +
+                     quoted_list(std::vector<std::string>(under.begin(), under.end()));
   if (prefixes.empty()) return hint + "; it is empty)";
   constexpr std::size_t shown = 5;
   const std::vector<std::string> first(prefixes.begin(), std::next(prefixes.begin(), static_cast<std::ptrdiff_t>(
@@ -68,11 +73,12 @@ std::string prefix_hint(const checkpoint& t, std::string_view prefix) {
 
 }  // namespace
 
-std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names, std::string_view prefix) {
+std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names,
+                                    std::span<const std::string_view> prefixes) {
   std::ranges::sort(names);
   std::vector<std::string> out;
   for (const auto& [name, entry] : t)
-    if (under_prefix(name, prefix) && !std::ranges::binary_search(names, name)) out.push_back(name);
+    if (under_any(name, prefixes) && !std::ranges::binary_search(names, name)) out.push_back(name);
   std::ranges::sort(out);
   return out;
 }
@@ -161,7 +167,8 @@ void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* con
 }
 
 std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,
-                                            const extract_options& opts, std::string_view function) {
+                                            const extract_options& opts, std::string_view function,
+                                            const extraction_scope& scope) {
   // Each leaf's entry, looked up once (null where there is none). Entries are in name order, and
   // consecutive leaves are often consecutive entries (`layers.12345`, `layers.12346`): the entry
   // after the last one found is tried before a binary search (100,000 leaves: a fifth of an
@@ -195,6 +202,10 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
     for (const leaf_read& leaf : leaves) out.push_back(leaf.name);
     return out;
   };
+  // The entries the caller reads itself, absent ones listed.
+  std::vector<std::string> caller_missing;
+  for (const std::string_view name : scope.read_by_caller)
+    if (t.find(name) == nullptr) caller_missing.emplace_back(name);
   // The names first: none empty, no two alike. The names themselves are checked where two leaves
   // found one entry, or where an entry is missing (an error follows in either case).
   const bool names_checked = !twice && std::ranges::none_of(entries, [](const tensor* e) { return e == nullptr; }) &&
@@ -203,26 +214,34 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
   const std::string prefix = "ckpt: " + std::string(function) + ": ";
   if (opts.strict) {
     // Architecture drift first, all of it at once: every entry missing and every one left over.
-    std::vector<std::string> missing;
+    std::vector<std::string> missing = caller_missing;
     for (std::size_t k = 0; k < leaves.size(); ++k)
       if (entries[k] == nullptr) missing.push_back(leaves[k].name);
     std::ranges::sort(missing);
-    const std::vector<std::string> left_over = unconsumed(t, names(), opts.prefix);
+    // The entries no leaf found, in name order (the checkpoint's), without sorting the leaves' names.
+    std::vector<std::string> left_over;
+    std::size_t index = 0;
+    for (const auto& [name, entry] : t)
+      if (!found[index++] && under_any(name, scope.prefixes) &&
+          std::ranges::find(scope.read_by_caller, name) == scope.read_by_caller.end())
+        left_over.push_back(name);
     if (!missing.empty() || !left_over.empty()) {
       std::string message = prefix + "strict extraction: ";
       if (!missing.empty())
         message += counted(missing.size(), "entry", "entries") + " missing: " + quoted_list(missing);
       if (!missing.empty() && !left_over.empty()) message += "; ";
-      if (!left_over.empty())
+      if (!left_over.empty()) {
         message += counted(left_over.size(), "entry", "entries") + " not in the template: " + quoted_list(left_over);
-      throw std::invalid_argument(message + prefix_hint(t, opts.prefix));
+        if (!scope.relax_hint.empty()) message += " (" + std::string(scope.relax_hint) + ")";
+      }
+      throw std::invalid_argument(message + prefix_hint(t, scope.prefixes));
     }
   }
   for (std::size_t k = 0; k < leaves.size(); ++k) {
     const leaf_read& leaf = leaves[k];
     const tensor* entry = entries[k];
     if (!entry)
-      throw std::invalid_argument(prefix + "no entry named '" + leaf.name + "'" + prefix_hint(t, opts.prefix));
+      throw std::invalid_argument(prefix + "no entry named '" + leaf.name + "'" + prefix_hint(t, scope.prefixes));
     if (!std::ranges::equal(entry->shape(), leaf.shape))
       throw std::invalid_argument(prefix + "entry '" + leaf.name + "' has shape " + to_string(entry->shape()) +
                                   " but the template's leaf has shape " + to_string(leaf.shape));
@@ -232,6 +251,9 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
                                   std::string(to_string(leaf.dtype)) + " (pass cast = true to convert)");
     if (!can_cast(entry->dtype(), leaf.dtype)) (void)ckpt::cast(*entry, leaf.dtype);  // throws cast's own message
   }
+  if (!caller_missing.empty())
+    throw std::invalid_argument(prefix + "no entry named '" + caller_missing.front() + "'" +
+                                prefix_hint(t, scope.prefixes));
   // A loaded file truncated since `load` would fault (SIGBUS) where an entry is read through the
   // mapping: refused here, before any leaf is written. Consecutive entries share their file.
   const mapped_file* checked = nullptr;

@@ -285,3 +285,325 @@ BOOST_AUTO_TEST_CASE(frozen_leaves_resume_bit_exactly_in_another_process) {
   BOOST_REQUIRE(WEXITSTATUS(status) == 0);
   BOOST_TEST((ckpt_test::read_bytes(dir.path() / "resumed.safetensors") == expected));
 }
+
+// Every leaf type the library accepts, in one model: Adam trains the float and double ones
+// (Eigen matrices and arrays of fixed, partly dynamic and dynamic size in both storage orders,
+// Eigen::Tensor of ranks 1 to 5 in both layouts, TensorFixedSize, F32/F64 ckpt::tensor, scalars)
+// and keeps the others (frozen<...> of each kind, integers, a bool, random engines, an I32
+// ckpt::tensor) without moments; a resume from the saved training state into a model made
+// differently continues bit for bit as the uninterrupted run.
+namespace {
+
+template <class S, int N>
+struct both_layouts {
+  Eigen::Tensor<S, N> col;
+  Eigen::Tensor<S, N, Eigen::RowMajor> row;
+};
+
+template <int N>
+struct rank {
+  both_layouts<float, N> f;
+  both_layouts<double, N> d;
+};
+
+struct every_leaf {
+  Eigen::Matrix<float, 3, 2> fixed_col;
+  Eigen::Matrix<double, 2, 3, Eigen::RowMajor> fixed_row;
+  Eigen::MatrixXf dynamic_col;
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> dynamic_row;
+  Eigen::Matrix<float, 3, Eigen::Dynamic> fixed_rows;
+  Eigen::Matrix<double, Eigen::Dynamic, 4, Eigen::RowMajor> fixed_cols_row;
+  Eigen::VectorXd vector;
+  Eigen::RowVector3f row_vector;
+  Eigen::Array22f array_fixed;
+  Eigen::ArrayXXd array_dynamic;
+  Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> array_row;
+  rank<1> t1;
+  rank<2> t2;
+  rank<3> t3;
+  rank<4> t4;
+  rank<5> t5;
+  Eigen::TensorFixedSize<float, Eigen::Sizes<2, 3>> fixed_tensor;
+  Eigen::TensorFixedSize<double, Eigen::Sizes<2, 2, 2>, Eigen::RowMajor> fixed_tensor_row;
+  ckpt::tensor tensor_f32;
+  ckpt::tensor tensor_f64;
+  ckpt::tensor tensor_i32;  // kept, not trained
+  float scalar_f = 0;
+  double scalar_d = 0;
+  std::int32_t count32 = 0;
+  std::int64_t count = 0;
+  bool flag = false;
+  std::mt19937_64 rng;
+  std::mt19937 rng32;
+  std::minstd_rand lcg;
+  std::ranlux24 ranlux;
+  ckpt::frozen<Eigen::Matrix<float, 3, 2>> frozen_fixed;
+  ckpt::frozen<Eigen::MatrixXd> frozen_dynamic;
+  ckpt::frozen<Eigen::Matrix<float, 3, Eigen::Dynamic, Eigen::RowMajor>> frozen_fixed_rows;
+  ckpt::frozen<Eigen::Array<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> frozen_array;
+  ckpt::frozen<Eigen::Tensor<float, 3>> frozen_tensor;
+  ckpt::frozen<Eigen::Tensor<double, 5, Eigen::RowMajor>> frozen_tensor_row;
+  ckpt::frozen<Eigen::TensorFixedSize<float, Eigen::Sizes<2, 2>>> frozen_fixed_tensor;
+  ckpt::frozen<ckpt::tensor> frozen_ckpt_tensor;
+  ckpt::frozen<double> frozen_scalar;
+  ckpt::frozen<std::mt19937_64> frozen_rng;
+  ckpt::frozen<Eigen::Matrix<Eigen::half, Eigen::Dynamic, Eigen::Dynamic>> frozen_half;
+  ckpt::frozen<Eigen::VectorXcf> frozen_complex;
+};
+
+constexpr std::size_t trained_leaves = 11 + 20 + 2 + 2 + 2;  // matrices, tensors, fixed tensors, ckpt::tensor, scalars
+
+template <class T>
+void shape_tensor(T& x) {
+  typename T::Dimensions d;
+  for (int i = 0; i < T::NumDimensions; ++i) d[i] = 2 + (i % 2);
+  x.resize(d);
+}
+
+// A model of the fixed shapes with values drawn from `seed`.
+every_leaf make_every_leaf(unsigned seed) {
+  every_leaf m;
+  m.dynamic_col.resize(4, 3);
+  m.dynamic_row.resize(3, 5);
+  m.fixed_rows.resize(3, 4);
+  m.fixed_cols_row.resize(2, 4);
+  m.vector.resize(6);
+  m.array_dynamic.resize(2, 5);
+  m.array_row.resize(3, 3);
+  auto shape_rank = [](auto& r) {
+    shape_tensor(r.f.col);
+    shape_tensor(r.f.row);
+    shape_tensor(r.d.col);
+    shape_tensor(r.d.row);
+  };
+  shape_rank(m.t1);
+  shape_rank(m.t2);
+  shape_rank(m.t3);
+  shape_rank(m.t4);
+  shape_rank(m.t5);
+  m.tensor_f32 = ckpt::to_tensor(Eigen::VectorXf(Eigen::VectorXf::Zero(5)));
+  m.tensor_f64 = ckpt::to_tensor(Eigen::MatrixXd(Eigen::MatrixXd::Zero(2, 2)));
+  m.tensor_i32 = ckpt::to_tensor(Eigen::VectorXi(Eigen::VectorXi::Zero(3)));
+  m.frozen_dynamic.value.resize(2, 3);
+  m.frozen_fixed_rows.value.resize(3, 2);
+  m.frozen_array.value.resize(2, 2);
+  shape_tensor(m.frozen_tensor.value);
+  shape_tensor(m.frozen_tensor_row.value);
+  m.frozen_ckpt_tensor.value = ckpt::to_tensor(Eigen::VectorXf(Eigen::VectorXf::Zero(4)));
+  m.frozen_half.value.resize(2, 2);
+  m.frozen_complex.value.resize(3);
+
+  std::mt19937 values(seed);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  ckpt::for_each_leaf(
+      [&](std::string_view, auto& leaf) {
+        auto& x = [](auto& l) -> auto& {
+          if constexpr (ckpt::detail::is_frozen_v<std::remove_cvref_t<decltype(l)>>) return l.value;
+          else return l;
+        }(leaf);
+        using L = std::remove_cvref_t<decltype(x)>;
+        if constexpr (std::is_same_v<L, ckpt::tensor>) {
+          x = ckpt::tensor::make(x.dtype(), ckpt::dims(x.shape().begin(), x.shape().end()), [&](std::span<std::byte> out) {
+            for (std::byte& b : out) b = static_cast<std::byte>(values() % 64);
+          });
+        } else if constexpr (ckpt::detail::is_std_engine<L>::value) {
+          x.seed(values());
+        } else if constexpr (ckpt::flat_leaf<L>) {
+          using S = typename decltype(ckpt::flat_array(x))::Scalar;
+          for (S& v : ckpt::flat_array(x)) {
+            if constexpr (std::is_arithmetic_v<S>) v = static_cast<S>(uniform(values));
+            else v = S(static_cast<float>(uniform(values)));  // Eigen::half, std::complex<float>
+          }
+        }
+      },
+      m);
+  return m;
+}
+
+// One step: the gradient of every trained leaf is a function of the leaf and of a number drawn
+// from the model's engines; the loop updates the kept leaves itself; then Adam.
+void train_every_leaf(const ckpt::adam& opt, every_leaf& m, ckpt::adam_state<every_leaf>& state) {
+  const double noise = std::uniform_real_distribution<double>(-0.1, 0.1)(m.rng) + 1e-3 * static_cast<double>(m.rng32() % 7) +
+                       1e-4 * static_cast<double>(m.lcg() % 5) + 1e-5 * static_cast<double>(m.ranlux() % 3) +
+                       1e-6 * static_cast<double>(m.frozen_rng.value() % 11);
+  every_leaf grads = m;
+  ckpt::for_each_leaf(
+      [&](std::string_view, auto& g, const auto& p) {
+        using L = std::remove_cvref_t<decltype(p)>;
+        if constexpr (std::is_same_v<L, ckpt::tensor>) {
+          const auto sine = [&]<class S>(S) {
+            g = ckpt::tensor::make(p.dtype(), ckpt::dims(p.shape().begin(), p.shape().end()), [&](std::span<std::byte> out) {
+              using array = Eigen::Array<S, Eigen::Dynamic, 1>;
+              const auto n = static_cast<Eigen::Index>(p.numel());
+              Eigen::Map<array>(reinterpret_cast<S*>(out.data()), n) =
+                  (Eigen::Map<const array>(p.template as<S>().data(), n) + static_cast<S>(noise)).sin();
+            });
+          };
+          if (p.dtype() == ckpt::dtype::f32) sine(float{});
+          if (p.dtype() == ckpt::dtype::f64) sine(double{});
+        } else if constexpr (ckpt::flat_leaf<L>) {
+          using S = typename decltype(ckpt::flat_array(p))::Scalar;
+          if constexpr (std::is_floating_point_v<S>)
+            ckpt::flat_array(g) = (ckpt::flat_array(p) * S(1.7) + static_cast<S>(noise)).sin();
+        }
+      },
+      grads, std::as_const(m));
+  ++m.count;
+  m.count32 += 2;
+  m.flag = !m.flag;
+  m.frozen_dynamic.value *= 0.5;
+  m.frozen_tensor.value = m.frozen_tensor.value * 0.9f + static_cast<float>(noise);
+  m.frozen_scalar.value += noise;
+  opt.update(m, grads, state);
+}
+
+std::string bytes_of(const every_leaf& m, const ckpt::adam_state<every_leaf>& state, const std::filesystem::path& path) {
+  ckpt::save(path, ckpt::training_state(m, state));
+  return ckpt_test::read_bytes(path);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_leaf_type_trains_and_resumes_bit_exactly) {
+  const ckpt_test::temp_dir dir;
+  const ckpt::adam opt{.lr = 0.05, .weight_decay = 0.01};
+  constexpr int total = 6, half = 3;
+
+  every_leaf straight = make_every_leaf(1);
+  const every_leaf initial = straight;
+  ckpt::adam_state<every_leaf> straight_state = opt.init(straight);
+  // Moments for the trained leaves only.
+  const std::vector<std::string> moments = ckpt::leaf_names(straight_state.mu);
+  BOOST_TEST(moments.size() == trained_leaves);
+  for (const std::string& name : moments)
+    BOOST_TEST((!name.starts_with("frozen_") && !name.starts_with("count") && !name.starts_with("rng") &&
+                name != "tensor_i32" && name != "flag" && name != "lcg" && name != "ranlux"),
+               name);
+  for (int i = 0; i < total; ++i) train_every_leaf(opt, straight, straight_state);
+  // Every trained leaf moved; the frozen ones the loop does not touch did not.
+  const ckpt::checkpoint before = ckpt::of_params(initial), after = ckpt::of_params(straight);
+  for (const std::string& name : moments) BOOST_TEST(!(before.get(name) == after.get(name)), name);
+  for (const char* kept : {"frozen_fixed", "frozen_half", "frozen_complex", "frozen_ckpt_tensor", "frozen_fixed_tensor",
+                           "frozen_tensor_row", "tensor_i32"})
+    BOOST_TEST((before.get(kept) == after.get(kept)), kept);
+  const std::string expected = bytes_of(straight, straight_state, dir.path() / "straight.safetensors");
+
+  every_leaf first = make_every_leaf(1);
+  ckpt::adam_state<every_leaf> first_state = opt.init(first);
+  for (int i = 0; i < half; ++i) train_every_leaf(opt, first, first_state);
+  ckpt::save(dir.path() / "half.safetensors", ckpt::training_state(first, first_state));
+
+  every_leaf resumed = make_every_leaf(2);  // other values and seeds: the template's shapes only
+  ckpt::adam_state<every_leaf> resumed_state;
+  ckpt::restore_training_state(ckpt::load(dir.path() / "half.safetensors"), resumed, resumed_state);
+  BOOST_TEST(resumed_state.step == half);
+  while (resumed_state.step < total) train_every_leaf(opt, resumed, resumed_state);
+  BOOST_TEST((bytes_of(resumed, resumed_state, dir.path() / "resumed.safetensors") == expected));
+
+}
+
+// restore_training_state is strict by default: every entry under model, optim.mu, optim.nu and
+// optim.step is read, and whatever is missing or left over, in all four sections, is listed in
+// one error before anything changes.
+namespace {
+
+struct linear_x {
+  Eigen::MatrixXd w;
+  Eigen::VectorXd b;
+  Eigen::VectorXd x;
+};
+
+struct linear_y {
+  Eigen::MatrixXd w;
+  Eigen::VectorXd b;
+  Eigen::VectorXd y;
+};
+
+// A trained state of `p`, as a checkpoint.
+template <class P>
+ckpt::checkpoint trained_state(P p) {
+  const ckpt::adam opt{.lr = 0.1};
+  auto st = opt.init(p);
+  opt.update(p, p, st);
+  opt.update(p, p, st);
+  return ckpt::training_state(p, st);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(strict_restore_refuses_the_entries_of_a_removed_field) {
+  const linear_x saved{Eigen::MatrixXd::Constant(2, 2, 0.5), Eigen::VectorXd::Constant(2, 0.25), Eigen::VectorXd::Ones(3)};
+  const ckpt::checkpoint t = trained_state(saved);
+  linear p{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2)};
+  ckpt::adam_state<linear> st = ckpt::adam{}.init(p);
+  st.step = 5;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
+             "ckpt: restore_training_state: strict extraction: 3 entries not in the template: 'model.x', "
+             "'optim.mu.x', 'optim.nu.x' (restore_options{.strict = false} ignores them)");
+  // Nothing changed.
+  BOOST_TEST(p.w.isZero());
+  BOOST_TEST(p.b.isZero());
+  BOOST_TEST(st.step == 5);
+  BOOST_TEST(st.mu.values.w.isZero());
+  // Relaxed, the entries the model does not name are ignored.
+  ckpt::restore_training_state(t, p, st, {.strict = false});
+  BOOST_TEST(st.step == 2);
+  BOOST_TEST((ckpt::to_tensor(p.w) == t.get("model.w")));
+  BOOST_TEST((ckpt::to_tensor(st.mu.values.b) == t.get("optim.mu.b")));
+  BOOST_TEST((ckpt::to_tensor(st.nu.values.w) == t.get("optim.nu.w")));
+}
+
+BOOST_AUTO_TEST_CASE(strict_restore_lists_missing_and_left_over_entries_of_all_sections_at_once) {
+  // The entries of a new field are missing; a removed field's are left over; the step is gone.
+  // Entries outside the four sections (another section, another optim.* entry) are not its business.
+  const linear_x saved{Eigen::MatrixXd::Ones(2, 2), Eigen::VectorXd::Ones(2), Eigen::VectorXd::Ones(3)};
+  std::vector<ckpt::checkpoint::entry> entries;
+  for (const auto& entry : trained_state(saved))
+    if (entry.first != "optim.step") entries.push_back(entry);
+  const ckpt::checkpoint t = ckpt::concat({ckpt::checkpoint(std::move(entries)), ckpt::of_int("data.position", 3),
+                                           ckpt::of_int("optim.lr_schedule", 1)});
+  linear_y p{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(3)};
+  ckpt::adam_state<linear_y> st = ckpt::adam{}.init(p);
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
+             "ckpt: restore_training_state: strict extraction: 4 entries missing: 'model.y', 'optim.mu.y', "
+             "'optim.nu.y', 'optim.step'; 3 entries not in the template: 'model.x', 'optim.mu.x', 'optim.nu.x' "
+             "(restore_options{.strict = false} ignores them)");
+  BOOST_TEST(p.w.isZero());
+  // Relaxed, a missing entry is still an error (the first one, in the order of the leaves).
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st, {.strict = false}); }) ==
+             "ckpt: restore_training_state: no entry named 'model.y'");
+  // Missing entries alone, and a checkpoint with none of the sections.
+  linear_x q{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(3)};
+  ckpt::adam_state<linear_x> qs;
+  const linear small{Eigen::MatrixXd::Ones(2, 2), Eigen::VectorXd::Ones(2)};
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(trained_state(small), q, qs); }) ==
+             "ckpt: restore_training_state: strict extraction: 3 entries missing: 'model.x', 'optim.mu.x', "
+             "'optim.nu.x'");
+  BOOST_TEST(message_of<std::invalid_argument>(
+                 [&] { ckpt::restore_training_state(ckpt::of_params(small, "params"), q, qs); }) ==
+             "ckpt: restore_training_state: strict extraction: 10 entries missing: 'model.b', 'model.w', "
+             "'model.x', 'optim.mu.b', 'optim.mu.w', 'optim.mu.x', 'optim.nu.b', 'optim.nu.w', 'optim.nu.x', "
+             "'optim.step' (nothing in the checkpoint is under 'model', 'optim.mu', 'optim.nu', 'optim.step'; "
+             "its prefixes are 'params')");
+  BOOST_TEST(q.x.isZero());
+  BOOST_TEST(qs.step == 0);
+}
+
+// A leaf that was trained when the state was saved and is frozen now: its moments are left over.
+BOOST_AUTO_TEST_CASE(strict_restore_refuses_moments_of_a_leaf_now_frozen) {
+  struct trained {
+    Eigen::MatrixXf embedding, w;
+  };
+  struct frozen_now {
+    ckpt::frozen<Eigen::MatrixXf> embedding;
+    Eigen::MatrixXf w;
+  };
+  const ckpt::checkpoint t = trained_state(trained{Eigen::MatrixXf::Ones(2, 2), Eigen::MatrixXf::Ones(1, 2)});
+  frozen_now p{{Eigen::MatrixXf::Zero(2, 2)}, Eigen::MatrixXf::Zero(1, 2)};
+  ckpt::adam_state<frozen_now> st;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
+             "ckpt: restore_training_state: strict extraction: 2 entries not in the template: "
+             "'optim.mu.embedding', 'optim.nu.embedding' (restore_options{.strict = false} ignores them)");
+  ckpt::restore_training_state(t, p, st, {.strict = false});
+  BOOST_TEST((ckpt::to_tensor(p.embedding.value) == t.get("model.embedding")));
+}

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,6 +123,29 @@ std::int64_t resume(ckpt::checkpoint_manager& manager, model& m, ckpt::adam_stat
   return latest.step;
 }
 // [fallback]
+// [strict]
+// The model without its running mean: the checkpoints of the run above hold `model.running_mean`,
+// which no leaf of this model reads.
+struct model_without_mean {
+  ckpt::frozen<Eigen::MatrixXf> embedding;
+  Eigen::MatrixXf w;
+  std::int64_t samples_seen = 0;
+};
+
+void restore(const ckpt::checkpoint& t, model_without_mean& m, ckpt::adam_state<model_without_mean>& state) {
+  // Strict, the default: throws std::invalid_argument and changes nothing, with "ckpt:
+  // restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean'
+  // (restore_options{.strict = false} ignores them)". Missing entries join the same list.
+  ckpt::restore_training_state(t, m, state);
+}
+
+void restore_without_the_mean(const ckpt::checkpoint& t, model_without_mean& m,
+                              ckpt::adam_state<model_without_mean>& state) {
+  // Relaxed: entries no leaf reads are ignored (the mean is dropped on purpose); a missing entry
+  // is still an error.
+  ckpt::restore_training_state(t, m, state, {.strict = false});
+}
+// [strict]
 
 }  // namespace
 
@@ -184,6 +208,24 @@ BOOST_AUTO_TEST_CASE(a_damaged_newest_step_resumes_from_the_one_before) {
   train(resumed, total, "runs/resume-damaged");
   BOOST_TEST((resumed.w == straight.w));
   BOOST_TEST((resumed.running_mean.value == straight.running_mean.value));
+}
+
+BOOST_AUTO_TEST_CASE(a_removed_field_is_refused_unless_the_restore_is_relaxed) {
+  model trained = initial();
+  train(trained, 5, "runs/resume-strict");
+  const ckpt::checkpoint latest = *ckpt::checkpoint_manager("runs/resume-strict").load_latest();
+
+  model_without_mean m{{Eigen::MatrixXf::Zero(samples, 3)}, Eigen::MatrixXf::Zero(3, 2)};
+  ckpt::adam_state<model_without_mean> state;
+  BOOST_CHECK_EXCEPTION(restore(latest, m, state), std::invalid_argument, [](const std::invalid_argument& e) {
+    return std::string(e.what()) ==
+           "ckpt: restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean' "
+           "(restore_options{.strict = false} ignores them)";
+  });
+  BOOST_TEST(m.w.isZero());  // unchanged
+  restore_without_the_mean(latest, m, state);
+  BOOST_TEST((m.w == trained.w));
+  BOOST_TEST(state.step == 5);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -17,8 +17,12 @@
 /// for (...) { mlp grads = backward(params, batch); opt.update(params, grads, state); }
 /// ckpt::save("ckpt.safetensors", ckpt::training_state(params, state));
 /// ...
-/// ckpt::restore_training_state(ckpt::load("ckpt.safetensors"), params, state);
+/// ckpt::restore_training_state(ckpt::load("ckpt.safetensors"), params, state);  // strict
 /// \endcode
+///
+/// The restore is strict by default: an entry of these sections that the parameters do not name
+/// (a field removed from the model) is an error, listed with every other missing or left-over
+/// entry in one message; `restore_options{.strict = false}` ignores such entries.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/leaf.hpp>
@@ -32,11 +36,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace ckpt {
 
@@ -70,9 +76,14 @@ inline constexpr bool is_frozen_v = false;
 template <class T>
 inline constexpr bool is_frozen_v<frozen<T>> = true;
 
-// Whether Adam trains the leaf `x`: floating-point Eigen leaves and scalars, and `ckpt::tensor`
-// leaves of a floating dtype. Frozen leaves, integers, bools and random engines are saved with
-// the model but not trained.
+// The scalar type of an Eigen leaf or of a scalar leaf.
+template <class L>
+using flat_scalar_t = typename decltype(flat_array(std::declval<L&>()))::Scalar;
+
+// Whether Adam trains the leaf `x`: float and double Eigen matrices, arrays and tensors (any
+// size, either storage order) and scalars, and `ckpt::tensor` leaves of a floating dtype (F32 and
+// F64 are trained, another floating dtype is refused by `update`). Frozen leaves, integer and
+// bool leaves, and random engines are saved with the model but not trained.
 template <class L>
 bool trains(const L& x) {
   if constexpr (std::is_same_v<L, tensor>) {
@@ -80,11 +91,11 @@ bool trains(const L& x) {
   } else if constexpr (is_frozen_v<L> || is_std_engine<L>::value) {
     return false;
   } else if constexpr (flat_leaf<L>) {
-    using scalar_type = typename decltype(flat_array(x))::Scalar;
-    static_assert(std::is_integral_v<scalar_type> || std::is_floating_point_v<scalar_type>,
-                  "ckpt: adam trains float, double and long double leaves and leaves integers alone; wrap a "
-                  "leaf of another scalar type in ckpt::frozen<T> to keep it without training it");
-    return std::is_floating_point_v<scalar_type>;
+    static_assert(std::is_integral_v<flat_scalar_t<L>> || std::is_floating_point_v<flat_scalar_t<L>>,
+                  "ckpt: adam trains float and double leaves and leaves integer and bool leaves alone; wrap a "
+                  "leaf of another scalar type (Eigen::half, Eigen::bfloat16, std::complex<float>) in "
+                  "ckpt::frozen<T> to keep it in the parameters without training it");
+    return std::is_floating_point_v<flat_scalar_t<L>>;
   } else {
     static_assert(always_false<L>, "ckpt: adam cannot train a leaf of this type: wrap it in ckpt::frozen<T> to "
                                    "keep it in the parameters without training it");
@@ -96,24 +107,33 @@ bool trains(const L& x) {
 template <class L>
 constexpr bool may_train() {
   if constexpr (std::is_same_v<L, tensor>) return true;
-  else if constexpr (flat_leaf<L> && !is_frozen_v<L>) return std::is_floating_point_v<typename decltype(flat_array(std::declval<L&>()))::Scalar>;
+  else if constexpr (flat_leaf<L> && !is_frozen_v<L>) return std::is_floating_point_v<flat_scalar_t<L>>;
   else return false;
 }
 
-// A leaf Adam does not train, emptied in the moments: dynamic Eigen leaves become empty, others
-// keep their value (fixed-size, a scalar, an engine: small).
+template <class L>
+inline constexpr bool is_dynamic_eigen_tensor_v = false;
+template <class S, int N, int O, class I>
+inline constexpr bool is_dynamic_eigen_tensor_v<Eigen::Tensor<S, N, O, I>> = true;
+
+// A leaf Adam does not train, emptied in the moments: a dynamic extent of an Eigen leaf becomes 0
+// (its fixed extents stay), a `ckpt::tensor` becomes an empty tensor of its dtype (so that the
+// moments still know it is not trained); others keep their value (fixed-size Eigen leaves,
+// scalars, engines: small).
 template <class L>
 void clear_moment(L& x) {
-  if constexpr (is_frozen_v<L>) clear_moment(x.value);
-  else if constexpr (is_eigen_dense_v<L> || is_eigen_tensor_v<L>) {
-    if constexpr (requires { x.resize(0, 0); }) {
-      if constexpr (L::RowsAtCompileTime == Eigen::Dynamic && L::ColsAtCompileTime == Eigen::Dynamic) x.resize(0, 0);
-      else if constexpr (L::RowsAtCompileTime == Eigen::Dynamic || L::ColsAtCompileTime == Eigen::Dynamic) x.resize(0);
-    } else if constexpr (requires { x.resize(typename L::Dimensions{}); }) {
-      x.resize(typename L::Dimensions{});
-    }
+  if constexpr (is_frozen_v<L>) {
+    clear_moment(x.value);
+  } else if constexpr (is_eigen_dense_v<L>) {
+    constexpr auto rows = L::RowsAtCompileTime, cols = L::ColsAtCompileTime;
+    if constexpr (rows == Eigen::Dynamic || cols == Eigen::Dynamic)
+      x.resize(rows == Eigen::Dynamic ? 0 : rows, cols == Eigen::Dynamic ? 0 : cols);
+  } else if constexpr (is_dynamic_eigen_tensor_v<L>) {
+    typename L::Dimensions none;
+    for (auto& extent : none) extent = 0;
+    x.resize(none);
   } else if constexpr (std::is_same_v<L, tensor>) {
-    x = tensor{};
+    x = tensor::make(x.dtype(), {0}, [](std::span<std::byte>) {});
   }
 }
 
@@ -205,7 +225,7 @@ void check_adam_leaf(std::string_view name, const L& p, const L& g, const L& m, 
                                 "(or ckpt::tensor leaves of a ptree)");
     using scalar_type = typename decltype(flat_array(p))::Scalar;
     static_assert(std::is_floating_point_v<scalar_type>,
-                  "ckpt: adam needs floating-point parameters (float, double or long double)");
+                  "ckpt: adam needs floating-point parameters (float or double)");
   }
   const dims shape = leaf_shape(p);
   if (leaf_shape(g) != shape || leaf_shape(m) != shape || leaf_shape(v) != shape)
@@ -213,7 +233,7 @@ void check_adam_leaf(std::string_view name, const L& p, const L& g, const L& m, 
                                 "' has another shape than the parameter " + to_string(shape));
 }
 
-inline std::string step_entry_name() { return "optim.step"; }
+inline constexpr std::string_view step_entry_name = "optim.step";
 
 }  // namespace detail
 
@@ -245,12 +265,15 @@ struct leaf_subset<adam_moments<P>> {
 /// the element-wise arithmetic runs in that type, one Eigen expression per line above. For the
 /// same inputs, the same build gives bit-identical results, which bit-exact resume relies on.
 ///
-/// Adam trains the leaves that are Eigen matrices, arrays and tensors of float, double or long
-/// double, such scalars, and F32/F64 `ckpt::tensor` leaves (a `ckpt::ptree` of parameters: new
-/// tensors are made, since tensors are immutable). It leaves alone, and keeps no moments for,
-/// `ckpt::frozen<T>` leaves (a frozen embedding, a running mean the loop updates), integer and
-/// bool leaves (a counter) and random engines: they are saved and restored with the model. Their
-/// gradients are not read. A leaf of another type must be wrapped in `ckpt::frozen<T>`.
+/// Adam trains the leaves of float or double: `Eigen::Matrix` and `Eigen::Array` (fixed or
+/// dynamic size, row- or column-major), `Eigen::Tensor` of any rank and `Eigen::TensorFixedSize`
+/// (either layout), scalars, and F32/F64 `ckpt::tensor` leaves (a `ckpt::ptree` of parameters:
+/// new tensors are made, since tensors are immutable). It leaves alone, and keeps no moments for,
+/// `ckpt::frozen<T>` leaves of any of these types (a frozen embedding, a running mean the loop
+/// updates), integer and bool leaves (a counter) and random engines: they are saved and restored
+/// with the model. Their gradients are not read. A leaf of another type (`Eigen::half`,
+/// `Eigen::bfloat16` or complex elements, a leaf type of your own) does not compile, with a
+/// `ckpt:` message saying to wrap it in `ckpt::frozen<T>`.
 struct adam {
   /// Learning rate α.
   double lr = 1e-3;
@@ -330,30 +353,60 @@ struct adam {
 template <class P>
 [[nodiscard]] checkpoint training_state(const P& params, const adam_state<P>& state) {
   return concat({of_params(params, "model"), of_params(state.mu, "optim.mu"),
-                 of_params(state.nu, "optim.nu"), of_int(detail::step_entry_name(), state.step)});
+                 of_params(state.nu, "optim.nu"), of_int(detail::step_entry_name, state.step)});
 }
 
-/// Reads back what `training_state` wrote: replaces `params`, `state.mu`, `state.nu` and
-/// `state.step` with the entries of `t`. `params` is the template for all three structures
-/// (names, shapes and dtypes; `state`'s old contents are not consulted, so a default-constructed
-/// `state` will do). Other entries of `t` are ignored. Nothing is changed if anything is missing
-/// or mismatched.
+/// Options of `restore_training_state`.
+struct restore_options {
+  /// Strict, the default (as PyTorch's `load_state_dict`): every entry under `model`,
+  /// `optim.mu`, `optim.nu` and `optim.step` must be read by a leaf of the parameters or of the
+  /// moments, or be the step; an entry left over (a field removed from the model, a leaf now
+  /// frozen whose moments were saved) is an error. Not strict, such entries are ignored. A
+  /// missing entry is an error either way.
+  bool strict = true;
+};
+
+/// Reads back what `training_state` (or the save of the same sections) wrote: replaces `params`,
+/// `state.mu`, `state.nu` and `state.step` with the entries of `t`. `params` is the template for
+/// all three structures (names, shapes and dtypes; `state`'s old contents are not consulted, so a
+/// default-constructed `state` will do). Entries outside the four sections (`data.*`, `ema.*`)
+/// are left for other reads. Everything is checked before anything changes: on an error
+/// `params` and `state` are as they were.
+///
+/// By default the restore is strict: the error lists, sorted and counted, every missing entry and
+/// every entry under the four sections that nothing reads, e.g. `ckpt: restore_training_state:
+/// strict extraction: 1 entry missing: 'model.b'; 3 entries not in the template: 'model.x',
+/// 'optim.mu.x', 'optim.nu.x' (restore_options{.strict = false} ignores them)`.
+/// `{.strict = false}` ignores the entries nothing reads.
 /// \throws std::invalid_argument if an entry is missing or has another shape or dtype than its
-/// leaf in `params`, or `optim.step` is missing or malformed (the message names the entry).
+/// leaf in `params`, if (strict) entries under the four sections are not read, or if
+/// `optim.step` is malformed or negative (the messages name the entries).
+/// \throws ckpt::io_error, ckpt::format_error as `read_params`.
 template <class P>
-void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state) {
-  // The moments are extracted into copies of the parameters (`state` may hold nothing yet) and
-  // the step read before the parameters are filled in place, which checks all of them first.
+void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state, restore_options options = {}) {
+  static_assert(named<P>, "ckpt: restore_training_state needs a named structure of parameters");
+  // The moments are extracted into copies of the parameters (`state` may hold nothing yet); all
+  // the leaves of the three sections and the step are checked in one pass before any is read.
   constexpr std::string_view function = "restore_training_state";
   adam_moments<P> mu = detail::moments_like(params);
   adam_moments<P> nu = mu;  // not a second copy of the parameters: frozen leaves are empty here
-  read_params(t, mu, {.prefix = "optim.mu", .function = function});
-  read_params(t, nu, {.prefix = "optim.nu", .function = function});
-  const std::int64_t step = to_int(detail::step_entry_name(), t);
+  std::vector<detail::leaf_read> leaves;
+  leaves.reserve(t.size());
+  detail::add_leaf_reads(leaves, params, "model");
+  detail::add_leaf_reads(leaves, mu, "optim.mu");
+  detail::add_leaf_reads(leaves, nu, "optim.nu");
+  static constexpr std::string_view sections[] = {"model", "optim.mu", "optim.nu", "optim.step"};
+  static constexpr std::string_view step_entry[] = {detail::step_entry_name};
+  const std::vector<const tensor*> entries =
+      detail::check_extraction(t, leaves, {.strict = options.strict}, function,
+                               {.prefixes = sections,
+                                .read_by_caller = step_entry,
+                                .relax_hint = "restore_options{.strict = false} ignores them"});
+  const std::int64_t step = to_int(step_entry[0], t);
   if (step < 0)
-    throw std::invalid_argument("ckpt: restore_training_state: entry '" + std::string(detail::step_entry_name()) +
+    throw std::invalid_argument("ckpt: restore_training_state: entry '" + std::string(step_entry[0]) +
                                 "' holds the negative step " + std::to_string(step));
-  read_params(t, params, {.prefix = "model", .function = function});
+  detail::read_entries(leaves, entries);
   state.mu = std::move(mu);
   state.nu = std::move(nu);
   state.step = step;

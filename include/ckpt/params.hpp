@@ -33,8 +33,8 @@ struct extract_options {
   /// them without failing.
   bool strict = false;
   /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the extracting
-  /// function's own name. A function built on `to_params` or `read_params` (as
-  /// `restore_training_state`) reports its errors under its own name this way.
+  /// function's own name. A function built on `to_params` or `read_params` reports its errors
+  /// under its own name this way.
   std::string_view function = {};
 };
 
@@ -66,11 +66,25 @@ struct leaf_read {
   bool reads_alone = false;
 };
 
+// What an extraction covers besides its leaves: the prefixes under which a strict extraction
+// refuses the entries no leaf consumes (`opts.prefix` alone for `to_params`; the four sections of
+// `restore_training_state`), the entries the caller checks and reads itself (`optim.step`), which
+// must be present and count as consumed, and a hint appended to a strict error that lists
+// unconsumed entries (how to relax the check where it is on by default).
+struct extraction_scope {
+  std::span<const std::string_view> prefixes;
+  std::span<const std::string_view> read_by_caller = {};
+  std::string_view relax_hint = {};
+};
+
 // Everything that can go wrong with an extraction, checked before any leaf is written: the names,
-// then each leaf's entry (present, same shape, same dtype or castable as `opts.cast` allows), and
-// in strict mode the entries no leaf consumes. Returns the entry of each leaf, in order.
+// then each leaf's entry (present, same shape, same dtype or castable as `opts.cast` allows) and
+// each entry of `scope.read_by_caller` (present), and in strict mode the entries under
+// `scope.prefixes` that nothing consumes; in strict mode every missing and unconsumed entry is
+// listed in one error. Returns the entry of each leaf, in order.
 std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,
-                                            const extract_options& opts, std::string_view function);
+                                            const extract_options& opts, std::string_view function,
+                                            const extraction_scope& scope);
 
 // Reads each entry into its leaf. The pages of a loaded file's entries are asked for
 // (tensor_access::prefetch_range) a little ahead of the entry being read, so that reading a cold
@@ -78,8 +92,9 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
 // are read on two threads; otherwise the leaves are read in order on this thread.
 void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries);
 
-// The entries of `t` under `prefix` that are not in `names`, sorted.
-std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names, std::string_view prefix);
+// The entries of `t` under any of `prefixes` that are not in `names`, sorted.
+std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names,
+                                    std::span<const std::string_view> prefixes);
 
 // Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another (read_entries has
 // asked for the entry's pages).
@@ -93,6 +108,19 @@ void read_leaf(L& x, const tensor& entry) {
   if constexpr (!std::is_same_v<L, tensor>) tensor_access::release_pages(entry);
 }
 
+// Appends to `leaves` every leaf of `params`, named under `prefix`, and how to fill it.
+template <class P>
+void add_leaf_reads(std::vector<leaf_read>& leaves, P& params, std::string_view prefix) {
+  for_each_leaf(
+      [&](std::string_view leaf_name, auto& x) {
+        using leaf_type = std::remove_cvref_t<decltype(x)>;
+        leaves.push_back({join_name(prefix, leaf_name), leaf_traits<leaf_type>::dtype(x),
+                          leaf_traits<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); },
+                          !std::is_same_v<leaf_type, tensor>, reads_only_its_leaf<leaf_type>});
+      },
+      params);
+}
+
 // The one walk of an extraction: names every leaf of `params` and notes how to fill it, checks
 // every entry, and only then copies each entry into its leaf, so that a failed extraction leaves
 // `params` as it was.
@@ -102,16 +130,9 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
   // Room for as many leaves as `t` has entries, which a template usually reads most of: 100,000
   // leaves are not moved as the list grows.
   leaves.reserve(t.size());
-  for_each_leaf(
-      [&](std::string_view leaf_name, auto& x) {
-        using leaf_type = std::remove_cvref_t<decltype(x)>;
-        leaves.push_back({join_name(opts.prefix, leaf_name), leaf_traits<leaf_type>::dtype(x),
-                          leaf_traits<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); },
-                          !std::is_same_v<leaf_type, tensor>, reads_only_its_leaf<leaf_type>});
-      },
-      params);
-  const std::vector<const tensor*> entries =
-      check_extraction(t, leaves, opts, opts.function.empty() ? function : opts.function);
+  add_leaf_reads(leaves, params, opts.prefix);
+  const std::vector<const tensor*> entries = check_extraction(
+      t, leaves, opts, opts.function.empty() ? function : opts.function, {.prefixes = {&opts.prefix, 1}});
   read_entries(leaves, entries);
 }
 
@@ -157,7 +178,7 @@ template <class P>
   std::vector<std::string> names;
   for_each_leaf([&](std::string_view name, const auto&) { names.push_back(detail::join_name(prefix, name)); }, like);
   detail::check_leaf_names(names, "unconsumed_entries");
-  return detail::unconsumed(t, std::move(names), prefix);
+  return detail::unconsumed(t, std::move(names), {&prefix, 1});
 }
 
 /// `like` with every leaf replaced by the entry of `t` of the same name (prefixed as in

@@ -34,3 +34,6 @@ ckpt_add_compile_check(compile_fail_char_matrix char_matrix_leaf.cpp fail
   MESSAGE "${CKPT_DIAG_SCALAR}" TYPE_REGEX "unsupported_scalar<char>")
 ckpt_add_compile_check(compile_fail_adam_user_leaf adam_user_leaf.cpp fail
   MESSAGE "ckpt: adam cannot train a leaf of this type: wrap it in ckpt::frozen<T>" TYPE_REGEX "(trains<lookup_table>|L = lookup_table)")
+ckpt_add_compile_check(compile_fail_adam_half_leaf adam_half_leaf.cpp fail
+  MESSAGE "ckpt: adam trains float and double leaves and leaves integer and bool leaves alone; wrap a leaf of another scalar type (Eigen::half, Eigen::bfloat16, std::complex<float>) in ckpt::frozen<T>"
+  TYPE_REGEX "Eigen::Matrix<Eigen::half")
