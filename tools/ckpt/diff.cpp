@@ -35,6 +35,7 @@ struct diff_args {
   bool ignore_dtype = false;
   std::string filter;  // only the entries whose names start with it
   std::optional<std::int64_t> step;  // of manager folders: this step, not the latest
+  std::size_t torch_budget = 1;
 };
 
 // The comparison of the values of two entries of the same shape.
@@ -114,8 +115,8 @@ int diff(const diff_args& args) {
     throw usage_error("ckpt: --step " + std::to_string(*args.step) + ": neither '" + args.a.string() + "' nor '" +
                       args.b.string() + "' is a checkpoint_manager folder");
   const auto step_of = [&](const std::vector<listed_step>& s) { return s.empty() ? std::nullopt : args.step; };
-  const ckpt::checkpoint a = read_checkpoint(checkpoint_in(args.a, steps_a, step_of(steps_a)), {});
-  const ckpt::checkpoint b = read_checkpoint(checkpoint_in(args.b, steps_b, step_of(steps_b)), {});
+  const ckpt::checkpoint a = read_checkpoint(checkpoint_in(args.a, steps_a, step_of(steps_a)), {}, torch_budget(args.torch_budget));
+  const ckpt::checkpoint b = read_checkpoint(checkpoint_in(args.b, steps_b, step_of(steps_b)), {}, torch_budget(args.torch_budget));
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
@@ -146,9 +147,9 @@ int diff(const diff_args& args) {
     rows.push_back({name, d.numeric ? number(d.max_abs) : "-", d.numeric ? number(d.max_rel) : "-",
                     std::to_string(d.beyond)});
   }
-  for (const auto& name : only_a) std::cout << "only in A: " << name << '\n';
-  for (const auto& name : only_b) std::cout << "only in B: " << name << '\n';
-  for (const auto& line : structure) std::cout << line << '\n';
+  for (const auto& name : only_a) std::cout << "only in A: " << printable(name) << '\n';
+  for (const auto& name : only_b) std::cout << "only in B: " << printable(name) << '\n';
+  for (const auto& line : structure) std::cout << printable(line) << '\n';
   if (!rows.empty()) print_table(std::cout, {{"name"}, {"max_abs", true}, {"max_rel", true}, {"beyond", true}}, rows);
   const std::string tolerance = "atol " + number(args.atol) + ", rtol " + number(args.rtol);
   if (only_a.empty() && only_b.empty() && structure.empty() && beyond_entries == 0) {
@@ -196,6 +197,7 @@ void add_diff(CLI::App& app, action& chosen) {
                 "compare values across dtypes without counting the dtype difference itself (after convert "
                 "--dtype)");
   add_step_option(*sub, args->step);
+  add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
 }
