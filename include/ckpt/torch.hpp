@@ -58,7 +58,7 @@ namespace ckpt {
 struct torch_options {
   /// The names built for entries and metadata, each partial path on the way counted too, may
   /// total this many bytes per byte of the pickle (`data.pkl`), plus 1 MiB.
-  std::size_t name_budget = 64;
+  std::size_t name_budget = 16;
   /// The entries' tensor bytes (each name counted, views of the file included) and the copies
   /// made of strided or expanded views may total this many bytes per byte of the file, plus
   /// 16 MiB. Tied names count once each: a few are far below it; thousands of names on one

@@ -118,7 +118,7 @@ void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step) {
 
 void add_torch_budget_option(CLI::App& sub, std::size_t& factor) {
   sub.add_option("--torch-budget", factor,
-                 "multiply the budgets of the .pt/.bin reader by FACTOR (names: 64 bytes per byte of the pickle + "
+                 "multiply the budgets of the .pt/.bin reader by FACTOR (names: 16 bytes per byte of the pickle + "
                  "1 MiB; tensor bytes: 16 per byte of the file + 16 MiB; unpickler objects: 64 per byte of the "
                  "pickle + 64 MiB), to read a trusted file that exceeds one")
       ->type_name("FACTOR")
