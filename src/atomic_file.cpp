@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace ckpt::detail {
@@ -26,8 +28,32 @@ void drop_cached_pages(const std::filesystem::path& file) noexcept {
   ::close(fd);
 }
 
+namespace {
+
+std::string_view type_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+// A save replaces a regular file (or a symlink to one, which the rename replaces by the new
+// file) or creates one; anything else at the path is refused before a byte is written, so that
+// `save(x, "/dev/null")` cannot replace the device node.
+void require_replaceable(const std::filesystem::path& target) {
+  struct stat info {};
+  if (::stat(target.c_str(), &info) != 0 || S_ISREG(info.st_mode)) return;  // absent (or unreadable: the rename says)
+  throw std::invalid_argument("ckpt: will not save over '" + target.string() + "': it is " +
+                              std::string(type_of(info.st_mode)) +
+                              ", not a regular file (a save replaces the file at its path)");
+}
+
+}  // namespace
+
 atomic_file::atomic_file(std::filesystem::path target)
-    : target_(std::move(target)), temporary_(temporary_pattern(target_)) {
+    : target_(std::move(target)), temporary_((require_replaceable(target_), temporary_pattern(target_))) {
   fd_ = ::mkostemp(temporary_.data(), O_CLOEXEC);
   if (fd_ < 0) throw io_error(target_, "create a temporary file beside", last_error());
   // mkstemp creates 0600; the file should get the usual permissions the umask allows.

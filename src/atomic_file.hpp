@@ -31,6 +31,8 @@ enum class on_folder_sync_failure {
 class atomic_file {
  public:
   /// Creates the temporary beside `target`, with the permissions the umask gives a new file.
+  /// \throws std::invalid_argument naming `target` if it exists and is not a regular file (nor
+  /// a symlink to one): a folder, a device, a FIFO, a socket.
   /// \throws io_error naming `target`.
   explicit atomic_file(std::filesystem::path target);
   atomic_file(const atomic_file&) = delete;

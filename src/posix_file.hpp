@@ -39,12 +39,18 @@ class file_descriptor {
   int fd_;
 };
 
-/// Opens the file at `path` for reading and fills `info` with its status.
+/// Opens the file at `path` for reading and fills `info` with its status. The open does not
+/// wait: a FIFO (or a device) opens at once, non-blocking, for the caller to refuse by its type
+/// (`S_ISREG`); a regular file is then switched back to blocking reads. Symlinks are followed.
 /// \throws io_error naming `path` if it cannot be opened or examined.
 [[nodiscard]] inline file_descriptor open_to_read(const std::filesystem::path& path, struct stat& info) {
-  file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) throw io_error(path, "open", last_error());
   if (::fstat(fd.get(), &info) != 0) throw io_error(path, "stat", last_error());
+  if (S_ISREG(info.st_mode)) {
+    const int flags = ::fcntl(fd.get(), F_GETFL);
+    if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) throw io_error(path, "open", last_error());
+  }
   return fd;
 }
 

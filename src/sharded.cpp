@@ -2,6 +2,7 @@
 
 #include "atomic_file.hpp"
 #include "hf_index.hpp"
+#include "io_hooks.hpp"
 #include "posix_file.hpp"
 #include "safetensors.hpp"
 
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -157,6 +159,33 @@ std::filesystem::path index_in(const std::filesystem::path& folder) {
   return folder / found.front();
 }
 
+// A fresh hidden folder `.ckpt-staging-XXXXXX` in `folder`, removed with what it holds when
+// the guard goes (the shards of a failed save; empty once they are moved into place).
+class staging_folder {
+ public:
+  explicit staging_folder(const std::filesystem::path& folder) {
+    std::string pattern = (folder / ".ckpt-staging-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw io_error(folder, "create a staging folder in", last_error());
+    path_ = pattern;
+  }
+  staging_folder(const staging_folder&) = delete;
+  staging_folder& operator=(const staging_folder&) = delete;
+  ~staging_folder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void sync_folder(const std::filesystem::path& folder) {
+  const file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
+  if (detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
+}
+
 bool is_plain_file_name(std::string_view name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
          name.find('\0') == std::string_view::npos;
@@ -202,16 +231,35 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   files.index = folder / (options.base_name + std::string(index_suffix));
   std::vector<std::pair<std::string, std::string>> weight_map;
   weight_map.reserve(t.size());
+  // Every shard is written into a staging folder first: a save that fails part-way (a name that
+  // is not UTF-8, a full disk) removes it and leaves the folder as it was.
+  staging_folder staging(folder);
+  std::vector<std::string> names;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const std::string name = shard_name(options.base_name, i + 1, groups.size());
     for (const auto& e : groups[i]) weight_map.emplace_back(e.first, name);
     files.shards.push_back(folder / name);
-    save(files.shards.back(), checkpoint(std::move(groups[i]), t.metadata()), options.save);
+    names.push_back(name);
+    save(staging.path() / name, checkpoint(std::move(groups[i]), t.metadata()), options.save);
   }
   // Sorted by name, as transformers' json.dumps(sort_keys=True) writes it.
   std::sort(weight_map.begin(), weight_map.end());
+  const std::string index = detail::index_text(total_size, weight_map);
+  // Then the shards move into place. If one replaces a shard of the previous save, that save's
+  // index goes first: an interruption from here on leaves a folder without an index (which
+  // `load` refuses), never an index naming shards of two saves.
+  const bool replaces = std::ranges::any_of(names, [&](const std::string& name) {
+    std::error_code ignored;
+    return std::filesystem::exists(folder / name, ignored);
+  });
+  if (replaces && ::unlink(files.index.c_str()) != 0 && errno != ENOENT)
+    throw io_error(files.index, "remove the previous index", last_error());
+  for (const std::string& name : names)
+    if (detail::hooks().rename((staging.path() / name).c_str(), (folder / name).c_str()) != 0)
+      throw io_error(folder / name, "move a new shard into place as", last_error());
+  sync_folder(folder);
   // Last: until the index names the new shards, readers of the folder see the previous save.
-  detail::write_atomically(files.index, detail::index_text(total_size, weight_map));
+  detail::write_atomically(files.index, index);
 
   if (options.remove_stale_shards) {
     // Best effort: the save is complete once the index is in place, and a shard left behind is

@@ -17,6 +17,9 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <limits>
 #include <map>
 #include <optional>
@@ -169,14 +172,47 @@ struct storage_ref {
 struct object {
   enum class kind { none, boolean, integer, real, string, tuple, list, dict, global, storage, tensor } k = kind::none;
   bool flag = false;
+  bool copied = false;  // a tensor whose bytes are a copy (a strided view), charged when it was made
   std::int64_t integer = 0;
   double real = 0;
   std::string text;
   std::vector<ref> items;                   // tuple, list
   std::vector<std::pair<ref, ref>> pairs;   // dict, in insertion order
   const allowed_global* global = nullptr;   // global
-  storage_ref storage;                      // storage
-  tensor value;                             // tensor
+  std::unique_ptr<storage_ref> storage;     // storage (apart: most objects are not one)
+  std::unique_ptr<tensor> value;            // tensor
+};
+
+// A budget of bytes in proportion to the input: `factor` bytes for each byte of it, plus `base`.
+// Spending past it fails with a message naming the budget's option and how to raise it.
+class budget {
+ public:
+  budget(const std::filesystem::path& origin, std::string_view what, std::string_view option, std::size_t factor,
+         std::string_view input, std::size_t input_size, std::size_t base)
+      : origin_(origin), what_(what), option_(option), factor_(factor), input_(input), base_(base) {
+    if (__builtin_mul_overflow(factor, input_size, &left_) || __builtin_add_overflow(left_, base, &left_))
+      left_ = std::numeric_limits<std::size_t>::max();
+    limit_ = left_;
+  }
+  void spend(std::size_t n) {
+    if (n <= left_) {
+      left_ -= n;
+      return;
+    }
+    throw torch_format_error(origin_, std::string(what_) + " take more than " + std::to_string(limit_) + " bytes (" +
+                                          std::to_string(factor_) + " per byte of " + std::string(input_) + ", plus " +
+                                          std::to_string(base_ >> 20) + " MiB: the budget torch_options::" +
+                                          std::string(option_) +
+                                          "; raise it to read this file, in the ckpt tool with --torch-budget)");
+  }
+
+ private:
+  const std::filesystem::path& origin_;
+  std::string_view what_, option_;
+  std::size_t factor_;
+  std::string_view input_;
+  std::size_t base_;
+  std::size_t left_ = 0, limit_ = 0;
 };
 
 std::string_view kind_name(object::kind k) {
@@ -206,9 +242,9 @@ class unpickler {
  public:
   unpickler(std::span<const std::byte> pickle, const std::filesystem::path& origin, std::string_view prefix,
             const std::map<std::string, std::span<const std::byte>, std::less<>>& records, bool big_endian,
-            std::shared_ptr<const void> owner, const detail::mapped_file* mapping, std::size_t copy_budget)
+            std::shared_ptr<const void> owner, const detail::mapped_file* mapping, budget& data, budget& objects)
       : in_(pickle), origin_(origin), prefix_(prefix), records_(records), big_endian_(big_endian),
-        owner_(std::move(owner)), mapping_(mapping), copy_budget_(copy_budget) {}
+        owner_(std::move(owner)), mapping_(mapping), data_(data), objects_(objects) {}
 
   ref run() {
     while (true) {
@@ -226,10 +262,11 @@ class unpickler {
         case '(': marks_.push_back(stack_.size()); break;
         case '}': push(make(object::kind::dict)); break;
         case ']': push(make(object::kind::list)); break;
-        case ')': push(make(object::kind::tuple)); break;
+        case ')': push(&empty_tuple_); break;
         case 't': {
           auto t = make(object::kind::tuple);
           t->items = pop_to_mark();
+          objects_.spend(t->items.size() * sizeof(ref));
           push(std::move(t));
           break;
         }
@@ -237,18 +274,15 @@ class unpickler {
           const std::size_t n = op - 0x84u;
           need(n);
           auto t = make(object::kind::tuple);
+          objects_.spend(n * sizeof(ref));
           t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
           stack_.resize(stack_.size() - n);
           push(std::move(t));
           break;
         }
-        case 'N': push(make(object::kind::none)); break;
-        case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
-          auto b = make(object::kind::boolean);
-          b->flag = (op == 0x88);
-          push(std::move(b));
-          break;
-        }
+        case 'N': push(&none_); break;
+        case 0x88: push(&true_); break;   // NEWTRUE
+        case 0x89: push(&false_); break;  // NEWFALSE
         case 'K': push(integer(static_cast<std::int64_t>(unsigned_le(1)))); break;  // BININT1
         case 'M': push(integer(static_cast<std::int64_t>(unsigned_le(2)))); break;  // BININT2
         case 'J': push(integer(static_cast<std::int32_t>(unsigned_le(4)))); break;  // BININT
@@ -270,12 +304,13 @@ class unpickler {
           const auto n = unsigned_le(4);
           auto s = make(object::kind::string);
           s->text = std::string(text(n));
+          objects_.spend(s->text.size());
           push(std::move(s));
           break;
         }
         case 'c': global(); break;
-        case 'q': memo_[unsigned_le(1)] = top(); break;          // BINPUT
-        case 'r': memo_[unsigned_le(4)] = top(); break;          // LONG_BINPUT
+        case 'q': memo(unsigned_le(1)); break;                   // BINPUT
+        case 'r': memo(unsigned_le(4)); break;                   // LONG_BINPUT
         case 'h': push(recall(unsigned_le(1))); break;           // BINGET
         case 'j': push(recall(unsigned_le(4))); break;           // LONG_BINGET
         case 'Q': persistent(); break;                           // BINPERSID
@@ -284,6 +319,7 @@ class unpickler {
         case 's': {  // SETITEM
           need(3);
           auto value = pop(), key = pop();
+          objects_.spend(2 * sizeof(std::pair<ref, ref>));
           dict_of(top())->pairs.emplace_back(std::move(key), std::move(value));
           break;
         }
@@ -291,18 +327,21 @@ class unpickler {
           auto items = pop_to_mark();
           if (items.size() % 2 != 0) fail("SETITEMS with an odd number of items");
           auto& d = dict_of(top())->pairs;
+          objects_.spend(items.size() * sizeof(std::pair<ref, ref>));
           for (std::size_t i = 0; i < items.size(); i += 2) d.emplace_back(items[i], items[i + 1]);
           break;
         }
         case 'a': {  // APPEND
           need(2);
           auto value = pop();
+          objects_.spend(2 * sizeof(ref));
           list_of(top())->items.push_back(std::move(value));
           break;
         }
         case 'e': {  // APPENDS
           auto items = pop_to_mark();
           auto& l = list_of(top())->items;
+          objects_.spend(2 * items.size() * sizeof(ref));
           l.insert(l.end(), items.begin(), items.end());
           break;
         }
@@ -336,10 +375,17 @@ class unpickler {
     for (unsigned i = 0; i < n; ++i) value = (value << 8) | static_cast<std::uint64_t>(byte());
     return value;
   }
+  // Every object is charged to the unpickler's budget at its size, and the containers that
+  // grow with their contents (lists, dicts, strings, the memo) by what they hold: growth counted
+  // twice, for the spare capacity a vector keeps.
   ref make(object::kind k) {
-    arena_.push_back(std::make_unique<object>());
-    arena_.back()->k = k;
-    return arena_.back().get();
+    objects_.spend(sizeof(object));
+    arena_.emplace_back().k = k;
+    return &arena_.back();
+  }
+  void memo(std::uint64_t key) {
+    objects_.spend(memo_entry_bytes);
+    memo_[key] = top();
   }
   ref integer(std::int64_t value) {
     auto i = make(object::kind::integer);
@@ -431,7 +477,8 @@ class unpickler {
       fail("storage " + detail::quote_bytes(key) + " holds " + std::to_string(record->second.size()) + " bytes, not " +
            std::to_string(numel) + " elements of " + std::string(to_string(type)));
     auto s = make(object::kind::storage);
-    s->storage = {type, record->second, key};
+    objects_.spend(sizeof(storage_ref) + key.size());
+    s->storage = std::make_unique<storage_ref>(storage_ref{type, record->second, key});
     push(std::move(s));
   }
 
@@ -487,7 +534,7 @@ class unpickler {
   ref rebuild_tensor(const std::vector<ref>& a) {
     if (a.size() < 4 || a[0]->k != object::kind::storage || a[1]->k != object::kind::integer)
       fail("torch._utils._rebuild_tensor_v2 called without (storage, offset, size, stride, ...)");
-    const storage_ref& s = a[0]->storage;
+    const storage_ref& s = *a[0]->storage;
     const std::int64_t offset = a[1]->integer;
     const dims shape = int_tuple(a[2], "size");
     const std::vector<std::int64_t> stride = int_tuple(a[3], "stride");
@@ -512,19 +559,32 @@ class unpickler {
     if (offset < 0 || (numel > 0 && last >= capacity))
       fail("a tensor of shape " + to_string(shape) + " at offset " + std::to_string(offset) + " reaches past the " +
            std::to_string(capacity) + " elements of storage " + detail::quote_bytes(s.key));
+    std::size_t nbytes = 0;
+    if (__builtin_mul_overflow(static_cast<std::size_t>(numel), element, &nbytes))
+      fail("a tensor of storage " + detail::quote_bytes(s.key) + " has " + std::to_string(numel) + " elements of " +
+           std::string(to_string(s.type)) + ", more bytes than memory has");
+    // The same view of the same storage, rebuilt again, is the same tensor: its names are tied
+    // (one object, which the walk recognizes), and it is copied once if it must be copied.
+    std::string signature = s.key + '\0' + std::string(to_string(s.type)) + '\0' + std::to_string(offset);
+    for (std::size_t i = 0; i < shape.size(); ++i) signature += ',' + std::to_string(shape[i]) + ':' + std::to_string(stride[i]);
+    if (const auto it = views_.find(signature); it != views_.end()) return it->second;
+    objects_.spend(memo_entry_bytes + signature.size() + sizeof(tensor) + shape.size() * sizeof(std::int64_t));
     auto out = make(object::kind::tensor);
-    const auto nbytes = static_cast<std::size_t>(numel) * element;
     if (numel == 0) {
-      out->value = tensor::copy_of(s.type, shape, {});
+      out->value = std::make_unique<tensor>(tensor::copy_of(s.type, shape, {}));
     } else if (contiguous && !big_endian_) {
-      out->value = detail::tensor_access::view_of(s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, mapping_);
+      out->value = std::make_unique<tensor>(detail::tensor_access::view_of(
+          s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, mapping_));
     } else {
-      // A view with zero strides (torch's expand) holds more elements than its storage: the
-      // copies are bounded so that a small file cannot claim an unbounded allocation.
-      if (nbytes > copy_budget_) fail("its tensors expand their storages past " + std::to_string(copy_budget_) + " more bytes");
-      copy_budget_ -= nbytes;
-      out->value = tensor::make(s.type, shape, [&](std::span<std::byte> dst) { gather(s, offset, shape, stride, dst); });
+      // A view with zero strides (torch's expand) holds more elements than its storage: copies
+      // are charged to the data budget when made, so that a small file cannot claim an unbounded
+      // allocation.
+      data_.spend(nbytes);
+      out->copied = true;
+      out->value = std::make_unique<tensor>(
+          tensor::make(s.type, shape, [&](std::span<std::byte> dst) { gather(s, offset, shape, stride, dst); }));
     }
+    views_.emplace(std::move(signature), out);
     return out;
   }
 
@@ -567,6 +627,8 @@ class unpickler {
   }
 
   static constexpr std::size_t max_stack = 1u << 20;
+  // What an entry of a hash map costs (its node and bucket), as charged to the budget.
+  static constexpr std::size_t memo_entry_bytes = 64;
 
   std::span<const std::byte> in_;
   std::size_t position_ = 0;
@@ -576,8 +638,19 @@ class unpickler {
   bool big_endian_;
   std::shared_ptr<const void> owner_;
   const detail::mapped_file* mapping_;  // the loaded file the records are in, or null
-  std::size_t copy_budget_;  // bytes that copied (non-contiguous) tensors may still take
-  std::vector<std::unique_ptr<object>> arena_;
+  budget& data_;     // tensor bytes: copies made here, entries' bytes in the walk
+  budget& objects_;  // the memory the objects built here take
+  std::deque<object> arena_;
+  // The immutable values that need no object of their own.
+  object none_ = constant(object::kind::none, false), true_ = constant(object::kind::boolean, true),
+         false_ = constant(object::kind::boolean, false), empty_tuple_ = constant(object::kind::tuple, false);
+  static object constant(object::kind k, bool flag) {
+    object x;
+    x.k = k;
+    x.flag = flag;
+    return x;
+  }
+  std::unordered_map<std::string, ref> views_;  // each tensor built, by storage, dtype, offset, shape and strides
   std::vector<ref> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, ref> memo_;
@@ -597,13 +670,28 @@ class flattener {
  public:
   // Each reference costs a pickle at least one byte, so a walk that visits more objects than
   // the pickle has bytes follows shared references exponentially often (a reference bomb).
-  flattener(const std::filesystem::path& origin, std::size_t visit_budget) : origin_(origin), visits_left_(visit_budget) {}
+  // The names built (every path, partial ones included) are charged to `names`, the entries'
+  // bytes to `data` (each name of a tensor counts, except the first of a copy, charged when made).
+  flattener(const std::filesystem::path& origin, std::size_t visit_budget, budget& names, budget& data, bool keep_tied)
+      : origin_(origin), visits_left_(visit_budget), names_(names), data_(data), keep_tied_(keep_tied) {}
 
   void walk(const ref& x, const std::string& path, int depth) {
     if (depth > max_depth) fail("the object nests deeper than " + std::to_string(max_depth) + " levels (or refers to itself)");
     if (visits_left_-- == 0) fail("the object refers to its parts more often than its pickle has bytes");
     switch (x->k) {
-      case object::kind::tensor: entries_.emplace_back(path, x->value); return;
+      case object::kind::tensor: {
+        const auto [group, first] = groups_.try_emplace(x, tied_.size());
+        if (first) tied_.emplace_back();
+        tied_[group->second].push_back(path);
+        if (!first && !keep_tied_) return;  // a tied name: the first one of its tensor stands for it
+        if (x->copied && first) {
+          // charged when the copy was made
+        } else {
+          data_.spend(x->value->nbytes());
+        }
+        entries_.emplace_back(path, *x->value);
+        return;
+      }
       case object::kind::dict:
         for (const auto& [key, value] : x->pairs) walk(value, join(path, key_text(key, path)), depth + 1);
         return;
@@ -622,6 +710,14 @@ class flattener {
     }
   }
 
+  // The names of each tensor reached by more than one, in the order the walk met them.
+  [[nodiscard]] std::vector<std::vector<std::string>> tied() && {
+    std::vector<std::vector<std::string>> out;
+    for (auto& names : tied_)
+      if (names.size() > 1) out.push_back(std::move(names));
+    return out;
+  }
+
   checkpoint result() {
     try {
       return checkpoint(std::move(entries_), std::move(metadata_));
@@ -634,7 +730,10 @@ class flattener {
   static constexpr int max_depth = 64;
 
   [[noreturn]] void fail(const std::string& rule) const { throw torch_format_error(origin_, rule); }
-  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+  std::string join(const std::string& path, const std::string& key) {
+    names_.spend(path.size() + 1 + key.size());
+    return path.empty() ? key : path + "." + key;
+  }
   std::string key_text(const ref& key, const std::string& path) const {
     if (key->k == object::kind::string) return key->text;
     if (key->k == object::kind::integer) return std::to_string(key->integer);
@@ -646,12 +745,18 @@ class flattener {
 
   const std::filesystem::path& origin_;
   std::size_t visits_left_;
+  budget& names_;
+  budget& data_;
+  bool keep_tied_;
+  std::unordered_map<const object*, std::size_t> groups_;  // each tensor reached: its group in tied_
+  std::vector<std::vector<std::string>> tied_;             // the names of each tensor
   std::vector<checkpoint::entry> entries_;
   metadata_map metadata_;
 };
 
 checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::path& origin,
-                      const std::shared_ptr<const void>& owner, const detail::mapped_file* mapping) {
+                      const std::shared_ptr<const void>& owner, const detail::mapped_file* mapping,
+                      const torch_options& options) {
   if (!looks_like_torch(bytes))
     throw torch_format_error(origin, "it is not a zip file (torch.save files before PyTorch 1.6 are not read; load "
                                      "and save such a file again with a newer PyTorch)");
@@ -674,16 +779,21 @@ checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::p
     if (text == "big") big_endian = true;
     else if (text != "little") throw torch_format_error(origin, "its byteorder record says " + detail::quote_bytes(text.substr(0, 16)));
   }
-  // Copies of non-contiguous tensors may take 16 times the file, plus 16 MiB.
-  const std::size_t copy_budget = bytes.size() * 16 + (std::size_t{16} << 20);
   const std::span<const std::byte> pickle = records.at(prefix + "data.pkl");
-  unpickler reader(pickle, origin, prefix, records, big_endian, owner, mapping, copy_budget);
+  budget data(origin, "its tensors' bytes", "data_budget", options.data_budget, "the file", bytes.size(), std::size_t{16} << 20);
+  budget objects(origin, "the objects its pickle builds", "object_budget", options.object_budget, "its pickle",
+                 pickle.size(), std::size_t{64} << 20);
+  budget names(origin, "its names", "name_budget", options.name_budget, "its pickle", pickle.size(), std::size_t{1} << 20);
+  unpickler reader(pickle, origin, prefix, records, big_endian, owner, mapping, data, objects);
   const ref root = reader.run();
   if (root->k != object::kind::dict)
     throw torch_format_error(origin, "its object is " + std::string(kind_name(root->k)) + ", not a dict of tensors");
-  flattener names(origin, pickle.size());
-  names.walk(root, "", 0);
-  return names.result();
+  flattener walk(origin, pickle.size(), names, data, options.keep_tied);
+  walk.walk(root, "", 0);
+  checkpoint out = walk.result();
+  if (options.tied)
+    for (const auto& group : std::move(walk).tied()) options.tied(group);
+  return out;
 }
 
 }  // namespace
@@ -693,15 +803,23 @@ bool looks_like_torch(std::span<const std::byte> file_bytes) noexcept {
          file_bytes[2] == std::byte{3} && file_bytes[3] == std::byte{4};
 }
 
-checkpoint load_torch(const std::filesystem::path& path) {
-  const detail::file_contents file = detail::map_file(path);
-  return read_torch(file.bytes, path, file.owner, file.file);
+checkpoint load_torch(const std::filesystem::path& path, const torch_options& options) {
+  detail::file_contents file;
+  try {
+    file = detail::map_file(path);
+  } catch (const torch_format_error&) {
+    throw;
+  } catch (const format_error& e) {  // not a regular file: said of a PyTorch file
+    throw torch_format_error(path, e.rule());
+  }
+  return read_torch(file.bytes, path, file.owner, file.file, options);
 }
 
-checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin) {
+checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
+                       const torch_options& options) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  return read_torch({copy.get(), file_bytes.size()}, origin, copy, nullptr);
+  return read_torch({copy.get(), file_bytes.size()}, origin, copy, nullptr, options);
 }
 
 }  // namespace ckpt

@@ -7,11 +7,19 @@
 #include <ckpt/detail/pages.hpp>
 #include <ckpt/ckpt.hpp>
 
+#include "io_hooks.hpp"
+
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <future>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -100,8 +108,13 @@ BOOST_AUTO_TEST_CASE(loaded_tensors_outlive_the_checkpoint_and_the_file) {
 
 BOOST_AUTO_TEST_CASE(a_failed_rename_leaves_no_temporary_file) {
   const temp_dir s;
-  fs::create_directories(s.path() / "taken" / "child");  // rename() cannot replace a non-empty folder
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.rename = [](const char*, const char*) {
+    errno = EXDEV;
+    return -1;
+  };
   try {
+    const ckpt::detail::io_hooks_guard guard(hooks);
     ckpt::save(s.path() / "taken", ckpt::of_int("v", 1));
     BOOST_FAIL("no exception");
   } catch (const ckpt::io_error& e) {
@@ -109,7 +122,85 @@ BOOST_AUTO_TEST_CASE(a_failed_rename_leaves_no_temporary_file) {
                std::string::npos);
     BOOST_TEST(e.path() == s.path() / "taken");
   }
-  BOOST_TEST(folder_listing(s.path()) == std::vector<std::string>{"taken"});
+  BOOST_TEST(folder_listing(s.path()).empty());
+}
+
+// Hostile inputs, round two (tests/RELIABILITY.md). A FIFO where a checkpoint or an index should
+// be is refused at once, naming it; before, open() waited for a writer forever. The loads run in
+// a thread with a deadline, so that a regression fails instead of hanging the suite.
+template <class Load>
+std::string refusal_within_seconds(const fs::path& fifo, Load load) {
+  auto result = std::async(std::launch::async, [load] {
+    try {
+      load();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  });
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // A writer appears, which ends the wait of the reader's open, so that the thread ends.
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    result.wait();
+    if (writer >= 0) ::close(writer);
+    BOOST_FAIL("the load of '" + fifo.string() + "' waited on the FIFO");
+  }
+  return result.get();
+}
+
+BOOST_AUTO_TEST_CASE(a_fifo_is_refused_without_waiting) {
+  const temp_dir s;
+  const fs::path fifo = s.path() / "m.safetensors", index = s.path() / "model.safetensors.index.json",
+                 pt = s.path() / "m.pt";
+  for (const auto& p : {fifo, index, pt}) BOOST_REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+  BOOST_TEST(refusal_within_seconds(fifo, [&] { (void)ckpt::load(fifo); }) ==
+             "ckpt: '" + fifo.string() + "' is not a valid safetensors file: it is not a regular file");
+  BOOST_TEST(refusal_within_seconds(index, [&] { (void)ckpt::load(index); }) ==
+             "ckpt: '" + index.string() + "' is not a valid sharded checkpoint index: it is not a regular file");
+  BOOST_TEST(refusal_within_seconds(index, [&] { (void)ckpt::load(s.path()); }) ==
+             "ckpt: '" + index.string() + "' is not a valid sharded checkpoint index: it is not a regular file");
+  BOOST_TEST(refusal_within_seconds(pt, [&] { (void)ckpt::load_torch(pt); }) ==
+             "ckpt: '" + pt.string() + "' is not a readable PyTorch file: it is not a regular file");
+  // A symlink to a regular file is followed, as ever (the Hugging Face cache is made of them).
+  ckpt::save(s.path() / "real.safetensors", ckpt::of_int("v", 3));
+  fs::create_symlink(s.path() / "real.safetensors", s.path() / "link.safetensors");
+  BOOST_TEST(ckpt::load(s.path() / "link.safetensors").get("v").as<std::int32_t>()[0] == 3);
+}
+
+// A save refuses a target that exists and is not a regular file: it would replace a device
+// node (as root, `convert x /dev/null` replaced the real /dev/null) or a FIFO.
+BOOST_AUTO_TEST_CASE(a_save_refuses_a_target_that_is_not_a_regular_file) {
+  const temp_dir s;
+  const auto refusal = [&](const fs::path& target) {
+    try {
+      ckpt::save(target, ckpt::of_int("v", 1));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("saved");
+  };
+  const auto rule = [](const fs::path& p, const std::string& kind) {
+    return "ckpt: will not save over '" + p.string() + "': it is " + kind +
+           ", not a regular file (a save replaces the file at its path)";
+  };
+  BOOST_REQUIRE(::mkfifo((s.path() / "fifo").c_str(), 0600) == 0);
+  BOOST_TEST(refusal(s.path() / "fifo") == rule(s.path() / "fifo", "a FIFO"));
+  BOOST_TEST(fs::is_fifo(s.path() / "fifo"));
+  fs::create_directory(s.path() / "folder");
+  BOOST_TEST(refusal(s.path() / "folder") == rule(s.path() / "folder", "a folder"));
+  // A character device: made with mknod where the test may (as root), else /dev/null's symlink
+  // stands for it, refused through the link.
+  const fs::path device = s.path() / "null";
+  if (::mknod(device.c_str(), S_IFCHR | 0600, makedev(1, 3)) != 0) fs::create_symlink("/dev/null", device);
+  BOOST_TEST(refusal(device) == rule(device, "a character device"));
+  BOOST_TEST(!fs::is_regular_file(device));
+  // Symlinks to regular files keep working: the link is replaced by the new file.
+  ckpt::save(s.path() / "old.safetensors", ckpt::of_int("v", 1));
+  fs::create_symlink(s.path() / "old.safetensors", s.path() / "link.safetensors");
+  BOOST_TEST(refusal(s.path() / "link.safetensors") == "saved");
+  BOOST_TEST(ckpt::load(s.path() / "link.safetensors").get("v").as<std::int32_t>()[0] == 1);
+  BOOST_TEST(folder_listing(s.path()) ==
+             (std::vector<std::string>{"fifo", "folder", "link.safetensors", "null", "old.safetensors"}));
 }
 
 BOOST_AUTO_TEST_CASE(a_save_into_a_missing_folder_names_it) {

@@ -387,7 +387,7 @@ ckpt::checkpoint second_version() {
   return ckpt::checkpoint({{"a", run(4, 100)}, {"b", run(4, 110)}, {"c", run(10, 120)}, {"d", run(2, 140)}});
 }
 
-BOOST_AUTO_TEST_CASE(a_failing_shard_leaves_the_previous_index_in_place) {
+BOOST_AUTO_TEST_CASE(a_failing_shard_leaves_the_previous_save_whole) {
   const temp_dir dir;
   const auto files = ckpt::save_sharded(dir.path(), sample(), 32);
   const std::string before = read_bytes(files.index);
@@ -397,16 +397,69 @@ BOOST_AUTO_TEST_CASE(a_failing_shard_leaves_the_previous_index_in_place) {
     hooks.writev = failing_writev;
     writes_left = 1;  // the first shard (c) goes through, the second (a, b) fails
     const ckpt::detail::io_hooks_guard guard(hooks);
-    BOOST_TEST(message_of<ckpt::io_error>([&] { ckpt::save_sharded(dir.path(), second_version(), 32); }) ==
-               "ckpt: cannot write '" + files.shards[1].string() + "': Input/output error");
+    const std::string message =
+        message_of<ckpt::io_error>([&] { ckpt::save_sharded(dir.path(), second_version(), 32); });
+    // The shard was being written in the staging folder.
+    BOOST_TEST(message.starts_with("ckpt: cannot write '" + (dir.path() / ".ckpt-staging-").string()));
+    BOOST_TEST(message.ends_with("/model-00002-of-00003.safetensors': Input/output error"));
   }
   BOOST_TEST(read_bytes(files.index) == before);
-  BOOST_TEST(folder_listing(dir.path()) == listing);  // no temporary left behind
-  // The shards are replaced one by one: the old index now reads the new first shard beside the
-  // old second one (why a save over a previous one is not all-or-nothing; see save_sharded).
-  const ckpt::checkpoint mixed = ckpt::load(dir.path());
-  BOOST_TEST((mixed.get("c") == second_version().get("c")));
-  BOOST_TEST((mixed.get("a") == sample().get("a")));
+  BOOST_TEST(folder_listing(dir.path()) == listing);  // no staging folder, no temporary left behind
+  // Nothing of the failed save was moved into place: the previous save loads whole.
+  const ckpt::checkpoint previous = ckpt::load(dir.path());
+  for (const auto& [name, x] : sample()) BOOST_TEST((previous.get(name) == x), name);
+}
+
+// Hostile inputs, round two: `ckpt convert X --shard-size N` into a sharded folder, failing on
+// the third shard (a name that is not UTF-8), used to leave the old index over two new shards
+// and one old one, which verify passed and diff read as a checkpoint that never existed.
+BOOST_AUTO_TEST_CASE(a_name_that_fails_the_third_shard_leaves_the_previous_save_whole) {
+  const temp_dir dir;
+  const auto files = ckpt::save_sharded(dir.path(), sample(), 32, {.save = {.digest = true}});
+  const std::string before = read_bytes(files.index);
+  const std::vector<std::string> listing = folder_listing(dir.path());
+  ckpt::checkpoint bad({{"a", run(4, 100)}, {"b", run(4, 110)}, {"c", run(10, 120)}, {"d", run(2, 140)},
+                        {"\xff", run(2, 150)}});  // sorts last: the third shard holds d and it
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::save_sharded(dir.path(), bad, 32); })
+                 .find("is not valid UTF-8") != std::string::npos);
+  BOOST_TEST(read_bytes(files.index) == before);
+  BOOST_TEST(folder_listing(dir.path()) == listing);
+  const ckpt::checkpoint previous = ckpt::load(dir.path(), {.verify_digest = true});
+  BOOST_TEST(previous.size() == sample().size());
+  for (const auto& [name, x] : sample()) BOOST_TEST((previous.get(name) == x), name);
+}
+
+int failing_third_shard_rename(const char* from, const char* to) {
+  // The move out of the staging folder, not the save's own rename inside it.
+  if (std::string_view(to).ends_with("model-00003-of-00003.safetensors") &&
+      std::string_view(to).find(".ckpt-staging-") == std::string_view::npos) {
+    errno = EIO;
+    return -1;
+  }
+  return ckpt::detail::system_hooks().rename(from, to);
+}
+
+// Once the shards are written, moving them into place replaces the previous save's shards of
+// the same names: its index goes first, so that an interruption there leaves no index (refused
+// by load) rather than an index over shards of two saves.
+BOOST_AUTO_TEST_CASE(an_interrupted_move_into_place_leaves_no_index_rather_than_a_mixed_one) {
+  const temp_dir dir;
+  const auto files = ckpt::save_sharded(dir.path(), sample(), 32);
+  {
+    ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+    hooks.rename = failing_third_shard_rename;
+    const ckpt::detail::io_hooks_guard guard(hooks);
+    BOOST_TEST(message_of<ckpt::io_error>([&] { ckpt::save_sharded(dir.path(), second_version(), 32); }) ==
+               "ckpt: cannot move a new shard into place as '" + files.shards[2].string() + "': Input/output error");
+  }
+  BOOST_TEST(!std::filesystem::exists(files.index));
+  BOOST_TEST(message_of<ckpt::error>([&] { static_cast<void>(ckpt::load(dir.path())); }).find("holds no sharded checkpoint index") !=
+             std::string::npos);
+  // No staging folder is left behind; the next save succeeds.
+  for (const auto& name : folder_listing(dir.path())) BOOST_TEST(!name.starts_with(".ckpt-staging-"), name);
+  ckpt::save_sharded(dir.path(), second_version(), 32);
+  const ckpt::checkpoint now = ckpt::load(dir.path());
+  for (const auto& [name, x] : second_version()) BOOST_TEST((now.get(name) == x), name);
 }
 
 BOOST_AUTO_TEST_CASE(a_failing_index_write_leaves_the_previous_index_in_place) {

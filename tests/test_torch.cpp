@@ -237,4 +237,134 @@ BOOST_AUTO_TEST_CASE(a_missing_file_is_an_io_error_naming_it) {
   BOOST_TEST(message.find("'/nonexistent/model.pt'") != std::string::npos);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hostile inputs, round two (tests/RELIABILITY.md): budgets in proportion to the input, tied
+// names. The crafted files are tests/fixtures/torch/hostile/ (make_hostile.py there).
+
+fs::path hostile(const std::string& name) { return fixtures_dir() / "hostile" / name; }
+
+std::string budget_rule(const std::string& what, std::size_t limit, std::size_t factor, const std::string& input,
+                        int base_mib, const std::string& option) {
+  return what + " take more than " + std::to_string(limit) + " bytes (" + std::to_string(factor) + " per byte of " +
+         input + ", plus " + std::to_string(base_mib) + " MiB: the budget torch_options::" + option +
+         "; raise it to read this file, in the ckpt tool with --torch-budget)";
+}
+
+std::size_t pickle_size(const fs::path& file) {
+  // The one data.pkl of the crafted files, as stored (the reader's input for two budgets).
+  const std::vector<std::byte> bytes = bytes_of(file);
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::size_t name = text.find("archive/data.pkl");
+  BOOST_TEST_REQUIRE(name != std::string_view::npos);
+  std::uint32_t size = 0;  // the local header's stored size, 12 bytes before its name
+  for (int i = 3; i >= 0; --i) size = (size << 8) | std::to_integer<std::uint32_t>(bytes[name - 12 + static_cast<std::size_t>(i)]);
+  return size;
+}
+
+BOOST_AUTO_TEST_CASE(a_key_reused_at_every_level_is_refused_by_the_name_budget) {
+  // One 10,000-character key at 60 levels: a 600 KB name, 18 MB of partial paths, from 10 KB.
+  const fs::path file = hostile("deep_names.pt");
+  const std::size_t pickle = pickle_size(file);
+  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(file); }) ==
+             "ckpt: '" + file.string() + "' is not a readable PyTorch file: " +
+                 budget_rule("its names", 16 * pickle + (1u << 20), 16, "its pickle", 1, "name_budget"));
+  // Raised, as a user who trusts the file would: it loads, its one name as long as promised.
+  const ckpt::checkpoint t = ckpt::load_torch(file, {.name_budget = 4096});
+  BOOST_TEST_REQUIRE(t.size() == 1u);
+  BOOST_TEST(t.begin()->first.size() == 60u * 10000 + 59);
+}
+
+BOOST_AUTO_TEST_CASE(thousands_of_names_on_one_storage_are_refused_by_the_data_budget) {
+  // 5,000 names on one 64 KiB tensor: 320 MB of entries from a file of 125 KB.
+  const fs::path file = hostile("many_names.pt");
+  const auto size = static_cast<std::size_t>(fs::file_size(file));
+  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(file); }) ==
+             "ckpt: '" + file.string() + "' is not a readable PyTorch file: " +
+                 budget_rule("its tensors' bytes", 16 * size + (16u << 20), 16, "the file", 16, "data_budget"));
+  // They are one tensor, tied: keeping the first name alone costs its bytes once.
+  std::vector<std::vector<std::string>> tied;
+  const ckpt::checkpoint first =
+      ckpt::load_torch(file, {.keep_tied = false, .tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
+  BOOST_TEST(first.size() == 1u);
+  BOOST_TEST(first.contains("w0"));
+  BOOST_TEST_REQUIRE(tied.size() == 1u);
+  BOOST_TEST(tied[0].size() == 5000u);
+  BOOST_TEST(tied[0].front() == "w0");
+}
+
+BOOST_AUTO_TEST_CASE(an_expand_past_memory_is_refused_naming_the_file) {
+  // One F64 element expanded to 2^61: 2^64 bytes, which overflowed into a tiny copy size and
+  // then an invalid_argument without the file's name.
+  const fs::path file = hostile("expand_2p61.pt");
+  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(file); }) ==
+             "ckpt: '" + file.string() + "' is not a readable PyTorch file: archive/data.pkl: a tensor of storage '0' "
+             "has 2305843009213693952 elements of F64, more bytes than memory has");
+}
+
+// A stored zip of `records` laid out as torch.save lays them out (CRCs left 0: the reader reads
+// stored records raw and does not check them).
+std::vector<std::byte> stored_zip(const std::vector<std::pair<std::string, std::string>>& records) {
+  std::string out, directory;
+  const auto put = [](std::string& to, std::uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) to += static_cast<char>((value >> (8 * i)) & 0xff);
+  };
+  for (const auto& [name, data] : records) {
+    const std::size_t offset = out.size();
+    put(out, 0x04034b50, 4), put(out, 20, 2), put(out, 0, 2), put(out, 0, 2), put(out, 0, 4), put(out, 0, 4);
+    put(out, data.size(), 4), put(out, data.size(), 4), put(out, name.size(), 2), put(out, 0, 2);
+    out += name + data;
+    put(directory, 0x02014b50, 4), put(directory, 20, 2), put(directory, 20, 2), put(directory, 0, 2), put(directory, 0, 2);
+    put(directory, 0, 4), put(directory, 0, 4), put(directory, data.size(), 4), put(directory, data.size(), 4);
+    put(directory, name.size(), 2), put(directory, 0, 2), put(directory, 0, 2), put(directory, 0, 2), put(directory, 0, 2);
+    put(directory, 0, 4), put(directory, offset, 4);
+    directory += name;
+  }
+  const std::size_t at = out.size();
+  out += directory;
+  put(out, 0x06054b50, 4), put(out, 0, 2), put(out, 0, 2), put(out, records.size(), 2), put(out, records.size(), 2);
+  put(out, directory.size(), 4), put(out, at, 4), put(out, 0, 2);
+  const auto* first = reinterpret_cast<const std::byte*>(out.data());
+  return {first, first + out.size()};
+}
+
+BOOST_AUTO_TEST_CASE(objects_the_unpickler_builds_are_refused_by_the_object_budget) {
+  // {"k": [[], [], ...]}: an empty list built and appended for every 2 bytes of the pickle; the
+  // objects cost ~300 bytes each before (a 12 MB pickle reached 3.6 GB).
+  std::string pickle("\x80\x02}(X\x01\x00\x00\x00k]", 11);
+  for (int i = 0; i < 500'000; ++i) pickle += "]a";
+  pickle += "u.";
+  const std::vector<std::byte> file = stored_zip({{"archive/data.pkl", pickle}});
+  // Within the default budget (64 bytes per byte of the pickle, plus 64 MiB): it loads, empty.
+  BOOST_TEST(ckpt::parse_torch(file, "objects.pt").size() == 0u);
+  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::parse_torch(file, "objects.pt", {.object_budget = 0}); }) ==
+             "ckpt: 'objects.pt' is not a readable PyTorch file: " +
+                 budget_rule("the objects its pickle builds", 64u << 20, 0, "its pickle", 64, "object_budget"));
+}
+
+BOOST_AUTO_TEST_CASE(tied_names_are_reported_and_kept_or_left_to_the_first) {
+  // tied.pt: out.weight is embed.weight (one Parameter, two names).
+  std::vector<std::vector<std::string>> tied;
+  const ckpt::checkpoint both =
+      ckpt::load_torch(fixtures_dir() / "tied.pt", {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
+  BOOST_TEST(both.size() == 2u);
+  BOOST_TEST((tied == std::vector<std::vector<std::string>>{{"embed.weight", "out.weight"}}));
+  // One tensor: the two entries view the same bytes.
+  BOOST_TEST(both.get("embed.weight").bytes().data() == both.get("out.weight").bytes().data());
+  const ckpt::checkpoint first = ckpt::load_torch(fixtures_dir() / "tied.pt", {.keep_tied = false});
+  BOOST_TEST(first.size() == 1u);
+  BOOST_TEST((first.get("embed.weight") == both.get("out.weight")));
+  // Different views of one storage are not tied: views.pt reports nothing.
+  tied.clear();
+  const ckpt::checkpoint views =
+      ckpt::load_torch(fixtures_dir() / "views.pt", {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
+  BOOST_TEST(tied.empty());
+  BOOST_TEST(views.size() > 2u);
+}
+
+BOOST_AUTO_TEST_CASE(the_crafted_files_replay_through_the_fuzz_checks) {
+  // The fuzz target's checks, which bound what a loaded file may hold by the same budgets.
+  for (const char* name : {"deep_names.pt", "many_names.pt", "expand_2p61.pt", "control_names.pt"})
+    BOOST_CHECK_NO_THROW(static_cast<void>(ckpt_fuzz::exercise_torch(bytes_of(hostile(name)))));
+}
+
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -50,6 +51,21 @@ BOOST_AUTO_TEST_CASE(an_optimizer_state_dict) {
   // [torch_optimizer]
   BOOST_TEST(m.numel() == 6);
   BOOST_TEST(lr == "0.001");
+}
+
+BOOST_AUTO_TEST_CASE(tied_weights) {
+  const std::filesystem::path path = fixtures / "tied.pt";
+  // [torch_tied]
+  // out.weight is embed.weight (one Parameter under two names, as a tied language-model head)
+  std::vector<std::vector<std::string>> tied;
+  const ckpt::checkpoint both = ckpt::load_torch(path, {.tied = [&](const std::vector<std::string>& names) {
+                                                          tied.push_back(names);  // {"embed.weight", "out.weight"}
+                                                        }});
+  const ckpt::checkpoint first = ckpt::load_torch(path, {.keep_tied = false});  // "embed.weight" only
+  // [torch_tied]
+  BOOST_TEST(both.size() == 2u);
+  BOOST_TEST(first.size() == 1u);
+  BOOST_TEST(tied.size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_pickled_call_is_refused) {

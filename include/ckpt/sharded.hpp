@@ -82,18 +82,20 @@ struct sharded_files {
 /// one shard (`save_pretrained` then writes an unsharded `model.safetensors` instead), so a
 /// sharded folder always loads the same way.
 ///
-/// Each shard is written with `ckpt::save` (atomically replaced); the index is written last, the
-/// same way (temporary file, fsync, rename, folder fsync), so a reader of the index never sees a
-/// shard that is not complete. `metadata.total_size` is the sum of the entries' byte counts.
-/// The folder is created if missing.
-///
-/// A save over an earlier one in the same folder replaces the shards one by one before the
-/// index: if it fails half-way, the previous index stays in place but may then refer to shards
-/// already replaced (loading then reports an entry missing from its shard, or reads a mix of
-/// both saves when the names match). For an all-or-nothing update, save into a fresh folder.
+/// All or nothing: every shard is first written with `ckpt::save` into a hidden staging folder
+/// in `folder` (`.ckpt-staging-XXXXXX`); if any fails, the staging folder is removed and `folder`
+/// is left exactly as it was (an earlier save there still loads whole). Then the shards are
+/// renamed into place, the folder fsynced, and the index written last (temporary file, fsync,
+/// rename, folder fsync), so a reader of the index never sees a shard that is not complete.
+/// When a new shard takes the name of an existing file (a save over an earlier one with as many
+/// shards), the earlier index is removed before the first rename: an interruption between the
+/// renames and the new index (a crash, or a rename failing, which only a broken file system
+/// does) leaves a folder without an index, which `load` refuses, never an index naming shards of
+/// two saves. `metadata.total_size` is the sum of the entries' byte counts. The folder is
+/// created if missing.
 /// \throws std::invalid_argument if `max_shard_bytes` is 0 or `options.base_name` is empty,
 ///   holds `/` or is not valid UTF-8 (the message names the value); as `save` for a shard (an
-///   entry name that is not valid UTF-8), leaving the shards written before it and no index.
+///   entry name that is not valid UTF-8), leaving `folder` as it was.
 /// \throws io_error on an I/O error (the message names the file).
 /// \returns the files written.
 sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint& t,

@@ -23,29 +23,75 @@
 /// Tensors that share a storage, tensors with a storage offset, and non-contiguous ones (from
 /// `.t()`, slicing) come out as ordinary C-order tensors. Contiguous little-endian tensors view
 /// the file's mapping without a copy, like the entries of `load`.
+///
+/// **Tied weights.** Names that reach the same tensor (the same view of the same storage: one
+/// `Parameter` under two names, as `lm_head.weight` tied to `transformer.wte.weight`) are *tied*.
+/// By default every name is kept, each an entry viewing the same bytes; `torch_options::tied`
+/// reports each group, and `keep_tied = false` keeps only the first name of each group in the
+/// file's order, as `transformers`' `save_pretrained` does when it writes safetensors. Different
+/// views of one storage (slices, a transpose) are not tied: each keeps its name and its data.
+///
+/// **Budgets.** What a small file can make the reader build is bounded in proportion to the
+/// file, so that a crafted file fails with a `torch_format_error` naming the budget instead of
+/// taking memory or output without end (see `torch_options`): names (a key reused at every
+/// level of a deep nesting), tensor bytes (many names on one storage, or an expand of a small
+/// one), and the unpickler's objects. Files `torch.save` writes stay far below every budget.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <span>
+#include <string>
+#include <vector>
 
 namespace ckpt {
+
+/// How `load_torch` reads a file: its budgets and what becomes of tied names.
+///
+/// Each budget is a number of bytes per byte of the input plus a fixed allowance; a file that
+/// needs more is refused with a `torch_format_error` naming the budget (`torch_options::<name>`).
+/// Raise the factor to read such a file if you trust it; the `ckpt` tool multiplies all three
+/// with `--torch-budget FACTOR`.
+struct torch_options {
+  /// The names built for entries and metadata, each partial path on the way counted too, may
+  /// total this many bytes per byte of the pickle (`data.pkl`), plus 1 MiB.
+  std::size_t name_budget = 16;
+  /// The entries' tensor bytes (each name counted, views of the file included) and the copies
+  /// made of strided or expanded views may total this many bytes per byte of the file, plus
+  /// 16 MiB. Tied names count once each: a few are far below it; thousands of names on one
+  /// storage are not.
+  std::size_t data_budget = 16;
+  /// The objects the restricted unpickler builds (each at its size in memory, strings, lists,
+  /// dicts and the memo with their contents, whether the result keeps them or not) may take this
+  /// many bytes per byte of the pickle, plus 64 MiB.
+  std::size_t object_budget = 64;
+  /// Keep every name of a tied group (true), or only the first in the file's order (false, what
+  /// `transformers` writes to safetensors).
+  bool keep_tied = true;
+  /// If set, called once for each group of tied names (two or more, in the file's order, the one
+  /// `keep_tied = false` keeps first), after the file is read.
+  std::function<void(const std::vector<std::string>& names)> tied = {};
+};
 
 /// The checkpoint stored in the `torch.save` file at `path` (see the file's documentation for
 /// what is read and how it is named). The file is mapped read-only and stays mapped while any
 /// tensor of it lives.
 /// \throws io_error if the file cannot be opened or read.
-/// \throws torch_format_error if the file is not a zip-based `torch.save` file, holds a global,
-/// opcode or call outside the allow-list (the message names it), or is malformed in any way
-/// (truncated, a record out of bounds or compressed, a tensor past its storage...).
-[[nodiscard]] checkpoint load_torch(const std::filesystem::path& path);
+/// \throws torch_format_error if the file is not a regular file (a FIFO or a device is refused
+/// without waiting on it), not a zip-based `torch.save` file, holds a global, opcode or call
+/// outside the allow-list (the message names it), needs more than a budget of `options` allows
+/// (the message names the budget), or is malformed in any way (truncated, a record out of bounds
+/// or compressed, a tensor past its storage...).
+[[nodiscard]] checkpoint load_torch(const std::filesystem::path& path, const torch_options& options = {});
 
 /// The checkpoint in the `torch.save` file whose bytes are `file_bytes` (copied first, so the
 /// checkpoint owns its data); `origin` names the file in error messages.
 /// \throws torch_format_error as `load_torch`.
-[[nodiscard]] checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin);
+[[nodiscard]] checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
+                                     const torch_options& options = {});
 
 /// True if `file_bytes` begins as a zip file does (a `torch.save` file is one), so that it is
 /// worth `parse_torch`; a safetensors file never does.

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs the libFuzzer campaign against the reader: tests/fuzz/run.sh [SECONDS] (default 60).
-# CKPT_FUZZ_TARGET=fuzz_torch fuzzes the torch.save reader instead (seeds: tests/fixtures/torch and
-# tests/corpus/torch).
+# CKPT_FUZZ_TARGET=fuzz_torch fuzzes the torch.save reader instead (seeds: tests/fixtures/torch, its
+# hostile/ crafted files, and tests/corpus/torch).
 #
 # Configures and builds fuzz_load in build-fuzz/ (clang, -fsanitize=fuzzer-no-link,address,undefined
 # for the whole of ckpt), seeds a work corpus there from tests/fixtures (every safetensors file, recursively)
@@ -38,6 +38,8 @@ mkdir -p "$seeds" "$work" "$artifacts"
 dict="$here/safetensors.dict"
 if [ "$target" = fuzz_torch ]; then
   cp "$root"/tests/fixtures/torch/*.pt "$root"/tests/fixtures/torch/*.bin "$root"/tests/corpus/torch/* "$seeds"/ 2>/dev/null || true
+  # The crafted files of the budgets (names, data, an expand; hostile_*.pt).
+  for f in "$root"/tests/fixtures/torch/hostile/*.pt; do cp "$f" "$seeds/hostile_$(basename "$f")"; done
   dict="$here/torch.dict"
 else
   (cd "$root/tests/fixtures" && find . -type f -name '*.safetensors') | while read -r f; do

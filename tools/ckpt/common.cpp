@@ -5,9 +5,11 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/torch.hpp>
 
+#include <CLI/CLI.hpp>
+#include <boost/locale/utf.hpp>
+
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace ckpt_tool {
@@ -32,7 +35,7 @@ int guarded(const action& run) noexcept {
     } catch (const std::exception& e) {
       // The library's messages start with "ckpt: " and name the file; ours do too.
       std::cout.flush();
-      std::cerr << e.what() << '\n';
+      std::cerr << printable(e.what(), true) << '\n';
       return failure;
     }
   } catch (...) {
@@ -106,15 +109,54 @@ std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std
 }
 
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step) {
+  // Checked as text first: a number out of range is refused, not clamped to the nearest step.
+  const CLI::Validator step_number(
+      [](std::string& text) {
+        std::int64_t value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size())
+          return "'" + text + "' is not a step number (an integer from " +
+                 std::to_string(std::numeric_limits<std::int64_t>::min()) + " to " +
+                 std::to_string(std::numeric_limits<std::int64_t>::max()) + ")";
+        return std::string();
+      },
+      "", "step number");
   sub.add_option("--step", step, "in a checkpoint_manager folder (of either manager), step N instead of the latest")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(step_number);
 }
 
-ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options) {
+void add_torch_budget_option(CLI::App& sub, std::size_t& factor) {
+  sub.add_option("--torch-budget", factor,
+                 "multiply the budgets of the .pt/.bin reader by FACTOR (names: 16 bytes per byte of the pickle + "
+                 "1 MiB; tensor bytes: 16 per byte of the file + 16 MiB; unpickler objects: 64 per byte of the "
+                 "pickle + 64 MiB), to read a trusted file that exceeds one")
+      ->type_name("FACTOR")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+}
+
+ckpt::torch_options torch_budget(std::size_t factor) noexcept {
+  ckpt::torch_options options;
+  options.name_budget *= factor;
+  options.data_budget *= factor;
+  options.object_budget *= factor;
+  return options;
+}
+
+ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options,
+                                 const ckpt::torch_options& torch_options) {
+  // The signature is read without waiting on a FIFO or a device (opened non-blocking, read only if
+  // regular): ckpt::load then refuses what is not a regular file, naming it.
   std::array<std::byte, 4> signature{};
-  std::ifstream in(path, std::ios::binary);
-  if (in.read(reinterpret_cast<char*>(signature.data()), signature.size()) && ckpt::looks_like_torch(signature))
-    return ckpt::load_torch(path);
+  bool torch = false;
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); fd >= 0) {
+    struct stat info {};
+    torch = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
+            ::pread(fd, signature.data(), signature.size(), 0) == static_cast<ssize_t>(signature.size()) &&
+            ckpt::looks_like_torch(signature);
+    ::close(fd);
+  }
+  if (torch) return ckpt::load_torch(path, torch_options);
   return ckpt::load(path, options);
 }
 
@@ -135,12 +177,80 @@ std::vector<const ckpt::checkpoint::entry*> entries_with_prefix(const ckpt::chec
   return out;
 }
 
+namespace {
+
+constexpr char hex_digits[] = "0123456789abcdef";
+
+void append_hex_byte(std::string& out, unsigned char b) {
+  out += "\\x";
+  out += hex_digits[b >> 4];
+  out += hex_digits[b & 0xf];
+}
+
+// Calls `valid(first, last, code_point)` for each valid UTF-8 sequence of `text` and
+// `invalid(byte)` for each byte of an invalid one.
+template <class Valid, class Invalid>
+void decode_utf8(std::string_view text, Valid valid, Invalid invalid) {
+  using traits = boost::locale::utf::utf_traits<char>;
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  while (p != end) {
+    const char* const start = p;
+    const boost::locale::utf::code_point c = traits::decode(p, end);
+    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete) {
+      invalid(static_cast<unsigned char>(*start));
+      p = start + 1;
+    } else {
+      valid(start, p, c);
+    }
+  }
+}
+
+}  // namespace
+
+std::string printable(std::string_view text, bool keep_newlines) {
+  std::string out;
+  out.reserve(text.size());
+  decode_utf8(
+      text,
+      [&](const char* first, const char* last, boost::locale::utf::code_point c) {
+        if (c < 0x20 || c == 0x7f) {
+          if (keep_newlines && c == '\n') out += '\n';
+          else append_hex_byte(out, static_cast<unsigned char>(c));
+        } else if (c >= 0x80 && c < 0xa0) {
+          out += "\\u00";
+          out += hex_digits[c >> 4];
+          out += hex_digits[c & 0xf];
+        } else {
+          out.append(first, last);
+        }
+      },
+      [&](unsigned char b) { append_hex_byte(out, b); });
+  return out;
+}
+
+std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  decode_utf8(
+      text, [&](const char* first, const char* last, boost::locale::utf::code_point) { out.append(first, last); },
+      [&](unsigned char b) { append_hex_byte(out, b); });
+  return out;
+}
+
 std::string count_of(std::uint64_t n, std::string_view one, std::string_view many) {
   return std::to_string(n) + " " + std::string(n == 1 ? one : many);
 }
 
 void print_table(std::ostream& out, const std::vector<column>& columns,
-                 const std::vector<std::vector<std::string>>& rows) {
+                 const std::vector<std::vector<std::string>>& raw_rows) {
+  // Cells come from files: escaped before their widths are taken.
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(raw_rows.size());
+  for (const auto& row : raw_rows) {
+    auto& cells = rows.emplace_back();
+    for (const auto& cell : row) cells.push_back(printable(cell));
+  }
   std::vector<std::size_t> width(columns.size());
   for (std::size_t c = 0; c < columns.size(); ++c) width[c] = columns[c].title.size();
   for (const auto& row : rows)
@@ -208,8 +318,13 @@ void read_ahead(const std::vector<std::filesystem::path>& files, std::string_vie
   constexpr std::size_t chunk = std::size_t{4} << 20;
   const auto buffer = std::make_unique_for_overwrite<char[]>(chunk);
   for (const auto& f : files) {
-    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {  // a FIFO would block: left to the reader to refuse
+      ::close(fd);
+      continue;
+    }
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     for (ssize_t n; (n = ::read(fd, buffer.get(), chunk)) > 0;) bar.advance(static_cast<std::uint64_t>(n));
     ::close(fd);

@@ -4,6 +4,7 @@
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/torch.hpp>
 
 #include <CLI/App.hpp>
 
@@ -114,10 +115,19 @@ struct listed_step {
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 
 /// The checkpoint at `path`: a `torch.save` file (recognized by its zip signature) through
-/// `ckpt::load_torch`, anything else (a safetensors file, a sharded checkpoint) through
-/// `ckpt::load` with `options`.
+/// `ckpt::load_torch` with `torch_options`, anything else (a safetensors file, a sharded
+/// checkpoint) through `ckpt::load` with `options`. A FIFO or a device is not waited on.
 /// \throws as `ckpt::load` or `ckpt::load_torch`.
-[[nodiscard]] ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options);
+[[nodiscard]] ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options,
+                                               const ckpt::torch_options& torch_options = {});
+
+/// Adds `--torch-budget FACTOR` (at least 1), which multiplies the budgets of the `.pt` reader
+/// (`ckpt::torch_options`), to a command that reads checkpoints.
+void add_torch_budget_option(CLI::App& sub, std::size_t& factor);
+
+/// `ckpt::torch_options` with every budget multiplied by `factor`.
+/// \throws nothing
+[[nodiscard]] ckpt::torch_options torch_budget(std::size_t factor) noexcept;
 
 /// The checkpoint `file` of a manager folder, header only (no digest check), or nothing if the
 /// file is gone: a manager still training in the folder deletes old steps after listing them.
@@ -128,6 +138,18 @@ void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 /// \throws std::bad_alloc
 [[nodiscard]] std::vector<const ckpt::checkpoint::entry*> entries_with_prefix(const ckpt::checkpoint& t,
                                                                               std::string_view prefix);
+
+/// `text` as a terminal may show it: control characters (C0, DEL, C1) and bytes that are not
+/// UTF-8 become `\xNN` (a C1 character `\u0080`...), so that a name or a metadata value read
+/// from a file cannot move the cursor, clear the screen or set the window title. Everything else
+/// is unchanged, `\n` in a message included when `keep_newlines`.
+/// \throws std::bad_alloc
+[[nodiscard]] std::string printable(std::string_view text, bool keep_newlines = false);
+
+/// `text` as valid UTF-8, for JSON output: each byte that is not part of a valid UTF-8 sequence
+/// becomes the four characters `\xNN` (JSON then escapes the backslash); valid text is unchanged.
+/// \throws std::bad_alloc
+[[nodiscard]] std::string valid_utf8(std::string_view text);
 
 /// `"1 entry"`, `"3 entries"`: `n` and the word that goes with it.
 /// \throws std::bad_alloc
@@ -140,7 +162,7 @@ struct column {
 };
 
 /// Writes `rows` under `columns`, each column as wide as its widest cell, two spaces apart, no
-/// trailing blanks.
+/// trailing blanks; each cell through `printable`.
 /// \throws whatever the stream throws
 void print_table(std::ostream& out, const std::vector<column>& columns,
                  const std::vector<std::vector<std::string>>& rows);

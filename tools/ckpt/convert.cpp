@@ -40,6 +40,8 @@ struct convert_args {
   std::string base_name = "model";
   bool no_digest = false;
   std::optional<std::int64_t> step;  // of a manager folder: this step, not the latest
+  std::size_t torch_budget = 1;
+  bool keep_tied = false;  // keep every name of a tied group (a .pt file's shared tensor)
 };
 
 struct rename_rule {
@@ -103,12 +105,34 @@ int convert(const convert_args& args) {
   // The digest (if recorded) is checked: a conversion must not launder corrupted data.
   const std::filesystem::path in = checkpoint_in(args.in, args.step);
   if (!ckpt::is_sharded_path(in)) read_ahead({in}, "reading");
-  const ckpt::checkpoint input = read_checkpoint(in, {});
+  std::vector<std::vector<std::string>> tied;
+  ckpt::torch_options torch = torch_budget(args.torch_budget);
+  torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
+  const ckpt::checkpoint input = read_checkpoint(in, {}, torch);
 
+  const auto chosen = [&](const std::string& name) {
+    return (args.keep.empty() || starts_with_any(name, args.keep)) && !starts_with_any(name, args.drop);
+  };
+  // Tied names, as transformers' save_pretrained writes safetensors: of the names of one tensor
+  // that --keep/--drop leave, the first (in the file's order) is written, the others dropped.
+  std::vector<std::string> untied;
+  if (!args.keep_tied)
+    for (const auto& names : tied) {
+      bool first = true;
+      for (const auto& name : names)
+        if (chosen(name)) {
+          if (!first) untied.push_back(name);
+          first = false;
+        }
+    }
   std::vector<ckpt::checkpoint::entry> selected;
   for (const auto& [name, x] : input)
-    if ((args.keep.empty() || starts_with_any(name, args.keep)) && !starts_with_any(name, args.drop))
-      selected.emplace_back(name, x);
+    if (chosen(name) && std::ranges::find(untied, name) == untied.end()) selected.emplace_back(name, x);
+  for (const auto& names : tied)
+    for (std::size_t i = 1; i < names.size(); ++i)
+      if (std::ranges::find(untied, names[i]) != untied.end())
+        std::cout << "left out '" << printable(names[i]) << "': tied to '" << printable(names.front())
+                  << "' (the same tensor; --keep-tied writes both)\n";
   if (selected.empty() && !input.empty())
     throw usage_error("ckpt convert: no entry of '" + args.in.string() + "' is left after --keep/--drop (it has " +
                       std::to_string(input.size()) + ")");
@@ -159,12 +183,12 @@ int convert(const convert_args& args) {
     const ckpt::sharded_files files =
         ckpt::save_sharded(args.out, t, *shard_bytes, {.base_name = args.base_name, .save = save});
     bar.done();
-    std::cout << "wrote '" << files.index.string() << "' and " << files.shards.size()
+    std::cout << "wrote '" << printable(files.index.string()) << "' and " << files.shards.size()
               << (files.shards.size() == 1 ? " shard: " : " shards: ") << summary << '\n';
   } else {
     ckpt::save(args.out, t, save);
     bar.done();
-    std::cout << "wrote '" << args.out.string() << "': " << summary << '\n';
+    std::cout << "wrote '" << printable(args.out.string()) << "': " << summary << '\n';
   }
   return success;
 }
@@ -214,6 +238,10 @@ void add_convert(CLI::App& app, action& chosen) {
       ->type_name("NAME")
       ->capture_default_str();
   add_step_option(*sub, args->step);
+  add_torch_budget_option(*sub, args->torch_budget);
+  sub->add_flag("--keep-tied", args->keep_tied,
+                "write every name of a tied tensor of a .pt/.bin file (by default only the first, as "
+                "transformers' save_pretrained writes safetensors)");
   sub->add_flag("--no-digest", args->no_digest, "do not record the digest of the file (ckpt.xxh3_64_file) in the output");
   auto* drop_metadata =
       sub->add_flag("--drop-metadata", args->drop_metadata,

@@ -35,6 +35,7 @@ struct diff_args {
   bool ignore_dtype = false;
   std::string filter;  // only the entries whose names start with it
   std::vector<std::int64_t> steps;  // of manager folders: this step (A B), or these two (RUN)
+  std::size_t torch_budget = 1;
 };
 
 // The comparison of the values of two entries of the same shape.
@@ -131,8 +132,8 @@ int diff(const diff_args& args) {
     path_a = checkpoint_in(args.a, steps_a, step_of(steps_a));
     path_b = checkpoint_in(args.b, steps_b, step_of(steps_b));
   }
-  const ckpt::checkpoint a = read_checkpoint(path_a, {});
-  const ckpt::checkpoint b = read_checkpoint(path_b, {});
+  const ckpt::checkpoint a = read_checkpoint(path_a, {}, torch_budget(args.torch_budget));
+  const ckpt::checkpoint b = read_checkpoint(path_b, {}, torch_budget(args.torch_budget));
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
@@ -163,9 +164,9 @@ int diff(const diff_args& args) {
     rows.push_back({name, d.numeric ? number(d.max_abs) : "-", d.numeric ? number(d.max_rel) : "-",
                     std::to_string(d.beyond)});
   }
-  for (const auto& name : only_a) std::cout << "only in A: " << name << '\n';
-  for (const auto& name : only_b) std::cout << "only in B: " << name << '\n';
-  for (const auto& line : structure) std::cout << line << '\n';
+  for (const auto& name : only_a) std::cout << "only in A: " << printable(name) << '\n';
+  for (const auto& name : only_b) std::cout << "only in B: " << printable(name) << '\n';
+  for (const auto& line : structure) std::cout << printable(line) << '\n';
   if (!rows.empty()) print_table(std::cout, {{"name"}, {"max_abs", true}, {"max_rel", true}, {"beyond", true}}, rows);
   const std::string tolerance = "atol " + number(args.atol) + ", rtol " + number(args.rtol);
   if (only_a.empty() && only_b.empty() && structure.empty() && beyond_entries == 0) {
@@ -221,6 +222,7 @@ void add_diff(CLI::App& app, action& chosen) {
       ->type_name("N")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
 }

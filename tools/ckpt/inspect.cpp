@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
@@ -27,6 +28,7 @@ struct inspect_args {
   std::string filter;
   bool json = false;
   std::optional<std::int64_t> step;
+  std::size_t torch_budget = 1;
 };
 
 struct totals {
@@ -35,19 +37,27 @@ struct totals {
   std::uint64_t bytes = 0;
 };
 
-totals sum(const std::vector<const ckpt::checkpoint::entry*>& entries) {
+// The bytes of tied names (one tensor under several names, in a .pt file) count once.
+totals sum(const std::vector<const ckpt::checkpoint::entry*>& entries,
+           const std::vector<std::vector<std::string>>& tied = {}) {
   totals out;
   for (const auto* e : entries) {
     ++out.entries;
     out.parameters += e->second.numel();
     out.bytes += e->second.nbytes();
   }
+  for (const auto& names : tied) {
+    std::uint64_t listed = 0, bytes = 0;
+    for (const auto* e : entries)
+      if (std::ranges::find(names, e->first) != names.end()) ++listed, bytes = e->second.nbytes();
+    if (listed > 1) out.bytes -= (listed - 1) * bytes;
+  }
   return out;
 }
 
 boost::json::object json_of(const ckpt::metadata_map& metadata) {
   boost::json::object out;
-  for (const auto& [key, value] : metadata) out[key] = value;
+  for (const auto& [key, value] : metadata) out[valid_utf8(key)] = valid_utf8(value);
   return out;
 }
 
@@ -63,25 +73,33 @@ void print_totals(const totals& t) {
 
 // Only the header is read: inspecting a large file costs no pass over its data (verify does that).
 int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& path) {
-  const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = false});
+  std::vector<std::vector<std::string>> tied;
+  ckpt::torch_options torch = torch_budget(args.torch_budget);
+  torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
+  const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = false}, torch);
   const auto entries = entries_with_prefix(t, args.filter);
-  const totals total = sum(entries);
+  const totals total = sum(entries, tied);
   if (args.json) {
     boost::json::array rows;
     for (const auto* e : entries) {
       boost::json::array shape;
       for (const std::int64_t d : e->second.shape()) shape.push_back(d);
-      rows.push_back(boost::json::object{{"name", e->first},
+      rows.push_back(boost::json::object{{"name", valid_utf8(e->first)},
                                          {"dtype", ckpt::to_string(e->second.dtype())},
                                          {"shape", std::move(shape)},
                                          {"parameters", e->second.numel()},
                                          {"bytes", e->second.nbytes()}});
     }
-    std::cout << boost::json::serialize(boost::json::object{{"path", path.string()},
-                                                            {"entries", std::move(rows)},
-                                                            {"total", json_of(total)},
-                                                            {"metadata", json_of(t.metadata())}})
-              << '\n';
+    boost::json::array groups;
+    for (const auto& names : tied) {
+      boost::json::array group;
+      for (const auto& name : names) group.push_back(boost::json::string(valid_utf8(name)));
+      groups.push_back(std::move(group));
+    }
+    boost::json::object out{{"path", valid_utf8(path.string())}, {"entries", std::move(rows)}, {"total", json_of(total)}};
+    if (!groups.empty()) out["tied"] = std::move(groups);  // a .pt file's names of one tensor
+    out["metadata"] = json_of(t.metadata());
+    std::cout << boost::json::serialize(out) << '\n';
     return success;
   }
   std::vector<std::vector<std::string>> rows;
@@ -90,11 +108,16 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
                     std::to_string(e->second.numel()), std::to_string(e->second.nbytes())});
   print_table(std::cout, {{"name"}, {"dtype"}, {"shape"}, {"parameters", true}, {"bytes", true}}, rows);
   print_totals(total);
+  for (const auto& names : tied) {
+    std::string line;
+    for (const auto& name : names) line += (line.empty() ? "" : ", ") + name;
+    std::cout << "tied (one tensor, its bytes counted once): " << printable(line) << '\n';
+  }
   if (t.metadata().empty()) {
     std::cout << "__metadata__: none\n";
   } else {
     std::cout << "__metadata__:\n";
-    for (const auto& [key, value] : t.metadata()) std::cout << "  " << key << ": " << value << '\n';
+    for (const auto& [key, value] : t.metadata()) std::cout << "  " << printable(key) << ": " << printable(value) << '\n';
   }
   return success;
 }
@@ -125,16 +148,16 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
   if (args.json) {
     boost::json::array rows;
     for (const auto& s : steps) {
-      boost::json::object row{{"step", s.step}, {"state", state_of(s)}, {"file", s.file.filename().string()}};
+      boost::json::object row{{"step", s.step}, {"state", state_of(s)}, {"file", valid_utf8(s.file.filename().string())}};
       if (s.damaged) {
-        row["reason"] = *s.damaged;
+        row["reason"] = valid_utf8(*s.damaged);
       } else {
         row["total"] = json_of(s.total);
         row["metadata"] = json_of(s.metadata);
       }
       rows.push_back(std::move(row));
     }
-    std::cout << boost::json::serialize(boost::json::object{{"path", args.path.string()}, {"steps", std::move(rows)}})
+    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())}, {"steps", std::move(rows)}})
               << '\n';
     return success;
   }
@@ -191,6 +214,7 @@ void add_inspect(CLI::App& app, action& chosen) {
   sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder")->required()->type_name("");
   sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
   add_step_option(*sub, args->step);
+  add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX")
       ->type_name("PREFIX");
 }

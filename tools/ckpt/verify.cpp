@@ -25,6 +25,7 @@ struct verify_args {
   std::vector<std::filesystem::path> paths;
   std::optional<std::int64_t> step;
   bool strict = false;
+  std::size_t torch_budget = 1;
 };
 
 // What verifying one checkpoint found.
@@ -39,7 +40,7 @@ struct verdict {
 // file and parses the header only; nothing is extracted. The digest check draws a bar (on a
 // terminal), one for each shard of a sharded checkpoint. An I/O error (a missing file) is not a
 // finding about the checkpoint: it propagates, for exit status 2.
-verdict check(const std::filesystem::path& path) {
+verdict check(const std::filesystem::path& path, std::size_t torch_budget_factor) {
   const bool sharded = ckpt::is_sharded_path(path);
   verdict out;
   std::optional<progress> bar;
@@ -60,7 +61,8 @@ verdict check(const std::filesystem::path& path) {
     out.skipped.push_back("'" + std::string(name) + "' (" + std::string(dtype) + ")");
   };
   try {
-    const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = true, .progress = report, .skipped = skipped});
+    const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = true, .progress = report, .skipped = skipped},
+                                                torch_budget(torch_budget_factor));
     if (!t.metadata().contains(ckpt::digest_key))
       for (const std::string_view key : ckpt::earlier_digest_keys)
         if (t.metadata().contains(key)) {
@@ -79,10 +81,10 @@ verdict check(const std::filesystem::path& path) {
 // not checked), the broken rule; and the entries skipped
 // for an unknown dtype, which --strict counts as a finding. Returns whether it is a finding.
 bool print_verdict(const std::string& label, const verdict& v, bool strict) {
-  std::cout << label << ": ";
+  std::cout << printable(label) << ": ";
   const bool skipped_fail = strict && !v.skipped.empty();
   if (v.problem) {
-    std::cout << *v.problem;
+    std::cout << printable(*v.problem);
   } else if (skipped_fail) {
     std::cout << "not ok (--strict): " << count_of(v.skipped.size(), "entry", "entries") << " of an unknown dtype";
   } else {
@@ -97,7 +99,7 @@ bool print_verdict(const std::string& label, const verdict& v, bool strict) {
   if (!v.skipped.empty() && !v.problem) {
     std::string names;
     for (const std::string& n : v.skipped) names += (names.empty() ? "" : ", ") + n;
-    std::cout << ": " << names;
+    std::cout << ": " << printable(names);
   }
   std::cout << '\n';
   return v.problem.has_value() || skipped_fail;
@@ -110,14 +112,14 @@ int verify(const verify_args& args) {
     const std::vector<listed_step> steps = steps_in(path);
     if (args.step || steps.empty()) {
       const std::filesystem::path checkpoint = checkpoint_in(path, steps, args.step);
-      if (print_verdict(checkpoint.string(), check(checkpoint), args.strict)) status = finding;
+      if (print_verdict(checkpoint.string(), check(checkpoint, args.torch_budget), args.strict)) status = finding;
       continue;
     }
     // Every step, damaged ones included: each is a line, and a damaged one a finding.
     for (const auto& [step, checkpoint, damaged] : steps) {
       verdict v;
       try {
-        v = check(checkpoint);
+        v = check(checkpoint, args.torch_budget);
       } catch (const ckpt::io_error& e) {
         // Deleted since it was listed, by the retention rules of a manager still training here;
         // anything else there that cannot be read (a symlink to nowhere) is a damaged step.
@@ -158,6 +160,7 @@ void add_verify(CLI::App& app, action& chosen) {
       ->required()->type_name("");
   add_step_option(*sub, args->step);
   sub->add_flag("--strict", args->strict, "fail on entries of a dtype this version does not know (they are left out)");
+  add_torch_budget_option(*sub, args->torch_budget);
 }
 
 }  // namespace ckpt_tool
