@@ -184,7 +184,7 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
   if (damaged > 0) std::cout << ", " << count_of(damaged, "damaged step", "damaged steps");
   std::cout << '\n';
   for (const auto& s : steps)
-    if (s.damaged) std::cout << "step " << s.step << " damaged: " << *s.damaged << '\n';
+    if (s.damaged) std::cout << "step " << s.step << " damaged: " << printable(*s.damaged) << '\n';
   return success;
 }
 
