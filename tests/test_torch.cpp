@@ -183,7 +183,7 @@ BOOST_AUTO_TEST_CASE(damaged_files_are_refused_never_crash) {
 
 namespace {
 
-// What the reader makes of one input, as a line of tests/corpus/torch.expected: "refused", or
+// What the reader makes of one input, as a line of tests/fuzz/torch_corpus.expected: "refused", or
 // "loaded", the number of entries and an FNV-1a hash of every entry's name, dtype, shape and bytes.
 std::string outcome(std::span<const std::byte> bytes) {
   ckpt::checkpoint t;
@@ -213,13 +213,13 @@ std::string outcome(std::span<const std::byte> bytes) {
 
 BOOST_AUTO_TEST_CASE(the_fuzzing_corpus_replays) {
   // tests/corpus/torch: the minimized corpus of a fuzz_torch run (tests/corpus/README.md). Each
-  // input keeps the outcome recorded in tests/corpus/torch.expected (file name, outcome); with
+  // input keeps the outcome recorded in tests/fuzz/torch_corpus.expected (file name, outcome); with
   // CKPT_TORCH_CORPUS_RECORD=FILE in the environment, the outcomes are written to FILE instead.
   const char* record = std::getenv("CKPT_TORCH_CORPUS_RECORD");
   const bool recording = record != nullptr && *record != '\0';
   std::map<std::string, std::string> expected_outcome;
   if (!recording) {
-    std::ifstream in(CKPT_TORCH_CORPUS ".expected");
+    std::ifstream in(CKPT_TORCH_CORPUS_EXPECTED);
     BOOST_REQUIRE(in);
     for (std::string name, result; in >> name && std::getline(in >> std::ws, result);) expected_outcome[name] = result;
   }
