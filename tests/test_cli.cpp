@@ -11,6 +11,7 @@
 #include <ckpt/torch.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/sharded.hpp>
+#include <ckpt/version.hpp>
 
 #include <boost/json.hpp>
 
@@ -232,7 +233,12 @@ BOOST_AUTO_TEST_CASE(help_on_the_tool_and_on_every_subcommand) {
     BOOST_TEST(convert.out.find(option) != std::string::npos, option);
   const result version = run(d.path(), {"--version"});
   BOOST_TEST(version.status == 0);
-  BOOST_TEST(version.out == std::string("ckpt ") + CKPT_VERSION + "\n");
+  // The version of CMake's project(), through the generated ckpt/version.hpp.
+  BOOST_TEST(version.out == std::string("ckpt ") + CKPT_PROJECT_VERSION + "\n");
+  BOOST_TEST(std::string(CKPT_VERSION_STRING) == CKPT_PROJECT_VERSION);
+  BOOST_TEST(std::to_string(CKPT_VERSION_MAJOR) + "." + std::to_string(CKPT_VERSION_MINOR) + "." +
+                 std::to_string(CKPT_VERSION_PATCH) ==
+             CKPT_PROJECT_VERSION);
 }
 
 BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_message_on_stderr) {

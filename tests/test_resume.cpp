@@ -209,42 +209,63 @@ BOOST_AUTO_TEST_CASE(example_binary_resume_from_empty_folder_starts_fresh) {
   BOOST_TEST(fs::exists(s.path() / "a" / checkpoint_name(50)));
 }
 
-// Preemption: SIGTERM finishes the step, saves and exits 0; resuming to the same total gives the
-// parameters of an uninterrupted run.
-BOOST_AUTO_TEST_CASE(example_binary_survives_sigterm) {
-  const temp_dir s;
-  constexpr std::int64_t steps = 20000;
-  const fs::path a = s.path() / "a", b = s.path() / "b";
-  BOOST_REQUIRE(trainer(flags(a, steps, 5000) + " --params-out '" + (s.path() / "a.safetensors").string() + "'", s.path() / "a.log") == 0);
+namespace {
 
+// Runs the example trainer into `dir` up to `steps` and sends it SIGTERM once its first
+// checkpoint exists (so its handler is installed); returns its output, `log`'s text.
+std::string run_and_terminate(const fs::path& dir, std::int64_t steps, const fs::path& log) {
   std::fflush(nullptr);  // or the child would write the test log's buffered lines again
   const pid_t child = ::fork();
   BOOST_REQUIRE(child >= 0);
   if (child == 0) {
-    const fs::path log = s.path() / "b1.log";
     std::freopen(log.c_str(), "w", stdout);
-    const std::string dir = b.string(), count = std::to_string(steps);
+    const std::string folder = dir.string(), count = std::to_string(steps);
     ::execl(CKPT_MLP_TRAINER, CKPT_MLP_TRAINER, "--seed", "3", "--batch", "48", "--lr", "0.02", "--save-every",
-            "500", "--keep", "2", "--log-every", "1000", "--ckpt-dir", dir.c_str(), "--steps", count.c_str(),
+            "500", "--keep", "2", "--log-every", "1000", "--ckpt-dir", folder.c_str(), "--steps", count.c_str(),
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  // Signal once training is under way (its first checkpoint exists), so the handler is installed.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!fs::exists(b / checkpoint_name(500)) && std::chrono::steady_clock::now() < deadline)
+  while (!fs::exists(dir / checkpoint_name(500)) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ::kill(child, SIGTERM);
   int status = 0;
   BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
   BOOST_REQUIRE(WIFEXITED(status));
   BOOST_TEST(WEXITSTATUS(status) == 0);
-  const std::string log = read_bytes(s.path() / "b1.log");
-  BOOST_TEST_MESSAGE(log);
-  if (log.find("stopped by a signal") == std::string::npos)
-    BOOST_TEST_MESSAGE("the run finished before the signal: the resume below has nothing to do");
+  return read_bytes(log);
+}
 
+}  // namespace
+
+// Preemption: SIGTERM finishes the step, saves and exits 0; resuming to the same total gives the
+// parameters of an uninterrupted run. The run must be stopped by the signal: should it end before
+// the signal arrives, it runs again with four times the steps, and the test fails if that one
+// is not stopped either (as when the trainer ignored the signal).
+BOOST_AUTO_TEST_CASE(example_binary_survives_sigterm) {
+  const temp_dir s;
+  const fs::path a = s.path() / "a", b = s.path() / "b";
+  const std::string stopped_at = "stopped by a signal at step ";
+  std::int64_t steps = 20000;
+  std::string log = run_and_terminate(b, steps, s.path() / "b1.log");
+  if (log.find(stopped_at) == std::string::npos) {
+    BOOST_TEST_MESSAGE("the run of " << steps << " steps ended before the signal; again with " << 4 * steps);
+    steps *= 4;
+    fs::remove_all(b);
+    log = run_and_terminate(b, steps, s.path() / "b1.log");
+  }
+  const std::size_t at = log.find(stopped_at);
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "the trainer was not stopped by SIGTERM:\n" + log);
+  const std::int64_t stop = std::stoll(log.substr(at + stopped_at.size()));
+  BOOST_TEST_MESSAGE("stopped at step " << stop << " of " << steps);
+  BOOST_TEST(stop >= 500);
+  BOOST_TEST(stop < steps);
+  BOOST_TEST(fs::exists(b / checkpoint_name(stop)));  // the preemption's own checkpoint
+
+  BOOST_REQUIRE(trainer(flags(a, steps, 5000) + " --params-out '" + (s.path() / "a.safetensors").string() + "'", s.path() / "a.log") == 0);
   BOOST_REQUIRE(trainer(flags(b, steps, 5000) + " --resume --params-out '" + (s.path() / "b.safetensors").string() + "'",
                         s.path() / "b2.log") == 0);
+  BOOST_TEST(read_bytes(s.path() / "b2.log").find("at step " + std::to_string(stop)) != std::string::npos);
   BOOST_TEST(read_bytes(s.path() / "a.safetensors") == read_bytes(s.path() / "b.safetensors"));
 }
 

@@ -17,9 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -177,18 +181,70 @@ BOOST_AUTO_TEST_CASE(damaged_files_are_refused_never_crash) {
   BOOST_TEST(refused > 0u);
 }
 
-BOOST_AUTO_TEST_CASE(the_fuzzing_corpus_replays) {
-  // tests/corpus/torch: the minimized corpus of a fuzz_torch run (tests/corpus/README.md).
-  std::size_t files = 0, loaded = 0;
-  for (const auto& entry : fs::directory_iterator(CKPT_TORCH_CORPUS)) {
-    BOOST_TEST_CONTEXT(entry.path().filename().string()) {
-      BOOST_CHECK_NO_THROW(loaded += ckpt_fuzz::exercise_torch(bytes_of(entry.path())) ? 1 : 0);
-    }
-    ++files;
+namespace {
+
+// What the reader makes of one input, as a line of tests/fuzz/torch_corpus.expected: "refused", or
+// "loaded", the number of entries and an FNV-1a hash of every entry's name, dtype, shape and bytes.
+std::string outcome(std::span<const std::byte> bytes) {
+  ckpt::checkpoint t;
+  try {
+    t = ckpt::parse_torch(bytes, "corpus.pt");
+  } catch (const ckpt::error&) {
+    return "refused";
   }
-  BOOST_TEST(files >= 100u);
+  std::uint64_t hash = 14695981039346656037ull;
+  const auto add = [&hash](std::span<const std::byte> part) {
+    for (const std::byte b : part) hash = (hash ^ std::to_integer<std::uint64_t>(b)) * 1099511628211ull;
+    hash = (hash ^ 0xffu) * 1099511628211ull;  // ends each part
+  };
+  const auto add_text = [&add](std::string_view text) { add(std::as_bytes(std::span(text.data(), text.size()))); };
+  for (const auto& [name, x] : t) {
+    add_text(name);
+    add_text(ckpt::to_string(x.dtype()));
+    for (const std::int64_t d : x.shape()) add_text(std::to_string(d));
+    add(x.bytes());
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, "loaded %zu %016llx", t.size(), static_cast<unsigned long long>(hash));
+  return text;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_fuzzing_corpus_replays) {
+  // tests/corpus/torch: the minimized corpus of a fuzz_torch run (tests/corpus/README.md). Each
+  // input keeps the outcome recorded in tests/fuzz/torch_corpus.expected (file name, outcome); with
+  // CKPT_TORCH_CORPUS_RECORD=FILE in the environment, the outcomes are written to FILE instead.
+  const char* record = std::getenv("CKPT_TORCH_CORPUS_RECORD");
+  const bool recording = record != nullptr && *record != '\0';
+  std::map<std::string, std::string> expected_outcome;
+  if (!recording) {
+    std::ifstream in(CKPT_TORCH_CORPUS_EXPECTED);
+    BOOST_REQUIRE(in);
+    for (std::string name, result; in >> name && std::getline(in >> std::ws, result);) expected_outcome[name] = result;
+  }
+  std::map<std::string, std::string> seen;
+  std::size_t loaded = 0;
+  for (const auto& entry : fs::directory_iterator(CKPT_TORCH_CORPUS)) {
+    const std::string name = entry.path().filename().string();
+    const std::vector<std::byte> bytes = bytes_of(entry.path());
+    BOOST_TEST_CONTEXT(name) {
+      bool ok = false;
+      BOOST_CHECK_NO_THROW(ok = ckpt_fuzz::exercise_torch(bytes));  // the rules the reader promises
+      loaded += ok ? 1 : 0;
+      seen[name] = outcome(bytes);
+      if (!recording) BOOST_TEST(seen[name] == expected_outcome[name]);
+    }
+  }
+  if (recording) {
+    std::ofstream out(record);
+    for (const auto& [name, result] : seen) out << name << ' ' << result << '\n';
+  } else {
+    BOOST_TEST(seen.size() == expected_outcome.size());
+  }
+  BOOST_TEST(seen.size() >= 100u);
   BOOST_TEST(loaded > 0u);
-  BOOST_TEST(loaded < files);
+  BOOST_TEST(loaded < seen.size());
 }
 
 // The central-directory entry of `record` in a zip (its "PK\1\2" signature), or npos.

@@ -21,6 +21,7 @@
 /// - ckpt/sharded.hpp     Hugging Face sharded checkpoints (index + shards)
 /// - ckpt/adapt.hpp       adapters for foreign checkpoints: rename, transpose, split, cast
 /// - ckpt/torch.hpp       PyTorch torch.save files (pytorch_model.bin, *.pt) read without Python
+/// - ckpt/version.hpp     CKPT_VERSION_MAJOR, _MINOR, _PATCH and CKPT_VERSION_STRING (generated)
 
 #include <ckpt/adam.hpp>
 #include <ckpt/adapt.hpp>
@@ -40,4 +41,5 @@
 #include <ckpt/snapshot.hpp>
 #include <ckpt/tensor.hpp>
 #include <ckpt/torch.hpp>
+#include <ckpt/version.hpp>
 #include <ckpt/view.hpp>

@@ -1,7 +1,9 @@
 # Included from tests/CMakeLists.txt: the consumer tests (run.cmake), one for each way a project
-# gets ckpt: consumer_find_package (an install of this build, tests/consumer/) and
-# consumer_add_subdirectory (this source tree, tests/consumer/subdirectory/).
-foreach(mode find_package add_subdirectory)
+# gets ckpt: consumer_find_package (an install of this build, tests/consumer/),
+# consumer_add_subdirectory (this source tree, tests/consumer/subdirectory/) and
+# consumer_pkg_config (an install of this build, tests/consumer/main.cpp compiled with the flags of
+# `pkg-config --cflags --libs ckpt`).
+foreach(mode find_package add_subdirectory pkg_config)
   add_test(NAME consumer_${mode}
     COMMAND ${CMAKE_COMMAND}
       "-DMODE=${mode}"
@@ -15,6 +17,8 @@ foreach(mode find_package add_subdirectory)
       "-DCXX_FLAGS=${CMAKE_CXX_FLAGS}"
       "-DEXE_LINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}"
       "-DBUILD_TYPE=$<CONFIG>"
+      "-DLIBDIR=${CMAKE_INSTALL_LIBDIR}"
+      "-DPKG_CONFIG=${PKG_CONFIG_EXECUTABLE}"
       -P "${CMAKE_CURRENT_LIST_DIR}/run.cmake")
   set_tests_properties(consumer_${mode} PROPERTIES TIMEOUT 900)
 endforeach()

@@ -4,11 +4,14 @@
 #   find_package      installs CKPT_BUILD_DIR into a fresh prefix and builds tests/consumer
 #                     against it with find_package(ckpt CONFIG REQUIRED);
 #   add_subdirectory  builds tests/consumer/subdirectory, which adds CKPT_SOURCE_DIR with
-#                     add_subdirectory (as a vendored or FetchContent copy is built).
+#                     add_subdirectory (as a vendored or FetchContent copy is built);
+#   pkg_config        installs CKPT_BUILD_DIR into a fresh prefix and compiles tests/consumer/main.cpp
+#                     with one compiler command and `pkg-config --cflags --libs ckpt` (no CMake),
+#                     with PKG_CONFIG_PATH=<prefix>/LIBDIR/pkgconfig.
 #
 # cmake -DMODE=... -DCKPT_BUILD_DIR=... -DCKPT_SOURCE_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=...
 #       -DGENERATOR=... [-DMAKE_PROGRAM=...] -DCXX_COMPILER=... [-DCXX_FLAGS=...]
-#       [-DEXE_LINKER_FLAGS=...] [-DBUILD_TYPE=...] -P run.cmake
+#       [-DEXE_LINKER_FLAGS=...] [-DBUILD_TYPE=...] [-DLIBDIR=... -DPKG_CONFIG=...] -P run.cmake
 cmake_minimum_required(VERSION 3.25)
 foreach(var MODE CKPT_BUILD_DIR CKPT_SOURCE_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
@@ -68,9 +71,40 @@ elseif(MODE STREQUAL "add_subdirectory")
   run("configure with add_subdirectory(${CKPT_SOURCE_DIR})" "${CMAKE_COMMAND}"
       -S "${CONSUMER_SOURCE_DIR}/subdirectory" ${configure_args} "-DCKPT_SOURCE_DIR=${CKPT_SOURCE_DIR}"
       -DCKPT_BUILD_MPI=OFF)
+elseif(MODE STREQUAL "pkg_config")
+  foreach(var LIBDIR PKG_CONFIG)
+    if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+      message(FATAL_ERROR "run.cmake: MODE=pkg_config needs -D${var}=...")
+    endif()
+  endforeach()
+  run("install ${CKPT_BUILD_DIR} into ${prefix}"
+      "${CMAKE_COMMAND}" --install "${CKPT_BUILD_DIR}" --prefix "${prefix}" ${config_args})
+  # Only the fresh prefix may provide ckpt.pc (PKG_CONFIG_PATH is searched first).
+  set(ENV{PKG_CONFIG_PATH} "${prefix}/${LIBDIR}/pkgconfig")
+  execute_process(COMMAND "${PKG_CONFIG}" --cflags --libs ckpt RESULT_VARIABLE result
+                  OUTPUT_VARIABLE flags ERROR_VARIABLE error OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "consumer: pkg-config --cflags --libs ckpt failed (${result}): ${error}")
+  endif()
+  message(STATUS "consumer: pkg-config --cflags --libs ckpt: ${flags}")
+  # Prove that the flags name the copy just installed.
+  file(REAL_PATH "${prefix}" real_prefix)
+  execute_process(COMMAND "${PKG_CONFIG}" --variable=includedir ckpt OUTPUT_VARIABLE includedir
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  file(REAL_PATH "${includedir}" includedir)
+  if(NOT includedir STREQUAL "${real_prefix}/include")
+    message(FATAL_ERROR "consumer: ckpt.pc's includedir is '${includedir}', not the install in ${prefix}")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  separate_arguments(cxx_flags UNIX_COMMAND "${CXX_FLAGS} ${EXE_LINKER_FLAGS}")
+  file(MAKE_DIRECTORY "${build}")
+  run("compile ${CONSUMER_SOURCE_DIR}/main.cpp with pkg-config's flags"
+      "${CXX_COMPILER}" -std=c++20 ${cxx_flags} "${CONSUMER_SOURCE_DIR}/main.cpp" -o "${build}/ckpt_consumer" ${flags})
 else()
-  message(FATAL_ERROR "run.cmake: MODE must be find_package or add_subdirectory, not '${MODE}'")
+  message(FATAL_ERROR "run.cmake: MODE must be find_package, add_subdirectory or pkg_config, not '${MODE}'")
 endif()
 
-run("build" "${CMAKE_COMMAND}" --build "${build}" ${config_args})
+if(NOT MODE STREQUAL "pkg_config")
+  run("build" "${CMAKE_COMMAND}" --build "${build}" ${config_args})
+endif()
 run("run ckpt_consumer" "${build}/ckpt_consumer" "${WORK_DIR}/consumer.safetensors")

@@ -2,6 +2,8 @@
 
 #include "common.hpp"
 
+#include <ckpt/version.hpp>
+
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -12,7 +14,7 @@ int main(int argc, char** argv) {
                "Exit status: 0 on success, 1 when verify or diff finds something, 2 on a usage or I/O\n"
                "error.",
                "ckpt"};
-  app.set_version_flag("--version", "ckpt " CKPT_VERSION);
+  app.set_version_flag("--version", "ckpt " CKPT_VERSION_STRING);
   app.require_subcommand(1);
   app.footer("Run 'ckpt SUBCOMMAND --help' for the options of a subcommand.");
 
