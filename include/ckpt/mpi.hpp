@@ -182,8 +182,9 @@ class slice {
 ///    `MPI_Allgatherv`; no tensor data crosses the network) and every rank checks them and lays
 ///    the file out (the header, from the same builder as `ckpt::save`'s).
 /// 2. The ranks open a temporary file with MPI-IO and write their pieces at their offsets with
-///    collective writes (`MPI_File_write_at_all`, in rounds of at most 64 MiB a rank, staged in
-///    C order), rank 0 the header too, then `MPI_File_sync`.
+///    collective writes (`MPI_File_write_at_all`, in rounds of at most 64 MiB a rank, straight
+///    from a leaf that stands in C order, else reordered through a staging buffer), rank 0 the
+///    header too, then `MPI_File_sync`.
 /// 3. With `options.digest`, each rank reads back a share of the data's 1 MiB chunks (the page
 ///    cache) and hashes them; rank 0 gathers the hashes and writes the digest into the header.
 ///    Rank 0 renames the file into place, and commits the step with the index as `save` does.
