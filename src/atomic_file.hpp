@@ -52,6 +52,11 @@ class atomic_file {
   /// \throws io_error naming the target.
   void write_at(std::string_view text, off_t offset);
 
+  /// The temporary's path, for a writer that fills it through another descriptor (the MPI-IO
+  /// writer of sliced steps opens it on every rank).
+  /// \throws nothing
+  [[nodiscard]] const std::string& temporary() const noexcept { return temporary_; }
+
   /// Makes the file the target, durably: fsync, close, rename over the target, fsync the folder.
   /// \throws io_error naming the target or its folder; the target is then as it was, except after
   /// a failed folder fsync, where `folder_failure` says.

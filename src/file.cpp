@@ -2,6 +2,7 @@
 #include <ckpt/detail/pages.hpp>
 
 #include "atomic_file.hpp"
+#include "digest.hpp"
 #include "mapped_file.hpp"
 #include "parallel.hpp"
 #include "posix_file.hpp"
@@ -308,28 +309,34 @@ class data_writer {
 
 }  // namespace
 
-void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata, const save_options& options) {
-  const bool digest = options.digest;
+file_header make_file_header(std::span<const entry_source> entries, const metadata_map& metadata,
+                             std::string_view digest) {
   // ckpt owns the digest keys: a value carried over from a loaded file would be stale.
   metadata_map fields = metadata;
   fields.erase(std::string(digest_key));
   for (const std::string_view key : earlier_digest_keys) fields.erase(std::string(key));
   // What transformers' from_pretrained asks of a safetensors file; the caller's value wins.
   fields.try_emplace("format", "pt");
-  std::string header;
-  std::size_t digest_at = 0;
-  if (digest) {
-    // A fixed-width placeholder, patched once the data are out. It sits where the headers with
-    // two different placeholders differ, which does not depend on how the JSON escapes names.
-    fields.insert_or_assign(std::string(digest_key), std::string(digest_digits, '0'));
-    header = make_header(entries, fields);
-    fields.insert_or_assign(std::string(digest_key), std::string(digest_digits, 'f'));
-    const std::string other = make_header(entries, fields);
-    digest_at = static_cast<std::size_t>(std::ranges::mismatch(header, other).in1 - header.begin());
-  } else {
-    header = make_header(entries, fields);
+  file_header out;
+  if (digest.empty()) {
+    out.bytes = make_header(entries, fields);
+    return out;
   }
+  // A fixed-width placeholder, patched once the data are out. It sits where the headers with
+  // two different placeholders differ, which does not depend on how the JSON escapes names.
+  fields.insert_or_assign(std::string(digest), std::string(digest_digits, '0'));
+  out.bytes = make_header(entries, fields);
+  fields.insert_or_assign(std::string(digest), std::string(digest_digits, 'f'));
+  const std::string other = make_header(entries, fields);
+  out.digest_at = static_cast<std::size_t>(std::ranges::mismatch(out.bytes, other).in1 - out.bytes.begin());
+  return out;
+}
+
+void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
+                const metadata_map& metadata, const save_options& options) {
+  const file_header prepared = make_file_header(entries, metadata, options.digest ? digest_key : std::string_view());
+  const std::string& header = prepared.bytes;
+  const std::size_t digest_at = prepared.digest_at;
   atomic_file file(path);
   std::uint64_t total = header.size();
   for (const entry_source& e : entries) total += e.nbytes;

@@ -68,4 +68,15 @@ bool is_damaged_digest_entry(std::string_view key, std::string_view value);
 // or if a metadata entry is_damaged_digest_entry.
 std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata);
 
+// The header `write_file` writes (src/file.cpp), the one preparation of its metadata that every
+// writer of whole files shares (ckpt::save, the MPI writer of sliced steps): `metadata` without
+// the digest keys ckpt owns, plus, if `digest` names a key, that key with 16 '0' digits as a
+// placeholder, which starts at byte `digest_at` of `bytes`. Throws as make_header.
+struct file_header {
+  std::string bytes;
+  std::size_t digest_at = 0;
+};
+file_header make_file_header(std::span<const entry_source> entries, const metadata_map& metadata,
+                             std::string_view digest);
+
 }  // namespace ckpt::detail

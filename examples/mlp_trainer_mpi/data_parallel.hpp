@@ -104,16 +104,16 @@ class batch_order {
   std::vector<int> order_;
 };
 
-// One data-parallel training step on the ranks of `comm`: the global mini-batch of step
-// `state.step`, its gradient averaged over the ranks as described above, one Adam update on every
-// rank. Returns the mean loss of the global batch before the update (the same on every rank).
-inline float train_step_mpi(MPI_Comm comm, const dataset& data, batch_order& order, const ckpt::adam& opt,
-                            mlp& params, ckpt::adam_state<mlp>& state, int groups, reduction how) {
+// The gradient of the global mini-batch of step `step` at `params`, averaged over the ranks of
+// `comm` as described above, into `grads` on every rank. Returns the mean loss of the global batch
+// (the same on every rank).
+inline float averaged_gradient(MPI_Comm comm, const dataset& data, batch_order& order, const mlp& params,
+                               std::int64_t step, int groups, reduction how, mlp& grads) {
   int rank = 0;
   int ranks = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
-  const std::vector<int> idx = order.batch(state.step);
+  const std::vector<int> idx = order.batch(step);
   const int per_group = static_cast<int>(idx.size()) / groups;
   const int first = first_group(rank, ranks, groups);
   const int mine = first_group(rank + 1, ranks, groups) - first;
@@ -156,10 +156,20 @@ inline float train_step_mpi(MPI_Comm comm, const dataset& data, batch_order& ord
   }
   const float scale = 1.0f / static_cast<float>(groups);
   for (float& v : sum) v *= scale;
-  mlp grads = params;  // shapes
+  grads = params;  // shapes
   unflatten(sum.data(), grads);
-  opt.update(params, grads, state);
   return sum[n];
+}
+
+// One data-parallel training step on the ranks of `comm`: the averaged gradient of the global
+// mini-batch of step `state.step`, one Adam update on every rank. Returns the mean loss of the
+// global batch before the update (the same on every rank).
+inline float train_step_mpi(MPI_Comm comm, const dataset& data, batch_order& order, const ckpt::adam& opt,
+                            mlp& params, ckpt::adam_state<mlp>& state, int groups, reduction how) {
+  mlp grads;
+  const float loss = averaged_gradient(comm, data, order, params, state.step, groups, how, grads);
+  opt.update(params, grads, state);
+  return loss;
 }
 
 }  // namespace mlp_example

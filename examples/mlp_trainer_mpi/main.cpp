@@ -4,11 +4,13 @@
 //
 //   mpirun -np 4 mlp_trainer_mpi --steps 1500 --ckpt-dir runs/d            # train, checkpoint
 //   mpirun -np 3 mlp_trainer_mpi --steps 3000 --ckpt-dir runs/d --resume   # resume on 3 ranks
+//   mpirun -np 4 mlp_trainer_mpi --shard-optimizer ...                      # ZeRO-1 (zero.hpp)
 //
 // With the default --reduction ordered, the run is bit-identical whatever the number of ranks and
 // wherever it is stopped and resumed (see data_parallel.hpp).
 
 #include "data_parallel.hpp"
+#include "zero.hpp"
 #include "../mlp_trainer/options.hpp"
 
 #include <ckpt/adam.hpp>
@@ -34,6 +36,7 @@ using namespace mlp_example;
 struct options : training_options {
   int groups = 8;
   reduction how = reduction::ordered;
+  bool shard_optimizer = false;
 };
 
 // The command line, parsed alike on every rank; a usage error or --help ends every rank with
@@ -56,6 +59,9 @@ options parse(int argc, char** argv, int rank) {
                  "allreduce: MPI_Allreduce, identical on the same number")
       ->check(CLI::IsMember({"ordered", "allreduce"}))
       ->capture_default_str();
+  app.add_flag("--shard-optimizer", o.shard_optimizer,
+               "ZeRO-1: each rank keeps 1/P of Adam's moments, saved as slices (ckpt::mpi::save_sliced); "
+               "--keep is not applied (every saved step stays)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -66,7 +72,80 @@ options parse(int argc, char** argv, int rank) {
   return o;
 }
 
+// What shapes the run comes from the checkpoint when resuming, so that it continues the same run.
+void continue_run(options& o, const ckpt::checkpoint& restored) {
+  const auto& meta = restored.metadata();
+  if (auto it = meta.find("seed"); it != meta.end()) o.seed = number<std::uint64_t>("seed", it->second);
+  if (auto it = meta.find("batch"); it != meta.end()) o.batch = number<int>("batch", it->second);
+  if (auto it = meta.find("groups"); it != meta.end()) o.groups = number<int>("groups", it->second);
+  if (auto it = meta.find("hidden"); it != meta.end()) o.hidden = number<int>("hidden", it->second);
+}
+
+ckpt::metadata_map run_metadata(const options& o, float loss) {
+  return ckpt::metadata_map{{"loss", exact(loss)},
+                            {"seed", std::to_string(o.seed)},
+                            {"batch", std::to_string(o.batch)},
+                            {"groups", std::to_string(o.groups)},
+                            {"hidden", std::to_string(o.hidden)}};
+}
+
+// --shard-optimizer: ZeRO-1 (zero.hpp), saved with slices straight through ckpt::mpi.
+int run_sharded(MPI_Comm comm, options o) {
+  int rank = 0;
+  int ranks = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  const std::optional<std::int64_t> latest = ckpt::mpi::latest_step(comm, o.ckpt_dir);
+  if (latest && !o.resume) {
+    if (rank == 0)
+      std::cerr << "mlp_trainer_mpi: " << o.ckpt_dir.string() << " already holds steps (up to " << *latest
+                << "): pass --resume to continue, or choose another --ckpt-dir\n";
+    return 2;
+  }
+  std::optional<ckpt::checkpoint> restored;
+  if (latest) restored = ckpt::mpi::load(comm, o.ckpt_dir, *latest);
+  if (restored) continue_run(o, *restored);
+  const dataset data = two_spirals(o.seed);
+  o.batch = std::min<int>(o.batch, static_cast<int>(data.x.cols()));
+  check_split(o.batch, o.groups);
+  batch_order order(o.seed, static_cast<int>(data.x.cols()), o.batch);
+  const ckpt::adam opt{.lr = o.lr};
+  mlp params = init_mlp(o.seed, o.hidden);
+  zero_optimizer optimizer(comm, opt, params);
+  if (restored) {
+    optimizer.restore(*restored, params);
+    if (rank == 0) std::cout << "resumed at step " << optimizer.steps() << " on " << ranks << " ranks\n";
+  }
+  // Each rank's share of Adam's moments against the replicated run's.
+  const auto mine = static_cast<unsigned long long>(optimizer.bytes());
+  std::vector<unsigned long long> all(static_cast<std::size_t>(ranks));
+  MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+  if (rank == 0) {
+    std::cout << "optimizer state per rank (bytes):";
+    for (const unsigned long long n : all) std::cout << ' ' << n;
+    std::cout << " (replicated: " << 2 * sizeof(float) * static_cast<std::size_t>(flat_size(params)) << ")\n";
+  }
+  const std::int64_t first = optimizer.steps();
+  float loss = 0;
+  while (optimizer.steps() < o.steps) {
+    loss = optimizer.step(data, order, opt, params, o.groups, o.how);
+    const std::int64_t step = optimizer.steps();
+    if (rank == 0 && (step % o.log_every == 0 || step == o.steps)) {
+      std::printf("step %lld/%lld  loss %.5f  (%d ranks, sharded optimizer)\n", static_cast<long long>(step),
+                  static_cast<long long>(o.steps), static_cast<double>(loss), ranks);
+      std::fflush(stdout);
+    }
+    if (step % o.save_every == 0 && step != o.steps) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
+  }
+  if (optimizer.steps() > first || !latest) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
+  if (rank == 0)
+    report_end(o.params_out, ckpt::of_params(params, "model"), accuracy(params, data),
+               ckpt::mpi::step_folder(o.ckpt_dir, optimizer.steps()));
+  return 0;
+}
+
 int run(MPI_Comm comm, options o) {
+  if (o.shard_optimizer) return run_sharded(comm, o);
   int rank = 0;
   int ranks = 0;
   MPI_Comm_rank(comm, &rank);
@@ -87,14 +166,7 @@ int run(MPI_Comm comm, options o) {
       for (const ckpt::step_status& s : restored.skipped)
         std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
   }
-  // What shapes the run comes from the checkpoint when resuming, so that it continues the same run.
-  if (restored) {
-    const auto& meta = restored->metadata();
-    if (auto it = meta.find("seed"); it != meta.end()) o.seed = number<std::uint64_t>("seed", it->second);
-    if (auto it = meta.find("batch"); it != meta.end()) o.batch = number<int>("batch", it->second);
-    if (auto it = meta.find("groups"); it != meta.end()) o.groups = number<int>("groups", it->second);
-    if (auto it = meta.find("hidden"); it != meta.end()) o.hidden = number<int>("hidden", it->second);
-  }
+  if (restored) continue_run(o, *restored);
   const dataset data = two_spirals(o.seed);
   o.batch = std::min<int>(o.batch, static_cast<int>(data.x.cols()));
   check_split(o.batch, o.groups);
@@ -106,13 +178,7 @@ int run(MPI_Comm comm, options o) {
     ckpt::restore_training_state(*restored, params, state);
     if (rank == 0) std::cout << "resumed at step " << state.step << " on " << ranks << " ranks\n";
   }
-  auto metadata = [&](float loss) {
-    return ckpt::metadata_map{{"loss", exact(loss)},
-                              {"seed", std::to_string(o.seed)},
-                              {"batch", std::to_string(o.batch)},
-                              {"groups", std::to_string(o.groups)},
-                              {"hidden", std::to_string(o.hidden)}};
-  };
+  const auto metadata = [&o](float loss) { return run_metadata(o, loss); };
 
   const std::int64_t first = state.step;
   float loss = 0;

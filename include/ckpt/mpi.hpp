@@ -30,7 +30,9 @@
 /// disk for ranks of one machine, or a shared/parallel file system); see docs/distributed.md.
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/live_source.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/leaf.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/section.hpp>
@@ -42,6 +44,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,6 +116,127 @@ struct save_options {
 /// \throws collective_error on every rank if a rank failed (an I/O error, an exception).
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                            const checkpoint& local, const save_options& options = {});
+
+/// A piece of one global tensor that this rank holds (ZeRO/FSDP's flat partition, or a
+/// tensor-parallel block of rows), for `save_sliced`: elements [first(), first() + count()) of
+/// the global tensor flattened in C order. The rank's leaf is referred to, not copied: it must
+/// outlive the slice and not change until `save_sliced` returns. Its bytes need not stand in C
+/// order (a column-major `Eigen::MatrixXf` block is reordered a band of rows at a time).
+class slice {
+ public:
+  /// `local` holds elements [first, first + numel(local)) of the global tensor `name` of shape
+  /// `global_shape`, flattened in C order (any shape of `local` will do: its C-order elements
+  /// are taken in order). ZeRO/FSDP: rank r of P holds a contiguous part of each tensor.
+  /// \throws std::invalid_argument if the range is outside the global tensor (naming it).
+  template <leaf L>
+  [[nodiscard]] static slice flat(std::string name, dims global_shape, std::int64_t first, const L& local) {
+    return slice(std::move(name), std::move(global_shape), first,
+                 ckpt::detail::live_source(std::string(), local, "mpi::slice::flat"), false);
+  }
+  /// `local`, of shape [r, global_shape[1], ...], holds rows [first_row, first_row + r) of the
+  /// global tensor `name` of shape `global_shape` (its first dimension). Tensor parallelism: a
+  /// weight matrix split by rows; a block held column-major is handled.
+  /// \throws std::invalid_argument if `global_shape` is a scalar's, if `local`'s shape is not a
+  /// block of its rows, or if the rows are outside it (naming the tensor and both shapes).
+  template <leaf L>
+  [[nodiscard]] static slice rows(std::string name, dims global_shape, std::int64_t first_row, const L& local) {
+    return slice(std::move(name), std::move(global_shape), first_row,
+                 ckpt::detail::live_source(std::string(), local, "mpi::slice::rows"), true);
+  }
+
+  /// The global tensor's name.
+  /// \throws nothing
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// The global tensor's dtype (the local leaf's).
+  /// \throws nothing
+  [[nodiscard]] ckpt::dtype dtype() const noexcept { return local_.dtype; }
+  /// The global tensor's shape.
+  /// \throws nothing
+  [[nodiscard]] const dims& global_shape() const noexcept { return global_shape_; }
+  /// The first element held, in the flattened global tensor.
+  /// \throws nothing
+  [[nodiscard]] std::int64_t first() const noexcept { return first_; }
+  /// The number of elements held.
+  /// \throws nothing
+  [[nodiscard]] std::int64_t count() const noexcept { return numel_of(local_.shape); }
+  /// What the writer needs of the local leaf (not part of the API).
+  /// \throws nothing
+  [[nodiscard]] const ckpt::detail::entry_source& local() const noexcept { return local_; }
+
+ private:
+  slice(std::string name, dims global_shape, std::int64_t first, ckpt::detail::entry_source local, bool rows);
+  std::string name_;
+  dims global_shape_;
+  std::int64_t first_ = 0;
+  ckpt::detail::entry_source local_;
+};
+
+/// Saves step `step` collectively as one file of whole tensors written by all ranks at once:
+/// the global tensors of which the ranks hold `slices`, and the entries of `whole` (replicated
+/// or not, as for `save`: each written once, by the lowest rank holding it). The step folder
+/// holds one shard, `model-00001-of-00001.safetensors`, and the index, so it loads as any step
+/// (`load`, the single-process `ckpt::load`, the `ckpt` tool): the shard is byte for byte the file
+/// `ckpt::save` writes of the same whole tensors and metadata.
+///
+/// 1. The ranks exchange the names, dtypes, global shapes and ranges of their pieces (one
+///    `MPI_Allgatherv`; no tensor data crosses the network) and every rank checks them and lays
+///    the file out (the header, from the same builder as `ckpt::save`'s).
+/// 2. The ranks open a temporary file with MPI-IO and write their pieces at their offsets with
+///    collective writes (`MPI_File_write_at_all`, in rounds of at most 64 MiB a rank, straight
+///    from a leaf that stands in C order, else reordered through a staging buffer), rank 0 the
+///    header too, then `MPI_File_sync`.
+/// 3. With `options.digest`, each rank reads back a share of the data's 1 MiB chunks (the page
+///    cache) and hashes them; rank 0 gathers the hashes and writes the digest into the header.
+///    Rank 0 renames the file into place, and commits the step with the index as `save` does.
+///
+/// Every shard's `__metadata__` is rank 0's `options.metadata` and `step`.
+/// \throws std::invalid_argument on every rank, before anything is written, for what `save`
+///   refuses, and if the pieces of a tensor overlap or leave a gap, or disagree on its dtype or
+///   global shape, or a tensor is held whole and in slices (each message names the tensor, the
+///   ranks and their ranges, dtypes or shapes).
+/// \throws collective_error on every rank if a rank failed (an I/O error, an exception); the
+///   step is then not committed and no file of it is left.
+std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                                  std::span<const slice> slices, std::initializer_list<section> whole = {},
+                                  const save_options& options = {});
+
+namespace detail {
+// The part of entry `name` of `t` holding elements [first, first + numel(shape)), as a tensor of
+// `shape` that views the same bytes (in a loaded file, reading it reads only them).
+// \throws std::invalid_argument if `t` has no entry `name`, if its dtype is not `type`, or if the
+// range is outside it; `function` names the caller.
+[[nodiscard]] tensor part_of(const checkpoint& t, std::string_view name, std::int64_t first, ckpt::dtype type,
+                             const dims& shape, std::string_view function);
+// The first element of rows [first_row, ...) of entry `name` of `t`, after checking that
+// `local_shape` is a block of its rows that fits.
+[[nodiscard]] std::int64_t first_of_rows(const checkpoint& t, std::string_view name, std::int64_t first_row,
+                                         const dims& local_shape);
+}  // namespace detail
+
+/// Reads elements [first, first + numel(local)) of the flattened entry `name` of `t` (a step
+/// from `load`, or any checkpoint) into `local`, whatever the ranks that wrote it held: only
+/// those bytes are read (a range of the file), never the whole tensor. Not collective.
+/// \throws std::invalid_argument if `t` has no entry `name`, if its dtype is not `local`'s, or if
+///   the range is outside it.
+/// \throws io_error, format_error if the file cannot be read.
+template <leaf L>
+void read_flat(const checkpoint& t, std::string_view name, std::int64_t first, L& local) {
+  using traits = leaf_traits<L>;
+  leaf_traits<L>::read(local, detail::part_of(t, name, first, traits::dtype(local), traits::shape(local), "read_flat"));
+}
+
+/// Reads rows [first_row, first_row + r) of entry `name` of `t` into `local`, of shape
+/// [r, shape[1], ...] (a column-major matrix is filled from the rows). Not collective.
+/// \throws std::invalid_argument as `read_flat`, or if `local`'s shape is not a block of rows of
+///   the entry's.
+/// \throws io_error, format_error if the file cannot be read.
+template <leaf L>
+void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_row, L& local) {
+  using traits = leaf_traits<L>;
+  const dims shape = traits::shape(local);
+  leaf_traits<L>::read(local, detail::part_of(t, name, detail::first_of_rows(t, name, first_row, shape),
+                                              traits::dtype(local), shape, "read_rows"));
+}
 
 /// Loads step `step` collectively: every rank gets a lazily mapped view of the whole step (every
 /// shard is mapped, only headers are read), from which it extracts what it needs (`to_params`

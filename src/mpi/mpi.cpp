@@ -7,6 +7,7 @@
 #include "../posix_file.hpp"
 #include "../safetensors.hpp"
 #include "common.hpp"
+#include "holding.hpp"
 #include "step.hpp"
 
 #include <algorithm>
@@ -22,98 +23,11 @@
 namespace ckpt::mpi {
 namespace {
 
+using detail::describe_entry;
+using detail::shard_name;
 using detail::step_prefix;
 
-std::string shard_name(std::size_t number, std::size_t count) {
-  char digits[64];
-  std::snprintf(digits, sizeof digits, "model-%05zu-of-%05zu.safetensors", number, count);
-  return digits;
-}
 
-// What one rank brings to a save: its step, what it holds, and (rank 0) the step's metadata and
-// whether the step is committed already. `error` is set instead if the rank could not even say.
-struct holding {
-  std::string error;
-  std::int64_t step = 0;
-  bool committed = false;
-  metadata_map metadata;
-  struct entry {
-    std::string name;
-    ckpt::dtype type;
-    dims shape;
-  };
-  std::vector<entry> entries;
-};
-
-std::string encode(const holding& h) {
-  detail::encoder e;
-  e.str(h.error);
-  e.i64(h.step);
-  e.u64(h.committed ? 1 : 0);
-  e.u64(h.metadata.size());
-  for (const auto& [key, value] : h.metadata) {
-    e.str(key);
-    e.str(value);
-  }
-  e.u64(h.entries.size());
-  for (const auto& x : h.entries) {
-    e.str(x.name);
-    e.u64(static_cast<std::uint64_t>(x.type));
-    e.u64(x.shape.size());
-    for (std::int64_t d : x.shape) e.i64(d);
-  }
-  return std::move(e.bytes());
-}
-
-holding decode(std::string_view bytes) {
-  detail::decoder d(bytes);
-  holding h;
-  h.error = d.str();
-  h.step = d.i64();
-  h.committed = d.u64() != 0;
-  for (std::uint64_t n = d.u64(); n > 0; --n) {
-    std::string key = d.str();
-    h.metadata.insert_or_assign(std::move(key), d.str());
-  }
-  h.entries.resize(d.u64());
-  for (auto& x : h.entries) {
-    x.name = d.str();
-    x.type = static_cast<ckpt::dtype>(d.u64());
-    x.shape.resize(d.u64());
-    for (std::int64_t& dim : x.shape) dim = d.i64();
-  }
-  return h;
-}
-
-// Every rank's holding, on every rank: one MPI_Allgather of the sizes, one MPI_Allgatherv.
-std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {
-  const int size = detail::size_of(comm);
-  const std::string bytes = encode(mine);
-  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
-    throw std::length_error("ckpt: mpi::save: the description of this rank's entries is too long");
-  const int count = static_cast<int>(bytes.size());
-  std::vector<int> counts(static_cast<std::size_t>(size));
-  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
-  std::vector<int> offsets(counts.size());
-  std::int64_t total = 0;
-  for (std::size_t r = 0; r < counts.size(); ++r) {
-    offsets[r] = static_cast<int>(total);
-    total += counts[r];
-    if (total > INT_MAX) throw std::length_error("ckpt: mpi::save: the description of the entries is too long");
-  }
-  std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(bytes.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm);
-  std::vector<holding> out;
-  out.reserve(counts.size());
-  for (std::size_t r = 0; r < counts.size(); ++r)
-    out.push_back(decode(std::string_view(all).substr(static_cast<std::size_t>(offsets[r]),
-                                                       static_cast<std::size_t>(counts[r]))));
-  return out;
-}
-
-std::string describe(ckpt::dtype type, std::span<const std::int64_t> shape) {
-  return std::string(to_string(type)) + " " + to_string(shape);
-}
 
 // After a failed save: each rank removes its shard, then rank 0 the step folder if nothing else
 // is left in it (a folder the failed save created; debris of other jobs stays). Every rank
@@ -135,10 +49,10 @@ std::filesystem::path step_folder(const std::filesystem::path& folder, std::int6
 
 namespace detail {
 
-step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                    std::initializer_list<section> sections, const metadata_map& metadata, std::string_view function) {
+std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
+                                     std::int64_t step, const metadata_map& metadata, std::string_view function,
+                                     const std::function<void(std::vector<holding::entry>&)>& describe_mine) {
   const int size = size_of(comm);
-  step_plan plan;
   plan.folder = folder;
   plan.step = step;
   plan.operation = std::string(function) + " of step " + std::to_string(step);
@@ -148,8 +62,7 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
   std::exception_ptr local_error;
   try {
     mine.step = step;
-    for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + std::string(function)))
-      mine.entries.push_back({e->name, e->dtype, e->shape});
+    describe_mine(mine.entries);
     if (rank_of(comm) == 0) {
       mine.metadata = metadata;
       if (step >= 0) {
@@ -162,7 +75,7 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
     mine = holding{};
     mine.error = message_of(local_error);
   }
-  const std::vector<holding> all = exchange(comm, mine);
+  std::vector<holding> all = exchange(comm, mine);
   for (int r = 0; r < size; ++r)
     if (!all[static_cast<std::size_t>(r)].error.empty())
       throw_failure(comm, {r, all[static_cast<std::size_t>(r)].error}, local_error, folder, plan.operation);
@@ -179,6 +92,20 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
     throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": step " + std::to_string(step) +
                                 " is already committed in '" + folder.string() + "' ('" +
                                 (plan.dir / index_file_name).string() + "' exists); a committed step is never rewritten");
+  plan.metadata = all[0].metadata;
+  plan.metadata.insert_or_assign("step", std::to_string(step));
+  return all;
+}
+
+step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                    std::initializer_list<section> sections, const metadata_map& metadata, std::string_view function) {
+  const int size = size_of(comm);
+  step_plan plan;
+  const std::vector<holding> all =
+      gather_holdings(comm, plan, folder, step, metadata, function, [&](std::vector<holding::entry>& entries) {
+        for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + std::string(function)))
+          entries.push_back({e->name, e->dtype, e->shape});
+      });
   struct placement {
     int writer;
     const holding::entry* first;
@@ -193,8 +120,8 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
         plan.total_size += nbytes_of(x.type, numel_of(x.shape));
       } else if (it->second.first->type != x.type || it->second.first->shape != x.shape) {
         throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": the entry '" + x.name + "' is " +
-                                    describe(it->second.first->type, it->second.first->shape) + " on rank " +
-                                    std::to_string(it->second.writer) + " but " + describe(x.type, x.shape) +
+                                    describe_entry(it->second.first->type, it->second.first->shape) + " on rank " +
+                                    std::to_string(it->second.writer) + " but " + describe_entry(x.type, x.shape) +
                                     " on rank " + std::to_string(r));
       }
     }
@@ -211,8 +138,6 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
     plan.weight_map.emplace_back(name, plan.shards[static_cast<std::size_t>(where.writer)]);
     if (where.writer == rank) plan.mine.insert(name);
   }
-  plan.metadata = all[0].metadata;
-  plan.metadata.insert_or_assign("step", std::to_string(step));
   return plan;
 }
 

@@ -1,0 +1,165 @@
+#pragma once
+// ZeRO-1 for mlp_trainer_mpi --shard-optimizer: the parameters stay replicated, but each rank keeps
+// only its slice of Adam's moments. Every tensor is flattened in C order (the order of its entry
+// in a checkpoint) and rank r of P holds elements [⌊n·r/P⌋, ⌊n·(r+1)/P⌋) of each, so each rank's
+// optimizer memory is about 1/P of the replicated run's. A step: the averaged gradient as in
+// data_parallel.hpp (on every rank), Adam on this rank's slice only (the same arithmetic, element
+// by element, as the replicated update: the result is bit-identical), then MPI_Allgatherv of the
+// updated slices, which every rank writes back into its parameters.
+//
+// Element by element the same arithmetic needs one thing of the build: Eigen's vectorised float
+// sqrt must round as its scalar one does. With EIGEN_FAST_MATH (Eigen's default) the vector path
+// approximates it (rsqrt and a Newton step), so an element's update would depend on whether it
+// falls in a packet or in the tail of its array, which differs between a whole column-major
+// matrix and a C-order slice: the example is built with EIGEN_FAST_MATH=0 (examples/CMakeLists.txt).
+//
+// Checkpoints hold whole tensors under the names `ckpt::training_state` gives them
+// (`model.l1.w`, `optim.mu.l1.w`, ..., `optim.step`): the moments are saved as slices with
+// ckpt::mpi::save_sliced and read back as another rank count's slices with ckpt::mpi::read_flat,
+// and the files are those of the replicated run (either mode resumes the other's steps).
+
+#include "data_parallel.hpp"
+
+#include <ckpt/adam.hpp>
+#include <ckpt/mpi.hpp>
+#include <ckpt/params.hpp>
+
+#include <mpi.h>
+
+#include <Eigen/Core>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlp_example {
+
+// One rank's C-order slices of the four tensors of an mlp, named as the mlp's leaves.
+struct flat_linear {
+  Eigen::VectorXf w, b;
+};
+struct flat_mlp {
+  flat_linear l1, l2;
+};
+
+// The four tensors of an mlp: its leaf names, and its matrices in the order of flat_mlp's.
+inline constexpr std::array<const char*, 4> leaf_names{"l1.w", "l1.b", "l2.w", "l2.b"};
+
+template <class M, class F>
+void for_each_tensor(M& p, F&& f) {
+  f(0, p.l1.w);
+  f(1, p.l1.b);
+  f(2, p.l2.w);
+  f(3, p.l2.b);
+}
+inline Eigen::VectorXf& part(flat_mlp& p, int i) {
+  return i == 0 ? p.l1.w : i == 1 ? p.l1.b : i == 2 ? p.l2.w : p.l2.b;
+}
+inline const Eigen::VectorXf& part(const flat_mlp& p, int i) { return part(const_cast<flat_mlp&>(p), i); }
+
+// Rank r of P's share of n elements.
+inline Eigen::Index share_begin(Eigen::Index n, int rank, int ranks) { return n * rank / ranks; }
+
+// The entry shape of a matrix or vector leaf: [rows, cols] or [n].
+inline ckpt::dims shape_of(const Eigen::MatrixXf& m) { return {m.rows(), m.cols()}; }
+inline ckpt::dims shape_of(const Eigen::VectorXf& v) { return {v.size()}; }
+
+// Element k of `x` in C order.
+inline float& c_order(Eigen::MatrixXf& m, Eigen::Index k) { return m(k / m.cols(), k % m.cols()); }
+inline float& c_order(Eigen::VectorXf& v, Eigen::Index k) { return v[k]; }
+
+class zero_optimizer {
+ public:
+  // Zero moments for `params` (replicated on every rank of `comm`), this rank's slices.
+  zero_optimizer(MPI_Comm comm, const ckpt::adam& opt, const mlp& params) : comm_(comm) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &ranks_);
+    for_each_tensor(params, [&](int i, const auto& x) {
+      first_[static_cast<std::size_t>(i)] = share_begin(x.size(), rank_, ranks_);
+      part(template_, i).resize(share_begin(x.size(), rank_ + 1, ranks_) - first_[static_cast<std::size_t>(i)]);
+    });
+    state_ = opt.init(template_);
+  }
+
+  // One training step (see the top of this file). Returns the loss, as train_step_mpi.
+  float step(const dataset& data, batch_order& order, const ckpt::adam& opt, mlp& params, int groups, reduction how) {
+    mlp grads;
+    const float loss = averaged_gradient(comm_, data, order, params, state_.step, groups, how, grads);
+    flat_mlp p = slice_of(params), g = slice_of(grads);
+    opt.update(p, g, state_);
+    // Every rank's updated slices, back into every rank's parameters.
+    for_each_tensor(params, [&](int i, auto& x) {
+      std::vector<int> counts(static_cast<std::size_t>(ranks_)), offsets(counts.size());
+      for (int r = 0; r < ranks_; ++r) {
+        offsets[static_cast<std::size_t>(r)] = static_cast<int>(share_begin(x.size(), r, ranks_));
+        counts[static_cast<std::size_t>(r)] =
+            static_cast<int>(share_begin(x.size(), r + 1, ranks_)) - offsets[static_cast<std::size_t>(r)];
+      }
+      std::vector<float> all(static_cast<std::size_t>(x.size()));
+      const Eigen::VectorXf& mine = part(p, i);
+      MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, all.data(), counts.data(), offsets.data(),
+                     MPI_FLOAT, comm_);
+      for (Eigen::Index k = 0; k < x.size(); ++k) c_order(x, k) = all[static_cast<std::size_t>(k)];
+    });
+    return loss;
+  }
+
+  // The updates done so far.
+  [[nodiscard]] std::int64_t steps() const { return state_.step; }
+
+  // The bytes of Adam's moments this rank holds.
+  [[nodiscard]] std::size_t bytes() const {
+    std::size_t n = 0;
+    for (int i = 0; i < 4; ++i) n += 2 * sizeof(float) * static_cast<std::size_t>(part(state_.mu.values, i).size());
+    return n;
+  }
+
+  // Saves step steps() collectively: the parameters whole (written once, by rank 0), the
+  // moments as this rank's slices, and the step.
+  void save(const std::filesystem::path& folder, const mlp& params, const ckpt::metadata_map& metadata) const {
+    std::vector<ckpt::mpi::slice> slices;
+    for_each_tensor(params, [&](int i, const auto& x) {
+      const auto first = first_[static_cast<std::size_t>(i)];
+      slices.push_back(ckpt::mpi::slice::flat(std::string("optim.mu.") + leaf_names[static_cast<std::size_t>(i)],
+                                              shape_of(x), first, part(state_.mu.values, i)));
+      slices.push_back(ckpt::mpi::slice::flat(std::string("optim.nu.") + leaf_names[static_cast<std::size_t>(i)],
+                                              shape_of(x), first, part(state_.nu.values, i)));
+    });
+    ckpt::mpi::save_sliced(comm_, folder, state_.step, slices, {{params, "model"}, {ckpt::of_int("optim.step", state_.step)}},
+                           {.metadata = metadata});
+  }
+
+  // Restores the parameters whole and this rank's slices of the moments from a step saved on any
+  // number of ranks, sliced or not (the entries `ckpt::training_state` names).
+  void restore(const ckpt::checkpoint& t, mlp& params) {
+    ckpt::read_params(t, params, {.prefix = "model"});
+    for (int i = 0; i < 4; ++i) {
+      const auto first = first_[static_cast<std::size_t>(i)];
+      ckpt::mpi::read_flat(t, std::string("optim.mu.") + leaf_names[static_cast<std::size_t>(i)], first,
+                           part(state_.mu.values, i));
+      ckpt::mpi::read_flat(t, std::string("optim.nu.") + leaf_names[static_cast<std::size_t>(i)], first,
+                           part(state_.nu.values, i));
+    }
+    state_.step = ckpt::to_int("optim.step", t);
+  }
+
+ private:
+  // This rank's slices of `x`'s tensors.
+  flat_mlp slice_of(mlp& x) const {
+    flat_mlp out = template_;
+    for_each_tensor(x, [&](int i, auto& m) {
+      Eigen::VectorXf& s = part(out, i);
+      for (Eigen::Index k = 0; k < s.size(); ++k) s[k] = c_order(m, first_[static_cast<std::size_t>(i)] + k);
+    });
+    return out;
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, ranks_ = 1;
+  std::array<Eigen::Index, 4> first_{};
+  flat_mlp template_;  // the slices' shapes
+  ckpt::adam_state<flat_mlp> state_;
+};
+
+}  // namespace mlp_example

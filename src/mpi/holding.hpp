@@ -1,0 +1,132 @@
+#pragma once
+// What ranks tell each other before a save: a rank's step, the entries and slices it holds, and
+// (rank 0) the metadata; exchanged so that every rank plans the step from the same data.
+
+#include <ckpt/mpi.hpp>
+
+#include "common.hpp"
+#include "step.hpp"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <functional>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt::mpi::detail {
+
+// The name of shard `number` of `count`, as Hugging Face names them.
+inline std::string shard_name(std::size_t number, std::size_t count) {
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "model-%05zu-of-%05zu.safetensors", number, count);
+  return digits;
+}
+
+// What one rank brings to a save: its step, what it holds, and (rank 0) the step's metadata and
+// whether the step is committed already. `error` is set instead if the rank could not even say.
+struct holding {
+  std::string error;
+  std::int64_t step = 0;
+  bool committed = false;
+  metadata_map metadata;
+  // An entry (`count` < 0), or elements [first, first + count) of one in C order (a slice).
+  struct entry {
+    std::string name;
+    ckpt::dtype type;
+    dims shape;
+    std::int64_t first = 0;
+    std::int64_t count = -1;
+  };
+  std::vector<entry> entries;
+};
+
+inline std::string encode(const holding& h) {
+  encoder e;
+  e.str(h.error);
+  e.i64(h.step);
+  e.u64(h.committed ? 1 : 0);
+  e.u64(h.metadata.size());
+  for (const auto& [key, value] : h.metadata) {
+    e.str(key);
+    e.str(value);
+  }
+  e.u64(h.entries.size());
+  for (const auto& x : h.entries) {
+    e.str(x.name);
+    e.u64(static_cast<std::uint64_t>(x.type));
+    e.u64(x.shape.size());
+    for (std::int64_t d : x.shape) e.i64(d);
+    e.i64(x.first);
+    e.i64(x.count);
+  }
+  return std::move(e.bytes());
+}
+
+inline holding decode(std::string_view bytes) {
+  decoder d(bytes);
+  holding h;
+  h.error = d.str();
+  h.step = d.i64();
+  h.committed = d.u64() != 0;
+  for (std::uint64_t n = d.u64(); n > 0; --n) {
+    std::string key = d.str();
+    h.metadata.insert_or_assign(std::move(key), d.str());
+  }
+  h.entries.resize(d.u64());
+  for (auto& x : h.entries) {
+    x.name = d.str();
+    x.type = static_cast<ckpt::dtype>(d.u64());
+    x.shape.resize(d.u64());
+    for (std::int64_t& dim : x.shape) dim = d.i64();
+    x.first = d.i64();
+    x.count = d.i64();
+  }
+  return h;
+}
+
+// Every rank's holding, on every rank: one MPI_Allgather of the sizes, one MPI_Allgatherv.
+inline std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {
+  const int size = size_of(comm);
+  const std::string bytes = encode(mine);
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    throw std::length_error("ckpt: mpi::save: the description of this rank's entries is too long");
+  const int count = static_cast<int>(bytes.size());
+  std::vector<int> counts(static_cast<std::size_t>(size));
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  std::vector<int> offsets(counts.size());
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    offsets[r] = static_cast<int>(total);
+    total += counts[r];
+    if (total > INT_MAX) throw std::length_error("ckpt: mpi::save: the description of the entries is too long");
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_Allgatherv(bytes.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm);
+  std::vector<holding> out;
+  out.reserve(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    out.push_back(decode(std::string_view(all).substr(static_cast<std::size_t>(offsets[r]),
+                                                       static_cast<std::size_t>(counts[r]))));
+  return out;
+}
+
+// "F32 [4, 8]", for messages.
+inline std::string describe_entry(ckpt::dtype type, std::span<const std::int64_t> shape) {
+  return std::string(to_string(type)) + " " + to_string(shape);
+}
+
+// Collective: the part of planning a step that every save shares. Every rank's holding, this
+// rank's entries described by `describe_mine` (an exception there is reported on every rank as a
+// collective_error), after checking that the ranks agree on the step and that it is not
+// committed; fills `plan`'s folder, step, dir, operation and metadata (rank 0's `metadata`, then
+// `step`). `function` names the caller in messages.
+std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
+                                     std::int64_t step, const metadata_map& metadata, std::string_view function,
+                                     const std::function<void(std::vector<holding::entry>&)>& describe_mine);
+
+}  // namespace ckpt::mpi::detail

@@ -1,0 +1,424 @@
+// ckpt::mpi::save_sliced: global tensors held in pieces by the ranks, written collectively with
+// MPI-IO into one plain safetensors file; and the reads of slices (read_flat, read_rows).
+
+#include <ckpt/mpi.hpp>
+#include <ckpt/detail/pages.hpp>
+
+#include "../atomic_file.hpp"
+#include "../digest.hpp"
+#include "../posix_file.hpp"
+#include "../safetensors.hpp"
+#include "common.hpp"
+#include "holding.hpp"
+#include "step.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace ckpt::mpi {
+
+namespace {
+
+std::string range(std::int64_t first, std::int64_t end) {
+  return "[" + std::to_string(first) + ", " + std::to_string(end) + ")";
+}
+
+// The product of the extents after the first: the elements of one row of the first dimension.
+std::int64_t row_elements(std::span<const std::int64_t> shape) {
+  std::int64_t n = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+// Throws unless `local` is a block of rows [first_row, first_row + local[0]) of `global`.
+void check_rows(std::string_view function, std::string_view name, std::span<const std::int64_t> global,
+                std::int64_t first_row, std::span<const std::int64_t> local) {
+  const std::string what = "ckpt: mpi::" + std::string(function) + ": ";
+  if (global.empty())
+    throw std::invalid_argument(what + "'" + std::string(name) + "' of shape [] has no rows");
+  if (local.size() != global.size() || !std::equal(local.begin() + 1, local.end(), global.begin() + 1))
+    throw std::invalid_argument(what + "a block of rows of '" + std::string(name) + "' " + to_string(global) +
+                                " cannot have the shape " + to_string(local));
+  if (first_row < 0 || first_row > global[0] - local[0])
+    throw std::invalid_argument(what + "rows " + range(first_row, first_row + local[0]) + " of '" + std::string(name) +
+                                "' are outside its " + std::to_string(global[0]) + " rows");
+}
+
+void check_flat(std::string_view function, std::string_view name, std::int64_t numel, std::int64_t first,
+                std::int64_t count) {
+  if (first < 0 || first > numel - count)
+    throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": elements " + range(first, first + count) +
+                                " of '" + std::string(name) + "' are outside its " + std::to_string(numel) +
+                                " elements");
+}
+
+// An MPI-IO failure as an io_error naming the file, with the system error MPI's class stands for.
+[[noreturn]] void throw_mpi_io(const std::filesystem::path& path, const std::string& operation, int code) {
+  int error_class = MPI_ERR_OTHER;
+  MPI_Error_class(code, &error_class);
+  int number = EIO;
+  if (error_class == MPI_ERR_NO_SPACE) number = ENOSPC;
+  else if (error_class == MPI_ERR_QUOTA) number = EDQUOT;
+  else if (error_class == MPI_ERR_ACCESS) number = EACCES;
+  else if (error_class == MPI_ERR_NO_SUCH_FILE) number = ENOENT;
+  else if (error_class == MPI_ERR_READ_ONLY) number = EROFS;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw io_error(path, operation + " (MPI-IO: " + std::string(text, static_cast<std::size_t>(length)) + ")",
+                 std::error_code(number, std::system_category()));
+}
+
+// One global tensor of a sliced step, as every rank plans it.
+struct global_tensor {
+  ckpt::dtype type;
+  dims shape;
+  int described_by;  // the rank whose description the others are checked against
+  int whole_writer = -1;  // the lowest rank holding it whole, if any
+  struct piece {
+    std::int64_t first, count;
+    int rank;
+  };
+  std::vector<piece> pieces;  // the slices, but for empty ones
+  std::uint64_t offset = 0;   // its data offset in the file
+};
+
+// Checks that the slices of each tensor cover it exactly once; the message names the tensor,
+// the ranks and their ranges.
+void check_coverage(const std::string& operation, const std::string& name, global_tensor& t) {
+  const std::string what = "ckpt: mpi::" + operation + ": ";
+  if (t.whole_writer >= 0) {
+    if (!t.pieces.empty())
+      throw std::invalid_argument(what + "the entry '" + name + "' is held whole by rank " +
+                                  std::to_string(t.whole_writer) + " and in part by rank " +
+                                  std::to_string(t.pieces.front().rank) + " (elements " +
+                                  range(t.pieces.front().first, t.pieces.front().first + t.pieces.front().count) + ")");
+    return;
+  }
+  std::ranges::sort(t.pieces, [](const auto& a, const auto& b) { return a.first != b.first ? a.first < b.first : a.rank < b.rank; });
+  const auto held = [](const global_tensor::piece& p) {
+    return "rank " + std::to_string(p.rank) + "'s " + range(p.first, p.first + p.count);
+  };
+  std::int64_t end = 0;
+  const global_tensor::piece* previous = nullptr;
+  for (const global_tensor::piece& p : t.pieces) {
+    if (p.first < end)
+      throw std::invalid_argument(what + "the slices of '" + name + "' overlap: rank " + std::to_string(previous->rank) +
+                                  " holds elements " + range(previous->first, previous->first + previous->count) +
+                                  " and rank " + std::to_string(p.rank) + " " + range(p.first, p.first + p.count));
+    if (p.first > end)
+      throw std::invalid_argument(what + "the slices of '" + name + "' leave elements " + range(end, p.first) + " out, " +
+                                  (previous ? "between " + held(*previous) + " and " : "before ") + held(p));
+    end = p.first + p.count;
+    previous = &p;
+  }
+  if (const std::int64_t numel = numel_of(t.shape); end < numel)
+    throw std::invalid_argument(what + "the slices of '" + name + "' leave elements " + range(end, numel) + " out" +
+                                (previous ? ", after " + held(*previous) : " (no rank holds any)"));
+}
+
+// What a rank writes in one go: `length` bytes at `offset` of the file, standing in memory
+// (`bytes`) or made by a leaf's row writer (rows [first_row, first_row + rows) of `source`).
+struct unit {
+  std::uint64_t offset = 0;
+  std::size_t length = 0;
+  const std::byte* bytes = nullptr;
+  const ckpt::detail::entry_source* source = nullptr;
+  std::size_t first_row = 0, rows = 0;
+};
+
+// A rank writes at most this much in one collective write.
+constexpr std::size_t round_bytes = std::size_t{64} << 20;
+
+// Cuts `source`'s C-order bytes (to go at `offset`) into units of round_bytes at most (whole
+// rows for a row writer, at least one).
+void add_units(std::vector<unit>& out, const ckpt::detail::entry_source& source, std::uint64_t offset) {
+  if (source.nbytes == 0) return;
+  if (!source.write_rows) {
+    for (std::size_t at = 0; at < source.nbytes; at += round_bytes)
+      out.push_back({offset + at, std::min(round_bytes, source.nbytes - at), source.contiguous.data() + at, nullptr, 0, 0});
+    return;
+  }
+  const auto rows = static_cast<std::size_t>(source.shape.front());
+  const std::size_t row = source.nbytes / rows;
+  const std::size_t step = std::max<std::size_t>(1, round_bytes / row);
+  for (std::size_t first = 0; first < rows; first += step) {
+    const std::size_t count = std::min(step, rows - first);
+    out.push_back({offset + first * row, count * row, nullptr, &source, first, count});
+  }
+}
+
+// Collective: writes every rank's `units` (sorted by offset) into the open file `file`, in
+// rounds of round_bytes a rank at most: each round, one file view of the rank's ranges and one
+// MPI_File_write_at_all from a memory type of where the bytes stand (reordered ones staged).
+// A failure on this rank is kept in `error`, and the rank still takes part in every round.
+void write_units(MPI_Comm comm, MPI_File file, const std::filesystem::path& path, const std::vector<unit>& units,
+                 std::exception_ptr& error) {
+  // Greedy rounds: consecutive units while they fit.
+  std::vector<std::size_t> starts{0};
+  for (std::size_t i = 0, filled = 0; i < units.size(); ++i) {
+    if (filled > 0 && filled + units[i].length > round_bytes) {
+      starts.push_back(i);
+      filled = 0;
+    }
+    filled += units[i].length;
+  }
+  starts.push_back(units.size());
+  int mine = units.empty() ? 0 : static_cast<int>(starts.size() - 1);
+  int rounds = 0;
+  MPI_Allreduce(&mine, &rounds, 1, MPI_INT, MPI_MAX, comm);
+  std::vector<std::byte> staging;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<int> lengths;
+    std::vector<MPI_Aint> offsets, addresses;
+    if (!error && round < mine) {
+      try {
+        std::size_t staged = 0;
+        for (std::size_t i = starts[static_cast<std::size_t>(round)]; i < starts[static_cast<std::size_t>(round) + 1]; ++i)
+          if (units[i].source != nullptr) staged += units[i].length;
+        staging.resize(staged);
+        staged = 0;
+        for (std::size_t i = starts[static_cast<std::size_t>(round)]; i < starts[static_cast<std::size_t>(round) + 1]; ++i) {
+          const unit& u = units[i];
+          if (u.length > static_cast<std::size_t>(INT_MAX))
+            throw std::length_error("ckpt: mpi::save_sliced: a row of " + std::to_string(u.length) + " bytes is too long");
+          const std::byte* from = u.bytes;
+          if (u.source != nullptr) {
+            u.source->write_rows(u.first_row, u.rows, staging.data() + staged);
+            from = staging.data() + staged;
+            staged += u.length;
+          }
+          MPI_Aint address = 0;
+          MPI_Get_address(from, &address);
+          lengths.push_back(static_cast<int>(u.length));
+          offsets.push_back(static_cast<MPI_Aint>(u.offset));
+          addresses.push_back(address);
+        }
+      } catch (...) {
+        error = std::current_exception();
+        lengths.clear();
+      }
+    }
+    int code = MPI_SUCCESS;
+    if (lengths.empty()) {
+      code = MPI_File_set_view(file, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL);
+      if (code == MPI_SUCCESS) code = MPI_File_write_at_all(file, 0, nullptr, 0, MPI_BYTE, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Datatype file_type = MPI_DATATYPE_NULL, memory_type = MPI_DATATYPE_NULL;
+      const int n = static_cast<int>(lengths.size());
+      MPI_Type_create_hindexed(n, lengths.data(), offsets.data(), MPI_BYTE, &file_type);
+      MPI_Type_commit(&file_type);
+      MPI_Type_create_hindexed(n, lengths.data(), addresses.data(), MPI_BYTE, &memory_type);
+      MPI_Type_commit(&memory_type);
+      code = MPI_File_set_view(file, 0, MPI_BYTE, file_type, "native", MPI_INFO_NULL);
+      if (code == MPI_SUCCESS) code = MPI_File_write_at_all(file, 0, MPI_BOTTOM, 1, memory_type, MPI_STATUS_IGNORE);
+      MPI_Type_free(&memory_type);
+      MPI_Type_free(&file_type);
+    }
+    if (code != MPI_SUCCESS && !error) {
+      try {
+        throw_mpi_io(path, "write", code);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+  }
+}
+
+// Runs `f`, keeping its exception in `error` unless an earlier one is there.
+template <class F>
+void keep_error(std::exception_ptr& error, F&& f) {
+  if (error) return;
+  try {
+    f();
+  } catch (...) {
+    error = std::current_exception();
+  }
+}
+
+}  // namespace
+
+slice::slice(std::string name, dims global_shape, std::int64_t first, ckpt::detail::entry_source local, bool rows)
+    : name_(std::move(name)), global_shape_(std::move(global_shape)), local_(std::move(local)) {
+  const std::int64_t numel = numel_of(global_shape_);
+  if (rows) {
+    check_rows("slice::rows", name_, global_shape_, first, local_.shape);
+    first_ = first * row_elements(global_shape_);
+  } else {
+    check_flat("slice::flat", name_, numel, first, numel_of(local_.shape));
+    first_ = first;
+  }
+}
+
+namespace detail {
+
+tensor part_of(const checkpoint& t, std::string_view name, std::int64_t first, ckpt::dtype type, const dims& shape,
+               std::string_view function) {
+  const tensor& x = t.get(name);
+  if (x.dtype() != type)
+    throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": the entry '" + std::string(name) +
+                                "' is " + describe_entry(x.dtype(), x.shape()) + ", not " + std::string(to_string(type)));
+  const std::int64_t count = numel_of(shape);
+  check_flat(function, name, x.numel(), first, count);
+  const std::size_t element = nbytes_of(type, 1);
+  const auto owner = std::make_shared<const tensor>(x);  // keeps the file's mapping alive
+  return ckpt::detail::tensor_access::view_of(
+      type, shape, x.bytes().subspan(static_cast<std::size_t>(first) * element, static_cast<std::size_t>(count) * element),
+      owner, ckpt::detail::tensor_access::file_of(x));
+}
+
+std::int64_t first_of_rows(const checkpoint& t, std::string_view name, std::int64_t first_row, const dims& local_shape) {
+  const tensor& x = t.get(name);
+  check_rows("read_rows", name, x.shape(), first_row, local_shape);
+  return first_row * row_elements(x.shape());
+}
+
+}  // namespace detail
+
+std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                                  std::span<const slice> slices, std::initializer_list<section> whole,
+                                  const save_options& options) {
+  const int rank = detail::rank_of(comm);
+  const int size = detail::size_of(comm);
+  detail::step_plan plan;
+  std::vector<const ckpt::detail::entry_source*> wholes;
+  const std::vector<detail::holding> all = detail::gather_holdings(
+      comm, plan, folder, step, options.metadata, "save_sliced", [&](std::vector<detail::holding::entry>& entries) {
+        wholes = ckpt::detail::ordered_entries(whole, "mpi::save_sliced");
+        for (const auto* e : wholes) entries.push_back({e->name, e->dtype, e->shape, 0, -1});
+        for (const slice& s : slices) {
+          if (s.name().empty() || s.name() == "__metadata__")
+            throw std::invalid_argument("ckpt: mpi::save_sliced: a slice cannot be named '" + s.name() + "'");
+          entries.push_back({s.name(), s.dtype(), s.global_shape(), s.first(), s.count()});
+        }
+      });
+
+  // The global tensors, checked identically on every rank.
+  std::map<std::string, global_tensor, std::less<>> tensors;
+  for (int r = 0; r < size; ++r) {
+    for (const detail::holding::entry& x : all[static_cast<std::size_t>(r)].entries) {
+      const auto [it, inserted] = tensors.try_emplace(x.name, global_tensor{x.type, x.shape, r, -1, {}, 0});
+      global_tensor& t = it->second;
+      if (!inserted && (t.type != x.type || t.shape != x.shape))
+        throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": the entry '" + x.name + "' is " +
+                                    detail::describe_entry(t.type, t.shape) + " on rank " + std::to_string(t.described_by) +
+                                    " but " + detail::describe_entry(x.type, x.shape) + " on rank " + std::to_string(r));
+      if (x.count < 0) {
+        if (t.whole_writer < 0) t.whole_writer = r;
+      } else if (x.count > 0) {
+        t.pieces.push_back({x.first, x.count, r});
+      }
+    }
+  }
+  for (auto& [name, t] : tensors) check_coverage(plan.operation, name, t);
+
+  // The file, laid out as ckpt::save lays out the same whole tensors (name order).
+  std::vector<ckpt::detail::entry_source> layout;
+  layout.reserve(tensors.size());
+  for (auto& [name, t] : tensors) {
+    t.offset = plan.total_size;
+    const std::size_t nbytes = nbytes_of(t.type, numel_of(t.shape));
+    plan.total_size += nbytes;
+    layout.push_back({.name = name, .dtype = t.type, .shape = t.shape, .nbytes = nbytes, .contiguous = {}, .write_rows = {}, .keep_alive = {}});
+  }
+  const ckpt::detail::file_header header = ckpt::detail::make_file_header(
+      layout, plan.metadata, options.digest ? ckpt::detail::file_digest_key : std::string_view());
+  const std::string shard = detail::shard_name(1, 1);
+  plan.shards.assign(static_cast<std::size_t>(size), std::string());
+  plan.shards[0] = shard;
+  plan.shard = plan.shards[static_cast<std::size_t>(rank)];
+  for (const auto& [name, t] : tensors) plan.weight_map.emplace_back(name, shard);
+
+  // What this rank writes, in file order.
+  const std::uint64_t data_start = header.bytes.size();
+  std::vector<unit> units;
+  if (rank == 0) units.push_back({0, header.bytes.size(), reinterpret_cast<const std::byte*>(header.bytes.data()), nullptr, 0, 0});
+  for (const auto* e : wholes)
+    if (const global_tensor& t = tensors.find(e->name)->second; t.whole_writer == rank)
+      add_units(units, *e, data_start + t.offset);
+  for (const slice& s : slices)
+    add_units(units, s.local(),
+              data_start + tensors.find(s.name())->second.offset + static_cast<std::uint64_t>(s.first()) * nbytes_of(s.dtype(), 1));
+  std::ranges::sort(units, {}, &unit::offset);
+
+  const std::filesystem::path target = plan.dir / shard;
+  std::exception_ptr error;
+  std::optional<ckpt::detail::atomic_file> file;
+  std::string temporary;
+  // A failure so far, on any rank: the temporary goes (rank 0), the step folder too, and every
+  // rank throws.
+  const auto settle = [&] {
+    if (!detail::agree(comm, error)) return;
+    file.reset();
+    detail::commit_step(comm, plan, error);
+  };
+  keep_error(error, [&] {
+    std::error_code ec;
+    std::filesystem::create_directories(plan.dir, ec);
+    if (ec) throw io_error(plan.dir, "create the folder", ec);
+    if (rank == 0) {
+      file.emplace(target);
+      temporary = file->temporary();
+    }
+  });
+  settle();
+  detail::broadcast(comm, temporary, 0);
+
+  MPI_File handle = MPI_FILE_NULL;
+  const int opened = MPI_File_open(comm, temporary.c_str(), MPI_MODE_WRONLY, MPI_INFO_NULL, &handle);
+  if (opened != MPI_SUCCESS) keep_error(error, [&] { throw_mpi_io(target, "open", opened); });
+  settle();
+  write_units(comm, handle, target, units, error);
+  if (const int code = MPI_File_sync(handle); code != MPI_SUCCESS) keep_error(error, [&] { throw_mpi_io(target, "fsync", code); });
+  if (const int code = MPI_File_close(&handle); code != MPI_SUCCESS) keep_error(error, [&] { throw_mpi_io(target, "close", code); });
+  settle();
+
+  if (options.digest) {
+    // Each rank hashes a share of the data's chunks, read back (from the page cache) with pread.
+    constexpr std::size_t chunk = ckpt::detail::file_digest_chunk_bytes;
+    const std::size_t chunks = static_cast<std::size_t>((plan.total_size + chunk - 1) / chunk);
+    std::vector<int> counts(static_cast<std::size_t>(size)), displacements(static_cast<std::size_t>(size));
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      displacements[r] = static_cast<int>(chunks * r / counts.size());
+      counts[r] = static_cast<int>(chunks * (r + 1) / counts.size()) - displacements[r];
+    }
+    std::vector<std::uint64_t> mine(static_cast<std::size_t>(counts[static_cast<std::size_t>(rank)]));
+    keep_error(error, [&] {
+      struct stat info {};
+      const ckpt::detail::file_descriptor fd = ckpt::detail::open_to_read(temporary, info);
+      std::vector<std::byte> buffer(chunk);
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        const std::uint64_t at = static_cast<std::uint64_t>(displacements[static_cast<std::size_t>(rank)] + static_cast<int>(i)) * chunk;
+        const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, plan.total_size - at));
+        if (ckpt::detail::read_fully(fd.get(), buffer.data(), length, static_cast<off_t>(data_start + at), target) != length)
+          throw format_error(target, "the file is shorter than its header says, after it was written");
+        mine[i] = ckpt::detail::xxh3_of({buffer.data(), length});
+      }
+    });
+    std::vector<std::uint64_t> hashes(rank == 0 ? chunks : 0);
+    MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, hashes.data(), counts.data(),
+                displacements.data(), MPI_UINT64_T, 0, comm);
+    settle();
+    if (rank == 0)
+      keep_error(error, [&] {
+        const std::uint64_t value =
+            ckpt::detail::file_digest(ckpt::detail::xxh3_of(std::as_bytes(std::span(header.bytes))), hashes);
+        file->write_at(ckpt::detail::digest_hex(value), static_cast<off_t>(header.digest_at));
+      });
+  }
+  if (rank == 0) keep_error(error, [&] { file->commit(); });
+  detail::commit_step(comm, plan, error);
+  return plan.dir;
+}
+
+}  // namespace ckpt::mpi

@@ -1,0 +1,259 @@
+// ckpt::mpi::save_sliced and the reads of slices, run by mpirun at 1, 2, 3 and 4 ranks: global
+// tensors held in pieces (ZeRO's flat ranges, tensor-parallel row blocks held column-major, empty
+// pieces, replicated whole entries in the same save) written collectively into one file that is
+// byte for byte ckpt::save's of the whole tensors, with the digest the spec defines; the step
+// read whole by the single-process ckpt::load and as other slices on 3, 2 and 1 ranks
+// (sub-communicators of the saving job); and the refusals every rank raises alike before
+// anything is written.
+
+#include "mpi_test.hpp"
+
+#include <ckpt/file.hpp>
+#include <ckpt/mpi.hpp>
+#include <ckpt/params.hpp>
+#include <ckpt/sharded.hpp>
+
+#include <Eigen/Core>
+
+#include <xxhash.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+namespace {
+
+using namespace ckpt_mpi_test;
+namespace fs = std::filesystem;
+
+// The global tensors: "w" [13, 7] split by rows, "mu" [1000] and "big" [600 * 1024] (2.4 MiB,
+// so that the digest's 1 MiB chunks cut across pieces) split flat, "b" replicated.
+constexpr Eigen::Index w_rows = 13, w_cols = 7, mu_size = 1000, big_size = 600 * 1024;
+
+float w_at(Eigen::Index i, Eigen::Index j) { return static_cast<float>(100 * i + j); }
+float mu_at(Eigen::Index k) { return 0.5f * static_cast<float>(k); }
+float big_at(Eigen::Index k) { return static_cast<float>(k % 9973) - 0.25f; }
+
+// Part `part` of `parts` of n things: [n * part / parts, n * (part + 1) / parts).
+Eigen::Index part_begin(Eigen::Index n, int part, int parts) { return n * part / parts; }
+
+struct rank_state {
+  Eigen::MatrixXf w;                                       // column-major block of rows
+  Eigen::VectorXf mu;                                      // flat range
+  Eigen::Matrix<float, Eigen::Dynamic, 1> big;             // flat range
+  Eigen::VectorXd b;                                       // replicated
+  Eigen::Index w_first = 0, mu_first = 0, big_first = 0;
+};
+
+// Rank `rank` of `size`'s pieces: even splits, except that "mu" leaves rank 0 empty when there
+// are several ranks.
+rank_state pieces_of(int rank, int size) {
+  rank_state s;
+  s.w_first = part_begin(w_rows, rank, size);
+  s.w.resize(part_begin(w_rows, rank + 1, size) - s.w_first, w_cols);
+  for (Eigen::Index i = 0; i < s.w.rows(); ++i)
+    for (Eigen::Index j = 0; j < w_cols; ++j) s.w(i, j) = w_at(s.w_first + i, j);
+  const int mu_parts = size > 1 ? size - 1 : 1, mu_part = size > 1 ? rank - 1 : 0;
+  s.mu_first = mu_part < 0 ? 0 : part_begin(mu_size, mu_part, mu_parts);
+  s.mu.resize(mu_part < 0 ? 0 : part_begin(mu_size, mu_part + 1, mu_parts) - s.mu_first);
+  for (Eigen::Index k = 0; k < s.mu.size(); ++k) s.mu[k] = mu_at(s.mu_first + k);
+  s.big_first = part_begin(big_size, rank, size);
+  s.big.resize(part_begin(big_size, rank + 1, size) - s.big_first);
+  for (Eigen::Index k = 0; k < s.big.size(); ++k) s.big[k] = big_at(s.big_first + k);
+  s.b = Eigen::VectorXd::LinSpaced(5, 1.0, 5.0);
+  return s;
+}
+
+std::vector<ckpt::mpi::slice> slices_of(const rank_state& s) {
+  return {ckpt::mpi::slice::rows("w", {w_rows, w_cols}, s.w_first, s.w),
+          ckpt::mpi::slice::flat("optim.mu", {mu_size}, s.mu_first, s.mu),
+          ckpt::mpi::slice::flat("big", {big_size}, s.big_first, s.big)};
+}
+
+// The same tensors whole, as one process holds them.
+ckpt::checkpoint whole_tensors() {
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w(w_rows, w_cols);
+  for (Eigen::Index i = 0; i < w_rows; ++i)
+    for (Eigen::Index j = 0; j < w_cols; ++j) w(i, j) = w_at(i, j);
+  Eigen::VectorXf mu(mu_size), big(big_size);
+  for (Eigen::Index k = 0; k < mu_size; ++k) mu[k] = mu_at(k);
+  for (Eigen::Index k = 0; k < big_size; ++k) big[k] = big_at(k);
+  return ckpt::concat({ckpt::of_tensor("w", w), ckpt::of_tensor("optim.mu", mu), ckpt::of_tensor("big", big),
+                       ckpt::of_tensor("b", Eigen::VectorXd(Eigen::VectorXd::LinSpaced(5, 1.0, 5.0)))});
+}
+
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+fs::path shard_of(const fs::path& folder, std::int64_t step) {
+  return ckpt::mpi::step_folder(folder, step) / "model-00001-of-00001.safetensors";
+}
+
+// The digest as its spec defines it, computed here from the file alone: XXH3-64 of the
+// little-endian [H, C_1..C_n], H the hash of the header with its 16 digits as '0', C_i the hash
+// of the i-th 1 MiB chunk of the data.
+std::string spec_digest(std::string file) {
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  const std::string key = "\"ckpt.xxh3_64_file\":\"";
+  const std::size_t at = file.find(key) + key.size();
+  CHECK(at < 8 + n);
+  const std::string recorded = file.substr(at, 16);
+  file.replace(at, 16, std::string(16, '0'));
+  std::vector<std::uint64_t> values{XXH3_64bits(file.data(), 8 + n)};
+  constexpr std::size_t chunk = std::size_t{1} << 20;
+  for (std::size_t first = 8 + n; first < file.size(); first += chunk)
+    values.push_back(XXH3_64bits(file.data() + first, std::min(chunk, file.size() - first)));
+  // The test runs on little-endian machines: the values' bytes are their little-endian encoding.
+  const std::uint64_t digest = XXH3_64bits(values.data(), values.size() * 8);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  CHECK_EQ(recorded, std::string(hex));
+  return recorded;
+}
+
+void saved_file_is_saves_file(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  const rank_state s = pieces_of(rank, size);
+  const std::vector<ckpt::mpi::slice> slices = slices_of(s);
+  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 1, slices, {ckpt::of_tensor("b", s.b)},
+                         {.digest = false, .metadata = {{"run", "a"}}});
+  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 2, slices, {ckpt::of_tensor("b", s.b)}, {.metadata = {{"run", "a"}}});
+  if (rank == 0) {
+    CHECK_EQ(listing(ckpt::mpi::step_folder(folder, 1)),
+             (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));
+    const fs::path reference = folder / "reference.safetensors";
+    ckpt::save(reference, whole_tensors().with_metadata({{"run", "a"}, {"step", "1"}}), {.digest = false});
+    CHECK(file_bytes(shard_of(folder, 1)) == file_bytes(reference));
+    // With the digest: the same tensors and the digest of the spec.
+    const std::string digest = spec_digest(file_bytes(shard_of(folder, 2)));
+    const ckpt::checkpoint t = ckpt::load(ckpt::mpi::step_folder(folder, 2));
+    CHECK(same(t, whole_tensors()));
+    CHECK_EQ(t.metadata().at("ckpt.xxh3_64_file"), digest);
+    CHECK_EQ(t.metadata().at("run"), std::string("a"));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Reads this rank's part of a split over `comm` out of the step saved by the whole job, and
+// checks the values.
+void check_resliced(MPI_Comm comm, const fs::path& folder, std::int64_t step) {
+  const int rank = rank_of(comm), size = size_of(comm);
+  const ckpt::checkpoint t = ckpt::mpi::load(comm, folder, step, {.verify_digest = true});
+  const Eigen::Index w_first = part_begin(w_rows, rank, size);
+  Eigen::MatrixXf w(part_begin(w_rows, rank + 1, size) - w_first, w_cols);
+  ckpt::mpi::read_rows(t, "w", w_first, w);
+  for (Eigen::Index i = 0; i < w.rows(); ++i)
+    for (Eigen::Index j = 0; j < w_cols; ++j) CHECK_EQ(w(i, j), w_at(w_first + i, j));
+  // "big" as rows of its only dimension, "mu" flat into a matrix's C-order elements.
+  const Eigen::Index big_first = part_begin(big_size, rank, size);
+  Eigen::VectorXf big(part_begin(big_size, rank + 1, size) - big_first);
+  ckpt::mpi::read_rows(t, "big", big_first, big);
+  for (Eigen::Index k = 0; k < big.size(); ++k) CHECK_EQ(big[k], big_at(big_first + k));
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> mu(5, 20);
+  const Eigen::Index mu_first = 100 * (rank + 1);
+  ckpt::mpi::read_flat(t, "optim.mu", mu_first, mu);
+  for (Eigen::Index k = 0; k < mu.size(); ++k) CHECK_EQ(mu.data()[k], mu_at(mu_first + k));
+  Eigen::VectorXd b(5);
+  ckpt::mpi::read_flat(t, "b", 0, b);
+  CHECK(b == Eigen::VectorXd::LinSpaced(5, 1.0, 5.0));
+}
+
+void loads_as_other_slices(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  const rank_state s = pieces_of(rank, size);
+  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 7, slices_of(s), {ckpt::of_tensor("b", s.b)});
+  // The job's first 3, 2 and 1 ranks read the step as their own splits.
+  for (const int ranks : {3, 2, 1}) {
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < ranks ? 0 : MPI_UNDEFINED, rank, &sub);
+    if (sub != MPI_COMM_NULL) {
+      check_resliced(sub, folder, 7);
+      MPI_Comm_free(&sub);
+    }
+  }
+  // Out-of-range and mismatched reads are refused.
+  const ckpt::checkpoint t = ckpt::load(ckpt::mpi::step_folder(folder, 7));
+  Eigen::VectorXf ten(10);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_flat(t, "optim.mu", 995, ten)),
+           std::string("ckpt: mpi::read_flat: elements [995, 1005) of 'optim.mu' are outside its 1000 elements"));
+  Eigen::VectorXd ten_doubles(10);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_flat(t, "optim.mu", 0, ten_doubles)),
+           std::string("ckpt: mpi::read_flat: the entry 'optim.mu' is F32 [1000], not F64"));
+  Eigen::MatrixXf wrong(2, 6);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_rows(t, "w", 0, wrong)),
+           std::string("ckpt: mpi::read_rows: a block of rows of 'w' [13, 7] cannot have the shape [2, 6]"));
+}
+
+// Each refusal is the same std::invalid_argument on every rank, and nothing is written.
+void refuses(const fs::path& folder, const std::vector<ckpt::mpi::slice>& slices, const std::string& message) {
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 3, slices)), message);
+  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 3)));
+}
+
+void refusals(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  const int last = size - 1;
+  const std::string prefix = "ckpt: mpi::save_sliced of step 3: ";
+  Eigen::VectorXf ten = Eigen::VectorXf::Zero(10);
+  Eigen::VectorXd ten_doubles = Eigen::VectorXd::Zero(10);
+  // Every rank holds elements [10 r, 10 r + 10) of v [10 P], but the last rank starts 2 early
+  // (at 1 rank, two pieces of rank 0 overlap).
+  if (size == 1)
+    refuses(folder, {ckpt::mpi::slice::flat("v", {18}, 0, ten), ckpt::mpi::slice::flat("v", {18}, 8, ten)},
+            prefix + "the slices of 'v' overlap: rank 0 holds elements [0, 10) and rank 0 [8, 18)");
+  else
+    refuses(folder, {ckpt::mpi::slice::flat("v", {10 * size}, rank == last ? 10 * rank - 2 : 10 * rank, ten)},
+            prefix + "the slices of 'v' overlap: rank " + std::to_string(last - 1) + " holds elements [" +
+                std::to_string(10 * last - 10) + ", " + std::to_string(10 * last) + ") and rank " +
+                std::to_string(last) + " [" + std::to_string(10 * last - 2) + ", " + std::to_string(10 * last + 8) + ")");
+  // The global tensor is one element longer than the pieces.
+  refuses(folder, {ckpt::mpi::slice::flat("v", {10 * size + 1}, 10 * rank, ten)},
+          prefix + "the slices of 'v' leave elements [" + std::to_string(10 * size) + ", " + std::to_string(10 * size + 1) +
+              ") out, after rank " + std::to_string(last) + "'s [" + std::to_string(10 * last) + ", " +
+              std::to_string(10 * size) + ")");
+  // A gap in front of rank 0's piece; and at 1 rank, between two pieces of one rank.
+  if (size == 1)
+    refuses(folder, {ckpt::mpi::slice::flat("v", {30}, 0, ten), ckpt::mpi::slice::flat("v", {30}, 20, ten)},
+            prefix + "the slices of 'v' leave elements [10, 20) out, between rank 0's [0, 10) and rank 0's [20, 30)");
+  refuses(folder, {ckpt::mpi::slice::flat("v", {10 * size + 3}, 10 * rank + 3, ten)},
+          prefix + "the slices of 'v' leave elements [0, 3) out, before rank 0's [3, 13)");
+  if (size > 1) {
+    // The last rank's piece is F64, or declares another global shape.
+    std::vector<ckpt::mpi::slice> mixed;
+    if (rank == last) mixed.push_back(ckpt::mpi::slice::flat("v", {10 * size}, 10 * rank, ten_doubles));
+    else mixed.push_back(ckpt::mpi::slice::flat("v", {10 * size}, 10 * rank, ten));
+    refuses(folder, mixed,
+            prefix + "the entry 'v' is F32 [" + std::to_string(10 * size) + "] on rank 0 but F64 [" +
+                std::to_string(10 * size) + "] on rank " + std::to_string(last));
+    const std::int64_t other = rank == last ? 10 * size + 10 : 10 * size;
+    refuses(folder, {ckpt::mpi::slice::flat("v", {other}, 10 * rank, ten)},
+            prefix + "the entry 'v' is F32 [" + std::to_string(10 * size) + "] on rank 0 but F32 [" +
+                std::to_string(10 * size + 10) + "] on rank " + std::to_string(last));
+    // Held whole by rank 0 and in part by the others.
+    std::vector<ckpt::mpi::slice> parts;
+    if (rank != 0) parts.push_back(ckpt::mpi::slice::flat("v", {10}, 0, ten));
+    const ckpt::checkpoint whole = rank == 0 ? ckpt::of_tensor("v", ten) : ckpt::checkpoint();
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 3, parts, {whole})),
+             prefix + "the entry 'v' is held whole by rank 0 and in part by rank 1 (elements [0, 10))");
+  }
+  // Local misuse, refused when the slice is made.
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, static_cast<void>(ckpt::mpi::slice::flat("v", {5}, 0, ten))),
+           std::string("ckpt: mpi::slice::flat: elements [0, 10) of 'v' are outside its 5 elements"));
+  Eigen::MatrixXf block(2, 3);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, static_cast<void>(ckpt::mpi::slice::rows("m", {4, 4}, 0, block))),
+           std::string("ckpt: mpi::slice::rows: a block of rows of 'm' [4, 4] cannot have the shape [2, 3]"));
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, static_cast<void>(ckpt::mpi::slice::rows("m", {4, 3}, 3, block))),
+           std::string("ckpt: mpi::slice::rows: rows [3, 5) of 'm' are outside its 4 rows"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_all(argc, argv, "test_mpi_sliced",
+                 {{"saved_file_is_saves_file", saved_file_is_saves_file},
+                  {"loads_as_other_slices", loads_as_other_slices},
+                  {"refusals", refusals}});
+}

@@ -1,0 +1,46 @@
+# Run with cmake -P by the test mlp_trainer_mpi_sharded: the example binary with --shard-optimizer
+# (ZeRO-1: each rank keeps its slice of Adam's moments, saved with ckpt::mpi::save_sliced), trained
+# on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and in one process (no mpirun) to 200,
+# must end with the parameters of an uninterrupted sharded 4-rank run and of the replicated run,
+# byte for byte; each rank must hold its share of the optimizer state, not all of it.
+# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
+cmake_minimum_required(VERSION 3.25)
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+function(train ranks)
+  if(ranks EQUAL 0)
+    set(launch "${TRAINER}")
+  else()
+    set(launch "${MPIEXEC}" -np ${ranks} --allow-run-as-root --oversubscribe "${TRAINER}")
+  endif()
+  execute_process(COMMAND ${launch} --log-every 1000 --save-every 50 ${ARGN}
+                  RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "mlp_trainer_mpi -np ${ranks} ${ARGN} failed (${code}):\n${out}\n${err}")
+  endif()
+  set(output "${out}" PARENT_SCOPE)
+endfunction()
+
+train(4 --steps 200 --ckpt-dir "${WORK}/replicated" --params-out "${WORK}/replicated.safetensors")
+train(4 --steps 200 --shard-optimizer --ckpt-dir "${WORK}/straight" --params-out "${WORK}/straight.safetensors")
+# 32 hidden units: 2 x 4 x (32 x 2 + 32 + 2 x 32 + 2) = 1296 bytes of moments, split over 4 ranks.
+if(NOT output MATCHES "optimizer state per rank \\(bytes\\): 320 328 320 328 \\(replicated: 1296\\)")
+  message(FATAL_ERROR "the sharded run does not hold 1/4 of the moments per rank:\n${output}")
+endif()
+train(4 --steps 50 --shard-optimizer --ckpt-dir "${WORK}/chain")
+train(3 --steps 100 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume)
+train(2 --steps 150 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume)
+train(0 --steps 200 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume --params-out "${WORK}/chain.safetensors")
+if(NOT output MATCHES "resumed at step 150 on 1 ranks")
+  message(FATAL_ERROR "the last leg did not resume at step 150:\n${output}")
+endif()
+
+foreach(run straight chain)
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E compare_files "${WORK}/replicated.safetensors" "${WORK}/${run}.safetensors"
+                  RESULT_VARIABLE differ)
+  if(NOT differ EQUAL 0)
+    message(FATAL_ERROR "${run}.safetensors differs from the replicated run's parameters")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${WORK}")
