@@ -9,12 +9,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 
 namespace ckpt::detail {
 
-// The `__metadata__` key of the digest, and its length: 16 lowercase hex digits.
-inline constexpr std::string_view file_digest_key = "ckpt.xxh3_64_file";
+// The digest's value (under ckpt::digest_key, file.hpp) is written as this many lowercase hex digits.
 inline constexpr std::size_t file_digest_digits = 16;
 // The data section is hashed in chunks of this size.
 inline constexpr std::size_t file_digest_chunk_bytes = std::size_t{1} << 20;

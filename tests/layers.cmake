@@ -19,7 +19,7 @@ set(known
   "unit circle among: file, safetensors"
   "unit circle among: manager, manager_core"
   "unit circle among: tensor, detail/pages, mapped_file"
-  "unit circle among: mpi, mpi/common, mpi/step"
+  "unit circle among: mpi, mpi/common, mpi/holding, mpi/step"
 )
 
 # 1. Layers. The public headers: the rows "| N. ... |" of the guide's Layers table.
@@ -50,6 +50,7 @@ set(layer_detail/live_source 3)   # entries streamed from live leaves (section.h
 set(layer_memory 1)
 set(layer_parallel 1)
 set(layer_temporary_name 1)
+set(layer_digest 1)            # the whole-file digest's parts (src/digest.hpp), below the file writer
 set(layer_transpose 1)
 set(layer_transpose_avx2 1)
 set(layer_transpose_kernels 1)
@@ -63,6 +64,8 @@ set(layer_manager_core 4)
 set(layer_mpi/common 4)
 set(layer_mpi/step 4)
 set(layer_mpi/manager 4)
+set(layer_mpi/holding 4)       # what ranks exchange before a save (steps, entries, slices)
+set(layer_mpi/sliced 4)        # mpi::save_sliced and the resharded reads
 
 # A file's unit: include/ckpt/X.hpp, src/X.cpp and src/X.hpp are X; include/ckpt/detail/X.hpp is
 # detail/X; src/mpi/X.* is mpi/X, except src/mpi/mpi.cpp, which is mpi.
