@@ -2,11 +2,13 @@
 #include <ckpt/detail/pages.hpp>
 
 #include "mapped_file.hpp"
+#include "memory.hpp"
 #include "parallel.hpp"
 
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <span>
 #include <unordered_set>
@@ -84,11 +86,9 @@ std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string
 }
 
 namespace {
-// How far beyond the entry being read the file's pages are asked for. A cold 256 MiB file of
-// 4 MiB entries took 1.50-1.62x the time of a cold pread with none, 1.22-1.26x with the next
-// entry, 1.10-1.30x with 8, 16, 32 or 64 MiB (within the disk's noise of each other;
-// bench/README.md, "Library changes" 12).
-constexpr std::size_t read_ahead_bytes = std::size_t{16} << 20;
+// Entries of a loaded file smaller than this reach their leaves staged: a pread for each would
+// cost more than the copy (100,000 entries of 64 bytes), so runs of them are read at once.
+constexpr std::size_t staged_bytes = std::size_t{256} << 10;
 // Extractions of this many bytes or more read two runs of leaves on two threads (each leaf then
 // reads on one thread): a thread for the whole call, not one for each large leaf. 64 matrices of
 // 1024 x 1024 floats transposed in memory: 0.030 s split matrix by matrix, 0.022 s split by
@@ -98,6 +98,48 @@ constexpr std::size_t parallel_read_bytes = std::size_t{2} << 20;
 // leaves in memory matters more: 100,000 vectors of 16 floats (warm) took 0.079 s in file order
 // and 0.060 s in leaf order (a scratch loop; the cold read of 64 KiB matrices gains 19.7x).
 constexpr std::size_t file_order_bytes = 4096;
+
+// The small entries of a loaded file, read into a staging band a window at a time.
+class staged_entries {
+ public:
+  // `entry` as a tensor in memory if it is a small entry of a loaded file (read, with the
+  // entries that follow it and fit the band, if the band does not hold it yet); null otherwise,
+  // for the leaf to read from `entry` itself. upcoming(visit) calls visit(next) for the entries
+  // read next, in order, until it returns false.
+  template <class Upcoming>
+  std::optional<tensor> stage(const tensor& entry, const Upcoming& upcoming) {
+    const mapped_file* file = tensor_access::file_of(entry);
+    const std::span<const std::byte> b = entry.bytes();
+    if (file == nullptr || b.empty() || b.size() >= staged_bytes) return std::nullopt;
+    if (file != file_ || b.data() < window_.data() || b.data() + b.size() > window_.data() + window_.size()) {
+      if (!band_) band_.emplace();
+      // The window starts 64-byte aligned in the file, so that entries keep the alignment the
+      // file gives them; it ends with the last of the next entries that fit the band.
+      const std::byte* const base = file->bytes().data();
+      const std::byte* const begin = base + (b.data() - base) / 64 * 64;
+      const std::byte* end = b.data() + b.size();
+      upcoming([&](const tensor& next) {
+        const std::span<const std::byte> n = next.bytes();
+        if (tensor_access::file_of(next) != file || n.size() >= staged_bytes || n.data() < begin ||
+            n.data() + n.size() > begin + staging_bytes)
+          return false;
+        end = std::max(end, n.data() + n.size());
+        return true;
+      });
+      window_ = {begin, static_cast<std::size_t>(end - begin)};
+      file_ = file;
+      file->read(window_, band_->data());
+    }
+    const std::span<const std::int64_t> shape = entry.shape();
+    return tensor::view_of(entry.dtype(), dims(shape.begin(), shape.end()),
+                           {band_->data() + (b.data() - window_.data()), b.size()}, band_->owner());
+  }
+
+ private:
+  std::optional<staging_band> band_;
+  const mapped_file* file_ = nullptr;
+  std::span<const std::byte> window_;  // the bytes of the file's mapping the band holds
+};
 }  // namespace
 
 void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries) {
@@ -116,42 +158,18 @@ void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* con
   if (file_order)
     std::ranges::sort(order, std::less<>{}, [&](std::size_t k) { return entries[k]->bytes().data(); });
   const auto bytes = [&](std::size_t pos) { return leaf_bytes(order[pos]); };
-  // Reads the entries at positions [first, last) of `order`, asking for the pages of those up to
-  // read_ahead_bytes ahead. Entries that follow each other in the file are asked for together,
-  // once their run reaches tensor_access::advised_bytes or holds the entry about to be read: a
-  // cold run of small entries is read ahead too, with one madvise for many.
+  // Reads the entries at positions [first, last) of `order`.
   const auto read_run = [&](std::size_t first, std::size_t last) {
-    std::span<const std::byte> range;  // the bytes of positions [asked, ranged), adjacent in one file
-    const mapped_file* range_file = nullptr;
-    std::size_t asked = first, ranged = first;
-    std::size_t pending = 0;  // the bytes of positions [pos, ranged)
-    const auto ask = [&] {
-      // Out of file order, a range of small entries is one small entry: not worth a madvise.
-      if (!range.empty() && (file_order || range.size() >= tensor_access::advised_bytes))
-        tensor_access::prefetch_range(range);
-      range = {};
-      asked = ranged;
-    };
-    const auto add = [&] {
-      const std::size_t k = order[ranged];
-      const std::span<const std::byte> b = entries[k]->bytes();
-      const mapped_file* file = tensor_access::file_of(*entries[k]);
-      const bool mapped = leaves[k].reads_bytes && file != nullptr && !b.empty();
-      if (mapped && !range.empty() && (file != range_file || b.data() != range.data() + range.size()))
-        ask();  // not adjacent: the run so far is asked for
-      pending += bytes(ranged);
-      ++ranged;
-      if (mapped) {
-        range = range.empty() ? b : std::span<const std::byte>(range.data(), range.size() + b.size());
-        range_file = file;
-      }
-      if (range.size() >= tensor_access::advised_bytes) ask();
-    };
+    staged_entries staged;
     for (std::size_t pos = first; pos < last; ++pos) {
-      while (ranged < last && (ranged == pos || pending < read_ahead_bytes)) add();
-      if (asked <= pos) ask();  // this entry's pages have not been asked for yet
-      leaves[order[pos]].read(*entries[order[pos]]);
-      pending -= bytes(pos);
+      const std::size_t k = order[pos];
+      // The entries after this one whose leaves read bytes: the band's window may cover them.
+      const auto upcoming = [&](const auto& visit) {
+        for (std::size_t p = pos + 1; p < last; ++p)
+          if (leaves[order[p]].reads_bytes && !visit(*entries[order[p]])) return;
+      };
+      const std::optional<tensor> copy = leaves[k].reads_bytes ? staged.stage(*entries[k], upcoming) : std::nullopt;
+      leaves[k].read(copy ? *copy : *entries[k]);
     }
   };
   if (!alone || total < parallel_read_bytes || leaves.size() < 2) return read_run(0, leaves.size());
