@@ -71,24 +71,37 @@ pid_t spawn_tool(const fs::path& cwd, const std::vector<std::string>& args, posi
   return pid;
 }
 
-// Waits for `pid` and returns its exit status.
-int exit_status_of(pid_t pid) {
+// Waits for `pid` and returns its exit status. With a deadline (`seconds` > 0), the tool is
+// killed (and the test fails) if it has not ended by then: a command that waits on a FIFO must
+// fail the suite, not hang it.
+int exit_status_of(pid_t pid, int seconds = 0) {
   int wstatus = 0;
-  BOOST_REQUIRE_EQUAL(waitpid(pid, &wstatus, 0), pid);
+  if (seconds == 0) {
+    BOOST_REQUIRE_EQUAL(waitpid(pid, &wstatus, 0), pid);
+  } else {
+    for (int waited = 0; ::waitpid(pid, &wstatus, WNOHANG) == 0; ++waited) {
+      if (waited == seconds * 20) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &wstatus, 0);
+        BOOST_FAIL("the tool did not end within " + std::to_string(seconds) + " s");
+      }
+      ::usleep(50'000);
+    }
+  }
   BOOST_REQUIRE(WIFEXITED(wstatus));
   return WEXITSTATUS(wstatus);
 }
 
 // Runs the tool with `args`, its stdout and stderr sent to files (no pipe to deadlock on), and
-// waits for it.
-result run(const fs::path& cwd, const std::vector<std::string>& args) {
+// waits for it (at most `seconds`, if given: see exit_status_of).
+result run(const fs::path& cwd, const std::vector<std::string>& args, int seconds = 0) {
   const fs::path out = cwd / ".stdout", err = cwd / ".stderr";
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int status = exit_status_of(spawn_tool(cwd, args, actions));
+  const int status = exit_status_of(spawn_tool(cwd, args, actions), seconds);
   result r{status, read_bytes(out), read_bytes(err)};
   fs::remove(out);
   fs::remove(err);
@@ -926,32 +939,6 @@ BOOST_AUTO_TEST_SUITE_END()
 // status below 128 and a message naming the file and the rule.
 BOOST_AUTO_TEST_SUITE(hostile)
 
-// As run, but the tool is killed (and the test fails) if it has not ended after `seconds`: a
-// command that waits on a FIFO must fail the suite, not hang it.
-result run_within(const fs::path& cwd, const std::vector<std::string>& args, int seconds) {
-  const fs::path out = cwd / ".stdout", err = cwd / ".stderr";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const pid_t pid = spawn_tool(cwd, args, actions);
-  int wstatus = 0;
-  for (int waited = 0; ::waitpid(pid, &wstatus, WNOHANG) == 0; ++waited) {
-    if (waited == seconds * 20) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &wstatus, 0);
-      BOOST_FAIL("ckpt " + args.front() + " did not end within " + std::to_string(seconds) + " s");
-    }
-    ::usleep(50'000);
-  }
-  BOOST_REQUIRE(WIFEXITED(wstatus));
-  result r{WEXITSTATUS(wstatus), read_bytes(out), read_bytes(err)};
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
-
 fs::path crafted(const std::string& name) { return fs::path(CKPT_TORCH_FIXTURES) / "hostile" / name; }
 
 BOOST_AUTO_TEST_CASE(a_fifo_is_refused_by_every_command_without_waiting) {
@@ -963,14 +950,14 @@ BOOST_AUTO_TEST_CASE(a_fifo_is_refused_by_every_command_without_waiting) {
   for (const auto& args : std::vector<std::vector<std::string>>{{"inspect", "x.safetensors"},
                                                                 {"convert", "x.safetensors", "y.safetensors"},
                                                                 {"diff", "x.safetensors", "x.safetensors"}}) {
-    const result r = run_within(d.path(), args, 10);
+    const result r = run(d.path(), args, 10);
     BOOST_TEST(r.status == 2, args.front());
     BOOST_TEST(r.err == rule, args.front());
   }
-  const result verified = run_within(d.path(), {"verify", "x.safetensors"}, 10);
+  const result verified = run(d.path(), {"verify", "x.safetensors"}, 10);
   BOOST_TEST(verified.status == 1);
   BOOST_TEST(verified.out == "x.safetensors: " + rule);
-  const result index = run_within(d.path(), {"inspect", "sharded"}, 10);
+  const result index = run(d.path(), {"inspect", "sharded"}, 10);
   BOOST_TEST(index.status == 2);
   BOOST_TEST(index.err ==
              "ckpt: 'sharded/model.safetensors.index.json' is not a valid sharded checkpoint index: it is not a regular file\n");
@@ -980,12 +967,12 @@ BOOST_AUTO_TEST_CASE(convert_refuses_to_replace_a_device_or_a_fifo) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample());
   BOOST_REQUIRE(::mkfifo((d.path() / "fifo").c_str(), 0600) == 0);
-  const result r = run_within(d.path(), {"convert", "a.safetensors", "fifo"}, 10);
+  const result r = run(d.path(), {"convert", "a.safetensors", "fifo"}, 10);
   BOOST_TEST(r.status == 2);
   BOOST_TEST(r.err == "ckpt: will not save over 'fifo': it is a FIFO, not a regular file (a save replaces the file at its path)\n");
   BOOST_TEST(fs::is_fifo(d.path() / "fifo"));
   // The real /dev/null, which a convert run as root used to replace by a regular file.
-  const result null = run_within(d.path(), {"convert", "a.safetensors", "/dev/null"}, 10);
+  const result null = run(d.path(), {"convert", "a.safetensors", "/dev/null"}, 10);
   BOOST_TEST(null.status == 2);
   BOOST_TEST(null.err.find("'/dev/null': it is a character device") != std::string::npos, null.err);
   BOOST_TEST(fs::is_character_file("/dev/null"));
@@ -996,7 +983,7 @@ BOOST_AUTO_TEST_CASE(the_pt_budgets_end_within_seconds_naming_the_budget) {
   for (const char* name : {"deep_names.pt", "many_names.pt"}) {
     for (const auto& command : std::vector<std::vector<std::string>>{
              {"inspect", crafted(name).string()}, {"convert", crafted(name).string(), "out.safetensors"}}) {
-      const result r = run_within(d.path(), command, 20);
+      const result r = run(d.path(), command, 20);
       BOOST_TEST(r.status == 2, name);
       BOOST_TEST(r.err.find("is not a readable PyTorch file: its ") != std::string::npos, r.err);
       BOOST_TEST(r.err.find("the budget torch_options::") != std::string::npos, r.err);
@@ -1005,10 +992,10 @@ BOOST_AUTO_TEST_CASE(the_pt_budgets_end_within_seconds_naming_the_budget) {
     }
   }
   // Raised for a trusted file: it is read.
-  const result raised = run_within(d.path(), {"inspect", "--torch-budget", "400", crafted("deep_names.pt").string()}, 20);
+  const result raised = run(d.path(), {"inspect", "--torch-budget", "400", crafted("deep_names.pt").string()}, 20);
   BOOST_TEST(raised.status == 0, raised.err);
   // An expand past memory names the file; verify counts it as a finding (1), not an I/O error.
-  const result expanded = run_within(d.path(), {"verify", crafted("expand_2p61.pt").string()}, 20);
+  const result expanded = run(d.path(), {"verify", crafted("expand_2p61.pt").string()}, 20);
   BOOST_TEST(expanded.status == 1);
   BOOST_TEST(expanded.out.find("'" + crafted("expand_2p61.pt").string() + "' is not a readable PyTorch file: ") !=
                  std::string::npos,
@@ -1017,7 +1004,7 @@ BOOST_AUTO_TEST_CASE(the_pt_budgets_end_within_seconds_naming_the_budget) {
 
 BOOST_AUTO_TEST_CASE(a_step_out_of_range_is_refused_not_clamped) {
   const temp_dir d;
-  const result r = run_within(d.path(), {"inspect", "--step", "9223372036854775808", "."}, 10);
+  const result r = run(d.path(), {"inspect", "--step", "9223372036854775808", "."}, 10);
   BOOST_TEST(r.status == 2);
   BOOST_TEST(r.err.find("--step: '9223372036854775808' is not a step number") != std::string::npos, r.err);
 }
@@ -1025,7 +1012,7 @@ BOOST_AUTO_TEST_CASE(a_step_out_of_range_is_refused_not_clamped) {
 BOOST_AUTO_TEST_CASE(names_that_would_drive_a_terminal_are_escaped_and_json_is_utf8) {
   const temp_dir d;
   const fs::path file = crafted("control_names.pt");
-  const result shown = run_within(d.path(), {"inspect", file.string()}, 10);
+  const result shown = run(d.path(), {"inspect", file.string()}, 10);
   BOOST_TEST(shown.status == 0);
   BOOST_TEST(shown.out.find('\x1b') == std::string::npos, shown.out);
   BOOST_TEST(shown.out.find('\x07') == std::string::npos);
@@ -1033,7 +1020,7 @@ BOOST_AUTO_TEST_CASE(names_that_would_drive_a_terminal_are_escaped_and_json_is_u
   BOOST_TEST(shown.out.find("latin1_\\xe9t\\xe9") != std::string::npos);
   BOOST_TEST(shown.out.find("  note: \\x1b[31mred\\x9b\n") != std::string::npos);
   // --json: valid UTF-8 JSON, the bytes that are not UTF-8 as the text \xNN.
-  const result json = run_within(d.path(), {"inspect", "--json", file.string()}, 10);
+  const result json = run(d.path(), {"inspect", "--json", file.string()}, 10);
   BOOST_TEST(json.status == 0);
   boost::json::error_code ec;
   const boost::json::value parsed = boost::json::parse(json.out, ec);
@@ -1044,7 +1031,7 @@ BOOST_AUTO_TEST_CASE(names_that_would_drive_a_terminal_are_escaped_and_json_is_u
              boost::test_tools::per_element());
   BOOST_TEST(std::string(parsed.at("metadata").at("note").as_string()) == "\x1b[31mred\\x9b");
   // diff and verify escape too.
-  const result diffed = run_within(d.path(), {"diff", file.string(), (fs::path(CKPT_TORCH_FIXTURES) / "tied.pt").string()}, 10);
+  const result diffed = run(d.path(), {"diff", file.string(), (fs::path(CKPT_TORCH_FIXTURES) / "tied.pt").string()}, 10);
   BOOST_TEST(diffed.status == 1);
   BOOST_TEST(diffed.out.find('\x1b') == std::string::npos, diffed.out);
   BOOST_TEST(diffed.out.find("only in A: \\x1b]0;owned\\x07title\n") != std::string::npos, diffed.out);
@@ -1053,23 +1040,23 @@ BOOST_AUTO_TEST_CASE(names_that_would_drive_a_terminal_are_escaped_and_json_is_u
 BOOST_AUTO_TEST_CASE(tied_weights_are_counted_once_and_written_once_unless_kept) {
   const temp_dir d;
   const fs::path tied = fs::path(CKPT_TORCH_FIXTURES) / "tied.pt";
-  const result shown = run_within(d.path(), {"inspect", tied.string()}, 10);
+  const result shown = run(d.path(), {"inspect", tied.string()}, 10);
   BOOST_TEST(shown.status == 0);
   BOOST_TEST(shown.out.find("total: 2 entries, 30 parameters, 60 bytes\n"
                             "tied (one tensor, its bytes counted once): embed.weight, out.weight\n") != std::string::npos,
              shown.out);
-  const result json = run_within(d.path(), {"inspect", "--json", tied.string()}, 10);
+  const result json = run(d.path(), {"inspect", "--json", tied.string()}, 10);
   BOOST_TEST(json.out.find(R"("tied":[["embed.weight","out.weight"]])") != std::string::npos, json.out);
   // convert writes the first name, as transformers' save_pretrained does; --keep-tied both.
-  const result converted = run_within(d.path(), {"convert", tied.string(), "one.safetensors"}, 10);
+  const result converted = run(d.path(), {"convert", tied.string(), "one.safetensors"}, 10);
   BOOST_TEST(converted.status == 0);
   BOOST_TEST(converted.out.find("left out 'out.weight': tied to 'embed.weight'") != std::string::npos, converted.out);
   BOOST_TEST(ckpt::load(d.path() / "one.safetensors").names() == std::vector<std::string>{"embed.weight"},
              boost::test_tools::per_element());
-  BOOST_TEST(run_within(d.path(), {"convert", "--keep-tied", tied.string(), "both.safetensors"}, 10).status == 0);
+  BOOST_TEST(run(d.path(), {"convert", "--keep-tied", tied.string(), "both.safetensors"}, 10).status == 0);
   BOOST_TEST(ckpt::load(d.path() / "both.safetensors").size() == 2u);
   // With the first name dropped by --drop, the second is the first left: it is written.
-  BOOST_TEST(run_within(d.path(), {"convert", "--drop", "embed", tied.string(), "out.safetensors"}, 10).status == 0);
+  BOOST_TEST(run(d.path(), {"convert", "--drop", "embed", tied.string(), "out.safetensors"}, 10).status == 0);
   BOOST_TEST(ckpt::load(d.path() / "out.safetensors").names() == std::vector<std::string>{"out.weight"},
              boost::test_tools::per_element());
 }
@@ -1077,19 +1064,19 @@ BOOST_AUTO_TEST_CASE(tied_weights_are_counted_once_and_written_once_unless_kept)
 BOOST_AUTO_TEST_CASE(a_sharded_convert_that_fails_leaves_the_previous_checkpoint_whole) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample());
-  BOOST_TEST_REQUIRE(run_within(d.path(), {"convert", "a.safetensors", "out", "--shard-size", "8"}, 10).status == 0);
+  BOOST_TEST_REQUIRE(run(d.path(), {"convert", "a.safetensors", "out", "--shard-size", "8"}, 10).status == 0);
   const std::vector<std::string> before = folder_listing(d.path() / "out");
   BOOST_TEST_REQUIRE(before.size() == 4u);  // three shards and the index
   // Three entries of 4 bytes, the last name not UTF-8: its shard, the third, fails after the
   // first two are written (the same shard names as the previous save's).
-  const result r = run_within(
+  const result r = run(
       d.path(), {"convert", "--keep-tied", crafted("control_names.pt").string(), "out", "--shard-size", "4"}, 10);
   BOOST_TEST(r.status == 2);
   BOOST_TEST(r.err.find("is not valid UTF-8") != std::string::npos, r.err);
   BOOST_TEST(folder_listing(d.path() / "out") == before, boost::test_tools::per_element());
-  const result verified = run_within(d.path(), {"verify", "out"}, 10);
+  const result verified = run(d.path(), {"verify", "out"}, 10);
   BOOST_TEST(verified.status == 0, verified.out);
-  BOOST_TEST(run_within(d.path(), {"diff", "a.safetensors", "out"}, 10).status == 0);
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "out"}, 10).status == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

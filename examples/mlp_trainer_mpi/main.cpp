@@ -90,18 +90,22 @@ ckpt::metadata_map run_metadata(const options& o, float loss) {
 }
 
 // --shard-optimizer: ZeRO-1 (zero.hpp), saved with slices straight through ckpt::mpi.
+// A fresh run (no --resume) never writes into a folder that already holds steps: says so on rank 0.
+bool refuses_to_overwrite(const options& o, int rank, std::optional<std::int64_t> latest) {
+  if (!latest || o.resume) return false;
+  if (rank == 0)
+    std::cerr << "mlp_trainer_mpi: " << o.ckpt_dir.string() << " already holds steps (up to " << *latest
+              << "): pass --resume to continue, or choose another --ckpt-dir\n";
+  return true;
+}
+
 int run_sharded(MPI_Comm comm, options o) {
   int rank = 0;
   int ranks = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
   const std::optional<std::int64_t> latest = ckpt::mpi::latest_step(comm, o.ckpt_dir);
-  if (latest && !o.resume) {
-    if (rank == 0)
-      std::cerr << "mlp_trainer_mpi: " << o.ckpt_dir.string() << " already holds steps (up to " << *latest
-                << "): pass --resume to continue, or choose another --ckpt-dir\n";
-    return 2;
-  }
+  if (refuses_to_overwrite(o, rank, latest)) return 2;
   std::optional<ckpt::checkpoint> restored;
   if (latest) restored = ckpt::mpi::load(comm, o.ckpt_dir, *latest);
   if (restored) continue_run(o, *restored);
@@ -152,12 +156,7 @@ int run(MPI_Comm comm, options o) {
   MPI_Comm_size(comm, &ranks);
   ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every});
   const std::optional<std::int64_t> latest = manager.latest_step();
-  if (latest && !o.resume) {
-    if (rank == 0)
-      std::cerr << "mlp_trainer_mpi: " << o.ckpt_dir.string() << " already holds steps (up to " << *latest
-                << "): pass --resume to continue, or choose another --ckpt-dir\n";
-    return 2;
-  }
+  if (refuses_to_overwrite(o, rank, latest)) return 2;
   ckpt::latest_checkpoint restored;
   if (o.resume) {
     // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
