@@ -99,15 +99,30 @@ bool refuses_to_overwrite(const options& o, int rank, std::optional<std::int64_t
   return true;
 }
 
+// Says (on rank 0) which damaged steps the resume skipped: the run goes on from an older step.
+void report_skipped(int rank, const ckpt::latest_checkpoint& restored) {
+  if (rank == 0)
+    for (const ckpt::step_status& s : restored.skipped)
+      std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
+}
+
 int run_sharded(MPI_Comm comm, options o) {
   int rank = 0;
   int ranks = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
-  const std::optional<std::int64_t> latest = ckpt::mpi::latest_step(comm, o.ckpt_dir);
-  if (refuses_to_overwrite(o, rank, latest)) return 2;
-  std::optional<ckpt::checkpoint> restored;
-  if (latest) restored = ckpt::mpi::load(comm, o.ckpt_dir, *latest);
+  // The steps are written by save_sliced, which the manager does not take; a manager is opened
+  // only to find the newest step that loads (setting damaged newer ones aside, as the replicated
+  // run does) and closed before training.
+  std::optional<std::int64_t> latest;
+  ckpt::latest_checkpoint restored;
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = 0});  // keeps every step
+    latest = manager.latest_step();
+    if (refuses_to_overwrite(o, rank, latest)) return 2;
+    if (latest) restored = manager.load_latest();
+  }
+  report_skipped(rank, restored);
   if (restored) continue_run(o, *restored);
   const dataset data = two_spirals(o.seed);
   o.batch = std::min<int>(o.batch, static_cast<int>(data.x.cols()));
@@ -141,7 +156,7 @@ int run_sharded(MPI_Comm comm, options o) {
     }
     if (step % o.save_every == 0 && step != o.steps) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
   }
-  if (optimizer.steps() > first || !latest) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
+  if (optimizer.steps() > first || !restored) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
   if (rank == 0)
     report_end(o.params_out, ckpt::of_params(params, "model"), accuracy(params, data),
                ckpt::mpi::step_folder(o.ckpt_dir, optimizer.steps()));
@@ -161,9 +176,7 @@ int run(MPI_Comm comm, options o) {
   if (o.resume) {
     // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
     restored = manager.load_latest();
-    if (rank == 0)
-      for (const ckpt::step_status& s : restored.skipped)
-        std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
+    report_skipped(rank, restored);
   }
   if (restored) continue_run(o, *restored);
   const dataset data = two_spirals(o.seed);

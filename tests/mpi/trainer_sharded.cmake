@@ -1,6 +1,7 @@
 # Run with cmake -P by the test mlp_trainer_mpi_sharded: the example binary with --shard-optimizer
 # (ZeRO-1: each rank keeps its slice of Adam's moments, saved with ckpt::mpi::save_sliced), trained
-# on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and in one process (no mpirun) to 200,
+# on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and, step 150 then damaged, in one
+# process (no mpirun) from step 100 to 200,
 # must end with the parameters of an uninterrupted sharded 4-rank run and of the replicated run,
 # byte for byte; each rank must hold its share of the optimizer state, not all of it.
 # Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
@@ -31,9 +32,16 @@ endif()
 train(4 --steps 50 --shard-optimizer --ckpt-dir "${WORK}/chain")
 train(3 --steps 100 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume)
 train(2 --steps 150 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume)
+# Step 150's shard cut to a few bytes: the last leg skips it (set aside) and resumes at step 100.
+file(GLOB shard "${WORK}/chain/*150/model-00001-of-00001.safetensors")
+if(NOT shard)
+  message(FATAL_ERROR "no shard of step 150 in ${WORK}/chain")
+endif()
+file(WRITE "${shard}" "cut")
 train(0 --steps 200 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume --params-out "${WORK}/chain.safetensors")
-if(NOT output MATCHES "resumed at step 150 on 1 ranks")
-  message(FATAL_ERROR "the last leg did not resume at step 150:\n${output}")
+if(NOT output MATCHES "skipped damaged step 150: [^\n]*model-00001-of-00001.safetensors" OR
+   NOT output MATCHES "resumed at step 100 on 1 ranks")
+  message(FATAL_ERROR "the last leg did not skip the damaged step 150 and resume at step 100:\n${output}")
 endif()
 
 foreach(run straight chain)
