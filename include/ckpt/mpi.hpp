@@ -9,7 +9,8 @@
 /// // data parallel: every rank holds the whole (replicated) state; each entry is written once
 /// ckpt::mpi::save(MPI_COMM_WORLD, "runs/a", step, ckpt::training_state(params, state));
 /// // any number of ranks later:
-/// const ckpt::checkpoint t = ckpt::mpi::load(MPI_COMM_WORLD, "runs/a", *ckpt::mpi::latest_step(MPI_COMM_WORLD, "runs/a"));
+/// // any number of ranks later (or a ckpt::mpi::checkpoint_manager, which finds the steps):
+/// const ckpt::checkpoint t = ckpt::mpi::load(MPI_COMM_WORLD, "runs/a", step);
 /// ckpt::restore_training_state(t, params, state);   // or to_params(t, like, {.prefix = ...})
 /// \endcode
 ///
@@ -17,7 +18,7 @@
 /// shards `model-<k>-of-<K>.safetensors` (k = 1..K, five digits, as Hugging Face names shards)
 /// and the index `model.safetensors.index.json` (Hugging Face's layout: `metadata.total_size` and
 /// a `weight_map` from entry name to shard file). The index is the commit: a step folder without
-/// it does not exist for `committed_steps`, `latest_step` or `load`. Shard `k` is written by the
+/// it does not exist for the managers (their `steps()`) or for `load`. Shard `k` is written by the
 /// k-th rank (in rank order) that writes any entry, so K is at most the number of ranks and
 /// nothing in the files depends on the rank count: a step saved by 4 ranks loads on 2, on 7, or
 /// in one process with `ckpt::load(<step folder>)`.
@@ -249,16 +250,6 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 ///   `integrity_error` message naming the file).
 [[nodiscard]] checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                               const load_options& options = {});
-
-/// The committed steps of `folder` (step folders holding an index), oldest first; none if the
-/// folder does not exist. Not collective: it only lists the folder.
-/// \throws io_error if the folder exists but cannot be listed.
-[[nodiscard]] std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder);
-
-/// The newest committed step of `folder`, or nothing, as rank 0 sees it (so that every rank
-/// agrees even while another job writes the folder). Collective.
-/// \throws collective_error on every rank if rank 0 cannot list the folder.
-[[nodiscard]] std::optional<std::int64_t> latest_step(MPI_Comm comm, const std::filesystem::path& folder);
 
 /// Numbered steps of one MPI training job in a folder: the members and rules of
 /// `ckpt::checkpoint_manager_base`, shared with the single-process `ckpt::checkpoint_manager` (the

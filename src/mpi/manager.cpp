@@ -199,7 +199,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     if (core.options().read_only) {
       // No lock, no clean-up: the committed steps as they are now.
       note_set_aside();
-      static_cast<void>(core.add_existing(committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; }));
+      static_cast<void>(core.add_existing(detail::committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; }));
       return;
     }
     std::error_code ec;
@@ -216,7 +216,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     for (const auto& path : debris) std::filesystem::remove_all(path, ec);
     note_set_aside();
     // Only the headers are needed for the metrics.
-    const auto unreadable = core.add_existing(committed_steps(core.folder()), [this](std::int64_t step) {
+    const auto unreadable = core.add_existing(detail::committed_steps(core.folder()), [this](std::int64_t step) {
       return load_sharded(path_of(step) / index_file_name, {.verify_digest = false}).metadata();
     });
     for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);

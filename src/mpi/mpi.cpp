@@ -187,6 +187,22 @@ void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr&
   }
 }
 
+std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  if (!std::filesystem::exists(folder, ec)) return steps;
+  std::filesystem::directory_iterator it(folder, ec);
+  if (ec) throw io_error(folder, "list", ec);
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::optional<std::int64_t> step = ckpt::detail::step_in_name(it->path().filename().string(), step_prefix);
+    std::error_code ignored;
+    if (step && std::filesystem::is_regular_file(it->path() / index_file_name, ignored)) steps.push_back(*step);
+  }
+  if (ec) throw io_error(folder, "list", ec);
+  std::ranges::sort(steps);
+  return steps;
+}
+
 }  // namespace detail
 
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
@@ -230,39 +246,6 @@ checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t
   }
   detail::settle(comm, local_error, folder, "load of step " + std::to_string(step));
   return result;
-}
-
-std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
-  std::vector<std::int64_t> steps;
-  std::error_code ec;
-  if (!std::filesystem::exists(folder, ec)) return steps;
-  std::filesystem::directory_iterator it(folder, ec);
-  if (ec) throw io_error(folder, "list", ec);
-  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::optional<std::int64_t> step = ckpt::detail::step_in_name(it->path().filename().string(), step_prefix);
-    std::error_code ignored;
-    if (step && std::filesystem::is_regular_file(it->path() / index_file_name, ignored)) steps.push_back(*step);
-  }
-  if (ec) throw io_error(folder, "list", ec);
-  std::ranges::sort(steps);
-  return steps;
-}
-
-std::optional<std::int64_t> latest_step(MPI_Comm comm, const std::filesystem::path& folder) {
-  std::int64_t latest = -1;
-  std::exception_ptr local_error;
-  if (detail::rank_of(comm) == 0) {
-    try {
-      const std::vector<std::int64_t> steps = committed_steps(folder);
-      if (!steps.empty()) latest = steps.back();
-    } catch (...) {
-      local_error = std::current_exception();
-    }
-  }
-  detail::settle(comm, local_error, folder, "latest_step");
-  MPI_Bcast(&latest, 1, MPI_INT64_T, 0, comm);
-  if (latest < 0) return std::nullopt;
-  return latest;
 }
 
 }  // namespace ckpt::mpi

@@ -69,4 +69,9 @@ void write_shard(const step_plan& plan, std::initializer_list<section> sections,
 // \throws collective_error on every rank, naming the lowest failing rank.
 void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr& local_error);
 
+// The committed steps of `folder` (step folders holding an index), oldest first; none if the
+// folder does not exist. Not collective: it only lists the folder.
+// \throws io_error if the folder exists but cannot be listed.
+[[nodiscard]] std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder);
+
 }  // namespace ckpt::mpi::detail
