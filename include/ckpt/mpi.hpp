@@ -78,14 +78,6 @@ class collective_error : public error {
   std::string cause_;
 };
 
-/// Options of `save`.
-struct save_options {
-  /// Store each shard's digest (`ckpt::save_options::digest`), which `load` verifies.
-  bool digest = true;
-  /// Added to the `__metadata__` of every shard (rank 0's value counts; see `save`).
-  metadata_map metadata{};
-};
-
 /// The folder of `step` in `folder`: `<folder>/step-<step, zero-padded to 10 digits>`.
 /// \throws std::invalid_argument if `step` is negative.
 [[nodiscard]] std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step);
@@ -102,8 +94,9 @@ struct save_options {
 /// 3. One `MPI_Allreduce` confirms that every shard is durable. Then rank 0 writes the index the
 ///    same atomic way, and that commits the step; a second `MPI_Allreduce` tells the ranks.
 ///
-/// Every shard's `__metadata__` is rank 0's: `local`'s metadata, then `options.metadata`, then
-/// `step` (decimal), later ones winning on equal keys; `load` gives them back.
+/// Every shard's `__metadata__` is rank 0's: `local`'s metadata, then `step` (decimal); `load`
+/// gives them back. `options` are `ckpt::save`'s, for each rank's shard: `digest` stores each
+/// shard's digest (which `load` verifies), `progress` reports that rank's shard.
 ///
 /// If anything fails on any rank (disk full, an exception), every rank throws, each rank removes
 /// the shard it wrote, and no index is written: the step does not exist, and earlier steps are
@@ -116,7 +109,7 @@ struct save_options {
 ///   (the message names the entry and both ranks' dtype and shape).
 /// \throws collective_error on every rank if a rank failed (an I/O error, an exception).
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                           const checkpoint& local, const save_options& options = {});
+                           const checkpoint& local, const ckpt::save_options& options = {});
 
 /// A piece of one global tensor that this rank holds (ZeRO/FSDP's flat partition, or a
 /// tensor-parallel block of rows), for `save_sliced`: elements [first(), first() + count()) of
@@ -190,7 +183,8 @@ class slice {
 ///    cache) and hashes them; rank 0 gathers the hashes and writes the digest into the header.
 ///    Rank 0 renames the file into place, and commits the step with the index as `save` does.
 ///
-/// Every shard's `__metadata__` is rank 0's `options.metadata` and `step`.
+/// Every shard's `__metadata__` is rank 0's `metadata` and `step`. Of `options`, `digest` is
+/// used (the digest computed as described in 3.); `progress` is not (the writes are collective).
 /// \throws std::invalid_argument on every rank, before anything is written, for what `save`
 ///   refuses, and if the pieces of a tensor overlap or leave a gap, or disagree on its dtype or
 ///   global shape, or a tensor is held whole and in slices (each message names the tensor, the
@@ -199,7 +193,7 @@ class slice {
 ///   step is then not committed and no file of it is left.
 std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                                   std::span<const slice> slices, std::initializer_list<section> whole = {},
-                                  const save_options& options = {});
+                                  const metadata_map& metadata = {}, const ckpt::save_options& options = {});
 
 namespace detail {
 // The part of entry `name` of `t` holding elements [first, first + numel(shape)), as a tensor of

@@ -146,7 +146,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     release_pages_of_dropped(plan);
     std::exception_ptr local_error;
     try {
-      detail::write_shard(plan, sections, core.options().digest);
+      detail::write_shard(plan, sections, {.digest = core.options().digest});
     } catch (...) {
       local_error = std::current_exception();
     }
@@ -166,7 +166,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     // A failure to copy is this rank's failure of the write, reported at the commit on every rank.
     try {
       background.start([plan = &pending_, snapshot = arena.snapshot(sections), digest = core.options().digest] {
-        detail::write_shard(*plan, {snapshot}, digest);
+        detail::write_shard(*plan, {snapshot}, {.digest = digest});
       });
     } catch (...) {
       background.finish(std::current_exception());

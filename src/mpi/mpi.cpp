@@ -141,7 +141,7 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
   return plan;
 }
 
-void write_shard(const step_plan& plan, std::initializer_list<section> sections, bool digest) {
+void write_shard(const step_plan& plan, std::initializer_list<section> sections, const save_options& options) {
   std::error_code ec;
   std::filesystem::create_directories(plan.dir, ec);
   if (ec) throw io_error(plan.dir, "create the folder", ec);
@@ -150,7 +150,7 @@ void write_shard(const step_plan& plan, std::initializer_list<section> sections,
   entries.reserve(plan.mine.size());
   for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation))
     if (plan.mine.contains(e->name)) entries.push_back(*e);
-  ckpt::detail::write_file(plan.dir / plan.shard, entries, plan.metadata, ckpt::save_options{.digest = digest});
+  ckpt::detail::write_file(plan.dir / plan.shard, entries, plan.metadata, options);
 }
 
 void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr& local_error) {
@@ -207,13 +207,11 @@ std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
 
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                            const checkpoint& local, const save_options& options) {
-  // Rank 0's metadata count: `local`'s, then the options'.
-  metadata_map metadata = local.metadata();
-  for (const auto& [key, value] : options.metadata) metadata.insert_or_assign(key, value);
-  const detail::step_plan plan = detail::plan_step(comm, folder, step, {local}, metadata, "save");
+  // Rank 0's metadata count.
+  const detail::step_plan plan = detail::plan_step(comm, folder, step, {local}, local.metadata(), "save");
   std::exception_ptr local_error;
   try {
-    detail::write_shard(plan, {local}, options.digest);
+    detail::write_shard(plan, {local}, options);
   } catch (...) {
     local_error = std::current_exception();
   }

@@ -61,7 +61,7 @@ struct step_plan {
 // Local: writes this rank's shard (the entries of `sections` it writes), atomically; nothing if
 // it writes none. `sections` must hold the entries `plan_step` saw (the live ones or a snapshot).
 // \throws io_error, std::bad_alloc...
-void write_shard(const step_plan& plan, std::initializer_list<section> sections, bool digest);
+void write_shard(const step_plan& plan, std::initializer_list<section> sections, const save_options& options);
 
 // Collective: agrees that every rank's shard is durable (`local_error` is this rank's failure to
 // write it), then rank 0 writes the index, which commits the step. If anything failed on any

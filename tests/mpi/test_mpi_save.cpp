@@ -76,8 +76,8 @@ void collective_save_and_load(const fs::path& folder) {
   const int size = size_of(comm);
   const ckpt::checkpoint local =
       ckpt::concat({owned_layers(rank, size), ckpt::of_int("epoch", 7)})
-          .with_metadata({{"who", "rank " + std::to_string(rank)}, {"run", "local"}});
-  const fs::path dir = ckpt::mpi::save(comm, folder, 10, local, {.metadata = {{"run", "a"}}});
+          .with_metadata({{"who", "rank " + std::to_string(rank)}, {"run", "a"}});
+  const fs::path dir = ckpt::mpi::save(comm, folder, 10, local, {.digest = true});
   CHECK_EQ(dir, folder / "step-0000000010");
   CHECK_EQ(ckpt::mpi::step_folder(folder, 10), dir);
 
@@ -246,7 +246,7 @@ void digests_checked_once_per_shard(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
-  ckpt::mpi::save(comm, folder, 5, owned_layers(rank, size));
+  ckpt::mpi::save(comm, folder, 5, owned_layers(rank, size), {.digest = true});
   // Flip one byte of the last shard's data: the rank that verifies that shard reports it.
   const fs::path last = ckpt::mpi::step_folder(folder, 5) / shard(size, size);
   MPI_Barrier(comm);
