@@ -15,8 +15,8 @@ namespace detail {
 namespace {
 
 // Sorts `entries` by name (byte-wise). Names share long prefixes (`model.layers.12345`), and a
-// comparison of two entries' names reads two objects and two strings scattered in memory: the
-// sort of 100,000 leaves took 40% of their save. Each entry gets a key instead, held together in
+// comparison of two entries' names reads two objects and two strings scattered in memory, which
+// made the sort a large part of a save of many leaves. Each entry gets a key instead, held together in
 // one array: the 8 bytes that follow the prefix all names share, as a big-endian number (zeros
 // past a name's end), then the name. Keys that differ in that number order their names as the
 // bytes would (a name that ends sooner was a prefix of the other); equal numbers compare the names.

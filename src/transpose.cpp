@@ -10,10 +10,6 @@
 #include <memory>
 #include <new>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace ckpt::detail {
 namespace {
 
@@ -110,10 +106,8 @@ namespace {
 
 // The calling thread's two block buffers (transpose_tiles.hpp), allocated at its first transpose
 // and kept until it ends (1 MiB), or null where that allocation failed: fresh memory for each
-// call costs a fault a page (on this VM up to 8 us a page: bench/README.md, "Library changes" 11
-// and 12, where 64 column-major 1024 x 1024 loads took 0.058 s with a buffer a call, 0.055 s with
-// these, and 0.091 s with 512 KiB a call). The second buffer is lent to the helper thread of a
-// split matrix, which lives for one call.
+// call would cost a page fault a page. The second buffer is lent to the helper thread of a split
+// matrix, which lives for one call.
 std::byte* block_buffer(std::size_t which) noexcept {
   thread_local std::unique_ptr<std::byte[]> buffers;
   thread_local bool failed = false;
@@ -175,8 +169,9 @@ void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size
     if (rows * cols != 0) std::memcpy(dst, src, rows * cols * element_size);
     return;
   }
-  // One core does not use all of the memory bandwidth (bench/README.md, "Notes from the code"), so
-  // a large matrix is split into two runs of source rows, the second transposed on a helper thread. The runs write disjoint columns of the destination.
+  // One core does not use all of the memory bandwidth, so a large matrix is split into two runs
+  // of source rows, the second transposed on a helper thread. The runs write disjoint columns of
+  // the destination.
   const std::size_t half = rows / 2 / 64 * 64;  // whole tiles on either side
   if (rows * cols * element_size < parallel_bytes || half == 0)
     return transpose(src, cols, dst, rows, rows, cols, element_size, to);
