@@ -1,6 +1,7 @@
 #include <ckpt/params.hpp>
 #include <ckpt/detail/pages.hpp>
 
+#include "entry_name.hpp"
 #include "mapped_file.hpp"
 #include "parallel.hpp"
 
@@ -15,11 +16,7 @@
 
 namespace ckpt::detail {
 
-void leaf_name_error(std::string_view name, std::string_view function) {
-  if (name.empty())
-    throw std::invalid_argument("ckpt: " + std::string(function) + ": a leaf has an empty name (a bare leaf needs a prefix)");
-  throw std::invalid_argument("ckpt: " + std::string(function) + ": two leaves are named '" + std::string(name) + "'");
-}
+void leaf_name_error(std::string_view name, std::string_view function) { entry_name_error(name, function); }
 
 void check_leaf_names(std::span<const std::string> names, std::string_view function) {
   // A hash set, not a sort: 100,000 names are checked in a few milliseconds whatever their order.

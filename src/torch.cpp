@@ -8,6 +8,7 @@
 
 #include "mapped_file.hpp"
 #include "safetensors.hpp"
+#include "utf8.hpp"
 
 #include <unzip.h>
 
