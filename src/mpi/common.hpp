@@ -24,17 +24,15 @@
 
 namespace ckpt::mpi::detail {
 
-inline int rank_of(MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  return rank;
+// What `query` (MPI_Comm_rank, MPI_Comm_size) says of `comm`.
+inline int ask(int (*query)(MPI_Comm, int*), MPI_Comm comm) {
+  int value = 0;
+  query(comm, &value);
+  return value;
 }
-
-inline int size_of(MPI_Comm comm) {
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  return size;
-}
+// This process's rank in `comm`, and the number of ranks.
+inline int rank_of(MPI_Comm comm) { return ask(MPI_Comm_rank, comm); }
+inline int size_of(MPI_Comm comm) { return ask(MPI_Comm_size, comm); }
 
 inline std::string message_of(const std::exception_ptr& e) {
   try {

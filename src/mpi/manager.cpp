@@ -151,10 +151,7 @@ class mpi_state final : public ckpt::detail::manager_state {
       static_cast<void>(core.add_existing(committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; }));
       return;
     }
-    std::error_code ec;
-    std::filesystem::create_directories(core.folder(), ec);
-    if (ec) throw io_error(core.folder(), "create the folder", ec);
-    lock_fd_ = ckpt::detail::lock_exclusively(core.folder(), core.folder() / lock_name);
+    lock_fd_ = ckpt::detail::lock_exclusively(core.folder(), lock_name);
     std::vector<std::filesystem::path> debris;
     ckpt::detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
       std::error_code ignored;
@@ -162,6 +159,7 @@ class mpi_state final : public ckpt::detail::manager_state {
           !std::filesystem::exists(path / index_file_name, ignored))
         debris.push_back(path);
     });
+    std::error_code ec;
     for (const auto& path : debris) std::filesystem::remove_all(path, ec);
     note_set_aside();
     // Only the headers are needed for the metrics.
