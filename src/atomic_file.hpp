@@ -17,9 +17,8 @@
 namespace ckpt::detail {
 
 /// Asks the kernel to drop the cached pages of `file` (a regular file; anything else, or no file,
-/// is left alone), so that a file written next reuses them instead of growing the page cache:
-/// on a VM that hands idle memory back to its host, fresh pages cost microseconds each
-/// (bench/README.md, "Library changes" 11). Advice only: failures change nothing.
+/// is left alone), so that a file written next reuses them instead of growing the page cache,
+/// whose fresh pages cost a fault each. Advice only: failures change nothing.
 void drop_cached_pages(const std::filesystem::path& file) noexcept;
 
 /// What `commit` leaves at the target when fsyncing the folder fails after the rename.

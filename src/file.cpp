@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-// On x86, Debian's libxxhash picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
+// On x86, a libxxhash built with its dispatcher picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
 // through its *_dispatch entry points; this header maps the usual names onto them.
 #if (defined(__x86_64__) || defined(__i386__)) && __has_include(<xxh_x86dispatch.h>)
 #include <xxh_x86dispatch.h>
@@ -123,7 +123,7 @@ void for_each_window(std::span<const std::byte> data, bool mapped, const Visit& 
   constexpr std::size_t window = std::size_t{64} << 20;
   for (std::size_t first = 0; first < data.size(); first += window) {
     const std::span<const std::byte> part = data.subspan(first, std::min(window, data.size() - first));
-    // Read ahead while it is hashed (the mapping is MADV_RANDOM): cold, 15x faster.
+    // Read ahead while it is hashed (the mapping is MADV_RANDOM).
     if (mapped) detail::tensor_access::prefetch_range(part);
     visit(part);
     if (mapped) detail::tensor_access::release_range(part);
@@ -132,7 +132,7 @@ void for_each_window(std::span<const std::byte> data, bool mapped, const Visit& 
 
 // digest_key's digest of a file whose header hashes to `header` and whose data section is
 // `data`: the chunks of each half hashed on a thread of their own from parallel_hash_bytes (XXH3
-// on one core reads about 13 GiB/s here, below the memory's bandwidth: bench/README.md, row 7).
+// on one core reads below the memory's bandwidth).
 // Progress is reported by this thread, counting both halves.
 XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> data, bool mapped,
                              const progress_function& progress) {

@@ -53,10 +53,7 @@ class local_state final : public detail::manager_state {
       open_read_only();
       return;
     }
-    std::error_code ec;
-    std::filesystem::create_directories(core.folder(), ec);
-    if (ec) throw io_error(core.folder(), "create the folder", ec);
-    lock_fd_ = detail::lock_exclusively(core.folder(), core.folder() / lock_name);
+    lock_fd_ = detail::lock_exclusively(core.folder(), lock_name);
     std::vector<std::int64_t> steps;
     std::vector<std::filesystem::path> leftovers;
     detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
@@ -66,6 +63,7 @@ class local_state final : public detail::manager_state {
     });
     // We hold the lock, so no save of ours is writing them: they are debris of a crash. Failing
     // to remove one is harmless (it is ignored when listing), so that is not an error.
+    std::error_code ec;
     for (const auto& path : leftovers) std::filesystem::remove(path, ec);
     // Only the headers are needed: verifying digests here would read every checkpoint whole.
     const auto unreadable = core.add_existing(steps, [this](std::int64_t step) {

@@ -51,10 +51,6 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
 // `ckpt::load` (src/load.cpp) calls it for a file, `load_sharded` for each shard.
 checkpoint load_file(const std::filesystem::path& path, const load_options& options);
 
-// `s` in single quotes for a message: valid UTF-8 kept, control and invalid bytes written as
-// \xNN, so that a message about a name read from an untrusted file can be printed and compared.
-std::string quote_bytes(std::string_view s);
-
 // Whether a `__metadata__` entry other than digest_key reads as digest_key's entry with one byte
 // of its key changed: its key as JSON spells it has digest_key's length and differs from it in
 // exactly one byte, and its value is 16 hex digits. The reader refuses such an entry, and

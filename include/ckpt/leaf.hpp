@@ -129,8 +129,8 @@ void copy_out(std::byte* out, const S* in, std::size_t count) {
 }
 
 // Column-major storage of a rows x cols matrix is the row-major storage of its transpose: written
-// around the caches (a leaf is not read again right away). Transposed from the mapping: reading
-// bands of a warm file with pread first measured slower (bench/README.md, "Library changes" 12).
+// around the caches (a leaf is not read again right away). Transposed from the mapping, which
+// costs less than reading bands with pread first when the file is cached.
 template <class S>
 void transpose_in(S* out, const tensor& in, std::size_t rows, std::size_t cols) {
   transpose(in.bytes().data(), reinterpret_cast<std::byte*>(out), rows, cols, sizeof(S), destination::memory);

@@ -22,11 +22,9 @@ struct tensor_access {
   // The loaded file whose mapping `x` views, or null for a tensor in memory.
   static const mapped_file* file_of(const tensor& x) noexcept { return x.file_; }
   // Entries smaller than this get no page advice of their own: each madvise that changes the
-  // mapping's access mode splits and merges its VMA under the process's mmap lock (about 1 us,
-  // and the other extraction thread's page faults wait), which costs more than it saves on an
-  // entry whose pages are cached (100,000 entries of 64 bytes: 250 ms of madvise against a 20 ms
-  // copy; 1024 column-major 256 x 256 matrices loaded at 1.04x a pread with advice for each,
-  // 0.54x without). Runs of adjacent smaller entries are advised together (prefetch_range).
+  // mapping's access mode takes the process's mmap lock, which costs more than it saves on an
+  // entry whose pages are cached. Runs of adjacent smaller entries are advised together
+  // (prefetch_range).
   static constexpr std::size_t advised_bytes = std::size_t{2} << 20;
   // Prepares an entry of a file mapping for one pass of reading: its pages are read ahead in
   // large blocks as the pass goes. Does nothing for memory, or for an entry too small to gain.
