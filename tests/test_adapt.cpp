@@ -305,3 +305,48 @@ BOOST_AUTO_TEST_CASE(an_impossible_conversion_names_the_entry_and_both_dtypes) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(name_patterns)
+
+BOOST_AUTO_TEST_CASE(matches_anywhere_and_replaces_every_match_with_groups) {
+  const ckpt::name_pattern layer(R"(^model\.layers\.(\d+)\.)");
+  BOOST_TEST(layer.pattern() == R"(^model\.layers\.(\d+)\.)");
+  BOOST_TEST(layer.matches("model.layers.3.mlp.w"));
+  BOOST_TEST(!layer.matches("x.model.layers.3.mlp.w"));
+  BOOST_TEST(ckpt::name_pattern("mlp").matches("model.layers.3.mlp.w"));  // a match anywhere
+  BOOST_TEST(layer.replace("model.layers.3.mlp.w", "blocks.$1.") == "blocks.3.mlp.w");
+  BOOST_TEST(layer.replace("lm_head.w", "blocks.$1.") == "lm_head.w");  // no match: unchanged
+  // Every match; $& and $0 the whole match, $$ a dollar, a backslash and other $ literal.
+  const ckpt::name_pattern dot(R"(\.)");
+  BOOST_TEST(dot.replace("a.b.c", "/") == "a/b/c");
+  BOOST_TEST(dot.replace("a.b", "[$&$0]") == "a[..]b");
+  BOOST_TEST(dot.replace("a.b", "$$\\$x") == "a$\\$xb");
+  BOOST_TEST(ckpt::name_pattern("x*").replace("ab", "-") == "-a-b-");  // empty matches too
+  BOOST_TEST(ckpt::name_pattern("(a)(b)").replace("ab", "$2$1$12") == "baa2");  // one digit a group
+  // Copies share the compiled expression.
+  const ckpt::name_pattern copy = layer;
+  BOOST_TEST(copy.replace("model.layers.10.b", "$1") == "10b");
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_pattern_or_replacement_is_refused_naming_it) {
+  BOOST_TEST(message_of<std::invalid_argument>([] { return ckpt::name_pattern("(l1"); })
+                 .starts_with("ckpt: the regular expression '(l1' is invalid: missing )"));
+  // Backreferences are not RE2's.
+  BOOST_TEST(message_of<std::invalid_argument>([] { return ckpt::name_pattern(R"((a)\1)"); })
+                 .starts_with(R"(ckpt: the regular expression '(a)\1' is invalid: )"));
+  const ckpt::name_pattern one("^(l1)");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { return one.replace("x", "$2"); })
+                 .starts_with("ckpt: the replacement '$2' does not fit the regular expression '^(l1)': "));
+}
+
+BOOST_AUTO_TEST_CASE(names_of_100000_characters_are_matched_without_recursion) {
+  // std::regex overflowed the stack on 40,000 characters (issue 25, class 1).
+  const std::string tail(100'000, 'a');
+  const ckpt::name_pattern p(R"(^model\.(.*)$)");
+  BOOST_TEST(p.matches("model." + tail));
+  BOOST_TEST(p.replace("model." + tail, "$1.w") == tail + ".w");
+  BOOST_TEST(ckpt::name_pattern("(a|b)*c").matches(tail + "c"));
+  BOOST_TEST(!ckpt::name_pattern("(a|aa)*c").matches(tail));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

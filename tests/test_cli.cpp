@@ -265,7 +265,11 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_message_on_stderr) {
                     "ckpt convert: --rename 'l1' has no '=' (expected 'REGEX=REPLACEMENT')\n");
   const result bad_regex = run(d.path(), {"convert", "a.safetensors", "b.safetensors", "--rename", "(l1=x"});
   BOOST_TEST(bad_regex.status == 2);
-  BOOST_TEST(bad_regex.err.starts_with("ckpt convert: --rename '(l1=x': the regular expression '(l1' is invalid: "));
+  BOOST_TEST(bad_regex.err.starts_with("ckpt convert: --rename '(l1=x': ckpt: the regular expression '(l1' is invalid: "));
+  check_usage_error(d, {"convert", "a.safetensors", "b.safetensors", "--rename", "^(l1)=$2"},
+                    "ckpt convert: --rename '^(l1)=$2': ckpt: the replacement '$2' does not fit the regular "
+                    "expression '^(l1)': Rewrite schema requests 2 matches, but the regexp only has 1 parenthesized "
+                    "subexpressions.\n");
   fs::create_directory(d.path() / "out");
   check_usage_error(d, {"convert", "a.safetensors", "out"},
                     "ckpt convert: 'out' is a folder: give --shard-size to write a sharded checkpoint into it, or a "
@@ -1013,6 +1017,23 @@ BOOST_AUTO_TEST_CASE(the_pt_budgets_end_within_seconds_naming_the_budget) {
   BOOST_TEST(expanded.out.find("'" + crafted("expand_2p61.pt").string() + "' is not a readable PyTorch file: ") !=
                  std::string::npos,
              expanded.out);
+}
+
+BOOST_AUTO_TEST_CASE(a_rename_of_names_of_100000_characters_ends_and_renames) {
+  // std::regex recursed once per character and overflowed the stack (SIGSEGV) on a name of
+  // 40,000; RE2 (ckpt::name_pattern) matches in linear time with a bounded stack.
+  const temp_dir d;
+  const std::string tail(100'000, 'a');
+  ckpt::save(d.path() / "long.safetensors",
+             ckpt::checkpoint({{"model." + tail, f32({1}, {1})}, {"model.b" + tail, f32({1}, {2})}, {"x", f32({1}, {3})}}));
+  const result r = run_within(d.path(), {"convert", "long.safetensors", "out.safetensors", "--rename", "^model\\.(.*)=$1",
+                                         "--rename", "^(b?)(a*)$=$1$2.w", "--no-digest"}, 30);
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.err == "");
+  const ckpt::checkpoint out = ckpt::load(d.path() / "out.safetensors");
+  BOOST_TEST(out.names() == (std::vector<std::string>{tail + ".w", "b" + tail + ".w", "x"}));
+  BOOST_TEST((out.get(tail + ".w") == f32({1}, {1})));
+  BOOST_TEST((out.get("b" + tail + ".w") == f32({1}, {2})));
 }
 
 BOOST_AUTO_TEST_CASE(a_step_out_of_range_is_refused_not_clamped) {

@@ -18,7 +18,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,20 +44,22 @@ struct convert_args {
 };
 
 struct rename_rule {
-  std::regex pattern;
+  ckpt::name_pattern pattern;
   std::string replacement;
 };
 
-// 'REGEX=REPLACEMENT', split at the first '=' (write '=' in the regex as \x3d).
+// 'REGEX=REPLACEMENT', split at the first '=' (write '=' in the regex as \x3d). The pattern and
+// the groups the replacement names are checked here, before anything is read.
 rename_rule parse_rename(const std::string& rule) {
   const std::size_t eq = rule.find('=');
   if (eq == std::string::npos)
     throw usage_error("ckpt convert: --rename '" + rule + "' has no '=' (expected 'REGEX=REPLACEMENT')");
   try {
-    return {std::regex(rule.substr(0, eq), std::regex::ECMAScript), rule.substr(eq + 1)};
-  } catch (const std::regex_error& e) {
-    throw usage_error("ckpt convert: --rename '" + rule + "': the regular expression '" + rule.substr(0, eq) +
-                      "' is invalid: " + e.what());
+    rename_rule r{ckpt::name_pattern(rule.substr(0, eq)), rule.substr(eq + 1)};
+    static_cast<void>(r.pattern.replace("", r.replacement));
+    return r;
+  } catch (const std::invalid_argument& e) {
+    throw usage_error("ckpt convert: --rename '" + rule + "': " + e.what());
   }
 }
 
@@ -145,7 +146,7 @@ int convert(const convert_args& args) {
   if (!rules.empty())
     t = ckpt::rename(t, [&](std::string_view name) {
       std::string out(name);
-      for (const auto& r : rules) out = std::regex_replace(out, r.pattern, r.replacement);
+      for (const auto& r : rules) out = r.pattern.replace(out, r.replacement);
       return out;
     });
 
@@ -219,8 +220,8 @@ void add_convert(CLI::App& app, action& chosen) {
                   "keep theirs")
       ->check(CLI::IsMember({"bf16", "f16", "f32", "f64"}, CLI::ignore_case));
   sub->add_option("--rename", args->renames,
-                  "rename entries: every match of the ECMAScript regular expression REGEX is replaced by "
-                  "REPLACEMENT ($1 for a group); repeatable, applied in order")
+                  "rename entries: every match of the regular expression REGEX (RE2 syntax, linear time) is "
+                  "replaced by REPLACEMENT ($1 for a group); repeatable, applied in order")
       ->type_name("'REGEX=REPLACEMENT'")
       ->allow_extra_args(false);
   sub->add_option("--keep", args->keep, "keep only the entries whose names start with PREFIX (repeatable)")
