@@ -143,23 +143,6 @@ ckpt::torch_options torch_budget(std::size_t factor) noexcept {
   return options;
 }
 
-ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options,
-                                 const ckpt::torch_options& torch_options) {
-  // The signature is read without waiting on a FIFO or a device (opened non-blocking, read only if
-  // regular): ckpt::load then refuses what is not a regular file, naming it.
-  std::array<std::byte, 4> signature{};
-  bool torch = false;
-  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); fd >= 0) {
-    struct stat info {};
-    torch = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
-            ::pread(fd, signature.data(), signature.size(), 0) == static_cast<ssize_t>(signature.size()) &&
-            ckpt::looks_like_torch(signature);
-    ::close(fd);
-  }
-  if (torch) return ckpt::load_torch(path, torch_options);
-  return ckpt::load(path, options);
-}
-
 std::optional<ckpt::checkpoint> load_listed(const std::filesystem::path& file) {
   try {
     return ckpt::load(file, {.verify_digest = false});

@@ -114,13 +114,6 @@ struct listed_step {
 /// Adds the `--step N` option of the commands that open a manager folder's step.
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 
-/// The checkpoint at `path`: a `torch.save` file (recognized by its zip signature) through
-/// `ckpt::load_torch` with `torch_options`, anything else (a safetensors file, a sharded
-/// checkpoint) through `ckpt::load` with `options`. A FIFO or a device is not waited on.
-/// \throws as `ckpt::load` or `ckpt::load_torch`.
-[[nodiscard]] ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options,
-                                               const ckpt::torch_options& torch_options = {});
-
 /// Adds `--torch-budget FACTOR` (at least 1), which multiplies the budgets of the `.pt` reader
 /// (`ckpt::torch_options`), to a command that reads checkpoints.
 void add_torch_budget_option(CLI::App& sub, std::size_t& factor);

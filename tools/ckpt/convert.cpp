@@ -109,7 +109,7 @@ int convert(const convert_args& args) {
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
-  const ckpt::checkpoint input = read_checkpoint(in, {}, torch);
+  const ckpt::checkpoint input = ckpt::load(in, {}, torch);
 
   const auto chosen = [&](const std::string& name) {
     return (args.keep.empty() || starts_with_any(name, args.keep)) && !starts_with_any(name, args.drop);

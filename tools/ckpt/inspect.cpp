@@ -76,7 +76,7 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
-  const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = false}, torch);
+  const ckpt::checkpoint t = ckpt::load(path, {.verify_digest = false}, torch);
   const auto entries = entries_with_prefix(t, args.filter);
   const totals total = sum(entries, tied);
   if (args.json) {

@@ -61,8 +61,8 @@ verdict check(const std::filesystem::path& path, std::size_t torch_budget_factor
     out.skipped.push_back("'" + std::string(name) + "' (" + std::string(dtype) + ")");
   };
   try {
-    const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = true, .progress = report, .skipped = skipped},
-                                                torch_budget(torch_budget_factor));
+    const ckpt::checkpoint t = ckpt::load(path, {.verify_digest = true, .progress = report, .skipped = skipped},
+                                           torch_budget(torch_budget_factor));
     if (!t.metadata().contains(ckpt::digest_key))
       for (const std::string_view key : ckpt::earlier_digest_keys)
         if (t.metadata().contains(key)) {
