@@ -712,6 +712,20 @@ BOOST_AUTO_TEST_CASE(metadata_dropped_or_kept_by_key) {
   BOOST_TEST(both.status == 2);
   BOOST_TEST(both.err.find("--drop-metadata excludes --keep-metadata") != std::string::npos, both.err);
   BOOST_TEST(!fs::exists(d.path() / "x.safetensors"));
+
+  // --metadata KEY=VALUE sets entries after the selection, over a carried-over value; the last of
+  // a key wins; the value may hold '='.
+  BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "set.safetensors", "--keep-metadata", "note", "--metadata",
+                            "note=second", "--metadata", "source=a=b", "--metadata", "format=pt", "--metadata",
+                            "source=c=d", "--no-digest"})
+                 .status == 0);
+  BOOST_TEST((ckpt::load(d.path() / "set.safetensors").metadata() ==
+              ckpt::metadata_map{{"format", "pt"}, {"note", "second"}, {"source", "c=d"}}));
+  check_usage_error(d, {"convert", "a.safetensors", "y.safetensors", "--metadata", "=x"},
+                    "ckpt convert: --metadata '=x' is not KEY=VALUE with a non-empty KEY\n");
+  check_usage_error(d, {"convert", "a.safetensors", "y.safetensors", "--metadata", "note"},
+                    "ckpt convert: --metadata 'note' is not KEY=VALUE with a non-empty KEY\n");
+  BOOST_TEST(!fs::exists(d.path() / "y.safetensors"));
 }
 
 BOOST_AUTO_TEST_CASE(torch_save_files_in) {

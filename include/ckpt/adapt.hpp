@@ -11,11 +11,14 @@
 /// t = ckpt::transpose(t, "l1.w");                                    // [out, in] -> [in, out]
 /// t = ckpt::split(t, "attn.qkv", {"attn.q", "attn.k", "attn.v"});   // fused along axis 0
 /// t = ckpt::cast(t, ckpt::dtype::f32);                               // BF16 weights -> F32
+/// t = ckpt::drop(t, ckpt::name_pattern(R"(\.attn\.bias$)"));          // GPT-2's causal masks
+/// t = ckpt::rename(t, ckpt::name_pattern(R"(^transformer\.)"), "");  // by pattern
 /// ```
 ///
 /// Which results stay views of the input's bytes (mapped lazily for a loaded checkpoint):
-/// `rename` shares every tensor; `split` along the outermost axis makes views; `transpose`,
-/// `split` along an inner axis and `cast` copy the entries they change.
+/// `rename`, `select` and `drop` share every tensor; `split` along the outermost axis makes
+/// views; `transpose`, `split` along an inner axis, `concatenate` and `cast` copy the entries
+/// they change.
 ///
 /// Entry names are matched by `name_pattern`, a regular expression run by RE2: time linear in
 /// the name's length and a bounded stack, whatever the name (`ckpt convert --rename` uses it).
@@ -86,6 +89,21 @@ class name_pattern {
 [[nodiscard]] checkpoint rename(const checkpoint& t,
                                 const std::function<std::string(std::string_view)>& fn);
 
+/// `t` with every entry renamed to `pattern.replace(name, replacement)` (every match replaced;
+/// `$1` for a group, see `name_pattern::replace`); entries it does not match keep their names.
+/// \throws std::invalid_argument if `replacement` names a group `pattern` lacks (before any
+///   entry is renamed), or as the other `rename` for the names it gives.
+[[nodiscard]] checkpoint rename(const checkpoint& t, const name_pattern& pattern, std::string_view replacement);
+
+/// `t` with only the entries whose names `pattern` matches (anywhere in the name: anchor it with
+/// `^` and `$`); the tensors and the metadata are shared.
+/// \throws std::bad_alloc
+[[nodiscard]] checkpoint select(const checkpoint& t, const name_pattern& pattern);
+
+/// `t` without the entries whose names `pattern` matches (the complement of `select`).
+/// \throws std::bad_alloc
+[[nodiscard]] checkpoint drop(const checkpoint& t, const name_pattern& pattern);
+
 /// `t` with the entry `name` transposed in its last two axes: a `[..., m, n]` tensor becomes
 /// `[..., n, m]` (the batch of matrices in front is kept). This turns a `torch.nn.Linear` weight,
 /// stored `[out, in]`, into the `[in, out]` matrix of `y = x W`, and back.
@@ -106,6 +124,20 @@ class name_pattern {
 ///   number of parts.
 [[nodiscard]] checkpoint split(const checkpoint& t, std::string_view name,
                                const std::vector<std::string>& into, std::int64_t axis = 0);
+
+/// `t` with the entries `parts` replaced by one entry `into`: their concatenation, in the order
+/// given, along `axis` (a negative `axis` counts from the last). The inverse of `split`:
+/// `concatenate(split(t, "qkv", {"q", "k", "v"}, a), {"q", "k", "v"}, "qkv", a)` is `t`. The
+/// parts must have one dtype, one rank, and the same extent on every axis but `axis`; `into` may
+/// be the name of a part. The result is a copy (the input's tensors are not changed).
+/// \throws std::invalid_argument if `parts` is empty or names an entry twice; if `t` has no
+///   entry of a part's name; if `into` is empty, `__metadata__`, or an entry of `t` that is not a
+///   part; if two parts differ in dtype or rank, or in the extent of an axis other than `axis`
+///   (the message names both entries and their dtypes or shapes); if the parts are scalars or
+///   `axis` is out of range; or if their dtype is sub-byte (F6, F4) and `axis` is not 0 or a part
+///   is not a whole number of bytes.
+[[nodiscard]] checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& parts,
+                                     std::string_view into, std::int64_t axis = 0);
 
 /// `t` with its floating entries converted to `to`, following the rules of ckpt/cast.hpp.
 /// Only floating entries (F16, BF16, F32, F64, the F8, F6 and F4 formats) are converted, so

@@ -34,6 +34,7 @@ struct convert_args {
   std::vector<std::string> keep;
   bool drop_metadata = false;
   std::vector<std::string> keep_metadata;  // the metadata keys to carry over; empty: all
+  std::vector<std::string> set_metadata;   // KEY=VALUE, written over what is carried over
   std::vector<std::string> drop;
   std::string shard_size;
   std::string base_name = "model";
@@ -91,6 +92,13 @@ int convert(const convert_args& args) {
   }
   std::vector<rename_rule> rules;
   for (const auto& r : args.renames) rules.push_back(parse_rename(r));
+  ckpt::metadata_map set_metadata;
+  for (const std::string& kv : args.set_metadata) {
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw usage_error("ckpt convert: --metadata '" + kv + "' is not KEY=VALUE with a non-empty KEY");
+    set_metadata.insert_or_assign(kv.substr(0, eq), kv.substr(eq + 1));  // the last of a key wins
+  }
   std::optional<ckpt::dtype> to;
   if (!args.dtype.empty()) {
     std::string upper = args.dtype;
@@ -142,6 +150,7 @@ int convert(const convert_args& args) {
     for (const auto& [key, value] : input.metadata())
       if (args.keep_metadata.empty() || std::ranges::find(args.keep_metadata, key) != args.keep_metadata.end())
         metadata.emplace(key, value);
+  for (const auto& [key, value] : set_metadata) metadata.insert_or_assign(key, value);
   ckpt::checkpoint t(std::move(selected), std::move(metadata));
   if (!rules.empty())
     t = ckpt::rename(t, [&](std::string_view name) {
@@ -201,7 +210,7 @@ constexpr command_text text{
 by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,
 or with --shard-size a sharded checkpoint in the folder OUT. The steps run in this order:
 --keep/--drop (on IN's names), --rename, --dtype. Metadata are carried over, all of them, none
-with --drop-metadata, or those named by --keep-metadata.
+with --drop-metadata, or those named by --keep-metadata; --metadata KEY=VALUE sets one.
 
 Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.)"};
 
@@ -252,6 +261,11 @@ void add_convert(CLI::App& app, action& chosen) {
       ->type_name("KEY")
       ->allow_extra_args(false)
       ->excludes(drop_metadata);
+  sub->add_option("--metadata", args->set_metadata,
+                  "set the metadata entry KEY to VALUE in OUT (repeatable; after --drop-metadata/--keep-metadata, "
+                  "over a carried-over value; split at the first '=')")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
 }
 
 }  // namespace ckpt_tool
