@@ -1,11 +1,13 @@
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
+#include <ckpt/sharded.hpp>
 #include <ckpt/snapshot.hpp>
 
 #include "atomic_file.hpp"
 #include "io_hooks.hpp"
 #include "manager_core.hpp"
 #include "posix_file.hpp"
+#include "safetensors.hpp"
 #include "temporary_name.hpp"
 
 #include <algorithm>
@@ -67,7 +69,7 @@ class local_state final : public detail::manager_state {
     for (const auto& path : leftovers) std::filesystem::remove(path, ec);
     // Only the headers are needed: verifying digests here would read every checkpoint whole.
     const auto unreadable = core.add_existing(steps, [this](std::int64_t step) {
-      return ckpt::load(path_of(step), {.verify_digest = false}).metadata();
+      return load_step(step, {.verify_digest = false}).metadata();
     });
     for (const auto& [step, reason] : unreadable) static_cast<void>(set_aside(step, reason));
   }
@@ -116,7 +118,13 @@ class local_state final : public detail::manager_state {
     });
   }
 
-  checkpoint load_step(std::int64_t step, const load_options& options) override { return ckpt::load(path_of(step), options); }
+  // A step is what a manager writes: a safetensors file, or (read-only) an MPI step folder, never
+  // another format under a step's name (ckpt::load would read a torch.save file by its content).
+  checkpoint load_step(std::int64_t step, const load_options& options) override {
+    const std::filesystem::path path = path_of(step);
+    if (step_folders_.contains(step)) return load_sharded(path, options);
+    return detail::load_file(path, options);
+  }
 
   step_status set_aside(std::int64_t step, const std::string& reason) override {
     return core.set_aside(step, path_of(step), reason);

@@ -305,19 +305,14 @@ std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(con
   return by_shard;
 }
 
-}  // namespace detail
-
-checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
-  std::error_code ec;
-  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
+checkpoint assemble_shards(const std::filesystem::path& index,
+                           const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
+                           const std::function<checkpoint(const std::filesystem::path& shard)>& load_shard) {
   const std::filesystem::path folder = index.has_parent_path() ? index.parent_path() : ".";
-  // Entry names by shard, each shard loaded once.
-  const auto by_shard = detail::read_weight_map(index);
-
   std::vector<checkpoint::entry> entries;
   std::optional<metadata_map> common;
   for (const auto& [shard, names] : by_shard) {
-    const checkpoint part = detail::load_file(folder / shard, options);
+    const checkpoint part = load_shard(folder / shard);
     for (const std::string& name : names) {
       const tensor* x = part.find(name);
       if (x == nullptr)
@@ -339,6 +334,16 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
   metadata.erase(std::string(digest_key));
   for (const std::string_view key : earlier_digest_keys) metadata.erase(std::string(key));
   return checkpoint(std::move(entries), std::move(metadata));
+}
+
+}  // namespace detail
+
+checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
+  std::error_code ec;
+  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
+  // Entry names by shard, each shard loaded once.
+  return detail::assemble_shards(index, detail::read_weight_map(index),
+                                 [&options](const std::filesystem::path& shard) { return detail::load_file(shard, options); });
 }
 
 }  // namespace ckpt

@@ -61,6 +61,7 @@ set(layer_mapped_file 2)       # the mapping a tensor's bytes may live in
 set(layer_reordered_bands 2)   # the file writer's bands
 set(layer_safetensors 2)       # the format's header parser and writer
 set(layer_hf_index 2)          # the sharded index's reader
+set(layer_name_pattern 4)      # ckpt::name_pattern (adapt.hpp), on RE2
 set(layer_load 2)              # src/load.cpp: load dispatches to the file and the sharded reader
 set(layer_manager_core 4)
 set(layer_mpi/common 4)

@@ -278,7 +278,11 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_message_on_stderr) {
                     "ckpt convert: --rename 'l1' has no '=' (expected 'REGEX=REPLACEMENT')\n");
   const result bad_regex = run(d.path(), {"convert", "a.safetensors", "b.safetensors", "--rename", "(l1=x"});
   BOOST_TEST(bad_regex.status == 2);
-  BOOST_TEST(bad_regex.err.starts_with("ckpt convert: --rename '(l1=x': the regular expression '(l1' is invalid: "));
+  BOOST_TEST(bad_regex.err.starts_with("ckpt convert: --rename '(l1=x': ckpt: the regular expression '(l1' is invalid: "));
+  check_usage_error(d, {"convert", "a.safetensors", "b.safetensors", "--rename", "^(l1)=$2"},
+                    "ckpt convert: --rename '^(l1)=$2': ckpt: the replacement '$2' does not fit the regular "
+                    "expression '^(l1)': Rewrite schema requests 2 matches, but the regexp only has 1 parenthesized "
+                    "subexpressions.\n");
   fs::create_directory(d.path() / "out");
   check_usage_error(d, {"convert", "a.safetensors", "out"},
                     "ckpt convert: 'out' is a folder: give --shard-size to write a sharded checkpoint into it, or a "
@@ -436,6 +440,29 @@ BOOST_AUTO_TEST_CASE(a_damaged_step_is_a_row_not_an_exit_2) {
   BOOST_TEST(checked.out.find("run/ckpt-0000000002.safetensors: " + header_problem) != std::string::npos);
   BOOST_TEST(checked.out.find("run/ckpt-0000000003.safetensors.damaged: ckpt: ") != std::string::npos);
   BOOST_TEST(run(d.path(), {"inspect", "run", "--step", "1"}).status == 0);
+}
+
+// A step is what a manager writes: a torch.save file under a step's name (which ckpt::load would
+// read by its content) is a damaged step for the managers, inspect and verify alike.
+BOOST_AUTO_TEST_CASE(a_torch_file_under_a_steps_name_is_a_damaged_step) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    m.save(1, {sample()});
+  }
+  fs::copy_file(fs::path(CKPT_TORCH_FIXTURES) / "dtypes.pt", ckpt::checkpoint_path(d.path() / "run", 2));
+  BOOST_TEST(ckpt::load(ckpt::checkpoint_path(d.path() / "run", 2)).size() > 0u);  // a valid .pt file
+  const ckpt::latest_checkpoint latest = ckpt::checkpoint_manager(d.path() / "run", {.read_only = true}).load_latest();
+  BOOST_TEST(latest.step == 1);
+  BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
+  BOOST_TEST(latest.skipped[0].reason.find("is not a valid safetensors file") != std::string::npos);
+  const result shown = run(d.path(), {"inspect", "run"});
+  BOOST_TEST(shown.status == 0);
+  BOOST_TEST(shown.out.find("   2  damaged") != std::string::npos);
+  const result checked = run(d.path(), {"verify", "run"});
+  BOOST_TEST(checked.status == 1);
+  BOOST_TEST(checked.out.find("run/ckpt-0000000002.safetensors: ckpt: 'run/ckpt-0000000002.safetensors' is not a valid "
+                              "safetensors file") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -721,6 +748,20 @@ BOOST_AUTO_TEST_CASE(metadata_dropped_or_kept_by_key) {
   BOOST_TEST(both.status == 2);
   BOOST_TEST(both.err.find("--drop-metadata excludes --keep-metadata") != std::string::npos, both.err);
   BOOST_TEST(!fs::exists(d.path() / "x.safetensors"));
+
+  // --metadata KEY=VALUE sets entries after the selection, over a carried-over value; the last of
+  // a key wins; the value may hold '='.
+  BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "set.safetensors", "--keep-metadata", "note", "--metadata",
+                            "note=second", "--metadata", "source=a=b", "--metadata", "format=pt", "--metadata",
+                            "source=c=d", "--no-digest"})
+                 .status == 0);
+  BOOST_TEST((ckpt::load(d.path() / "set.safetensors").metadata() ==
+              ckpt::metadata_map{{"format", "pt"}, {"note", "second"}, {"source", "c=d"}}));
+  check_usage_error(d, {"convert", "a.safetensors", "y.safetensors", "--metadata", "=x"},
+                    "ckpt convert: --metadata '=x' is not KEY=VALUE with a non-empty KEY\n");
+  check_usage_error(d, {"convert", "a.safetensors", "y.safetensors", "--metadata", "note"},
+                    "ckpt convert: --metadata 'note' is not KEY=VALUE with a non-empty KEY\n");
+  BOOST_TEST(!fs::exists(d.path() / "y.safetensors"));
 }
 
 BOOST_AUTO_TEST_CASE(torch_save_files_in) {
@@ -1000,6 +1041,23 @@ BOOST_AUTO_TEST_CASE(the_pt_budgets_end_within_seconds_naming_the_budget) {
   BOOST_TEST(expanded.out.find("'" + crafted("expand_2p61.pt").string() + "' is not a readable PyTorch file: ") !=
                  std::string::npos,
              expanded.out);
+}
+
+BOOST_AUTO_TEST_CASE(a_rename_of_names_of_100000_characters_ends_and_renames) {
+  // std::regex recursed once per character and overflowed the stack (SIGSEGV) on a name of
+  // 40,000; RE2 (ckpt::name_pattern) matches in linear time with a bounded stack.
+  const temp_dir d;
+  const std::string tail(100'000, 'a');
+  ckpt::save(d.path() / "long.safetensors",
+             ckpt::checkpoint({{"model." + tail, f32({1}, {1})}, {"model.b" + tail, f32({1}, {2})}, {"x", f32({1}, {3})}}));
+  const result r = run(d.path(), {"convert", "long.safetensors", "out.safetensors", "--rename", "^model\\.(.*)=$1",
+                                         "--rename", "^(b?)(a*)$=$1$2.w", "--no-digest"}, 30);
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.err == "");
+  const ckpt::checkpoint out = ckpt::load(d.path() / "out.safetensors");
+  BOOST_TEST(out.names() == (std::vector<std::string>{tail + ".w", "b" + tail + ".w", "x"}));
+  BOOST_TEST((out.get(tail + ".w") == f32({1}, {1})));
+  BOOST_TEST((out.get("b" + tail + ".w") == f32({1}, {2})));
 }
 
 BOOST_AUTO_TEST_CASE(a_step_out_of_range_is_refused_not_clamped) {

@@ -143,7 +143,8 @@ class manager_state;  // src/manager_core.hpp
 ///
 /// **Damaged steps.** A step whose checkpoint cannot be loaded (a file cut short, a header or data
 /// that do not match the digest, a file replaced by a folder or an empty file, a symlink to
-/// nowhere, a disk read error) never blocks the run: `load_latest` skips it and returns the newest
+/// nowhere, a disk read error, a file of another format under a step's name: a step is read as
+/// safetensors, never by its content as `ckpt::load` reads a path) never blocks the run: `load_latest` skips it and returns the newest
 /// step that loads, and opening a folder never fails because of one. A writing manager sets a
 /// damaged step aside (renames it to `<name>.damaged`, never deletes it), so the step number can
 /// be saved again; a read-only manager only stops listing it. `status()` lists damaged steps with

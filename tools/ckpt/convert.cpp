@@ -18,7 +18,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +34,7 @@ struct convert_args {
   std::vector<std::string> keep;
   bool drop_metadata = false;
   std::vector<std::string> keep_metadata;  // the metadata keys to carry over; empty: all
+  std::vector<std::string> set_metadata;   // KEY=VALUE, written over what is carried over
   std::vector<std::string> drop;
   std::string shard_size;
   std::string base_name = "model";
@@ -45,20 +45,22 @@ struct convert_args {
 };
 
 struct rename_rule {
-  std::regex pattern;
+  ckpt::name_pattern pattern;
   std::string replacement;
 };
 
-// 'REGEX=REPLACEMENT', split at the first '=' (write '=' in the regex as \x3d).
+// 'REGEX=REPLACEMENT', split at the first '=' (write '=' in the regex as \x3d). The pattern and
+// the groups the replacement names are checked here, before anything is read.
 rename_rule parse_rename(const std::string& rule) {
   const std::size_t eq = rule.find('=');
   if (eq == std::string::npos)
     throw usage_error("ckpt convert: --rename '" + rule + "' has no '=' (expected 'REGEX=REPLACEMENT')");
   try {
-    return {std::regex(rule.substr(0, eq), std::regex::ECMAScript), rule.substr(eq + 1)};
-  } catch (const std::regex_error& e) {
-    throw usage_error("ckpt convert: --rename '" + rule + "': the regular expression '" + rule.substr(0, eq) +
-                      "' is invalid: " + e.what());
+    rename_rule r{ckpt::name_pattern(rule.substr(0, eq)), rule.substr(eq + 1)};
+    static_cast<void>(r.pattern.replace("", r.replacement));
+    return r;
+  } catch (const std::invalid_argument& e) {
+    throw usage_error("ckpt convert: --rename '" + rule + "': " + e.what());
   }
 }
 
@@ -90,6 +92,13 @@ int convert(const convert_args& args) {
   }
   std::vector<rename_rule> rules;
   for (const auto& r : args.renames) rules.push_back(parse_rename(r));
+  ckpt::metadata_map set_metadata;
+  for (const std::string& kv : args.set_metadata) {
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw usage_error("ckpt convert: --metadata '" + kv + "' is not KEY=VALUE with a non-empty KEY");
+    set_metadata.insert_or_assign(kv.substr(0, eq), kv.substr(eq + 1));  // the last of a key wins
+  }
   std::optional<ckpt::dtype> to;
   if (!args.dtype.empty()) {
     std::string upper = args.dtype;
@@ -108,7 +117,7 @@ int convert(const convert_args& args) {
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
-  const ckpt::checkpoint input = read_checkpoint(in, {}, torch);
+  const ckpt::checkpoint input = ckpt::load(in, {}, torch);
 
   const auto chosen = [&](const std::string& name) {
     return (args.keep.empty() || starts_with_any(name, args.keep)) && !starts_with_any(name, args.drop);
@@ -141,11 +150,12 @@ int convert(const convert_args& args) {
     for (const auto& [key, value] : input.metadata())
       if (args.keep_metadata.empty() || std::ranges::find(args.keep_metadata, key) != args.keep_metadata.end())
         metadata.emplace(key, value);
+  for (const auto& [key, value] : set_metadata) metadata.insert_or_assign(key, value);
   ckpt::checkpoint t(std::move(selected), std::move(metadata));
   if (!rules.empty())
     t = ckpt::rename(t, [&](std::string_view name) {
       std::string out(name);
-      for (const auto& r : rules) out = std::regex_replace(out, r.pattern, r.replacement);
+      for (const auto& r : rules) out = r.pattern.replace(out, r.replacement);
       return out;
     });
 
@@ -200,7 +210,7 @@ constexpr command_text text{
 by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,
 or with --shard-size a sharded checkpoint in the folder OUT. The steps run in this order:
 --keep/--drop (on IN's names), --rename, --dtype. Metadata are carried over, all of them, none
-with --drop-metadata, or those named by --keep-metadata.
+with --drop-metadata, or those named by --keep-metadata; --metadata KEY=VALUE sets one.
 
 Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.)"};
 
@@ -219,8 +229,8 @@ void add_convert(CLI::App& app, action& chosen) {
                   "keep theirs")
       ->check(CLI::IsMember({"bf16", "f16", "f32", "f64"}, CLI::ignore_case));
   sub->add_option("--rename", args->renames,
-                  "rename entries: every match of the ECMAScript regular expression REGEX is replaced by "
-                  "REPLACEMENT ($1 for a group); repeatable, applied in order")
+                  "rename entries: every match of the regular expression REGEX (RE2 syntax, linear time) is "
+                  "replaced by REPLACEMENT ($1 for a group); repeatable, applied in order")
       ->type_name("'REGEX=REPLACEMENT'")
       ->allow_extra_args(false);
   sub->add_option("--keep", args->keep, "keep only the entries whose names start with PREFIX (repeatable)")
@@ -251,6 +261,11 @@ void add_convert(CLI::App& app, action& chosen) {
       ->type_name("KEY")
       ->allow_extra_args(false)
       ->excludes(drop_metadata);
+  sub->add_option("--metadata", args->set_metadata,
+                  "set the metadata entry KEY to VALUE in OUT (repeatable; after --drop-metadata/--keep-metadata, "
+                  "over a carried-over value; split at the first '=')")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
 }
 
 }  // namespace ckpt_tool

@@ -132,8 +132,8 @@ int diff(const diff_args& args) {
     path_a = checkpoint_in(args.a, steps_a, step_of(steps_a));
     path_b = checkpoint_in(args.b, steps_b, step_of(steps_b));
   }
-  const ckpt::checkpoint a = read_checkpoint(path_a, {}, torch_budget(args.torch_budget));
-  const ckpt::checkpoint b = read_checkpoint(path_b, {}, torch_budget(args.torch_budget));
+  const ckpt::checkpoint a = ckpt::load(path_a, {}, torch_budget(args.torch_budget));
+  const ckpt::checkpoint b = ckpt::load(path_b, {}, torch_budget(args.torch_budget));
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
