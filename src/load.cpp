@@ -3,7 +3,7 @@
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
 
-#include "safetensors.hpp"
+#include "file.hpp"
 
 namespace ckpt {
 

@@ -4,6 +4,7 @@
 #include "../hf_index.hpp"
 #include "../manager_core.hpp"
 #include "../atomic_file.hpp"
+#include "../file.hpp"
 #include "../posix_file.hpp"
 #include "../safetensors.hpp"
 #include "common.hpp"
