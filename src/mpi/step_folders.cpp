@@ -1,3 +1,5 @@
+// ckpt::mpi::save, ckpt::mpi::load and the committed steps of step folders (the API is
+// ckpt/mpi.hpp), on the helpers of src/mpi/ that every collective function shares.
 #include <ckpt/mpi.hpp>
 #include <ckpt/sharded.hpp>
 

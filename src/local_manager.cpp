@@ -1,3 +1,6 @@
+// ckpt::checkpoint_manager: a file a step, written by this process, on the one manager core
+// (src/manager_core.hpp). The API is ckpt/manager.hpp; ckpt::mpi::checkpoint_manager is its
+// MPI sibling (src/mpi/manager.cpp).
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/snapshot.hpp>
