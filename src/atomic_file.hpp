@@ -1,6 +1,6 @@
 #pragma once
 // The one writer of files that must appear whole or not at all: a checkpoint (src/file.cpp), a
-// sharded index (src/sharded.cpp, src/mpi/mpi.cpp), the manager's small files. A temporary beside
+// sharded index (src/sharded.cpp, src/mpi/step_folders.cpp), the manager's small files. A temporary beside
 // the target, every byte written, fsynced, renamed over the target, the folder fsynced; the
 // temporary removed if anything fails or the file is dropped uncommitted. Every call that can
 // fail goes through the test seam (io_hooks.hpp). Errors name the target, the file the caller

@@ -3,6 +3,7 @@
 
 #include "atomic_file.hpp"
 #include "digest.hpp"
+#include "file.hpp"
 #include "mapped_file.hpp"
 #include "parallel.hpp"
 #include "posix_file.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 // The Hugging Face sharded-checkpoint index (`*.safetensors.index.json`), written byte for byte as
 // transformers writes it and read with every check, for save_sharded and load_sharded
-// (src/sharded.cpp) and ckpt::mpi (src/mpi/mpi.cpp).
+// (src/sharded.cpp) and ckpt::mpi (src/mpi/step_folders.cpp).
 
 #include <ckpt/checkpoint.hpp>
 

@@ -8,8 +8,8 @@
 #include <ckpt/sharded.hpp>
 #include <ckpt/torch.hpp>
 
+#include "file.hpp"
 #include "hf_index.hpp"
-#include "safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

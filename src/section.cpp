@@ -1,6 +1,7 @@
 #include <ckpt/section.hpp>
 
 #include "entry_name.hpp"
+#include "file.hpp"
 #include "safetensors.hpp"
 
 #include <algorithm>

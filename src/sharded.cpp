@@ -5,6 +5,7 @@
 #include "io_hooks.hpp"
 #include "posix_file.hpp"
 #include "entry_name.hpp"
+#include "file.hpp"
 #include "safetensors.hpp"
 #include "utf8.hpp"
 

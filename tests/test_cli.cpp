@@ -1,6 +1,6 @@
 // The command-line tool `ckpt` (tools/), run as a program on checkpoints the library writes: the
 // exact stdout, stderr and exit status of each subcommand, its --help and its usage errors; and
-// list_steps/checkpoint_path, the read-only view of a checkpoint_manager folder it relies on.
+// the names of a checkpoint_manager's files, which these tests write and damage directly.
 #define BOOST_TEST_MODULE cli
 #include <boost/test/unit_test.hpp>
 
@@ -16,6 +16,7 @@
 #include <boost/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
@@ -40,6 +41,13 @@ extern char** environ;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The file of `step` in a checkpoint_manager's `folder` (checkpoint_manager::path_of).
+fs::path step_file(const fs::path& folder, std::int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt-%010lld.safetensors", static_cast<long long>(step));
+  return folder / name;
+}
 
 using ckpt_test::folder_listing;
 using ckpt_test::message_of;
@@ -195,29 +203,20 @@ void check_usage_error(const temp_dir& d, const std::vector<std::string>& args, 
 
 BOOST_AUTO_TEST_SUITE(manager_folder_listing)
 
-BOOST_AUTO_TEST_CASE(list_steps_reads_the_manager_s_file_names_only) {
+BOOST_AUTO_TEST_CASE(a_read_only_manager_lists_the_manager_s_file_names_only) {
   const temp_dir d;
-  BOOST_TEST(ckpt::list_steps(d.path()).empty());
-  {
-    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
-    m.save(10, {sample()});
-    m.save(3000000000, {sample()});
-    // The manager names the files; the free function names them the same way.
-    BOOST_TEST(ckpt::checkpoint_path(d.path() / "run", 10) == m.path_of(10));
-    // Read-only and lock-free: listing works while the manager holds the folder.
-    BOOST_TEST(ckpt::list_steps(d.path() / "run") == (std::vector<std::int64_t>{10, 3000000000}));
-  }
+  ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+  m.save(10, {sample()});
+  m.save(3000000000, {sample()});
+  // The names the tool's tests below write and damage directly.
+  BOOST_TEST(m.path_of(10) == step_file(d.path() / "run", 10));
+  BOOST_TEST(m.path_of(3000000000) == d.path() / "run" / "ckpt-3000000000.safetensors");
   for (const char* decoy : {"ckpt-7.safetensors", "ckpt-00000000007.safetensors", "ckpt-0000000008.json",
                             ".ckpt-0000000009.safetensors.tmp-abcdef", "notes.txt"})
     std::ofstream(d.path() / "run" / decoy) << "x";
-  std::ofstream(d.path() / "run" / "ckpt-0000000002.safetensors") << "not parsed";
-  BOOST_TEST(ckpt::list_steps(d.path() / "run") == (std::vector<std::int64_t>{2, 10, 3000000000}));
-  BOOST_TEST(ckpt::checkpoint_path("f", 7) == fs::path("f") / "ckpt-0000000007.safetensors");
-  BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::checkpoint_path("f", -1); }) ==
-             "ckpt: checkpoint_path: negative step -1");
-  const fs::path missing = d.path() / "missing";
-  BOOST_TEST(message_of<ckpt::io_error>([&] { (void)ckpt::list_steps(missing); }) ==
-             "ckpt: cannot list '" + missing.string() + "': No such file or directory");
+  // Read-only and lock-free: listing works while the manager holds the folder.
+  BOOST_TEST(ckpt::checkpoint_manager(d.path() / "run", {.read_only = true}).steps() ==
+             (std::vector<std::int64_t>{10, 3000000000}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -380,7 +379,7 @@ BOOST_AUTO_TEST_CASE(a_manager_folder_lists_its_steps) {
     m.save(12, {ckpt::of_tensor("l1.b", f32({2}, {1, 2}))});
   }
   const auto wall_time = [&](std::int64_t step) {
-    return ckpt::load(ckpt::checkpoint_path(d.path() / "run", step)).metadata().at("wall_time");
+    return ckpt::load(step_file(d.path() / "run", step)).metadata().at("wall_time");
   };
   const result r = run(d.path(), {"inspect", "run"});
   BOOST_TEST(r.status == 0);
@@ -407,10 +406,10 @@ BOOST_AUTO_TEST_CASE(a_damaged_step_is_a_row_not_an_exit_2) {
     for (const std::int64_t step : {1, 2, 3}) m.save(step, {sample()});
   }
   // Step 3 set aside by a manager that found it cut short; then step 2's header broken in place.
-  fs::resize_file(ckpt::checkpoint_path(d.path() / "run", 3), 100);
+  fs::resize_file(step_file(d.path() / "run", 3), 100);
   BOOST_TEST(ckpt::checkpoint_manager(d.path() / "run").load_latest().step == 2);
   {
-    std::fstream f(ckpt::checkpoint_path(d.path() / "run", 2), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(step_file(d.path() / "run", 2), std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(8);
     f.put('[');
   }
@@ -418,9 +417,9 @@ BOOST_AUTO_TEST_CASE(a_damaged_step_is_a_row_not_an_exit_2) {
   BOOST_TEST(r.status == 0);
   BOOST_TEST(r.err == "");
   const std::string header_problem = in_folder(d.path(), [] {
-    return message_of<ckpt::format_error>([] { (void)ckpt::load(ckpt::checkpoint_path("run", 2), {.verify_digest = false}); });
+    return message_of<ckpt::format_error>([] { (void)ckpt::load(step_file("run", 2), {.verify_digest = false}); });
   });
-  const std::string wall_time = ckpt::load(ckpt::checkpoint_path(d.path() / "run", 1)).metadata().at("wall_time");
+  const std::string wall_time = ckpt::load(step_file(d.path() / "run", 1)).metadata().at("wall_time");
   BOOST_TEST(r.out ==
              "step  state    entries  parameters  bytes  wall_time                 file\n"
              "   1  ok             3           9     36  " + wall_time + "  ckpt-0000000001.safetensors\n"
@@ -450,8 +449,8 @@ BOOST_AUTO_TEST_CASE(a_torch_file_under_a_steps_name_is_a_damaged_step) {
     ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
     m.save(1, {sample()});
   }
-  fs::copy_file(fs::path(CKPT_TORCH_FIXTURES) / "dtypes.pt", ckpt::checkpoint_path(d.path() / "run", 2));
-  BOOST_TEST(ckpt::load(ckpt::checkpoint_path(d.path() / "run", 2)).size() > 0u);  // a valid .pt file
+  fs::copy_file(fs::path(CKPT_TORCH_FIXTURES) / "dtypes.pt", step_file(d.path() / "run", 2));
+  BOOST_TEST(ckpt::load(step_file(d.path() / "run", 2)).size() > 0u);  // a valid .pt file
   const ckpt::latest_checkpoint latest = ckpt::checkpoint_manager(d.path() / "run", {.read_only = true}).load_latest();
   BOOST_TEST(latest.step == 1);
   BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
@@ -546,12 +545,12 @@ BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
              "run/ckpt-0000000002.safetensors: ok, digest verified\n"
              "run/ckpt-0000000003.safetensors: ok, digest verified\n");
   BOOST_TEST(run(d.path(), {"verify", "run", "--step", "2"}).out == "run/ckpt-0000000002.safetensors: ok, digest verified\n");
-  flip_last_byte(ckpt::checkpoint_path(d.path() / "run", 2));
+  flip_last_byte(step_file(d.path() / "run", 2));
   const result broken = run(d.path(), {"verify", "run"});
   BOOST_TEST(broken.status == 1);
   BOOST_TEST(broken.err == "");
   const std::string problem = in_folder(d.path(), [] {
-    return message_of<ckpt::integrity_error>([] { (void)ckpt::load(ckpt::checkpoint_path("run", 2)); });
+    return message_of<ckpt::integrity_error>([] { (void)ckpt::load(step_file("run", 2)); });
   });
   BOOST_TEST(broken.out ==
              "run/ckpt-0000000001.safetensors: ok, digest verified\n"

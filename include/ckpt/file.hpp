@@ -3,6 +3,7 @@
 /// Saving checkpoints as safetensors files and loading them back.
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/format.hpp>
 #include <ckpt/error.hpp>
 
 #include <array>
@@ -38,7 +39,7 @@ namespace ckpt {
 /// rule for it: a `__metadata__` key whose JSON spelling has this key's length and differs from it
 /// in exactly one byte, with a value of 16 hex digits, is a damaged digest entry (a format_error;
 /// `save` refuses such a key with std::invalid_argument).
-inline constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
+inline constexpr std::string_view digest_key = detail::digest_key;  // "ckpt.xxh3_64_file"
 
 /// The digest keys of earlier versions of ckpt, which hashed the data section only:
 /// `ckpt.xxh3_64_per_mib` (per MiB, as `digest_key`'s C_i) and `ckpt.xxh3_64` (the whole section

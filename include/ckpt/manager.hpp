@@ -301,16 +301,4 @@ class checkpoint_manager : public checkpoint_manager_base {
   explicit checkpoint_manager(std::filesystem::path folder, checkpoint_manager_options options = {});
 };
 
-/// The steps of the checkpoints a `checkpoint_manager` wrote in `folder`, ascending: the files
-/// named exactly as `checkpoint_manager::path_of` names them. Read-only and lock-free, so that a
-/// tool may list a folder while a manager trains into it (a step the manager is deleting at that
-/// moment may still be listed). Other files, and temporaries of interrupted saves, are ignored.
-/// \throws io_error if `folder` cannot be listed (the message names it), a missing folder included.
-[[nodiscard]] std::vector<std::int64_t> list_steps(const std::filesystem::path& folder);
-
-/// The file of `step`'s checkpoint in `folder`, `<folder>/ckpt-<step, 10 digits>.safetensors`, as
-/// `checkpoint_manager::path_of` names it, without opening a manager (nor taking its lock).
-/// \throws std::invalid_argument if `step` is negative.
-[[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& folder, std::int64_t step);
-
 }  // namespace ckpt

@@ -1,9 +1,12 @@
+// ckpt::mpi::save, ckpt::mpi::load and the committed steps of step folders (the API is
+// ckpt/mpi.hpp), on the helpers of src/mpi/ that every collective function shares.
 #include <ckpt/mpi.hpp>
 #include <ckpt/sharded.hpp>
 
 #include "../hf_index.hpp"
 #include "../manager_core.hpp"
 #include "../atomic_file.hpp"
+#include "../file.hpp"
 #include "../posix_file.hpp"
 #include "../safetensors.hpp"
 #include "common.hpp"

@@ -1,3 +1,6 @@
+// ckpt::checkpoint_manager: a file a step, written by this process, on the one manager core
+// (src/manager_core.hpp). The API is ckpt/manager.hpp; ckpt::mpi::checkpoint_manager is its
+// MPI sibling (src/mpi/manager.cpp).
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/sharded.hpp>
@@ -7,7 +10,7 @@
 #include "io_hooks.hpp"
 #include "manager_core.hpp"
 #include "posix_file.hpp"
-#include "safetensors.hpp"
+#include "file.hpp"
 #include "temporary_name.hpp"
 
 #include <algorithm>
@@ -216,19 +219,5 @@ std::unique_ptr<local_state> opened(std::filesystem::path folder, checkpoint_man
 
 checkpoint_manager::checkpoint_manager(std::filesystem::path folder, checkpoint_manager_options options)
     : checkpoint_manager_base(opened(std::move(folder), std::move(options))) {}
-
-std::vector<std::int64_t> list_steps(const std::filesystem::path& folder) {
-  std::vector<std::int64_t> steps;
-  detail::for_each_in_folder(folder, [&](const std::string& name, const std::filesystem::path&) {
-    if (const auto step = step_of(name)) steps.push_back(*step);
-  });
-  std::ranges::sort(steps);
-  return steps;
-}
-
-std::filesystem::path checkpoint_path(const std::filesystem::path& folder, std::int64_t step) {
-  if (step < 0) throw std::invalid_argument("ckpt: checkpoint_path: negative step " + std::to_string(step));
-  return folder / detail::step_name(file_prefix, step, file_suffix);
-}
 
 }  // namespace ckpt
