@@ -3,6 +3,7 @@
 # on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and, step 150 then damaged, in one
 # process (no mpirun) from step 100 to 200,
 # must end with the parameters of an uninterrupted sharded 4-rank run and of the replicated run,
+# (the uninterrupted run's sliced steps also checked with the ckpt tool when it is built)
 # byte for byte; each rank must hold its share of the optimizer state, not all of it.
 # Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
 cmake_minimum_required(VERSION 3.25)
@@ -28,6 +29,27 @@ train(4 --steps 200 --shard-optimizer --ckpt-dir "${WORK}/straight" --params-out
 # 32 hidden units: 2 x 4 x (32 x 2 + 32 + 2 x 32 + 2) = 1296 bytes of moments, split over 4 ranks.
 if(NOT output MATCHES "optimizer state per rank \\(bytes\\): 320 328 320 328 \\(replicated: 1296\\)")
   message(FATAL_ERROR "the sharded run does not hold 1/4 of the moments per rank:\n${output}")
+endif()
+# The sliced steps of the 4-rank run, through the ckpt tool (when built): verify checks every
+# step's digest; each step folder is a Hugging Face sharded checkpoint whose index's total_size is
+# the bytes inspect counts, and whose shard says format=pt.
+if(TOOL)
+  execute_process(COMMAND "${TOOL}" verify "${WORK}/straight" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(REGEX MATCHALL "ok, digest verified" verified "${out}")
+  list(LENGTH verified n)
+  if(NOT code EQUAL 0 OR NOT n EQUAL 4)
+    message(FATAL_ERROR "ckpt verify of the sliced run (${code}) did not verify its 4 steps:\n${out}\n${err}")
+  endif()
+  file(GLOB step "${WORK}/straight/*200")
+  execute_process(COMMAND "${TOOL}" inspect --json "${step}" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  file(READ "${step}/model.safetensors.index.json" index)
+  string(JSON total GET "${index}" metadata total_size)
+  string(JSON bytes GET "${out}" total bytes)
+  string(JSON format GET "${out}" metadata format)
+  if(NOT code EQUAL 0 OR NOT total EQUAL bytes OR NOT format STREQUAL "pt")
+    message(FATAL_ERROR "ckpt inspect of a sliced step (${code}): total_size ${total}, bytes ${bytes}, "
+                        "format '${format}':\n${out}\n${err}")
+  endif()
 endif()
 train(4 --steps 50 --shard-optimizer --ckpt-dir "${WORK}/chain")
 train(3 --steps 100 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume)
