@@ -3,9 +3,9 @@
 # on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and, step 150 then damaged, in one
 # process (no mpirun) from step 100 to 200,
 # must end with the parameters of an uninterrupted sharded 4-rank run and of the replicated run,
-# (the uninterrupted run's sliced steps also checked with the ckpt tool when it is built)
-# byte for byte; each rank must hold its share of the optimizer state, not all of it.
-# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
+# byte for byte; each rank must hold its share of the optimizer state, not all of it. The
+# uninterrupted run's sliced steps are also checked with the ckpt tool when it is built.
+# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first), TOOL (optional).
 cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
