@@ -108,9 +108,9 @@ int main(int argc, char** argv) {
     const fs::path own = dir / ("independent-" + std::to_string(rep) + "-" + std::to_string(rank) + ".safetensors");
     samples["independent"].push_back(timed(comm, [&] { ckpt::save(own, mine, {.digest = true}); }));
     const std::int64_t saved = ++step;
-    samples["mpi::save"].push_back(timed(comm, [&] { ckpt::mpi::save(comm, dir / "steps", saved, mine); }));
+    samples["mpi::save"].push_back(timed(comm, [&] { ckpt::mpi::save(comm, dir / "steps", saved, mine, {.digest = true}); }));
     samples["mpi::save, replicated"].push_back(
-        timed(comm, [&] { ckpt::mpi::save(comm, dir / "replicated", saved, replicated); }));
+        timed(comm, [&] { ckpt::mpi::save(comm, dir / "replicated", saved, replicated, {.digest = true}); }));
     auto restore = [&](const ckpt::load_options& options) {
       const ckpt::checkpoint t = ckpt::mpi::load(comm, dir / "steps", saved, options);
       // Each rank takes its own part out of the mapped step, as to_params would.

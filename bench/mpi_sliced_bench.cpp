@@ -108,12 +108,12 @@ int main(int argc, char** argv) {
       fs::remove(own);
     } else if (what == "sliced" || what == "sliced-nodigest") {
       samples.push_back(timed(comm, [&] {
-        ckpt::mpi::save_sliced(comm, dir / "steps", step, slices, {}, {.digest = what == "sliced"});
+        ckpt::mpi::save_sliced(comm, dir / "steps", step, slices, {}, {}, {.digest = what == "sliced"});
       }));
     } else if (what == "pieces") {
-      samples.push_back(timed(comm, [&] { ckpt::mpi::save(comm, dir / "steps", step, pieces); }));
+      samples.push_back(timed(comm, [&] { ckpt::mpi::save(comm, dir / "steps", step, pieces, {.digest = true}); }));
     } else if (what == "load") {
-      if (rep == 0) ckpt::mpi::save_sliced(comm, dir / "steps", 1, slices, {}, {.digest = false});
+      if (rep == 0) ckpt::mpi::save_sliced(comm, dir / "steps", 1, slices, {}, {}, {.digest = false});
       std::vector<Eigen::VectorXf> back(state.size(), Eigen::VectorXf(end - first));
       samples.push_back(timed(comm, [&] {
         const ckpt::checkpoint t = ckpt::mpi::load(comm, dir / "steps", 1, {.verify_digest = false});

@@ -61,6 +61,26 @@ checkpoint rename(const checkpoint& t, const std::function<std::string(std::stri
   return checkpoint(std::move(entries), t.metadata());
 }
 
+checkpoint rename(const checkpoint& t, const name_pattern& pattern, std::string_view replacement) {
+  static_cast<void>(pattern.replace("", replacement));  // a group the pattern lacks, before any entry
+  return rename(t, [&](std::string_view name) { return pattern.replace(name, replacement); });
+}
+
+namespace {
+
+checkpoint entries_where(const checkpoint& t, const name_pattern& pattern, bool matching) {
+  std::vector<checkpoint::entry> entries;
+  for (const auto& e : t)
+    if (pattern.matches(e.first) == matching) entries.push_back(e);
+  return checkpoint(std::move(entries), t.metadata());
+}
+
+}  // namespace
+
+checkpoint select(const checkpoint& t, const name_pattern& pattern) { return entries_where(t, pattern, true); }
+
+checkpoint drop(const checkpoint& t, const name_pattern& pattern) { return entries_where(t, pattern, false); }
+
 checkpoint transpose(const checkpoint& t, std::string_view name) {
   const tensor& x = entry_of(t, name, "transpose");
   if (x.rank() < 2)
@@ -77,13 +97,12 @@ checkpoint transpose(const checkpoint& t, std::string_view name) {
   const std::size_t element = bit_width(x.dtype()) / 8;
   dims shape(x.shape().begin(), x.shape().end());
   std::swap(shape[rank - 2], shape[rank - 1]);
-  ckpt::detail::tensor_access::prefetch_pages(x);
+  const tensor in = detail::tensor_access::in_memory(x);
   tensor result = tensor::make(x.dtype(), std::move(shape), [&](std::span<std::byte> out) {
     const std::size_t matrix = rows * cols * element;
     for (std::size_t b = 0; b < batch; ++b)
-      detail::transpose(x.bytes().data() + b * matrix, out.data() + b * matrix, rows, cols, element);
+      detail::transpose(in.bytes().data() + b * matrix, out.data() + b * matrix, rows, cols, element);
   });
-  ckpt::detail::tensor_access::release_pages(x);
   return replace(t, name, {{std::string(name), std::move(result)}});
 }
 
@@ -138,15 +157,79 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
     // Each outer index contributes one run of `run` bytes to every part.
     const std::size_t outer = product(x.shape().first(a));
     const std::size_t run = part_bytes / (outer == 0 ? 1 : outer);
-    ckpt::detail::tensor_access::prefetch_pages(x);
+    const tensor in = detail::tensor_access::in_memory(x);
     for (std::size_t i = 0; i < into.size(); ++i)
       pieces.emplace_back(into[i], tensor::make(x.dtype(), shape, [&](std::span<std::byte> out) {
                             for (std::size_t o = 0; o < outer && run != 0; ++o)
-                              std::memcpy(out.data() + o * run, x.bytes().data() + (o * into.size() + i) * run, run);
+                              std::memcpy(out.data() + o * run, in.bytes().data() + (o * into.size() + i) * run, run);
                           }));
-    ckpt::detail::tensor_access::release_pages(x);
   }
   return replace(t, name, std::move(pieces));
+}
+
+checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& parts, std::string_view into,
+                       std::int64_t axis) {
+  const std::string what = "ckpt: concatenate: into " + quoted(into);
+  if (parts.empty()) throw std::invalid_argument(what + ": no entries to concatenate");
+  if (into.empty()) throw std::invalid_argument("ckpt: concatenate: the name of the result is empty");
+  if (into == "__metadata__")
+    throw std::invalid_argument(what + ": the name '__metadata__' is reserved by the format");
+  std::set<std::string_view> seen;
+  std::vector<const tensor*> xs;
+  for (const std::string& part : parts) {
+    if (!seen.insert(part).second) throw std::invalid_argument(what + ": the entry " + quoted(part) + " is named twice");
+    xs.push_back(&entry_of(t, part, "concatenate"));
+  }
+  if (!seen.contains(into) && t.contains(into))
+    throw std::invalid_argument(what + ": " + quoted(into) + " is already an entry, and not one of the parts");
+  const tensor& first = *xs.front();
+  const auto rank = static_cast<std::int64_t>(first.rank());
+  if (rank == 0) throw std::invalid_argument(what + ": the entry " + quoted(parts.front()) + " is a scalar, which has no axis");
+  if (axis < -rank || axis >= rank)
+    throw std::invalid_argument(what + ": axis " + std::to_string(axis) + " is out of range for the " +
+                                std::to_string(rank) + " axes of " + quoted(parts.front()) + " " + to_string(first.shape()));
+  const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
+  dims shape(first.shape().begin(), first.shape().end());
+  shape[a] = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const tensor& x = *xs[i];
+    const auto both = [&](const std::string& of_first, const std::string& of_this) {
+      return quoted(parts.front()) + " " + of_first + " and " + quoted(parts[i]) + " " + of_this;
+    };
+    if (x.dtype() != first.dtype())
+      throw std::invalid_argument(what + ": the dtypes differ: " +
+                                  both(std::string(to_string(first.dtype())), std::string(to_string(x.dtype()))));
+    bool fits = x.rank() == first.rank();
+    for (std::size_t k = 0; fits && k < x.rank(); ++k) fits = k == a || x.shape()[k] == first.shape()[k];
+    if (!fits)
+      throw std::invalid_argument(what + " along axis " + std::to_string(a) + ": the shapes disagree off that axis: " +
+                                  both(to_string(first.shape()), to_string(x.shape())));
+    if (is_sub_byte(x.dtype()) && (a != 0 || static_cast<std::size_t>(numel_of(x.shape())) * bit_width(x.dtype()) % 8 != 0))
+      throw std::invalid_argument(what + ": the dtype " + std::string(to_string(x.dtype())) +
+                                  " is packed: its parts join along axis 0 only, each a whole number of bytes (" +
+                                  quoted(parts[i]) + " " + to_string(x.shape()) + ", axis " + std::to_string(a) + ")");
+    shape[a] += x.shape()[a];
+  }
+  // Each outer index takes one run of bytes from every part, in order.
+  const std::size_t outer = product(first.shape().first(a));
+  std::vector<tensor> ins;
+  ins.reserve(xs.size());
+  for (const tensor* x : xs) ins.push_back(detail::tensor_access::in_memory(*x));
+  tensor joined = tensor::make(first.dtype(), std::move(shape), [&](std::span<std::byte> out) {
+    std::size_t at = 0;
+    for (std::size_t o = 0; o < outer; ++o)
+      for (const tensor& x : ins) {
+        const std::size_t run = x.nbytes() / (outer == 0 ? 1 : outer);
+        if (run != 0) std::memcpy(out.data() + at, x.bytes().data() + o * run, run);
+        at += run;
+      }
+  });
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(t.size() - parts.size() + 1);
+  for (const auto& e : t)
+    if (!seen.contains(e.first)) entries.push_back(e);
+  entries.emplace_back(std::string(into), std::move(joined));
+  return checkpoint(std::move(entries), t.metadata());
 }
 
 checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::string_view)>& filter) {
@@ -163,9 +246,7 @@ checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::str
       throw std::invalid_argument("ckpt: cast: entry " + quoted(name) + " cannot be cast from " +
                                   std::string(to_string(from)) + " to " + std::string(to_string(to)) +
                                   ": F6_E2M3, F6_E3M2 and F4 are raw bytes only");
-    ckpt::detail::tensor_access::prefetch_pages(x);
     entries.emplace_back(name, ckpt::cast(x, to));
-    ckpt::detail::tensor_access::release_pages(x);
   }
   return checkpoint(std::move(entries), t.metadata());
 }

@@ -62,7 +62,7 @@ atomic_file::atomic_file(std::filesystem::path target)
   static_cast<void>(::fchmod(fd_, 0666 & ~mask));
   // The file being replaced gives its cached pages back first (clean ones: it was synced when it
   // was written), so that the replacement's pages are the ones just freed: without it an atomic
-  // replace grows the page cache by a whole file, and cost 3x writing over the file in place here.
+  // replace grows the page cache by a whole file.
   drop_cached_pages(target_);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // The one writer of files that must appear whole or not at all: a checkpoint (src/file.cpp), a
-// sharded index (src/sharded.cpp, src/mpi/mpi.cpp), the manager's small files. A temporary beside
+// sharded index (src/sharded.cpp, src/mpi/step_folders.cpp), the manager's small files. A temporary beside
 // the target, every byte written, fsynced, renamed over the target, the folder fsynced; the
 // temporary removed if anything fails or the file is dropped uncommitted. Every call that can
 // fail goes through the test seam (io_hooks.hpp). Errors name the target, the file the caller
@@ -17,9 +17,8 @@
 namespace ckpt::detail {
 
 /// Asks the kernel to drop the cached pages of `file` (a regular file; anything else, or no file,
-/// is left alone), so that a file written next reuses them instead of growing the page cache:
-/// on a VM that hands idle memory back to its host, fresh pages cost microseconds each
-/// (bench/README.md, "Library changes" 11). Advice only: failures change nothing.
+/// is left alone), so that a file written next reuses them instead of growing the page cache,
+/// whose fresh pages cost a fault each. Advice only: failures change nothing.
 void drop_cached_pages(const std::filesystem::path& file) noexcept;
 
 /// What `commit` leaves at the target when fsyncing the folder fails after the rename.

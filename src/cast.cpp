@@ -491,7 +491,7 @@ constexpr auto kernels = kernel_table(std::make_index_sequence<codec_count>{});
 // ---------------------------------------------------------------- checks
 
 [[nodiscard]] constexpr bool valid(dtype t) noexcept {
-  return static_cast<std::size_t>(t) < dtype_count;
+  return static_cast<std::size_t>(t) < detail::dtype_count;
 }
 
 [[noreturn]] void throw_not_castable(dtype from, dtype to) {

@@ -1,5 +1,7 @@
 #include <ckpt/checkpoint.hpp>
 
+#include "entry_name.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -21,13 +23,6 @@ const checkpoint::entry* lower_bound(const std::vector<checkpoint::entry>& entri
   return it == entries.end() || it->first != name ? nullptr : &*it;
 }
 
-void check_name(std::string_view name) {
-  if (name.empty()) throw std::invalid_argument("ckpt: entry names must not be empty");
-  if (name == "__metadata__")
-    throw std::invalid_argument(
-        "ckpt: '__metadata__' is reserved by the safetensors format and cannot name an entry");
-}
-
 const std::vector<checkpoint::entry>& no_entries() {
   static const std::vector<checkpoint::entry> none;
   return none;
@@ -35,7 +30,7 @@ const std::vector<checkpoint::entry>& no_entries() {
 }  // namespace
 
 checkpoint::checkpoint(std::vector<entry> entries, metadata_map metadata) {
-  for (const entry& e : entries) check_name(e.first);
+  for (const entry& e : entries) detail::check_entry_name(e.first);
   const auto by_name = [](const entry& a, const entry& b) { return a.first < b.first; };
   // Entries mostly arrive sorted already (a loaded file, concat of sorted parts).
   if (!std::is_sorted(entries.begin(), entries.end(), by_name))
@@ -43,7 +38,7 @@ checkpoint::checkpoint(std::vector<entry> entries, metadata_map metadata) {
   const auto duplicate = std::adjacent_find(
       entries.begin(), entries.end(), [](const entry& a, const entry& b) { return a.first == b.first; });
   if (duplicate != entries.end())
-    throw std::invalid_argument("ckpt: duplicate entry name '" + duplicate->first + "'");
+    detail::entry_name_error(duplicate->first);
   if (!entries.empty() || !metadata.empty())
     contents_ = std::make_shared<const contents>(contents{std::move(entries), std::move(metadata)});
 }
@@ -96,7 +91,7 @@ checkpoint of_tensor(std::string_view name, const tensor& x) {
 }
 
 checkpoint of_int(std::string_view name, std::int64_t i) {
-  check_name(name);
+  detail::check_entry_name(name);
   if (i < std::numeric_limits<std::int32_t>::min() || i > std::numeric_limits<std::int32_t>::max())
     return of_tensor(name, tensor::copy_of(dtype::i64, {1}, std::as_bytes(std::span(&i, 1))));
   const auto value = static_cast<std::int32_t>(i);

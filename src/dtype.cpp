@@ -6,7 +6,7 @@
 namespace ckpt {
 namespace {
 // Indexed by the enumerator's value; the order is checked by the test of to_string.
-constexpr std::array<std::string_view, dtype_count> spellings{
+constexpr std::array<std::string_view, detail::dtype_count> spellings{
     "BOOL", "U8",  "I8",  "U16", "I16",     "U32",     "I32",     "U64",         "I64",
     "F16",  "BF16", "F32", "F64", "C64",    "F8_E4M3", "F8_E5M2", "F8_E8M0",     "F8_E4M3FNUZ",
     "F8_E5M2FNUZ", "F6_E2M3", "F6_E3M2", "F4"};

@@ -1,7 +1,10 @@
 #include <ckpt/file.hpp>
 
+#include <ckpt/detail/pages.hpp>
+
 #include "atomic_file.hpp"
 #include "digest.hpp"
+#include "file.hpp"
 #include "mapped_file.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
@@ -14,7 +17,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-// On x86, Debian's libxxhash picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
+// On x86, a libxxhash built with its dispatcher picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
 // through its *_dispatch entry points; this header maps the usual names onto them.
 #if (defined(__x86_64__) || defined(__i386__)) && __has_include(<xxh_x86dispatch.h>)
 #include <xxh_x86dispatch.h>
@@ -351,9 +354,22 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options) {
   std::vector<detail::entry_source> entries;
   entries.reserve(t.size());
-  for (const auto& [name, x] : t)
-    entries.push_back({.name = name, .dtype = x.dtype(), .shape = dims(x.shape().begin(), x.shape().end()),
-                       .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = {}});
+  for (const auto& [name, x] : t) {
+    detail::entry_source e{.name = name, .dtype = x.dtype(), .shape = dims(x.shape().begin(), x.shape().end()),
+                           .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = {}};
+    // An entry of a loaded file (ckpt convert, a checkpoint saved again) is read from that file
+    // with pread a band ahead of the writer, not sent from its mapping: the hash of the digest
+    // would read the mapping, and a file truncated meanwhile would be a SIGBUS there.
+    if (const detail::mapped_file* file = detail::tensor_access::file_of(x); file != nullptr && x.nbytes() > 0) {
+      // Rows of one byte: bands of the writer's size, however the entry is shaped.
+      e.row_bytes = 1;
+      e.write_rows = [file, bytes = x.bytes()](std::size_t first, std::size_t count, std::byte* out) {
+        file->read(bytes.subspan(first, count), out);
+      };
+      e.keep_alive = x;
+    }
+    entries.push_back(std::move(e));
+  }
   detail::write_file(path, entries, t.metadata(), options);
 }
 

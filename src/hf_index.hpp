@@ -1,7 +1,9 @@
 #pragma once
 // The Hugging Face sharded-checkpoint index (`*.safetensors.index.json`), written byte for byte as
 // transformers writes it and read with every check, for save_sharded and load_sharded
-// (src/sharded.cpp) and ckpt::mpi (src/mpi/mpi.cpp).
+// (src/sharded.cpp) and ckpt::mpi (src/mpi/step_folders.cpp).
+
+#include <ckpt/checkpoint.hpp>
 
 #include <cstdint>
 #include <filesystem>
@@ -30,5 +32,14 @@ std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::
 /// \throws index_error naming `index` if it is not an index (not JSON, no weight_map, a bad name
 /// or shard file name); io_error if it cannot be read.
 std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(const std::filesystem::path& index);
+
+/// The checkpoint of the index `index` whose weight_map is `by_shard` (read_weight_map's): each
+/// shard, in the index's folder, loaded once by `load_shard`, and of it the entries the map
+/// names; the metadata common to every shard (same key, same value), without digests.
+/// \throws index_error naming `index` if a shard lacks an entry the map gives it; whatever
+///   `load_shard` throws.
+checkpoint assemble_shards(const std::filesystem::path& index,
+                           const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
+                           const std::function<checkpoint(const std::filesystem::path& shard)>& load_shard);
 
 }  // namespace ckpt::detail

@@ -1,5 +1,5 @@
 #pragma once
-// The one core of ckpt::checkpoint_manager (src/manager.cpp) and ckpt::mpi::checkpoint_manager
+// The one core of ckpt::checkpoint_manager (src/local_manager.cpp) and ckpt::mpi::checkpoint_manager
 // (src/mpi/manager.cpp): option validation, the step-name codec, listing a folder, the list of
 // steps with their keep-best metrics, the checks of a save's arguments, the retention decision,
 // the wall_time stamp, and the background write whose outcome is collected once. What differs

@@ -34,9 +34,12 @@ void mapped_file::check_size() const {
 
 tensor tensor_access::view_of(dtype type, dims shape, std::span<const std::byte> bytes,
                               std::shared_ptr<const void> owner, const mapped_file* file) {
-  tensor out = tensor::view_of(type, std::move(shape), bytes, std::move(owner));
-  // A misaligned view was copied into memory: it no longer lives in the file.
-  if (out.bytes_.data() == bytes.data()) out.file_ = file;
+  if (file == nullptr) return tensor::view_of(type, std::move(shape), bytes, std::move(owner));
+  tensor::checked_size(type, shape, bytes.size());
+  tensor out(type, std::move(shape), bytes, std::move(owner));
+  out.file_ = file;
+  // A misaligned entry cannot be viewed: it is read into memory, with pread like every copy.
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % tensor::alignment_of(type) != 0) return in_memory(out);
   return out;
 }
 
@@ -116,40 +119,10 @@ void tensor_access::for_each_band(const tensor& x, std::size_t row_bytes,
   }
 }
 
-namespace {
-
-// The pages holding `bytes`, shared pages at either end included.
-std::pair<void*, std::size_t> pages_of(std::span<const std::byte> bytes) noexcept {
-  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
-  const std::uintptr_t first = begin / page * page;
-  const std::uintptr_t last = (begin + bytes.size() + page - 1) / page * page;
-  return {reinterpret_cast<void*>(first), last - first};
-}
-
-}  // namespace
-
-void tensor_access::prefetch_pages(const tensor& x) noexcept {
-  if (x.file_ == nullptr || x.bytes_.size() < advised_bytes) return;
-  const auto [first, length] = pages_of(x.bytes_);
-  // The mapping is MADV_RANDOM (load reads the header only), and MADV_WILLNEED alone starts no
-  // read on some kernels (bench/README.md, "Notes from the code"): marking the entry's pages
-  // sequential until release_pages makes the faults of the copy read ahead in large blocks.
-  ::madvise(first, length, MADV_SEQUENTIAL);
-  ::madvise(first, length, MADV_WILLNEED);
-}
-
-void tensor_access::release_pages(const tensor& x) noexcept {
-  if (x.file_ == nullptr || x.bytes_.size() < advised_bytes) return;
-  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(x.bytes_.data());
-  const std::uintptr_t first = (begin + page - 1) / page * page;
-  const std::uintptr_t last = (begin + x.bytes_.size()) / page * page;
-  // Pages shared with a neighbouring range stay: it may still be in use.
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-  // Back to the mapping's random access (prefetch_pages made these pages sequential).
-  const auto [pages, length] = pages_of(x.bytes_);
-  ::madvise(pages, length, MADV_RANDOM);
+tensor tensor_access::in_memory(const tensor& x) {
+  if (x.file_ == nullptr) return x;
+  const std::span<const std::int64_t> shape = x.shape();
+  return tensor::make(x.dtype(), dims(shape.begin(), shape.end()), [&](std::span<std::byte> out) { read_bytes(x, out); });
 }
 
 }  // namespace ckpt::detail

@@ -14,7 +14,7 @@ constexpr std::size_t huge_page = std::size_t{2} << 20;
 // Buffers below this come from the heap: once glibc has freed a block of their size, its mmap
 // threshold follows (up to 32 MiB) and later blocks reuse the heap's memory without new page
 // faults. Larger ones are mapped with huge pages asked for: 512 times fewer faults than 4 KiB
-// pages, each of which costs microseconds on a VM (bench/README.md, "Library changes" 11).
+// pages.
 constexpr std::size_t heap_limit = std::size_t{32} << 20;
 
 }  // namespace

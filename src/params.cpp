@@ -1,6 +1,7 @@
 #include <ckpt/params.hpp>
 #include <ckpt/detail/pages.hpp>
 
+#include "entry_name.hpp"
 #include "mapped_file.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
@@ -17,11 +18,7 @@
 
 namespace ckpt::detail {
 
-void leaf_name_error(std::string_view name, std::string_view function) {
-  if (name.empty())
-    throw std::invalid_argument("ckpt: " + std::string(function) + ": a leaf has an empty name (a bare leaf needs a prefix)");
-  throw std::invalid_argument("ckpt: " + std::string(function) + ": two leaves are named '" + std::string(name) + "'");
-}
+void leaf_name_error(std::string_view name, std::string_view function) { entry_name_error(name, function); }
 
 void check_leaf_names(std::span<const std::string> names, std::string_view function) {
   // A hash set, not a sort: 100,000 names are checked in a few milliseconds whatever their order.
@@ -90,13 +87,10 @@ namespace {
 // cost more than the copy (100,000 entries of 64 bytes), so runs of them are read at once.
 constexpr std::size_t staged_bytes = std::size_t{256} << 10;
 // Extractions of this many bytes or more read two runs of leaves on two threads (each leaf then
-// reads on one thread): a thread for the whole call, not one for each large leaf. 64 matrices of
-// 1024 x 1024 floats transposed in memory: 0.030 s split matrix by matrix, 0.022 s split by
-// leaves (bench/README.md, "Library changes" 12).
+// reads on one thread): a thread for the whole call, not one for each large leaf.
 constexpr std::size_t parallel_read_bytes = std::size_t{2} << 20;
-// Leaves of at least this many bytes on average are read in file order. Below, the order of the
-// leaves in memory matters more: 100,000 vectors of 16 floats (warm) took 0.079 s in file order
-// and 0.060 s in leaf order (a scratch loop; the cold read of 64 KiB matrices gains 19.7x).
+// Leaves of at least this many bytes on average are read in file order (a cold file reads
+// sequentially). Below, the order of the leaves in memory matters more.
 constexpr std::size_t file_order_bytes = 4096;
 
 // The small entries of a loaded file, read into a staging band a window at a time.

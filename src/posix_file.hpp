@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <cstddef>
 #include <system_error>
 #include <utility>
@@ -56,12 +57,16 @@ class file_descriptor {
   return fd;
 }
 
-/// Opens (creating it) `lock_path` in `folder` and takes its exclusive `flock`, which the
-/// returned descriptor holds until it is closed. flock, not fcntl locks: it belongs to the open
-/// file description, so a second holder in this very process, which opens the file anew, is
-/// refused as well.
+/// Creates `folder` if needed, opens (creating it) the lock file `lock_name` in it and takes its
+/// exclusive `flock`, which the returned descriptor holds until it is closed. flock, not fcntl
+/// locks: it belongs to the open file description, so a second holder in this very process,
+/// which opens the file anew, is refused as well.
 /// \throws lock_error if another open description holds it; io_error on any other failure.
-[[nodiscard]] inline int lock_exclusively(const std::filesystem::path& folder, const std::filesystem::path& lock_path) {
+[[nodiscard]] inline int lock_exclusively(const std::filesystem::path& folder, std::string_view lock_name) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) throw io_error(folder, "create the folder", ec);
+  const std::filesystem::path lock_path = folder / lock_name;
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) throw io_error(lock_path, "open the lock file", last_error());
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -1,10 +1,12 @@
 #include "safetensors.hpp"
+
+#include "entry_name.hpp"
+#include "utf8.hpp"
 #include <ckpt/detail/pages.hpp>
 
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>
-#include <boost/locale/utf.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -151,7 +153,7 @@ class header_handler {
     return complete_text(s, "a key", [this] {
       switch (where_) {
         case place::top:
-          is_metadata_ = partial_ == "__metadata__";
+          is_metadata_ = partial_ == metadata_key;
           if (is_metadata_) {
             if (result.has_metadata) fail(origin_, "'__metadata__' appears twice");
             result.has_metadata = true;
@@ -341,10 +343,8 @@ parsed_header parse_header(std::string_view json, const std::filesystem::path& o
   // Invalid UTF-8 anywhere (overlong forms, surrogates, stray or missing continuation bytes) and
   // lone escaped surrogates are refused by the parser itself: allow_invalid_utf8 stays false.
   boost::json::basic_parser<header_handler> parser(options, origin, json);
-  // Room for entries in as many bytes as the header has, so that 100,000 entries are not moved
-  // again and again as the list grows (7.9 MiB of header: room for 68,000, then one move; load
-  // of 100,000 small tensors 33 ms without, 25 ms with it, 24 ms with room for the most entries
-  // the header could hold, which would reserve 2.4 times its size).
+  // Room for entries in as many bytes as the header has, so that a header of many entries does
+  // not move them again and again as the list grows (at most one move).
   parser.handler().result.entries.reserve(json.size() / sizeof(header_entry));
   error_code ec;
   const std::size_t used = parser.write_some(false, json.data(), json.size(), ec);
@@ -484,66 +484,9 @@ parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::p
           .digest_at = header.digest_at ? std::optional(8 + *header.digest_at) : std::nullopt};
 }
 
-// `s` quoted for a message: valid UTF-8 kept, control bytes and invalid bytes written as \xNN,
-// so that a message about a broken name can still be printed and compared.
-std::string quote_bytes(std::string_view s) {
-  using traits = boost::locale::utf::utf_traits<char>;
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "'";
-  const char* p = s.data();
-  const char* const end = p + s.size();
-  while (p != end) {
-    const auto byte = static_cast<unsigned char>(*p);
-    const char* const start = p;
-    if (byte >= 0x80) {
-      const boost::locale::utf::code_point c = traits::decode(p, end);
-      if (c != boost::locale::utf::illegal && c != boost::locale::utf::incomplete) {
-        out.append(start, p);
-        continue;
-      }
-      p = start;
-    }
-    ++p;
-    if (byte < 0x20 || byte >= 0x7f) {
-      out += "\\x";
-      out += hex[byte >> 4];
-      out += hex[byte & 0xf];
-    } else {
-      out += static_cast<char>(byte);
-    }
-  }
-  return out + "'";
-}
-
 namespace {
 
-// The offset of the first byte of `s` that does not begin a well-formed UTF-8 sequence (an
-// overlong form, a surrogate, a code point past U+10FFFF, a stray or missing continuation byte
-// all count), or nullopt if `s` is valid UTF-8.
-std::optional<std::size_t> invalid_utf8_at(std::string_view s) {
-  using traits = boost::locale::utf::utf_traits<char>;
-  const char* p = s.data();
-  const char* const end = p + s.size();
-  while (p != end) {
-    if (static_cast<unsigned char>(*p) < 0x80) {
-      ++p;
-      continue;
-    }
-    const char* const start = p;
-    const boost::locale::utf::code_point c = traits::decode(p, end);
-    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete)
-      return static_cast<std::size_t>(start - s.data());
-  }
-  return std::nullopt;
-}
-
-// Boost.JSON would write the bytes as they are: a file no JSON reader (ckpt's included) accepts.
-void require_utf8_to_save(const std::string& what, std::string_view s) {
-  if (const std::optional<std::size_t> at = invalid_utf8_at(s))
-    throw std::invalid_argument("ckpt: cannot save " + what + " " + quote_bytes(s) +
-                                ": it is not valid UTF-8 (byte " + std::to_string(*at) + " of " +
-                                std::to_string(s.size()) + ") and safetensors headers are JSON");
-}
+constexpr std::string_view headers_are_json = "safetensors headers are JSON";
 
 }  // namespace
 
@@ -567,8 +510,8 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
     json += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [key, value] : metadata) {
-      require_utf8_to_save("the '__metadata__' key", key);
-      require_utf8_to_save("the '__metadata__' value of " + quote_bytes(key), value);
+      require_utf8_to_save("the '__metadata__' key", key, headers_are_json);
+      require_utf8_to_save("the '__metadata__' value of " + quote_bytes(key), value, headers_are_json);
       if (is_damaged_digest_entry(key, value))
         throw std::invalid_argument("ckpt: cannot save the '__metadata__' key " + quote_bytes(key) +
                                     " with 16 hex digits: it differs from '" + std::string(digest_key) +
@@ -583,7 +526,7 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
   }
   std::uint64_t offset = 0;
   for (const entry_source& x : entries) {
-    require_utf8_to_save("the entry name", x.name);
+    require_utf8_to_save("the entry name", x.name, headers_are_json);
     if (json.size() > 1) json += ',';
     append_string(x.name);
     json += ":{\"dtype\":\"";

@@ -4,7 +4,7 @@
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/entry_source.hpp>
 #include <ckpt/error.hpp>
-#include <ckpt/file.hpp>
+#include <ckpt/detail/format.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -41,19 +41,6 @@ struct parsed_file {
 parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
                       const std::shared_ptr<const void>& owner, const mapped_file* mapping,
                       const std::function<void(std::string_view, std::string_view)>& skipped);
-
-// Writes a safetensors file of `entries` (already in the order they should be laid out, names
-// valid and distinct) and `metadata` at `path`, atomically, as `options` say; see ckpt::save.
-void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata, const save_options& options);
-
-// One safetensors file: mapped, parsed, its digest verified as `options` says (src/file.cpp).
-// `ckpt::load` (src/load.cpp) calls it for a file, `load_sharded` for each shard.
-checkpoint load_file(const std::filesystem::path& path, const load_options& options);
-
-// `s` in single quotes for a message: valid UTF-8 kept, control and invalid bytes written as
-// \xNN, so that a message about a name read from an untrusted file can be printed and compared.
-std::string quote_bytes(std::string_view s);
 
 // Whether a `__metadata__` entry other than digest_key reads as digest_key's entry with one byte
 // of its key changed: its key as JSON spells it has digest_key's length and differs from it in

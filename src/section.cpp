@@ -1,5 +1,7 @@
 #include <ckpt/section.hpp>
 
+#include "entry_name.hpp"
+#include "file.hpp"
 #include "safetensors.hpp"
 
 #include <algorithm>
@@ -15,8 +17,8 @@ namespace detail {
 namespace {
 
 // Sorts `entries` by name (byte-wise). Names share long prefixes (`model.layers.12345`), and a
-// comparison of two entries' names reads two objects and two strings scattered in memory: the
-// sort of 100,000 leaves took 40% of their save. Each entry gets a key instead, held together in
+// comparison of two entries' names reads two objects and two strings scattered in memory, which
+// made the sort a large part of a save of many leaves. Each entry gets a key instead, held together in
 // one array: the 8 bytes that follow the prefix all names share, as a big-endian number (zeros
 // past a name's end), then the name. Keys that differ in that number order their names as the
 // bytes would (a name that ends sooner was a prefix of the other); equal numbers compare the names.
@@ -50,13 +52,12 @@ void sort_by_name(std::vector<const entry_source*>& entries) {
 
 void order_entries(std::vector<const entry_source*>& entries, std::string_view function) {
   for (const auto* e : entries)
-    if (e->name == "__metadata__")
-      throw std::invalid_argument("ckpt: '__metadata__' is reserved by the safetensors format and cannot name an entry");
+    if (e->name == metadata_key) entry_name_error(e->name, function);
   sort_by_name(entries);
   // Sorted, an empty name comes first and a name given twice is next to itself.
   for (std::size_t i = 0; i < entries.size(); ++i)
     if (entries[i]->name.empty() || (i > 0 && entries[i]->name == entries[i - 1]->name))
-      leaf_name_error(entries[i]->name, function);
+      entry_name_error(entries[i]->name, function);
 }
 
 std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function) {

@@ -4,13 +4,15 @@
 #include "hf_index.hpp"
 #include "io_hooks.hpp"
 #include "posix_file.hpp"
+#include "entry_name.hpp"
+#include "file.hpp"
 #include "safetensors.hpp"
+#include "utf8.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/string_view.hpp>
 #include <boost/json/value.hpp>
-#include <boost/locale/utf.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -32,32 +34,17 @@ namespace ckpt {
 namespace detail {
 
 std::string python_json_string(std::string_view s) {
-  using traits = boost::locale::utf::utf_traits<char>;
   static constexpr char hex[] = "0123456789abcdef";
+  require_utf8_to_save("the name", s, "a sharded checkpoint's index holds UTF-8 names");
   std::string out = "\"";
   const auto escape = [&out](std::uint32_t unit) {
     out += "\\u";
     for (int shift = 12; shift >= 0; shift -= 4) out += hex[(unit >> shift) & 0xf];
   };
-  const char* p = s.data();
-  const char* const end = p + s.size();
-  while (p != end) {
-    const boost::locale::utf::code_point c = traits::decode(p, end);
-    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete) {
-      std::string shown;  // every byte past ASCII as \xNN, so that the message prints
-      for (const char byte : s) {
-        const auto b = static_cast<unsigned char>(byte);
-        if (b >= 0x20 && b < 0x7f) {
-          shown += byte;
-        } else {
-          shown += "\\x";
-          shown += hex[b >> 4];
-          shown += hex[b & 0xf];
-        }
-      }
-      throw std::invalid_argument("ckpt: the name '" + shown +
-                                  "' is not valid UTF-8 (a sharded checkpoint's index holds UTF-8 names)");
-    }
+  for (std::size_t at = 0; at < s.size();) {
+    const utf8_step step = next_utf8(s.substr(at));
+    at += step.bytes;
+    const char32_t c = *step.code_point;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -305,7 +292,7 @@ std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(con
   std::map<std::string, std::vector<std::string>, std::less<>> by_shard;
   for (const auto& [key, value] : *map) {
     const std::string name(key);
-    if (name.empty() || name == "__metadata__")
+    if (!detail::is_entry_name(name))
       throw index_error(index, "the weight_map entry '" + name + "' is not a valid entry name");
     const boost::json::string* shard = value.if_string();
     if (shard == nullptr)
@@ -319,19 +306,14 @@ std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(con
   return by_shard;
 }
 
-}  // namespace detail
-
-checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
-  std::error_code ec;
-  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
+checkpoint assemble_shards(const std::filesystem::path& index,
+                           const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
+                           const std::function<checkpoint(const std::filesystem::path& shard)>& load_shard) {
   const std::filesystem::path folder = index.has_parent_path() ? index.parent_path() : ".";
-  // Entry names by shard, each shard loaded once.
-  const auto by_shard = detail::read_weight_map(index);
-
   std::vector<checkpoint::entry> entries;
   std::optional<metadata_map> common;
   for (const auto& [shard, names] : by_shard) {
-    const checkpoint part = detail::load_file(folder / shard, options);
+    const checkpoint part = load_shard(folder / shard);
     for (const std::string& name : names) {
       const tensor* x = part.find(name);
       if (x == nullptr)
@@ -353,6 +335,16 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
   metadata.erase(std::string(digest_key));
   for (const std::string_view key : earlier_digest_keys) metadata.erase(std::string(key));
   return checkpoint(std::move(entries), std::move(metadata));
+}
+
+}  // namespace detail
+
+checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
+  std::error_code ec;
+  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
+  // Entry names by shard, each shard loaded once.
+  return detail::assemble_shards(index, detail::read_weight_map(index),
+                                 [&options](const std::filesystem::path& shard) { return detail::load_file(shard, options); });
 }
 
 }  // namespace ckpt

@@ -30,7 +30,7 @@ void copy_entry(const detail::entry_source& e, std::byte* out) {
 
 // Copies every entry `order[i]` to `targets[i]` (none where it is null). One core does not
 // saturate memory bandwidth: a large copy is split into runs of entries of about equal size,
-// copied on up to four threads (bench/README.md, "Notes from the code").
+// copied on up to four threads.
 void copy_in_parallel(const std::vector<const detail::entry_source*>& order, const std::vector<std::byte*>& targets) {
   // starts[i]: the bytes before entry i.
   std::vector<std::size_t> starts;

@@ -1,6 +1,6 @@
 #pragma once
 // How ckpt::save names the temporary file it renames over its target, in one place for the writer
-// (src/file.cpp) and the manager that recognises leftovers of a crashed save (src/manager.cpp).
+// (src/file.cpp) and the manager that recognises leftovers of a crashed save (src/local_manager.cpp).
 
 #include <filesystem>
 #include <optional>

@@ -42,8 +42,7 @@ std::size_t nbytes_of(dtype type, std::int64_t numel) {
   return static_cast<std::size_t>(count * bits / 8);
 }
 
-namespace {
-std::size_t checked_size(dtype type, std::span<const std::int64_t> shape, std::size_t given) {
+std::size_t tensor::checked_size(ckpt::dtype type, std::span<const std::int64_t> shape, std::size_t given) {
   const std::size_t expected = nbytes_of(type, numel_of(shape));
   if (expected != given)
     throw std::invalid_argument("ckpt: a " + std::string(to_string(type)) + " tensor of shape " +
@@ -52,12 +51,11 @@ std::size_t checked_size(dtype type, std::span<const std::int64_t> shape, std::s
   return expected;
 }
 
-std::size_t alignment_of(dtype type) {
+std::size_t tensor::alignment_of(ckpt::dtype type) noexcept {
   // The scalar carrying the dtype: C64 is two floats.
   if (type == dtype::c64) return alignof(float);
   return has_scalar(type) ? bit_width(type) / 8 : 1;
 }
-}  // namespace
 
 std::shared_ptr<std::byte[]> tensor::allocate(std::size_t size) { return detail::allocate_bytes(size); }
 

@@ -8,6 +8,7 @@
 
 #include "mapped_file.hpp"
 #include "safetensors.hpp"
+#include "utf8.hpp"
 
 #include <unzip.h>
 
@@ -246,113 +247,128 @@ class unpickler {
       : in_(pickle), origin_(origin), prefix_(prefix), records_(records), big_endian_(big_endian),
         owner_(std::move(owner)), mapping_(mapping), data_(data), objects_(objects) {}
 
+  // Runs the pickle to its STOP opcode and returns the object it built.
   ref run() {
-    while (true) {
-      const auto op = static_cast<unsigned char>(byte());
-      switch (op) {
-        case 0x80: {  // PROTO
-          const auto version = static_cast<unsigned char>(byte());
-          if (version > 2) fail("pickle protocol " + std::to_string(version) + " (torch.save writes protocol 2)");
-          break;
-        }
-        case '.': {  // STOP
-          if (stack_.size() != 1 || !marks_.empty()) fail("the pickle stops with an unbalanced stack");
-          return stack_.back();
-        }
-        case '(': marks_.push_back(stack_.size()); break;
-        case '}': push(make(object::kind::dict)); break;
-        case ']': push(make(object::kind::list)); break;
-        case ')': push(&empty_tuple_); break;
-        case 't': {
-          auto t = make(object::kind::tuple);
-          t->items = pop_to_mark();
-          objects_.spend(t->items.size() * sizeof(ref));
-          push(std::move(t));
-          break;
-        }
-        case 0x85: case 0x86: case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
-          const std::size_t n = op - 0x84u;
-          need(n);
-          auto t = make(object::kind::tuple);
-          objects_.spend(n * sizeof(ref));
-          t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
-          stack_.resize(stack_.size() - n);
-          push(std::move(t));
-          break;
-        }
-        case 'N': push(&none_); break;
-        case 0x88: push(&true_); break;   // NEWTRUE
-        case 0x89: push(&false_); break;  // NEWFALSE
-        case 'K': push(integer(static_cast<std::int64_t>(unsigned_le(1)))); break;  // BININT1
-        case 'M': push(integer(static_cast<std::int64_t>(unsigned_le(2)))); break;  // BININT2
-        case 'J': push(integer(static_cast<std::int32_t>(unsigned_le(4)))); break;  // BININT
-        case 0x8a: {  // LONG1: a little-endian two's-complement integer of n bytes
-          const auto n = static_cast<unsigned char>(byte());
-          if (n > 8) fail("an integer of " + std::to_string(n) + " bytes (at most 8 are read)");
-          std::uint64_t value = n == 0 ? 0 : unsigned_le(n);
-          if (n > 0 && n < 8 && (value >> (8 * n - 1)) != 0) value |= ~std::uint64_t{0} << (8 * n);
-          push(integer(static_cast<std::int64_t>(value)));
-          break;
-        }
-        case 'G': {  // BINFLOAT: big-endian IEEE double
-          auto r = make(object::kind::real);
-          r->real = std::bit_cast<double>(unsigned_be(8));
-          push(std::move(r));
-          break;
-        }
-        case 'X': {  // BINUNICODE
-          const auto n = unsigned_le(4);
-          auto s = make(object::kind::string);
-          s->text = std::string(text(n));
-          objects_.spend(s->text.size());
-          push(std::move(s));
-          break;
-        }
-        case 'c': global(); break;
-        case 'q': memo(unsigned_le(1)); break;                   // BINPUT
-        case 'r': memo(unsigned_le(4)); break;                   // LONG_BINPUT
-        case 'h': push(recall(unsigned_le(1))); break;           // BINGET
-        case 'j': push(recall(unsigned_le(4))); break;           // LONG_BINGET
-        case 'Q': persistent(); break;                           // BINPERSID
-        case 'R': reduce(); break;
-        case 'b': build(); break;
-        case 's': {  // SETITEM
-          need(3);
-          auto value = pop(), key = pop();
-          objects_.spend(2 * sizeof(std::pair<ref, ref>));
-          dict_of(top())->pairs.emplace_back(std::move(key), std::move(value));
-          break;
-        }
-        case 'u': {  // SETITEMS
-          auto items = pop_to_mark();
-          if (items.size() % 2 != 0) fail("SETITEMS with an odd number of items");
-          auto& d = dict_of(top())->pairs;
-          objects_.spend(items.size() * sizeof(std::pair<ref, ref>));
-          for (std::size_t i = 0; i < items.size(); i += 2) d.emplace_back(items[i], items[i + 1]);
-          break;
-        }
-        case 'a': {  // APPEND
-          need(2);
-          auto value = pop();
-          objects_.spend(2 * sizeof(ref));
-          list_of(top())->items.push_back(std::move(value));
-          break;
-        }
-        case 'e': {  // APPENDS
-          auto items = pop_to_mark();
-          auto& l = list_of(top())->items;
-          objects_.spend(2 * items.size() * sizeof(ref));
-          l.insert(l.end(), items.begin(), items.end());
-          break;
-        }
-        default:
-          fail("pickle opcode " + hex_byte(op) + " at byte " + std::to_string(position_ - 1) +
-               " (only the opcodes torch.save emits are read)");
-      }
-    }
+    for (unsigned char op = opcode(); op != '.'; op = opcode()) execute(op);
+    return stop();
   }
 
  private:
+  // ----- The pickle machine: one function for each opcode torch.save emits (protocol 2).
+
+  unsigned char opcode() { return static_cast<unsigned char>(byte()); }
+
+  void execute(unsigned char op) {
+    switch (op) {
+      case 0x80: return proto();
+      case '(': return marks_.push_back(stack_.size());  // MARK
+      case '}': return push(make(object::kind::dict));   // EMPTY_DICT
+      case ']': return push(make(object::kind::list));   // EMPTY_LIST
+      case ')': return push(&empty_tuple_);              // EMPTY_TUPLE
+      case 't': return mark_tuple();                     // TUPLE
+      case 0x85: case 0x86: case 0x87: return small_tuple(op - 0x84u);  // TUPLE1, TUPLE2, TUPLE3
+      case 'N': return push(&none_);
+      case 0x88: return push(&true_);   // NEWTRUE
+      case 0x89: return push(&false_);  // NEWFALSE
+      case 'K': return push(integer(static_cast<std::int64_t>(unsigned_le(1))));  // BININT1
+      case 'M': return push(integer(static_cast<std::int64_t>(unsigned_le(2))));  // BININT2
+      case 'J': return push(integer(static_cast<std::int32_t>(unsigned_le(4))));  // BININT
+      case 0x8a: return long1();
+      case 'G': return binfloat();
+      case 'X': return binunicode();
+      case 'c': return global();
+      case 'q': return memo(unsigned_le(1));          // BINPUT
+      case 'r': return memo(unsigned_le(4));          // LONG_BINPUT
+      case 'h': return push(recall(unsigned_le(1)));  // BINGET
+      case 'j': return push(recall(unsigned_le(4)));  // LONG_BINGET
+      case 'Q': return persistent();                  // BINPERSID
+      case 'R': return reduce();
+      case 'b': return build();
+      case 's': return setitem();
+      case 'u': return setitems();
+      case 'a': return append();
+      case 'e': return appends();
+      default:
+        fail("pickle opcode " + hex_byte(op) + " at byte " + std::to_string(position_ - 1) +
+             " (only the opcodes torch.save emits are read)");
+    }
+  }
+
+  // PROTO: the protocol, at most 2.
+  void proto() {
+    const auto version = static_cast<unsigned char>(byte());
+    if (version > 2) fail("pickle protocol " + std::to_string(version) + " (torch.save writes protocol 2)");
+  }
+  // STOP: the one object left on the stack, with no MARK open.
+  ref stop() const {
+    if (stack_.size() != 1 || !marks_.empty()) fail("the pickle stops with an unbalanced stack");
+    return stack_.back();
+  }
+  // TUPLE and TUPLE1-3: a tuple of the objects above the MARK, or of the top `n` objects.
+  void mark_tuple() {
+    auto t = make(object::kind::tuple);
+    t->items = pop_to_mark();
+    objects_.spend(t->items.size() * sizeof(ref));
+    push(std::move(t));
+  }
+  void small_tuple(std::size_t n) {
+    need(n);
+    auto t = make(object::kind::tuple);
+    objects_.spend(n * sizeof(ref));
+    t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
+    stack_.resize(stack_.size() - n);
+    push(std::move(t));
+  }
+  // LONG1: a little-endian two's-complement integer of n bytes (at most 8 here).
+  void long1() {
+    const auto n = static_cast<unsigned char>(byte());
+    if (n > 8) fail("an integer of " + std::to_string(n) + " bytes (at most 8 are read)");
+    std::uint64_t value = n == 0 ? 0 : unsigned_le(n);
+    if (n > 0 && n < 8 && (value >> (8 * n - 1)) != 0) value |= ~std::uint64_t{0} << (8 * n);
+    push(integer(static_cast<std::int64_t>(value)));
+  }
+  // BINFLOAT: a big-endian IEEE double.
+  void binfloat() {
+    auto r = make(object::kind::real);
+    r->real = std::bit_cast<double>(unsigned_be(8));
+    push(std::move(r));
+  }
+  // BINUNICODE: a string of a 4-byte length.
+  void binunicode() {
+    const auto n = unsigned_le(4);
+    auto s = make(object::kind::string);
+    s->text = std::string(text(n));
+    objects_.spend(s->text.size());
+    push(std::move(s));
+  }
+  // SETITEM, SETITEMS: a pair, or the pairs above the MARK, added to the dict below them.
+  void setitem() {
+    need(3);
+    auto value = pop(), key = pop();
+    objects_.spend(2 * sizeof(std::pair<ref, ref>));
+    dict_of(top())->pairs.emplace_back(std::move(key), std::move(value));
+  }
+  void setitems() {
+    auto items = pop_to_mark();
+    if (items.size() % 2 != 0) fail("SETITEMS with an odd number of items");
+    auto& d = dict_of(top())->pairs;
+    objects_.spend(items.size() * sizeof(std::pair<ref, ref>));
+    for (std::size_t i = 0; i < items.size(); i += 2) d.emplace_back(items[i], items[i + 1]);
+  }
+  // APPEND, APPENDS: an object, or the objects above the MARK, appended to the list below them.
+  void append() {
+    need(2);
+    auto value = pop();
+    objects_.spend(2 * sizeof(ref));
+    list_of(top())->items.push_back(std::move(value));
+  }
+  void appends() {
+    auto items = pop_to_mark();
+    auto& l = list_of(top())->items;
+    objects_.spend(2 * items.size() * sizeof(ref));
+    l.insert(l.end(), items.begin(), items.end());
+  }
+
   [[noreturn]] void fail(const std::string& rule) const { throw torch_format_error(origin_, prefix_ + "data.pkl: " + rule); }
 
   std::byte byte() {
@@ -535,56 +551,85 @@ class unpickler {
     if (a.size() < 4 || a[0]->k != object::kind::storage || a[1]->k != object::kind::integer)
       fail("torch._utils._rebuild_tensor_v2 called without (storage, offset, size, stride, ...)");
     const storage_ref& s = *a[0]->storage;
-    const std::int64_t offset = a[1]->integer;
-    const dims shape = int_tuple(a[2], "size");
-    const std::vector<std::int64_t> stride = int_tuple(a[3], "stride");
-    if (stride.size() != shape.size()) fail("a tensor of storage " + detail::quote_bytes(s.key) + " has " + std::to_string(shape.size()) + " sizes but " + std::to_string(stride.size()) + " strides");
-    const std::size_t element = (bit_width(s.type) / 8);
-    const auto capacity = static_cast<std::int64_t>(s.bytes.size() / element);
-    // The last element the view reaches must lie in the storage; overflow is checked on the way.
-    std::int64_t numel = 1, last = offset;
-    bool contiguous = true;
-    std::int64_t expected_stride = 1;
-    for (std::size_t i = shape.size(); i-- > 0;) {
-      if (shape[i] == 0) numel = 0;
-      if (numel != 0 && __builtin_mul_overflow(numel, shape[i], &numel)) fail("a tensor of storage " + detail::quote_bytes(s.key) + " has too many elements");
-      if (shape[i] > 1) {
-        std::int64_t reach = 0;
-        if (__builtin_mul_overflow(shape[i] - 1, stride[i], &reach) || __builtin_add_overflow(last, reach, &last))
-          fail("a tensor of storage " + detail::quote_bytes(s.key) + " reaches past any storage");
-        if (stride[i] != expected_stride) contiguous = false;
-      }
-      if (shape[i] > 0 && __builtin_mul_overflow(expected_stride, shape[i], &expected_stride)) expected_stride = std::numeric_limits<std::int64_t>::max();
-    }
-    if (offset < 0 || (numel > 0 && last >= capacity))
-      fail("a tensor of shape " + to_string(shape) + " at offset " + std::to_string(offset) + " reaches past the " +
-           std::to_string(capacity) + " elements of storage " + detail::quote_bytes(s.key));
-    std::size_t nbytes = 0;
-    if (__builtin_mul_overflow(static_cast<std::size_t>(numel), element, &nbytes))
-      fail("a tensor of storage " + detail::quote_bytes(s.key) + " has " + std::to_string(numel) + " elements of " +
-           std::string(to_string(s.type)) + ", more bytes than memory has");
+    dims shape = int_tuple(a[2], "size");  // read before the stride, for the first failure's message
+    std::vector<std::int64_t> stride = int_tuple(a[3], "stride");
+    const strided_view v = checked_view(s, a[1]->integer, std::move(shape), std::move(stride));
     // The same view of the same storage, rebuilt again, is the same tensor: its names are tied
     // (one object, which the walk recognizes), and it is copied once if it must be copied.
-    std::string signature = s.key + '\0' + std::string(to_string(s.type)) + '\0' + std::to_string(offset);
-    for (std::size_t i = 0; i < shape.size(); ++i) signature += ',' + std::to_string(shape[i]) + ':' + std::to_string(stride[i]);
+    std::string signature = s.key + '\0' + std::string(to_string(s.type)) + '\0' + std::to_string(v.offset);
+    for (std::size_t i = 0; i < v.shape.size(); ++i)
+      signature += ',' + std::to_string(v.shape[i]) + ':' + std::to_string(v.stride[i]);
     if (const auto it = views_.find(signature); it != views_.end()) return it->second;
-    objects_.spend(memo_entry_bytes + signature.size() + sizeof(tensor) + shape.size() * sizeof(std::int64_t));
+    objects_.spend(memo_entry_bytes + signature.size() + sizeof(tensor) + v.shape.size() * sizeof(std::int64_t));
+    ref out = tensor_of(s, v);
+    views_.emplace(std::move(signature), out);
+    return out;
+  }
+
+  // A tensor's view of its storage: `shape` elements `stride` apart from element `offset`.
+  struct strided_view {
+    std::int64_t offset = 0;
+    dims shape;
+    std::vector<std::int64_t> stride;
+    std::int64_t numel = 1;
+    std::size_t nbytes = 0;
+    bool contiguous = true;  // C order, so that the tensor can view the file
+  };
+
+  // The view, checked: as many strides as sizes, every element it reaches inside the storage,
+  // and no overflow on the way.
+  strided_view checked_view(const storage_ref& s, std::int64_t offset, dims shape, std::vector<std::int64_t> stride) const {
+    strided_view v{.offset = offset, .shape = std::move(shape), .stride = std::move(stride)};
+    if (v.stride.size() != v.shape.size())
+      fail("a tensor of storage " + detail::quote_bytes(s.key) + " has " + std::to_string(v.shape.size()) + " sizes but " +
+           std::to_string(v.stride.size()) + " strides");
+    const std::size_t element = (bit_width(s.type) / 8);
+    const auto capacity = static_cast<std::int64_t>(s.bytes.size() / element);
+    // The last element the view reaches must lie in the storage.
+    std::int64_t last = offset;
+    std::int64_t expected_stride = 1;
+    for (std::size_t i = v.shape.size(); i-- > 0;) {
+      const std::int64_t size = v.shape[i];
+      if (size == 0) v.numel = 0;
+      if (v.numel != 0 && __builtin_mul_overflow(v.numel, size, &v.numel))
+        fail("a tensor of storage " + detail::quote_bytes(s.key) + " has too many elements");
+      if (size > 1) {
+        std::int64_t reach = 0;
+        if (__builtin_mul_overflow(size - 1, v.stride[i], &reach) || __builtin_add_overflow(last, reach, &last))
+          fail("a tensor of storage " + detail::quote_bytes(s.key) + " reaches past any storage");
+        if (v.stride[i] != expected_stride) v.contiguous = false;
+      }
+      if (size > 0 && __builtin_mul_overflow(expected_stride, size, &expected_stride))
+        expected_stride = std::numeric_limits<std::int64_t>::max();
+    }
+    if (offset < 0 || (v.numel > 0 && last >= capacity))
+      fail("a tensor of shape " + to_string(v.shape) + " at offset " + std::to_string(offset) + " reaches past the " +
+           std::to_string(capacity) + " elements of storage " + detail::quote_bytes(s.key));
+    if (__builtin_mul_overflow(static_cast<std::size_t>(v.numel), element, &v.nbytes))
+      fail("a tensor of storage " + detail::quote_bytes(s.key) + " has " + std::to_string(v.numel) + " elements of " +
+           std::string(to_string(s.type)) + ", more bytes than memory has");
+    return v;
+  }
+
+  // The tensor of a checked view: empty, a view of the file where its bytes are C order and
+  // little-endian, else a copy.
+  ref tensor_of(const storage_ref& s, const strided_view& v) {
     auto out = make(object::kind::tensor);
-    if (numel == 0) {
-      out->value = std::make_unique<tensor>(tensor::copy_of(s.type, shape, {}));
-    } else if (contiguous && !big_endian_) {
+    if (v.numel == 0) {
+      out->value = std::make_unique<tensor>(tensor::copy_of(s.type, v.shape, {}));
+    } else if (v.contiguous && !big_endian_) {
+      const std::size_t element = (bit_width(s.type) / 8);
       out->value = std::make_unique<tensor>(detail::tensor_access::view_of(
-          s.type, shape, s.bytes.subspan(static_cast<std::size_t>(offset) * element, nbytes), owner_, mapping_));
+          s.type, v.shape, s.bytes.subspan(static_cast<std::size_t>(v.offset) * element, v.nbytes), owner_, mapping_));
     } else {
       // A view with zero strides (torch's expand) holds more elements than its storage: copies
       // are charged to the data budget when made, so that a small file cannot claim an unbounded
       // allocation.
-      data_.spend(nbytes);
+      data_.spend(v.nbytes);
       out->copied = true;
       out->value = std::make_unique<tensor>(
-          tensor::make(s.type, shape, [&](std::span<std::byte> dst) { gather(s, offset, shape, stride, dst); }));
+          tensor::make(s.type, v.shape, [&](std::span<std::byte> dst) { gather(s, v.offset, v.shape, v.stride, dst); }));
     }
-    views_.emplace(std::move(signature), out);
     return out;
   }
 

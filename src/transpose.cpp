@@ -10,10 +10,6 @@
 #include <memory>
 #include <new>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace ckpt::detail {
 namespace {
 
@@ -21,58 +17,42 @@ namespace {
 constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
 #if defined(__SSE2__)
-// One register tile: a TILE x TILE square of elements, moved with unaligned loads and stores.
+// One register tile of elements of `Size` bytes: a `side` x `side` square, moved with unaligned
+// loads and stores (4 x 4 floats, 2 x 2 doubles, 8 x 8 halves).
 template <std::size_t Size>
-struct tile;
-
-template <>
-struct tile<4> {
-  static constexpr std::size_t side = 4;
+struct tile {
+  static constexpr std::size_t side = Size == 4 ? 4 : Size == 8 ? 2 : 8;
   static void move(const std::byte* s, std::size_t s_stride, std::byte* d, std::size_t d_stride) noexcept {
-    __m128 a = _mm_loadu_ps(reinterpret_cast<const float*>(s));
-    __m128 b = _mm_loadu_ps(reinterpret_cast<const float*>(s + s_stride));
-    __m128 c = _mm_loadu_ps(reinterpret_cast<const float*>(s + 2 * s_stride));
-    __m128 e = _mm_loadu_ps(reinterpret_cast<const float*>(s + 3 * s_stride));
-    _MM_TRANSPOSE4_PS(a, b, c, e);
-    _mm_storeu_ps(reinterpret_cast<float*>(d), a);
-    _mm_storeu_ps(reinterpret_cast<float*>(d + d_stride), b);
-    _mm_storeu_ps(reinterpret_cast<float*>(d + 2 * d_stride), c);
-    _mm_storeu_ps(reinterpret_cast<float*>(d + 3 * d_stride), e);
-  }
-};
-
-template <>
-struct tile<8> {
-  static constexpr std::size_t side = 2;
-  static void move(const std::byte* s, std::size_t s_stride, std::byte* d, std::size_t d_stride) noexcept {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + s_stride));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(a, b));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + d_stride), _mm_unpackhi_epi64(a, b));
-  }
-};
-
-template <>
-struct tile<2> {
-  static constexpr std::size_t side = 8;
-  static void move(const std::byte* s, std::size_t s_stride, std::byte* d, std::size_t d_stride) noexcept {
-    __m128i r[8];
-    for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * s_stride));
-    // Three rounds of interleaving: 16-bit, then 32-bit, then 64-bit pairs.
-    __m128i t[8];
-    for (int i = 0; i < 4; ++i) {
-      t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
-    }
-    __m128i u[8];
-    for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j) {
-        u[4 * i + 2 * j] = _mm_unpacklo_epi32(t[4 * i + j], t[4 * i + j + 2]);
-        u[4 * i + 2 * j + 1] = _mm_unpackhi_epi32(t[4 * i + j], t[4 * i + j + 2]);
+    if constexpr (Size == 4) {
+      __m128 r[4];
+      for (std::size_t i = 0; i < 4; ++i) r[i] = _mm_loadu_ps(reinterpret_cast<const float*>(s + i * s_stride));
+      _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+      for (std::size_t i = 0; i < 4; ++i) _mm_storeu_ps(reinterpret_cast<float*>(d + i * d_stride), r[i]);
+    } else if constexpr (Size == 8) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + s_stride));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(a, b));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + d_stride), _mm_unpackhi_epi64(a, b));
+    } else {
+      static_assert(Size == 2);
+      __m128i r[8];
+      for (std::size_t i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * s_stride));
+      // Three rounds of interleaving: 16-bit, then 32-bit, then 64-bit pairs.
+      __m128i t[8];
+      for (std::size_t i = 0; i < 4; ++i) {
+        t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
       }
-    for (int j = 0; j < 4; ++j) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * j) * d_stride), _mm_unpacklo_epi64(u[j], u[j + 4]));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * j + 1) * d_stride), _mm_unpackhi_epi64(u[j], u[j + 4]));
+      __m128i u[8];
+      for (std::size_t i = 0; i < 2; ++i)
+        for (std::size_t j = 0; j < 2; ++j) {
+          u[4 * i + 2 * j] = _mm_unpacklo_epi32(t[4 * i + j], t[4 * i + j + 2]);
+          u[4 * i + 2 * j + 1] = _mm_unpackhi_epi32(t[4 * i + j], t[4 * i + j + 2]);
+        }
+      for (std::size_t j = 0; j < 4; ++j) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * j) * d_stride), _mm_unpacklo_epi64(u[j], u[j + 4]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * j + 1) * d_stride), _mm_unpackhi_epi64(u[j], u[j + 4]));
+      }
     }
   }
 };
@@ -110,10 +90,8 @@ namespace {
 
 // The calling thread's two block buffers (transpose_tiles.hpp), allocated at its first transpose
 // and kept until it ends (1 MiB), or null where that allocation failed: fresh memory for each
-// call costs a fault a page (on this VM up to 8 us a page: bench/README.md, "Library changes" 11
-// and 12, where 64 column-major 1024 x 1024 loads took 0.058 s with a buffer a call, 0.055 s with
-// these, and 0.091 s with 512 KiB a call). The second buffer is lent to the helper thread of a
-// split matrix, which lives for one call.
+// call would cost a page fault a page. The second buffer is lent to the helper thread of a split
+// matrix, which lives for one call.
 std::byte* block_buffer(std::size_t which) noexcept {
   thread_local std::unique_ptr<std::byte[]> buffers;
   thread_local bool failed = false;
@@ -175,8 +153,9 @@ void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size
     if (rows * cols != 0) std::memcpy(dst, src, rows * cols * element_size);
     return;
   }
-  // One core does not use all of the memory bandwidth (bench/README.md, "Notes from the code"), so
-  // a large matrix is split into two runs of source rows, the second transposed on a helper thread. The runs write disjoint columns of the destination.
+  // One core does not use all of the memory bandwidth, so a large matrix is split into two runs
+  // of source rows, the second transposed on a helper thread. The runs write disjoint columns of
+  // the destination.
   const std::size_t half = rows / 2 / 64 * 64;  // whole tiles on either side
   if (rows * cols * element_size < parallel_bytes || half == 0)
     return transpose(src, cols, dst, rows, rows, cols, element_size, to);

@@ -1,5 +1,5 @@
 #pragma once
-// The instruction sets of the transpose (src/transpose.cpp), chosen at run time: Debian's x86-64
+// The instruction sets of the transpose (src/transpose.cpp), chosen at run time: the x86-64
 // baseline is SSE2, and AVX2 tiles are used where the CPU has them. Private to the build; the
 // test of the transpose forces each kernel the CPU has in turn.
 

@@ -18,9 +18,8 @@ namespace ckpt::detail {
 namespace {
 
 // Square blocks of this many bytes a side (256 floats: 256 KiB a block) keep a source block and
-// a destination block in L2. Blocks sized for L1 were much slower on matrices not in cache: a
-// block's rows lie as many pages apart as it has rows, and small blocks come back to the same
-// pages many times (bench/README.md, "Library changes" 9).
+// a destination block in L2. Not sized for L1: a block's rows lie as many pages apart as it has
+// rows, and small blocks come back to the same pages many times.
 constexpr std::size_t block_bytes = 1024;
 
 // The largest block buffer a transpose_tiled call uses (2-byte elements: 512 x 512 of them).
@@ -51,9 +50,8 @@ inline void copy_to_memory(std::byte* d, const std::byte* s, std::size_t n) noex
 }
 
 // `to_memory`: the destination is not read again soon (a leaf being loaded), and is written
-// around the caches from the block buffer: 1.5-1.9x faster for matrices of 1000 x 1000 floats
-// and more (bench/README.md, "Library changes" 12). `buffer`: block_buffer_bytes of scratch
-// memory, or null to write every block directly.
+// around the caches from the block buffer. `buffer`: block_buffer_bytes of scratch memory, or
+// null to write every block directly.
 template <class Tile, std::size_t Size>
 void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
                      std::size_t rows, std::size_t cols, bool to_memory, std::byte* buffer) noexcept {
@@ -62,7 +60,7 @@ void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* ds
   constexpr std::size_t block = std::max<std::size_t>(block_bytes / Size, side);
   // With a destination stride of a multiple of 1 KiB (a 2048-float row: 8 KiB), the rows a block
   // writes fall in the same L1 sets and evict each other before each line is filled: every store
-  // misses (cachegrind: 7.7x a memcpy for 2048 x 2048 F32). Such blocks go through a small
+  // misses. Such blocks go through a small
   // contiguous buffer and leave it a destination row at a time. Other strides write directly,
   // which is faster for them, unless the destination is written around the caches, which only
   // the buffer's whole rows can be.

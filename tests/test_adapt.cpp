@@ -305,3 +305,131 @@ BOOST_AUTO_TEST_CASE(an_impossible_conversion_names_the_entry_and_both_dtypes) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(name_patterns)
+
+BOOST_AUTO_TEST_CASE(matches_anywhere_and_replaces_every_match_with_groups) {
+  const ckpt::name_pattern layer(R"(^model\.layers\.(\d+)\.)");
+  BOOST_TEST(layer.pattern() == R"(^model\.layers\.(\d+)\.)");
+  BOOST_TEST(layer.matches("model.layers.3.mlp.w"));
+  BOOST_TEST(!layer.matches("x.model.layers.3.mlp.w"));
+  BOOST_TEST(ckpt::name_pattern("mlp").matches("model.layers.3.mlp.w"));  // a match anywhere
+  BOOST_TEST(layer.replace("model.layers.3.mlp.w", "blocks.$1.") == "blocks.3.mlp.w");
+  BOOST_TEST(layer.replace("lm_head.w", "blocks.$1.") == "lm_head.w");  // no match: unchanged
+  // Every match; $& and $0 the whole match, $$ a dollar, a backslash and other $ literal.
+  const ckpt::name_pattern dot(R"(\.)");
+  BOOST_TEST(dot.replace("a.b.c", "/") == "a/b/c");
+  BOOST_TEST(dot.replace("a.b", "[$&$0]") == "a[..]b");
+  BOOST_TEST(dot.replace("a.b", "$$\\$x") == "a$\\$xb");
+  BOOST_TEST(ckpt::name_pattern("x*").replace("ab", "-") == "-a-b-");  // empty matches too
+  BOOST_TEST(ckpt::name_pattern("(a)(b)").replace("ab", "$2$1$12") == "baa2");  // one digit a group
+  // Copies share the compiled expression.
+  const ckpt::name_pattern copy = layer;
+  BOOST_TEST(copy.replace("model.layers.10.b", "$1") == "10b");
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_pattern_or_replacement_is_refused_naming_it) {
+  BOOST_TEST(message_of<std::invalid_argument>([] { return ckpt::name_pattern("(l1"); })
+                 .starts_with("ckpt: the regular expression '(l1' is invalid: missing )"));
+  // Backreferences are not RE2's.
+  BOOST_TEST(message_of<std::invalid_argument>([] { return ckpt::name_pattern(R"((a)\1)"); })
+                 .starts_with(R"(ckpt: the regular expression '(a)\1' is invalid: )"));
+  const ckpt::name_pattern one("^(l1)");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { return one.replace("x", "$2"); })
+                 .starts_with("ckpt: the replacement '$2' does not fit the regular expression '^(l1)': "));
+}
+
+BOOST_AUTO_TEST_CASE(names_of_100000_characters_are_matched_without_recursion) {
+  // std::regex overflowed the stack on 40,000 characters (issue 25, class 1).
+  const std::string tail(100'000, 'a');
+  const ckpt::name_pattern p(R"(^model\.(.*)$)");
+  BOOST_TEST(p.matches("model." + tail));
+  BOOST_TEST(p.replace("model." + tail, "$1.w") == tail + ".w");
+  BOOST_TEST(ckpt::name_pattern("(a|b)*c").matches(tail + "c"));
+  BOOST_TEST(!ckpt::name_pattern("(a|aa)*c").matches(tail));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(by_pattern)
+
+BOOST_AUTO_TEST_CASE(select_drop_and_rename_share_the_tensors) {
+  const ckpt::checkpoint t({{"transformer.h.0.attn.bias", floats({1})},
+                            {"transformer.h.0.attn.c_attn.weight", floats({2})},
+                            {"transformer.h.1.attn.bias", floats({3})},
+                            {"lm_head.weight", floats({4})}},
+                           some_metadata);
+  const ckpt::name_pattern masks(R"(\.attn\.bias$)");
+  const ckpt::checkpoint kept = ckpt::select(t, masks);
+  BOOST_TEST(kept.names() == (std::vector<std::string>{"transformer.h.0.attn.bias", "transformer.h.1.attn.bias"}));
+  const ckpt::checkpoint dropped = ckpt::drop(t, masks);
+  BOOST_TEST(dropped.names() == (std::vector<std::string>{"lm_head.weight", "transformer.h.0.attn.c_attn.weight"}));
+  BOOST_TEST((dropped.metadata() == some_metadata));
+  BOOST_TEST(dropped.get("lm_head.weight").bytes().data() == t.get("lm_head.weight").bytes().data());
+
+  const ckpt::checkpoint r = ckpt::rename(dropped, ckpt::name_pattern(R"(^transformer\.h\.(\d+)\.)"), "blocks.$1.");
+  BOOST_TEST(r.names() == (std::vector<std::string>{"blocks.0.attn.c_attn.weight", "lm_head.weight"}));
+  BOOST_TEST(r.get("blocks.0.attn.c_attn.weight").bytes().data() ==
+             t.get("transformer.h.0.attn.c_attn.weight").bytes().data());
+  // A group the pattern lacks is refused before any entry; a clash as the other rename.
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               static_cast<void>(ckpt::rename(t, ckpt::name_pattern("^(x)"), "$2"));
+             }).starts_with("ckpt: the replacement '$2' does not fit the regular expression '^(x)'"));
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               static_cast<void>(ckpt::rename(t, ckpt::name_pattern(R"(\.\d+\.)"), "."));
+             }) == "ckpt: rename: entries 'transformer.h.0.attn.bias' and 'transformer.h.1.attn.bias' are both "
+                   "renamed to 'transformer.h.attn.bias'");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(concatenate_entries)
+
+BOOST_AUTO_TEST_CASE(inverts_split_along_every_axis) {
+  for (const ckpt::dtype type : {ckpt::dtype::f32, ckpt::dtype::bf16, ckpt::dtype::i8, ckpt::dtype::f64}) {
+    const ckpt::checkpoint t({{"qkv", numbered(type, {2, 6, 3})}, {"other", floats({1})}}, some_metadata);
+    for (const std::int64_t axis : {0, 1, -1, 2}) {
+      const std::int64_t extent = axis == 1 ? 6 : (axis == 0 ? 2 : 3);
+      const std::vector<std::string> parts =
+          extent % 3 == 0 ? std::vector<std::string>{"q", "k", "v"} : std::vector<std::string>{"q", "k"};
+      const ckpt::checkpoint s = ckpt::split(t, "qkv", parts, axis);
+      const ckpt::checkpoint back = ckpt::concatenate(s, parts, "qkv", axis);
+      BOOST_TEST(back.names() == t.names());
+      BOOST_TEST((back.get("qkv") == t.get("qkv")));
+      BOOST_TEST((back.metadata() == some_metadata));
+      BOOST_TEST(back.get("other").bytes().data() == t.get("other").bytes().data());  // shared
+    }
+  }
+  // Parts of different extents along the axis; into may be a part's name.
+  const ckpt::checkpoint t({{"a", iota({2, 1})}, {"b", iota({2, 3})}});
+  const ckpt::checkpoint joined = ckpt::concatenate(t, {"b", "a"}, "a", 1);
+  BOOST_TEST(joined.names() == (std::vector<std::string>{"a"}));
+  BOOST_TEST(shape_of(joined.get("a")) == (ckpt::dims{2, 4}));
+  std::vector<float> values(8);
+  std::memcpy(values.data(), joined.get("a").bytes().data(), 32);
+  BOOST_TEST(values == (std::vector<float>{0, 1, 2, 0, 3, 4, 5, 1}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(errors_name_the_entries_and_shapes_that_disagree) {
+  const ckpt::checkpoint t({{"q", iota({2, 3})}, {"k", iota({2, 4})}, {"s", numbered(ckpt::dtype::f32, {})},
+                            {"h", numbered(ckpt::dtype::f16, {2, 3})}, {"r", iota({2, 3, 1})}});
+  const auto message = [&](const std::vector<std::string>& parts, std::string_view into, std::int64_t axis) {
+    return message_of<std::invalid_argument>([&] { static_cast<void>(ckpt::concatenate(t, parts, into, axis)); });
+  };
+  BOOST_TEST(message({"q", "k"}, "qk", 0) ==
+             "ckpt: concatenate: into 'qk' along axis 0: the shapes disagree off that axis: 'q' [2, 3] and 'k' [2, 4]");
+  BOOST_TEST(message({"q", "h"}, "qh", 0) == "ckpt: concatenate: into 'qh': the dtypes differ: 'q' F32 and 'h' F16");
+  BOOST_TEST(message({"q", "r"}, "qr", 0) ==
+             "ckpt: concatenate: into 'qr' along axis 0: the shapes disagree off that axis: 'q' [2, 3] and 'r' [2, 3, 1]");
+  BOOST_TEST(message({"q", "x"}, "qx", 0) == "ckpt: concatenate: no entry named 'x'");
+  BOOST_TEST(message({"q", "q"}, "qq", 0) == "ckpt: concatenate: into 'qq': the entry 'q' is named twice");
+  BOOST_TEST(message({}, "none", 0) == "ckpt: concatenate: into 'none': no entries to concatenate");
+  BOOST_TEST(message({"q", "k"}, "h", 1) == "ckpt: concatenate: into 'h': 'h' is already an entry, and not one of the parts");
+  BOOST_TEST(message({"q", "k"}, "__metadata__", 1) ==
+             "ckpt: concatenate: into '__metadata__': the name '__metadata__' is reserved by the format");
+  BOOST_TEST(message({"q", "k"}, "qk", 2) ==
+             "ckpt: concatenate: into 'qk': axis 2 is out of range for the 2 axes of 'q' [2, 3]");
+  BOOST_TEST(message({"s"}, "ss", 0) == "ckpt: concatenate: into 'ss': the entry 's' is a scalar, which has no axis");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -755,8 +755,8 @@ BOOST_AUTO_TEST_CASE(c64_real_part) {
 // ================================================================ the API over all dtypes
 
 BOOST_AUTO_TEST_CASE(every_pair_converts_or_throws) {
-  for (std::size_t i = 0; i < ckpt::dtype_count; ++i) {
-    for (std::size_t j = 0; j < ckpt::dtype_count; ++j) {
+  for (std::size_t i = 0; i < ckpt::detail::dtype_count; ++i) {
+    for (std::size_t j = 0; j < ckpt::detail::dtype_count; ++j) {
       const auto from = static_cast<dtype>(i);
       const auto to = static_cast<dtype>(j);
       const ckpt::dims shape{2, 4};

@@ -361,7 +361,7 @@ BOOST_AUTO_TEST_CASE(valid_files_match_their_sidecars) {
 
 BOOST_AUTO_TEST_CASE(every_dtype_has_a_fixture) {
   // dtype_<D>.safetensors exists for each of the 22 dtypes and holds D only.
-  for (std::size_t i = 0; i < ckpt::dtype_count; ++i) {
+  for (std::size_t i = 0; i < ckpt::detail::dtype_count; ++i) {
     const std::string spelling(ckpt::to_string(static_cast<ckpt::dtype>(i)));
     BOOST_TEST_CONTEXT(spelling) {
       const fs::path file = fixtures_dir / "valid" / ("dtype_" + spelling + ".safetensors");

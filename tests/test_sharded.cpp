@@ -239,7 +239,8 @@ BOOST_AUTO_TEST_CASE(misuse_of_save_sharded) {
              }) == "ckpt: save_sharded: the base name 'a/b' is not a plain file name part");
   BOOST_TEST(message_of<std::invalid_argument>([&] {
                ckpt::save_sharded(dir.path(), sample(), 32, {.base_name = "caf\xe9"});  // Latin-1
-             }) == "ckpt: the name 'caf\\xe9' is not valid UTF-8 (a sharded checkpoint's index holds UTF-8 names)");
+             }) == "ckpt: cannot save the name 'caf\\xe9': it is not valid UTF-8 (byte 3 of 4) and a sharded "
+                   "checkpoint's index holds UTF-8 names");
   BOOST_TEST(folder_listing(dir.path()).empty());
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 
 BOOST_AUTO_TEST_CASE(every_dtype_spelling_round_trips) {
-  const std::array<std::string_view, ckpt::dtype_count> expected{
+  const std::array<std::string_view, ckpt::detail::dtype_count> expected{
       "BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32", "F64",
       "C64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F6_E2M3", "F6_E3M2", "F4"};
   for (std::size_t i = 0; i < expected.size(); ++i) {

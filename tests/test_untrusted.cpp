@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(huge_header_lengths_are_refused_through_a_file_too) {
 
 BOOST_AUTO_TEST_CASE(a_shape_of_two_to_the_62_elements_is_refused_for_every_dtype) {
   const std::string shape = "[" + std::to_string(two_to_62) + "]";
-  for (std::size_t i = 0; i < ckpt::dtype_count; ++i) {
+  for (std::size_t i = 0; i < ckpt::detail::dtype_count; ++i) {
     const auto type = static_cast<ckpt::dtype>(i);
     const std::string spelling(ckpt::to_string(type));
     BOOST_TEST_CONTEXT(spelling) {

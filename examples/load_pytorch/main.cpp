@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
   const std::string path = argc > 1 ? argv[1] : CKPT_TORCH_MLP;
   try {
     // [load_pytorch]
-    // A torch.save file (pytorch_model.bin, *.pt) is read without Python; safetensors by load.
-    ckpt::checkpoint t = path.ends_with(".safetensors") ? ckpt::load(path) : ckpt::load_torch(path);
+    // A safetensors file or a torch.save file (pytorch_model.bin, *.pt, read without Python):
+    // load tells them apart by their content.
+    ckpt::checkpoint t = ckpt::load(path);
     // torch.nn.Sequential numbers its modules: 0 is the first Linear, 1 the ReLU (no weights),
     // 2 the second Linear. Name them as the struct does: 0.weight -> l1.w, 2.bias -> l2.b.
     t = ckpt::rename(t, [](std::string_view name) {

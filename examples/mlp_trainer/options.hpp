@@ -2,6 +2,8 @@
 // The command line both trainers share (examples/mlp_trainer and examples/mlp_trainer_mpi),
 // parsed with CLI11.
 
+#include "mlp.hpp"
+
 #include <CLI/CLI.hpp>
 #include <ckpt/file.hpp>
 
@@ -90,11 +92,11 @@ inline std::string exact(double x) {
 }
 
 // The end of a run, the same for both trainers: the parameters to `params_out` if one was given,
-// and the line that runs compare.
-inline void report_end(const std::filesystem::path& params_out, const ckpt::checkpoint& params, double accuracy,
+// and the line that runs compare: the accuracy of `params` on `data` and the last checkpoint.
+inline void report_end(const std::filesystem::path& params_out, const mlp& params, const dataset& data,
                        const std::filesystem::path& last_checkpoint) {
-  if (!params_out.empty()) ckpt::save(params_out, params);
-  std::cout << "accuracy " << exact(accuracy) << "; last checkpoint: " << last_checkpoint.string() << '\n';
+  if (!params_out.empty()) ckpt::save(params_out, ckpt::of_params(params, "model"));
+  std::cout << "accuracy " << exact(accuracy(params, data)) << "; last checkpoint: " << last_checkpoint.string() << '\n';
 }
 
 }  // namespace mlp_example

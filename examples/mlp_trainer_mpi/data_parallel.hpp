@@ -104,15 +104,24 @@ class batch_order {
   std::vector<int> order_;
 };
 
+// This process's rank in `comm`, and the number of ranks.
+struct place {
+  int rank = 0;
+  int ranks = 0;
+};
+inline place place_in(MPI_Comm comm) {
+  place p;
+  MPI_Comm_rank(comm, &p.rank);
+  MPI_Comm_size(comm, &p.ranks);
+  return p;
+}
+
 // The gradient of the global mini-batch of step `step` at `params`, averaged over the ranks of
 // `comm` as described above, into `grads` on every rank. Returns the mean loss of the global batch
 // (the same on every rank).
 inline float averaged_gradient(MPI_Comm comm, const dataset& data, batch_order& order, const mlp& params,
                                std::int64_t step, int groups, reduction how, mlp& grads) {
-  int rank = 0;
-  int ranks = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
+  const auto [rank, ranks] = place_in(comm);
   const std::vector<int> idx = order.batch(step);
   const int per_group = static_cast<int>(idx.size()) / groups;
   const int first = first_group(rank, ranks, groups);

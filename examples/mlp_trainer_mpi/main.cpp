@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace {
 
@@ -89,28 +90,56 @@ ckpt::metadata_map run_metadata(const options& o, float loss) {
                             {"hidden", std::to_string(o.hidden)}};
 }
 
-// --shard-optimizer: ZeRO-1 (zero.hpp), saved with slices straight through ckpt::mpi.
-int run_sharded(MPI_Comm comm, options o) {
-  int rank = 0;
-  int ranks = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
-  const std::optional<std::int64_t> latest = ckpt::mpi::latest_step(comm, o.ckpt_dir);
-  if (latest && !o.resume) {
-    if (rank == 0)
-      std::cerr << "mlp_trainer_mpi: " << o.ckpt_dir.string() << " already holds steps (up to " << *latest
-                << "): pass --resume to continue, or choose another --ckpt-dir\n";
-    return 2;
-  }
-  std::optional<ckpt::checkpoint> restored;
-  if (latest) restored = ckpt::mpi::load(comm, o.ckpt_dir, *latest);
-  if (restored) continue_run(o, *restored);
-  const dataset data = two_spirals(o.seed);
+// True, saying so on rank 0, if the folder holds steps and --resume was not given.
+bool refuse_to_overwrite(const options& o, const std::optional<std::int64_t>& latest, int rank) {
+  if (!latest || o.resume) return false;
+  if (rank == 0)
+    std::cerr << "mlp_trainer_mpi: " << o.ckpt_dir.string() << " already holds steps (up to " << *latest
+              << "): pass --resume to continue, or choose another --ckpt-dir\n";
+  return true;
+}
+
+// What both trainings start from: the data (--batch clamped to its size and checked against
+// --groups), the order of its batches, the optimizer and freshly initialized parameters.
+struct start {
+  dataset data;
+  batch_order order;
+  ckpt::adam opt;
+  mlp params;
+};
+
+start start_of(options& o) {
+  dataset data = two_spirals(o.seed);
   o.batch = std::min<int>(o.batch, static_cast<int>(data.x.cols()));
   check_split(o.batch, o.groups);
   batch_order order(o.seed, static_cast<int>(data.x.cols()), o.batch);
-  const ckpt::adam opt{.lr = o.lr};
-  mlp params = init_mlp(o.seed, o.hidden);
+  return {std::move(data), std::move(order), ckpt::adam{.lr = o.lr}, init_mlp(o.seed, o.hidden)};
+}
+
+// Says (on rank 0) which damaged steps the resume skipped: the run goes on from an older step.
+void report_skipped(int rank, const ckpt::latest_checkpoint& restored) {
+  if (rank == 0)
+    for (const ckpt::step_status& s : restored.skipped)
+      std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
+}
+
+// --shard-optimizer: ZeRO-1 (zero.hpp), saved with slices straight through ckpt::mpi.
+int run_sharded(MPI_Comm comm, options o) {
+  const auto [rank, ranks] = place_in(comm);
+  // The steps are written by save_sliced, which the manager does not take; a manager is opened
+  // only to find the newest step that loads (setting damaged newer ones aside, as the replicated
+  // run does) and closed before training.
+  std::optional<std::int64_t> latest;
+  ckpt::latest_checkpoint restored;
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = 0});  // keeps every step
+    latest = manager.latest_step();
+    if (refuse_to_overwrite(o, latest, rank)) return 2;
+    if (latest) restored = manager.load_latest();
+  }
+  report_skipped(rank, restored);
+  if (restored) continue_run(o, *restored);
+  auto [data, order, opt, params] = start_of(o);
   zero_optimizer optimizer(comm, opt, params);
   if (restored) {
     optimizer.restore(*restored, params);
@@ -137,42 +166,25 @@ int run_sharded(MPI_Comm comm, options o) {
     }
     if (step % o.save_every == 0 && step != o.steps) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
   }
-  if (optimizer.steps() > first || !latest) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
-  if (rank == 0)
-    report_end(o.params_out, ckpt::of_params(params, "model"), accuracy(params, data),
-               ckpt::mpi::step_folder(o.ckpt_dir, optimizer.steps()));
+  if (optimizer.steps() > first || !restored) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
+  if (rank == 0) report_end(o.params_out, params, data, ckpt::mpi::step_folder(o.ckpt_dir, optimizer.steps()));
   return 0;
 }
 
 int run(MPI_Comm comm, options o) {
   if (o.shard_optimizer) return run_sharded(comm, o);
-  int rank = 0;
-  int ranks = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
+  const auto [rank, ranks] = place_in(comm);
   ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every});
   const std::optional<std::int64_t> latest = manager.latest_step();
-  if (latest && !o.resume) {
-    if (rank == 0)
-      std::cerr << "mlp_trainer_mpi: " << o.ckpt_dir.string() << " already holds steps (up to " << *latest
-                << "): pass --resume to continue, or choose another --ckpt-dir\n";
-    return 2;
-  }
+  if (refuse_to_overwrite(o, latest, rank)) return 2;
   ckpt::latest_checkpoint restored;
   if (o.resume) {
     // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
     restored = manager.load_latest();
-    if (rank == 0)
-      for (const ckpt::step_status& s : restored.skipped)
-        std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
+    report_skipped(rank, restored);
   }
   if (restored) continue_run(o, *restored);
-  const dataset data = two_spirals(o.seed);
-  o.batch = std::min<int>(o.batch, static_cast<int>(data.x.cols()));
-  check_split(o.batch, o.groups);
-  batch_order order(o.seed, static_cast<int>(data.x.cols()), o.batch);
-  const ckpt::adam opt{.lr = o.lr};
-  mlp params = init_mlp(o.seed, o.hidden);
+  auto [data, order, opt, params] = start_of(o);
   ckpt::adam_state<mlp> state = opt.init(params);
   if (restored) {
     ckpt::restore_training_state(*restored, params, state);
@@ -197,8 +209,7 @@ int run(MPI_Comm comm, options o) {
   if (state.step > first || !manager.latest_step())
     manager.save(state.step, {ckpt::training_state(params, state)}, metadata(loss), /*force=*/true);
   manager.wait();
-  if (rank == 0)
-    report_end(o.params_out, ckpt::of_params(params, "model"), accuracy(params, data), manager.path_of(state.step));
+  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(state.step));
   return 0;
 }
 

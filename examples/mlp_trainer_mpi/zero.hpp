@@ -127,7 +127,7 @@ class zero_optimizer {
                                               shape_of(x), first, part(state_.nu.values, i)));
     });
     ckpt::mpi::save_sliced(comm_, folder, state_.step, slices, {{params, "model"}, {ckpt::of_int("optim.step", state_.step)}},
-                           {.metadata = metadata});
+                           metadata, {.digest = true});
   }
 
   // Restores the parameters whole and this rank's slices of the moments from a step saved on any

@@ -11,22 +11,76 @@
 /// t = ckpt::transpose(t, "l1.w");                                    // [out, in] -> [in, out]
 /// t = ckpt::split(t, "attn.qkv", {"attn.q", "attn.k", "attn.v"});   // fused along axis 0
 /// t = ckpt::cast(t, ckpt::dtype::f32);                               // BF16 weights -> F32
+/// t = ckpt::drop(t, ckpt::name_pattern(R"(\.attn\.bias$)"));          // GPT-2's causal masks
+/// t = ckpt::rename(t, ckpt::name_pattern(R"(^transformer\.)"), "");  // by pattern
 /// ```
 ///
 /// Which results stay views of the input's bytes (mapped lazily for a loaded checkpoint):
-/// `rename` shares every tensor; `split` along the outermost axis makes views; `transpose`,
-/// `split` along an inner axis and `cast` copy the entries they change.
+/// `rename`, `select` and `drop` share every tensor; `split` along the outermost axis makes
+/// views; `transpose`, `split` along an inner axis, `concatenate` and `cast` copy the entries
+/// they change.
+///
+/// Entry names are matched by `name_pattern`, a regular expression run by RE2: time linear in
+/// the name's length and a bounded stack, whatever the name (`ckpt convert --rename` uses it).
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/dtype.hpp>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace ckpt {
+
+namespace detail {
+struct compiled_pattern;
+}  // namespace detail
+
+/// A regular expression over entry names, compiled once and run by RE2
+/// (https://github.com/google/re2/wiki/Syntax): matching takes time linear in the name's length
+/// and a bounded stack, whatever the pattern and the name, so a hostile name of 100,000
+/// characters is matched as safely as a short one. The syntax is RE2's, which is ECMAScript's
+/// (`std::regex`) for what names need (`^`, `$`, `.`, `*`, `+`, `?`, `{m,n}`, classes, groups,
+/// `(?:...)`, `|`, `\d`, `\w`, `\.`) but has no backreferences (`\1` in a pattern) and no
+/// lookaround. Names and patterns are UTF-8. Copies share the compiled expression; a pattern is
+/// safe to use from several threads at once.
+///
+/// ```cpp
+/// const ckpt::name_pattern layer(R"(^model\.layers\.(\d+)\.)");
+/// layer.matches("model.layers.3.mlp.w");                    // true (a match anywhere)
+/// layer.replace("model.layers.3.mlp.w", "blocks.$1.");      // "blocks.3.mlp.w"
+/// ```
+class name_pattern {
+ public:
+  /// Compiles `pattern`.
+  /// \throws std::invalid_argument if `pattern` is not a valid RE2 expression (the message names
+  ///   the pattern and RE2's reason).
+  explicit name_pattern(std::string_view pattern);
+
+  /// The pattern as given.
+  /// \throws nothing
+  [[nodiscard]] const std::string& pattern() const noexcept;
+
+  /// True if the pattern matches somewhere in `name` (anchor it with `^` and `$` to match the
+  /// whole name).
+  /// \throws nothing
+  [[nodiscard]] bool matches(std::string_view name) const noexcept;
+
+  /// `name` with every non-overlapping match replaced by `replacement`, in which `$0` to `$9`
+  /// (and `$&`, the same as `$0`) stand for the groups of the match and `$$` for one `$`, as
+  /// in ECMAScript's `std::regex_replace` (which also knows `$nn`, `` $` `` and `$'`: here
+  /// `$12` is group 1 then `2`, and the others are literal); a backslash is literal. An empty
+  /// match is replaced too: `"a*"` replaced by `"-"` turns `"bc"` into `"-b-c-"`.
+  /// \throws std::invalid_argument if `replacement` names a group the pattern does not have
+  ///   (the message names the pattern and the replacement), whether or not `name` matches.
+  [[nodiscard]] std::string replace(std::string_view name, std::string_view replacement) const;
+
+ private:
+  std::shared_ptr<const detail::compiled_pattern> compiled_;
+};
 
 /// `t` with every entry renamed to `fn(name)`; the tensors and metadata are shared.
 /// \throws std::invalid_argument if `fn` gives an empty name or `__metadata__` (the message
@@ -34,6 +88,21 @@ namespace ckpt {
 ///   and the new name); whatever `fn` throws.
 [[nodiscard]] checkpoint rename(const checkpoint& t,
                                 const std::function<std::string(std::string_view)>& fn);
+
+/// `t` with every entry renamed to `pattern.replace(name, replacement)` (every match replaced;
+/// `$1` for a group, see `name_pattern::replace`); entries it does not match keep their names.
+/// \throws std::invalid_argument if `replacement` names a group `pattern` lacks (before any
+///   entry is renamed), or as the other `rename` for the names it gives.
+[[nodiscard]] checkpoint rename(const checkpoint& t, const name_pattern& pattern, std::string_view replacement);
+
+/// `t` with only the entries whose names `pattern` matches (anywhere in the name: anchor it with
+/// `^` and `$`); the tensors and the metadata are shared.
+/// \throws std::bad_alloc
+[[nodiscard]] checkpoint select(const checkpoint& t, const name_pattern& pattern);
+
+/// `t` without the entries whose names `pattern` matches (the complement of `select`).
+/// \throws std::bad_alloc
+[[nodiscard]] checkpoint drop(const checkpoint& t, const name_pattern& pattern);
 
 /// `t` with the entry `name` transposed in its last two axes: a `[..., m, n]` tensor becomes
 /// `[..., n, m]` (the batch of matrices in front is kept). This turns a `torch.nn.Linear` weight,
@@ -55,6 +124,20 @@ namespace ckpt {
 ///   number of parts.
 [[nodiscard]] checkpoint split(const checkpoint& t, std::string_view name,
                                const std::vector<std::string>& into, std::int64_t axis = 0);
+
+/// `t` with the entries `parts` replaced by one entry `into`: their concatenation, in the order
+/// given, along `axis` (a negative `axis` counts from the last). The inverse of `split`:
+/// `concatenate(split(t, "qkv", {"q", "k", "v"}, a), {"q", "k", "v"}, "qkv", a)` is `t`. The
+/// parts must have one dtype, one rank, and the same extent on every axis but `axis`; `into` may
+/// be the name of a part. The result is a copy (the input's tensors are not changed).
+/// \throws std::invalid_argument if `parts` is empty or names an entry twice; if `t` has no
+///   entry of a part's name; if `into` is empty, `__metadata__`, or an entry of `t` that is not a
+///   part; if two parts differ in dtype or rank, or in the extent of an axis other than `axis`
+///   (the message names both entries and their dtypes or shapes); if the parts are scalars or
+///   `axis` is out of range; or if their dtype is sub-byte (F6, F4) and `axis` is not 0 or a part
+///   is not a whole number of bytes.
+[[nodiscard]] checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& parts,
+                                     std::string_view into, std::int64_t axis = 0);
 
 /// `t` with its floating entries converted to `to`, following the rules of ckpt/cast.hpp.
 /// Only floating entries (F16, BF16, F32, F64, the F8, F6 and F4 formats) are converted, so

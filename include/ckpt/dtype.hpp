@@ -48,8 +48,10 @@ enum class dtype : std::uint8_t {
   f4,            ///< F4 (E2M1): 4-bit, packed; raw bytes only
 };
 
-/// The number of dtypes in `ckpt::dtype`.
+namespace detail {
+// The number of dtypes in `ckpt::dtype` (the library's tables and tests run over all of them).
 inline constexpr std::size_t dtype_count = 22;
+}  // namespace detail
 
 /// The file's spelling of `t` ("F32", "BOOL", "F8_E4M3", ...).
 /// \throws nothing

@@ -3,6 +3,7 @@
 /// Saving checkpoints as safetensors files and loading them back.
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/format.hpp>
 #include <ckpt/error.hpp>
 
 #include <array>
@@ -38,7 +39,7 @@ namespace ckpt {
 /// rule for it: a `__metadata__` key whose JSON spelling has this key's length and differs from it
 /// in exactly one byte, with a value of 16 hex digits, is a damaged digest entry (a format_error;
 /// `save` refuses such a key with std::invalid_argument).
-inline constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
+inline constexpr std::string_view digest_key = detail::digest_key;  // "ckpt.xxh3_64_file"
 
 /// The digest keys of earlier versions of ckpt, which hashed the data section only:
 /// `ckpt.xxh3_64_per_mib` (per MiB, as `digest_key`'s C_i) and `ckpt.xxh3_64` (the whole section
@@ -125,10 +126,24 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// and a mismatch throws. The loaded metadata keep the digest entry. The digests of earlier
 /// versions (`earlier_digest_keys`) are kept as metadata and not checked.
 ///
-/// A `path` whose name ends with `.index.json`, or a folder, is a Hugging Face sharded checkpoint
-/// instead: `load` returns `load_sharded(path, options)` (ckpt/sharded.hpp), one checkpoint
-/// spanning every shard, each mapped as above and its digest checked per `options`.
+/// `load` opens every layout Hugging Face's `save_pretrained` and `torch.save` produce (the
+/// guide's "Foreign checkpoints" gives the rules):
+/// - a file, recognized by its content, not its name: a safetensors file as above, or a
+///   `torch.save` file (it begins as a zip), read by `load_torch` (ckpt/torch.hpp; its budgets
+///   through the overload `load(path, options, torch_options)` there);
+/// - a `path` whose name ends with `.safetensors.index.json`: `load_sharded(path, options)`
+///   (ckpt/sharded.hpp), one checkpoint spanning every shard, each mapped as above and its
+///   digest checked per `options`; any other `*.index.json` (`pytorch_model.bin.index.json`)
+///   is read the same way, each shard recognized by its content;
+/// - a folder: its `model.safetensors` or `pytorch_model.bin` (each by content), or its one
+///   `*.bin.index.json`, or else `load_sharded(folder, options)` (its one
+///   `*.safetensors.index.json`). A folder holding checkpoints of both kinds (say
+///   `model.safetensors` and `pytorch_model.bin`), or a single file beside an index of its kind,
+///   is refused naming both.
 /// \throws index_error, ckpt::error for a sharded checkpoint: see `load_sharded`.
+/// \throws ckpt::error naming the folder and both files if a folder holds two checkpoints (see
+///   above), or several `*.bin.index.json` (naming the first two).
+/// \throws torch_format_error, as `load_torch`, for a `torch.save` file.
 /// \throws io_error if the file cannot be opened or read.
 /// \throws integrity_error if the file does not match the recorded digest.
 /// \throws format_error if it is not a valid safetensors file (the message names the file and the

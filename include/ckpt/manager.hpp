@@ -143,7 +143,8 @@ class manager_state;  // src/manager_core.hpp
 ///
 /// **Damaged steps.** A step whose checkpoint cannot be loaded (a file cut short, a header or data
 /// that do not match the digest, a file replaced by a folder or an empty file, a symlink to
-/// nowhere, a disk read error) never blocks the run: `load_latest` skips it and returns the newest
+/// nowhere, a disk read error, a file of another format under a step's name: a step is read as
+/// safetensors, never by its content as `ckpt::load` reads a path) never blocks the run: `load_latest` skips it and returns the newest
 /// step that loads, and opening a folder never fails because of one. A writing manager sets a
 /// damaged step aside (renames it to `<name>.damaged`, never deletes it), so the step number can
 /// be saved again; a read-only manager only stops listing it. `status()` lists damaged steps with
@@ -299,17 +300,5 @@ class checkpoint_manager : public checkpoint_manager_base {
   /// set aside (see "Damaged steps"), not an error.
   explicit checkpoint_manager(std::filesystem::path folder, checkpoint_manager_options options = {});
 };
-
-/// The steps of the checkpoints a `checkpoint_manager` wrote in `folder`, ascending: the files
-/// named exactly as `checkpoint_manager::path_of` names them. Read-only and lock-free, so that a
-/// tool may list a folder while a manager trains into it (a step the manager is deleting at that
-/// moment may still be listed). Other files, and temporaries of interrupted saves, are ignored.
-/// \throws io_error if `folder` cannot be listed (the message names it), a missing folder included.
-[[nodiscard]] std::vector<std::int64_t> list_steps(const std::filesystem::path& folder);
-
-/// The file of `step`'s checkpoint in `folder`, `<folder>/ckpt-<step, 10 digits>.safetensors`, as
-/// `checkpoint_manager::path_of` names it, without opening a manager (nor taking its lock).
-/// \throws std::invalid_argument if `step` is negative.
-[[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& folder, std::int64_t step);
 
 }  // namespace ckpt

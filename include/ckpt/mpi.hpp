@@ -9,7 +9,8 @@
 /// // data parallel: every rank holds the whole (replicated) state; each entry is written once
 /// ckpt::mpi::save(MPI_COMM_WORLD, "runs/a", step, ckpt::training_state(params, state));
 /// // any number of ranks later:
-/// const ckpt::checkpoint t = ckpt::mpi::load(MPI_COMM_WORLD, "runs/a", *ckpt::mpi::latest_step(MPI_COMM_WORLD, "runs/a"));
+/// // any number of ranks later (or a ckpt::mpi::checkpoint_manager, which finds the steps):
+/// const ckpt::checkpoint t = ckpt::mpi::load(MPI_COMM_WORLD, "runs/a", step);
 /// ckpt::restore_training_state(t, params, state);   // or to_params(t, like, {.prefix = ...})
 /// \endcode
 ///
@@ -17,7 +18,7 @@
 /// shards `model-<k>-of-<K>.safetensors` (k = 1..K, five digits, as Hugging Face names shards)
 /// and the index `model.safetensors.index.json` (Hugging Face's layout: `metadata.total_size` and
 /// a `weight_map` from entry name to shard file). The index is the commit: a step folder without
-/// it does not exist for `committed_steps`, `latest_step` or `load`. Shard `k` is written by the
+/// it does not exist for the managers (their `steps()`) or for `load`. Shard `k` is written by the
 /// k-th rank (in rank order) that writes any entry, so K is at most the number of ranks and
 /// nothing in the files depends on the rank count: a step saved by 4 ranks loads on 2, on 7, or
 /// in one process with `ckpt::load(<step folder>)`.
@@ -77,14 +78,6 @@ class collective_error : public error {
   std::string cause_;
 };
 
-/// Options of `save`.
-struct save_options {
-  /// Store each shard's digest (`ckpt::save_options::digest`), which `load` verifies.
-  bool digest = true;
-  /// Added to the `__metadata__` of every shard (rank 0's value counts; see `save`).
-  metadata_map metadata{};
-};
-
 /// The folder of `step` in `folder`: `<folder>/step-<step, zero-padded to 10 digits>`.
 /// \throws std::invalid_argument if `step` is negative.
 [[nodiscard]] std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step);
@@ -101,8 +94,9 @@ struct save_options {
 /// 3. One `MPI_Allreduce` confirms that every shard is durable. Then rank 0 writes the index the
 ///    same atomic way, and that commits the step; a second `MPI_Allreduce` tells the ranks.
 ///
-/// Every shard's `__metadata__` is rank 0's: `local`'s metadata, then `options.metadata`, then
-/// `step` (decimal), later ones winning on equal keys; `load` gives them back.
+/// Every shard's `__metadata__` is rank 0's: `local`'s metadata, then `step` (decimal); `load`
+/// gives them back. `options` are `ckpt::save`'s, for each rank's shard: `digest` stores each
+/// shard's digest (which `load` verifies), `progress` reports that rank's shard.
 ///
 /// If anything fails on any rank (disk full, an exception), every rank throws, each rank removes
 /// the shard it wrote, and no index is written: the step does not exist, and earlier steps are
@@ -115,7 +109,7 @@ struct save_options {
 ///   (the message names the entry and both ranks' dtype and shape).
 /// \throws collective_error on every rank if a rank failed (an I/O error, an exception).
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                           const checkpoint& local, const save_options& options = {});
+                           const checkpoint& local, const ckpt::save_options& options = {});
 
 /// A piece of one global tensor that this rank holds (ZeRO/FSDP's flat partition, or a
 /// tensor-parallel block of rows), for `save_sliced`: elements [first(), first() + count()) of
@@ -189,7 +183,8 @@ class slice {
 ///    cache) and hashes them; rank 0 gathers the hashes and writes the digest into the header.
 ///    Rank 0 renames the file into place, and commits the step with the index as `save` does.
 ///
-/// Every shard's `__metadata__` is rank 0's `options.metadata` and `step`.
+/// Every shard's `__metadata__` is rank 0's `metadata` and `step`. Of `options`, `digest` is
+/// used (the digest computed as described in 3.); `progress` is not (the writes are collective).
 /// \throws std::invalid_argument on every rank, before anything is written, for what `save`
 ///   refuses, and if the pieces of a tensor overlap or leave a gap, or disagree on its dtype or
 ///   global shape, or a tensor is held whole and in slices (each message names the tensor, the
@@ -198,7 +193,7 @@ class slice {
 ///   step is then not committed and no file of it is left.
 std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                                   std::span<const slice> slices, std::initializer_list<section> whole = {},
-                                  const save_options& options = {});
+                                  const metadata_map& metadata = {}, const ckpt::save_options& options = {});
 
 namespace detail {
 // The part of entry `name` of `t` holding elements [first, first + numel(shape)), as a tensor of
@@ -249,16 +244,6 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 ///   `integrity_error` message naming the file).
 [[nodiscard]] checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                               const load_options& options = {});
-
-/// The committed steps of `folder` (step folders holding an index), oldest first; none if the
-/// folder does not exist. Not collective: it only lists the folder.
-/// \throws io_error if the folder exists but cannot be listed.
-[[nodiscard]] std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder);
-
-/// The newest committed step of `folder`, or nothing, as rank 0 sees it (so that every rank
-/// agrees even while another job writes the folder). Collective.
-/// \throws collective_error on every rank if rank 0 cannot list the folder.
-[[nodiscard]] std::optional<std::int64_t> latest_step(MPI_Comm comm, const std::filesystem::path& folder);
 
 /// Numbered steps of one MPI training job in a folder: the members and rules of
 /// `ckpt::checkpoint_manager_base`, shared with the single-process `ckpt::checkpoint_manager` (the

@@ -6,11 +6,9 @@
 /// `ckpt::ptree` by path; other types through the `ckpt::fields` customization point.
 /// Names are joined with '.': `layers.0.w`.
 ///
-/// Known limit: with GCC 12, Boost.PFR 1.81 (Debian bookworm's) crashes the compiler when it
-/// counts the fields of an aggregate holding a `std::array<X, N>` of a non-trivial `X` (say, of
-/// Eigen matrices); PFR 1.87 fixed it. Use a `std::vector<X>` there, or name the struct through
-/// `ckpt::fields`. A `std::array` of scalars, and a `std::array<X, N>` that is itself the root or
-/// a vector element, are fine.
+/// Known limit (docs/guide.md, "Named structures"): older Boost.PFR releases cannot count the
+/// fields of an aggregate holding a `std::array<X, N>` of a non-trivial `X` (say, of Eigen
+/// matrices). Use a `std::vector<X>` there, or name the struct through `ckpt::fields`.
 
 #include <ckpt/detail/field_names.hpp>
 #include <ckpt/leaf.hpp>

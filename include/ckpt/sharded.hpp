@@ -102,7 +102,9 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
                            std::uint64_t max_shard_bytes, const shard_options& options = {});
 
 /// True if `ckpt::load` reads `path` as a sharded checkpoint: its name ends with `.index.json`,
-/// or it is an existing folder. Looks at the file system only for the folder test.
+/// or it is an existing folder (which may hold a single `model.safetensors` or
+/// `pytorch_model.bin` instead: see `ckpt::load`). Looks at the file system only for the folder
+/// test.
 /// \throws nothing
 [[nodiscard]] bool is_sharded_path(const std::filesystem::path& path) noexcept;
 

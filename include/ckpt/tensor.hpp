@@ -108,6 +108,11 @@ class tensor {
   friend struct detail::tensor_access;
   tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes, std::shared_ptr<const void> owner);
   static std::shared_ptr<std::byte[]> allocate(std::size_t size);
+  // The alignment a view of `type` needs (that of the scalar carrying it).
+  static std::size_t alignment_of(ckpt::dtype type) noexcept;
+  // The bytes a tensor of `type` and `shape` holds, checked against `given`.
+  // Throws std::invalid_argument if they differ.
+  static std::size_t checked_size(ckpt::dtype type, std::span<const std::int64_t> shape, std::size_t given);
   [[noreturn]] void throw_dtype_mismatch(ckpt::dtype requested) const;
 
   ckpt::dtype dtype_ = ckpt::dtype::f32;

@@ -39,6 +39,7 @@
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/file.hpp>
 
 #include <cstddef>
 #include <filesystem>
@@ -86,6 +87,15 @@ struct torch_options {
 /// (the message names the budget), or is malformed in any way (truncated, a record out of bounds
 /// or compressed, a tensor past its storage...).
 [[nodiscard]] checkpoint load_torch(const std::filesystem::path& path, const torch_options& options = {});
+
+/// `ckpt::load` (ckpt/file.hpp), with the options of the `.pt` reader: every file `load` finds
+/// to be a `torch.save` file (by its content: a file given, a folder's `pytorch_model.bin`, the
+/// shards of a `pytorch_model.bin.index.json`) is read by `load_torch(file, torch)`; safetensors
+/// files by `options`. `ckpt::load(path, options)` is this with `torch_options{}`. The
+/// `load_options` do not apply to `torch.save` files (they record no digest).
+/// \throws as `ckpt::load`, and as `load_torch` for a `torch.save` file.
+[[nodiscard]] checkpoint load(const std::filesystem::path& path, const load_options& options,
+                              const torch_options& torch);
 
 /// The checkpoint in the `torch.save` file whose bytes are `file_bytes` (copied first, so the
 /// checkpoint owns its data); `origin` names the file in error messages.

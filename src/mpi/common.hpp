@@ -1,34 +1,38 @@
 #pragma once
 // What the collective functions of ckpt::mpi share: agreeing on an outcome (every rank returns or
-// every rank throws), broadcasting bytes, and a byte encoding for the few values ranks exchange.
+// every rank throws), broadcasting bytes, and the byte codec of the few values ranks exchange.
 
 #include <ckpt/mpi.hpp>
 
 #include <mpi.h>
+
+#include <boost/pfr/core.hpp>
 
 #include <climits>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace ckpt::mpi::detail {
 
-inline int rank_of(MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  return rank;
+// What `query` (MPI_Comm_rank, MPI_Comm_size) says of `comm`.
+inline int ask(int (*query)(MPI_Comm, int*), MPI_Comm comm) {
+  int value = 0;
+  query(comm, &value);
+  return value;
 }
-
-inline int size_of(MPI_Comm comm) {
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  return size;
-}
+// This process's rank in `comm`, and the number of ranks.
+inline int rank_of(MPI_Comm comm) { return ask(MPI_Comm_rank, comm); }
+inline int size_of(MPI_Comm comm) { return ask(MPI_Comm_size, comm); }
 
 inline std::string message_of(const std::exception_ptr& e) {
   try {
@@ -42,15 +46,46 @@ inline std::string message_of(const std::exception_ptr& e) {
   }
 }
 
-// Appends values to a byte string, and reads them back in the same order.
-class encoder {
+// The one byte codec of what ranks exchange. Numbers and enums go as their bytes (every rank
+// runs the same build), strings and paths as a length and their bytes, optionals as a flag and
+// the value, vectors and maps as a count and their elements, and an aggregate struct field by
+// field (Boost.PFR), so that no type's encoding and decoding are written twice.
+template <class T>
+inline constexpr bool is_vector = false;
+template <class T>
+inline constexpr bool is_vector<std::vector<T>> = true;
+template <class T>
+inline constexpr bool is_map = false;
+template <class K, class V, class C>
+inline constexpr bool is_map<std::map<K, V, C>> = true;
+template <class T>
+inline constexpr bool is_optional = false;
+template <class T>
+inline constexpr bool is_optional<std::optional<T>> = true;
+
+class byte_writer {
  public:
-  void u64(std::uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
-  void i64(std::int64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
-  void f64(double v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
-  void str(std::string_view s) {
-    u64(s.size());
-    out_.append(s);
+  template <class T>
+  void operator()(const T& x) {
+    if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
+      out_.append(reinterpret_cast<const char*>(&x), sizeof x);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      (*this)(std::uint64_t{x.size()});
+      out_.append(x);
+    } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
+      (*this)(x.string());
+    } else if constexpr (is_optional<T>) {
+      (*this)(x.has_value());
+      if (x) (*this)(*x);
+    } else if constexpr (is_vector<T> || is_map<T>) {
+      (*this)(std::uint64_t{x.size()});
+      for (const auto& element : x) (*this)(element);
+    } else if constexpr (requires { x.first; x.second; }) {
+      (*this)(x.first);
+      (*this)(x.second);
+    } else {
+      boost::pfr::for_each_field(x, [this](auto& field) { (*this)(field); });
+    }
   }
   [[nodiscard]] std::string& bytes() noexcept { return out_; }
 
@@ -58,35 +93,76 @@ class encoder {
   std::string out_;
 };
 
-class decoder {
+class byte_reader {
  public:
-  explicit decoder(std::string_view in) noexcept : in_(in) {}
-  std::uint64_t u64() { return fixed<std::uint64_t>(); }
-  std::int64_t i64() { return fixed<std::int64_t>(); }
-  double f64() { return fixed<double>(); }
-  std::string str() {
-    const std::uint64_t n = u64();
-    take(n);
-    std::string s(in_.substr(0, n));
-    in_.remove_prefix(n);
-    return s;
+  explicit byte_reader(std::string_view in) noexcept : in_(in) {}
+  template <class T>
+  void operator()(T& x) {
+    if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
+      std::memcpy(&x, take(sizeof x).data(), sizeof x);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      x = std::string(take(count()));
+    } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
+      std::string s;
+      (*this)(s);
+      x = std::move(s);
+    } else if constexpr (is_optional<T>) {
+      bool has = false;
+      (*this)(has);
+      x.reset();
+      if (has) (*this)(x.emplace());
+    } else if constexpr (is_vector<T>) {
+      x.resize(count());
+      for (auto& element : x) (*this)(element);
+    } else if constexpr (is_map<T>) {
+      x.clear();
+      for (std::uint64_t n = count(); n > 0; --n) {
+        typename T::key_type key;
+        typename T::mapped_type value;
+        (*this)(key);
+        (*this)(value);
+        x.insert_or_assign(std::move(key), std::move(value));
+      }
+    } else {
+      boost::pfr::for_each_field(x, [this](auto& field) { (*this)(field); });
+    }
   }
 
  private:
-  template <class T>
-  T fixed() {
-    take(sizeof(T));
-    T v;
-    std::memcpy(&v, in_.data(), sizeof v);
-    in_.remove_prefix(sizeof v);
-    return v;
+  // A count of elements or bytes, each of which takes at least a byte.
+  std::size_t count() {
+    std::uint64_t n = 0;
+    (*this)(n);
+    take_check(n);
+    return static_cast<std::size_t>(n);
   }
-  void take(std::uint64_t n) const {
-    // Every rank runs the same encoder, so a short message is a bug here, not bad input.
+  std::string_view take(std::uint64_t n) {
+    take_check(n);
+    const std::string_view out = in_.substr(0, static_cast<std::size_t>(n));
+    in_.remove_prefix(static_cast<std::size_t>(n));
+    return out;
+  }
+  void take_check(std::uint64_t n) const {
+    // Every rank runs the same codec, so a short message is a bug here, not bad input.
     if (n > in_.size()) throw std::logic_error("ckpt: mpi: truncated message between ranks");
   }
   std::string_view in_;
 };
+
+// `x` as bytes, and back.
+template <class T>
+std::string encode(const T& x) {
+  byte_writer w;
+  w(x);
+  return std::move(w.bytes());
+}
+template <class T>
+T decode(std::string_view bytes) {
+  byte_reader r(bytes);
+  T x{};
+  r(x);
+  return x;
+}
 
 // Sends `bytes` from `root` to every rank of `comm` (collective).
 inline void broadcast(MPI_Comm comm, std::string& bytes, int root) {

@@ -45,50 +45,6 @@ struct holding {
   std::vector<entry> entries;
 };
 
-inline std::string encode(const holding& h) {
-  encoder e;
-  e.str(h.error);
-  e.i64(h.step);
-  e.u64(h.committed ? 1 : 0);
-  e.u64(h.metadata.size());
-  for (const auto& [key, value] : h.metadata) {
-    e.str(key);
-    e.str(value);
-  }
-  e.u64(h.entries.size());
-  for (const auto& x : h.entries) {
-    e.str(x.name);
-    e.u64(static_cast<std::uint64_t>(x.type));
-    e.u64(x.shape.size());
-    for (std::int64_t d : x.shape) e.i64(d);
-    e.i64(x.first);
-    e.i64(x.count);
-  }
-  return std::move(e.bytes());
-}
-
-inline holding decode(std::string_view bytes) {
-  decoder d(bytes);
-  holding h;
-  h.error = d.str();
-  h.step = d.i64();
-  h.committed = d.u64() != 0;
-  for (std::uint64_t n = d.u64(); n > 0; --n) {
-    std::string key = d.str();
-    h.metadata.insert_or_assign(std::move(key), d.str());
-  }
-  h.entries.resize(d.u64());
-  for (auto& x : h.entries) {
-    x.name = d.str();
-    x.type = static_cast<ckpt::dtype>(d.u64());
-    x.shape.resize(d.u64());
-    for (std::int64_t& dim : x.shape) dim = d.i64();
-    x.first = d.i64();
-    x.count = d.i64();
-  }
-  return h;
-}
-
 // Every rank's holding, on every rank: one MPI_Allgather of the sizes, one MPI_Allgatherv.
 inline std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {
   const int size = size_of(comm);
@@ -110,8 +66,8 @@ inline std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {
   std::vector<holding> out;
   out.reserve(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r)
-    out.push_back(decode(std::string_view(all).substr(static_cast<std::size_t>(offsets[r]),
-                                                       static_cast<std::size_t>(counts[r]))));
+    out.push_back(decode<holding>(std::string_view(all).substr(static_cast<std::size_t>(offsets[r]),
+                                                                static_cast<std::size_t>(counts[r]))));
   return out;
 }
 

@@ -24,61 +24,10 @@ constexpr std::string_view who = "mpi::checkpoint_manager";
 using step_map = ckpt::detail::manager_core::step_map;
 
 // The core's steps and damaged steps, as rank 0 shares them.
-std::string encode(const ckpt::detail::manager_core& core) {
-  detail::encoder e;
-  e.u64(core.all().size());
-  for (const auto& [step, metric] : core.all()) {
-    e.i64(step);
-    e.u64(metric ? 1 : 0);
-    e.f64(metric.value_or(0));
-  }
-  e.u64(core.damaged().size());
-  for (const step_status& s : core.damaged()) {
-    e.i64(s.step);
-    e.str(s.path.string());
-    e.str(s.reason);
-  }
-  return std::move(e.bytes());
-}
-
-void decode_into(ckpt::detail::manager_core& core, std::string_view bytes) {
-  detail::decoder d(bytes);
+struct shared_steps {
   step_map steps;
-  for (std::uint64_t n = d.u64(); n > 0; --n) {
-    const std::int64_t step = d.i64();
-    const bool has = d.u64() != 0;
-    const double metric = d.f64();
-    steps.emplace(step, has ? std::optional<double>(metric) : std::nullopt);
-  }
   std::vector<step_status> damaged;
-  for (std::uint64_t n = d.u64(); n > 0; --n) {
-    const std::int64_t step = d.i64();
-    std::string path = d.str();
-    damaged.push_back({.step = step, .state = step_state::damaged, .path = std::move(path), .reason = d.str()});
-  }
-  core.replace_all(std::move(steps));
-  core.replace_damaged(std::move(damaged));
-}
-
-std::string encode(const metadata_map& metadata) {
-  detail::encoder e;
-  e.u64(metadata.size());
-  for (const auto& [key, value] : metadata) {
-    e.str(key);
-    e.str(value);
-  }
-  return std::move(e.bytes());
-}
-
-metadata_map decode_metadata(std::string_view bytes) {
-  detail::decoder d(bytes);
-  metadata_map metadata;
-  for (std::uint64_t n = d.u64(); n > 0; --n) {
-    std::string key = d.str();
-    metadata.insert_or_assign(std::move(key), d.str());
-  }
-  return metadata;
-}
+};
 
 static_assert(index_file_name == ckpt::detail::mpi_step_index,
               "ckpt: the index of an MPI step folder is named in src/manager_core.hpp too (a read-only "
@@ -132,10 +81,10 @@ class mpi_state final : public ckpt::detail::manager_state {
       metadata_map merged = metadata;
       merged.insert_or_assign("step", std::to_string(step));
       merged.insert_or_assign("wall_time", ckpt::detail::wall_time_now());
-      bytes = encode(merged);
+      bytes = detail::encode(merged);
     }
     detail::broadcast(comm_, bytes, 0);
-    metadata_map merged = decode_metadata(bytes);
+    metadata_map merged = detail::decode<metadata_map>(bytes);
     if (!core.admit(step, merged, force)) return std::nullopt;
     return merged;
   }
@@ -146,7 +95,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     release_pages_of_dropped(plan);
     std::exception_ptr local_error;
     try {
-      detail::write_shard(plan, sections, core.options().digest);
+      detail::write_shard(plan, sections, {.digest = core.options().digest});
     } catch (...) {
       local_error = std::current_exception();
     }
@@ -166,7 +115,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     // A failure to copy is this rank's failure of the write, reported at the commit on every rank.
     try {
       background.start([plan = &pending_, snapshot = arena.snapshot(sections), digest = core.options().digest] {
-        detail::write_shard(*plan, {snapshot}, digest);
+        detail::write_shard(*plan, {snapshot}, {.digest = digest});
       });
     } catch (...) {
       background.finish(std::current_exception());
@@ -199,13 +148,10 @@ class mpi_state final : public ckpt::detail::manager_state {
     if (core.options().read_only) {
       // No lock, no clean-up: the committed steps as they are now.
       note_set_aside();
-      static_cast<void>(core.add_existing(committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; }));
+      static_cast<void>(core.add_existing(detail::committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; }));
       return;
     }
-    std::error_code ec;
-    std::filesystem::create_directories(core.folder(), ec);
-    if (ec) throw io_error(core.folder(), "create the folder", ec);
-    lock_fd_ = ckpt::detail::lock_exclusively(core.folder(), core.folder() / lock_name);
+    lock_fd_ = ckpt::detail::lock_exclusively(core.folder(), lock_name);
     std::vector<std::filesystem::path> debris;
     ckpt::detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
       std::error_code ignored;
@@ -213,10 +159,11 @@ class mpi_state final : public ckpt::detail::manager_state {
           !std::filesystem::exists(path / index_file_name, ignored))
         debris.push_back(path);
     });
+    std::error_code ec;
     for (const auto& path : debris) std::filesystem::remove_all(path, ec);
     note_set_aside();
     // Only the headers are needed for the metrics.
-    const auto unreadable = core.add_existing(committed_steps(core.folder()), [this](std::int64_t step) {
+    const auto unreadable = core.add_existing(detail::committed_steps(core.folder()), [this](std::int64_t step) {
       return load_sharded(path_of(step) / index_file_name, {.verify_digest = false}).metadata();
     });
     for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);
@@ -264,9 +211,13 @@ class mpi_state final : public ckpt::detail::manager_state {
         local_error = std::current_exception();
       }
     }
-    std::string bytes = rank() == 0 ? encode(core) : std::string();
+    std::string bytes = rank() == 0 ? detail::encode(shared_steps{core.all(), core.damaged()}) : std::string();
     detail::broadcast(comm_, bytes, 0);
-    if (rank() != 0) decode_into(core, bytes);
+    if (rank() != 0) {
+      shared_steps shared = detail::decode<shared_steps>(bytes);
+      core.replace_all(std::move(shared.steps));
+      core.replace_damaged(std::move(shared.damaged));
+    }
     detail::settle(comm_, local_error, core.folder(), operation);
   }
 

@@ -287,13 +287,13 @@ std::int64_t first_of_rows(const checkpoint& t, std::string_view name, std::int6
 
 std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                                   std::span<const slice> slices, std::initializer_list<section> whole,
-                                  const save_options& options) {
+                                  const metadata_map& metadata, const save_options& options) {
   const int rank = detail::rank_of(comm);
   const int size = detail::size_of(comm);
   detail::step_plan plan;
   std::vector<const ckpt::detail::entry_source*> wholes;
   const std::vector<detail::holding> all = detail::gather_holdings(
-      comm, plan, folder, step, options.metadata, "save_sliced", [&](std::vector<detail::holding::entry>& entries) {
+      comm, plan, folder, step, metadata, "save_sliced", [&](std::vector<detail::holding::entry>& entries) {
         wholes = ckpt::detail::ordered_entries(whole, "mpi::save_sliced");
         for (const auto* e : wholes) entries.push_back({e->name, e->dtype, e->shape, 0, -1});
         for (const slice& s : slices) {

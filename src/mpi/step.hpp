@@ -61,12 +61,17 @@ struct step_plan {
 // Local: writes this rank's shard (the entries of `sections` it writes), atomically; nothing if
 // it writes none. `sections` must hold the entries `plan_step` saw (the live ones or a snapshot).
 // \throws io_error, std::bad_alloc...
-void write_shard(const step_plan& plan, std::initializer_list<section> sections, bool digest);
+void write_shard(const step_plan& plan, std::initializer_list<section> sections, const save_options& options);
 
 // Collective: agrees that every rank's shard is durable (`local_error` is this rank's failure to
 // write it), then rank 0 writes the index, which commits the step. If anything failed on any
 // rank, every rank removes its shard and throws, and the step does not exist.
 // \throws collective_error on every rank, naming the lowest failing rank.
 void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr& local_error);
+
+// The committed steps of `folder` (step folders holding an index), oldest first; none if the
+// folder does not exist. Not collective: it only lists the folder.
+// \throws io_error if the folder exists but cannot be listed.
+[[nodiscard]] std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder);
 
 }  // namespace ckpt::mpi::detail

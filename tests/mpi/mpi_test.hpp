@@ -6,6 +6,7 @@
 // (MPI_Abort), so that mpirun, and ctest, report the failure instead of hanging in a collective.
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/manager.hpp>
 #include <ckpt/tensor.hpp>
 
 #include <mpi.h>
@@ -115,6 +116,13 @@ inline bool same(const ckpt::checkpoint& a, const ckpt::checkpoint& b) {
     return x.dtype() == y.dtype() && std::ranges::equal(x.shape(), y.shape()) &&
            std::ranges::equal(x.bytes(), y.bytes());
   });
+}
+
+// The committed steps of an MPI run folder, as a read-only single-process manager lists them
+// (a step folder counts once its index is written); none if there is no folder.
+inline std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
+  if (!std::filesystem::exists(folder)) return {};
+  return ckpt::checkpoint_manager(folder, {.read_only = true}).steps();
 }
 
 // The file names in `folder`, sorted (empty if it does not exist).

@@ -59,7 +59,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
       saves.emplace_back(step, ckpt::metadata_map{});
     }
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 8, 9}));
-    CHECK_EQ(manager.steps(), ckpt::mpi::committed_steps(folder / "mpi"));
+    CHECK_EQ(manager.steps(), committed_steps(folder / "mpi"));
     std::vector<std::string> expected = step_folders(manager.steps());
     expected.push_back(".ckpt-mpi-manager.lock");
     std::ranges::sort(expected);
@@ -72,7 +72,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
     CHECK(latest->metadata().contains("wall_time"));
     CHECK_EQ(ckpt::to_int("step", manager.load(4)), 4);
   }
-  if (rank == 0) CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
+  if (rank == 0) CHECK_EQ(committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
 }
 
 void keep_best_uses_rank_0s_metric(const fs::path& folder) {
@@ -106,7 +106,7 @@ void keep_best_uses_rank_0s_metric(const fs::path& folder) {
     saves.emplace_back(5, ckpt::metadata_map{{"val_loss", losses[4]}});
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 5}));
   }
-  if (rank == 0) CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
+  if (rank == 0) CHECK_EQ(committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
 }
 
 void arguments_refused_on_every_rank(const fs::path& folder) {
@@ -207,8 +207,8 @@ void save_async_commits_at_the_next_call(const fs::path& folder) {
     CHECK(manager.save_async(8, {state_of(rank, 8)}));
     saves.emplace_back(8, ckpt::metadata_map{});
   }  // the destructor commits step 8
-  CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), (std::vector<std::int64_t>{4, 5, 8}));
-  if (rank == 0) CHECK_EQ(ckpt::mpi::committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
+  CHECK_EQ(committed_steps(folder / "mpi"), (std::vector<std::int64_t>{4, 5, 8}));
+  if (rank == 0) CHECK_EQ(committed_steps(folder / "mpi"), single_process_steps(folder / "single", options, saves));
 }
 
 void save_async_follows_the_rules_of_save(const fs::path& folder) {

@@ -76,8 +76,8 @@ void collective_save_and_load(const fs::path& folder) {
   const int size = size_of(comm);
   const ckpt::checkpoint local =
       ckpt::concat({owned_layers(rank, size), ckpt::of_int("epoch", 7)})
-          .with_metadata({{"who", "rank " + std::to_string(rank)}, {"run", "local"}});
-  const fs::path dir = ckpt::mpi::save(comm, folder, 10, local, {.metadata = {{"run", "a"}}});
+          .with_metadata({{"who", "rank " + std::to_string(rank)}, {"run", "a"}});
+  const fs::path dir = ckpt::mpi::save(comm, folder, 10, local, {.digest = true});
   CHECK_EQ(dir, folder / "step-0000000010");
   CHECK_EQ(ckpt::mpi::step_folder(folder, 10), dir);
 
@@ -86,8 +86,7 @@ void collective_save_and_load(const fs::path& folder) {
   for (int k = 1; k <= size; ++k) expected.push_back(shard(k, size));
   std::ranges::sort(expected);
   CHECK_EQ(listing(dir), expected);
-  CHECK_EQ(ckpt::mpi::committed_steps(folder), std::vector<std::int64_t>{10});
-  CHECK_EQ(ckpt::mpi::latest_step(comm, folder), std::optional<std::int64_t>(10));
+  CHECK_EQ(committed_steps(folder), std::vector<std::int64_t>{10});
 
   // Shard k holds exactly what rank k-1 wrote; `epoch`, held by all, only in rank 0's shard.
   for (int k = 1; k <= size; ++k) {
@@ -174,7 +173,7 @@ void refusals_on_every_rank(const fs::path& folder) {
   CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, rank == last ? 4 : 3, ckpt::of_int("x", 1))),
            "ckpt: mpi::save: the ranks disagree on the step: rank 0 saves step 3, rank " + std::to_string(last) +
                " step 4");
-  CHECK(ckpt::mpi::committed_steps(folder).empty());
+  CHECK(committed_steps(folder).empty());
 }
 
 void committed_steps_are_never_rewritten(const fs::path& folder) {
@@ -201,8 +200,7 @@ void steps_without_index_do_not_exist(const fs::path& folder) {
     ckpt::save(debris / shard(3, 3), ckpt::of_int("stale", 9));
   }
   MPI_Barrier(comm);
-  CHECK_EQ(ckpt::mpi::committed_steps(folder), std::vector<std::int64_t>{4});
-  CHECK_EQ(ckpt::mpi::latest_step(comm, folder), std::optional<std::int64_t>(4));
+  CHECK_EQ(committed_steps(folder), std::vector<std::int64_t>{4});
   const fs::path index = debris / ckpt::mpi::index_file_name;
   const std::string cause = "ckpt: mpi::load: step 9 is not committed in '" + folder.string() + "' (there is no '" +
                             index.string() + "')";
@@ -248,7 +246,7 @@ void digests_checked_once_per_shard(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
-  ckpt::mpi::save(comm, folder, 5, owned_layers(rank, size));
+  ckpt::mpi::save(comm, folder, 5, owned_layers(rank, size), {.digest = true});
   // Flip one byte of the last shard's data: the rank that verifies that shard reports it.
   const fs::path last = ckpt::mpi::step_folder(folder, 5) / shard(size, size);
   MPI_Barrier(comm);

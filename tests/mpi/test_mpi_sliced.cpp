@@ -119,8 +119,9 @@ void saved_file_is_saves_file(const fs::path& folder) {
   const rank_state s = pieces_of(rank, size);
   const std::vector<ckpt::mpi::slice> slices = slices_of(s);
   ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 1, slices, {ckpt::of_tensor("b", s.b)},
-                         {.digest = false, .metadata = {{"run", "a"}}});
-  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 2, slices, {ckpt::of_tensor("b", s.b)}, {.metadata = {{"run", "a"}}});
+                         {{"run", "a"}}, {.digest = false});
+  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 2, slices, {ckpt::of_tensor("b", s.b)}, {{"run", "a"}},
+                         {.digest = true});
   if (rank == 0) {
     CHECK_EQ(listing(ckpt::mpi::step_folder(folder, 1)),
              (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   CHECK_EQ(mode, std::string("check"));
   CHECK_EQ(size_of(MPI_COMM_WORLD), 1);
   // Step 1 is committed and intact; step 2 left a folder without an index, which is no step.
-  CHECK_EQ(ckpt::mpi::committed_steps(folder), std::vector<std::int64_t>{1});
+  CHECK_EQ(committed_steps(folder), std::vector<std::int64_t>{1});
   CHECK(fs::exists(ckpt::mpi::step_folder(folder, 2)));
   CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 2) / ckpt::mpi::index_file_name));
   const ckpt::checkpoint t = ckpt::load(ckpt::mpi::step_folder(folder, 1), {.verify_digest = true});

@@ -1,9 +1,11 @@
 # Run with cmake -P by the test mlp_trainer_mpi_sharded: the example binary with --shard-optimizer
 # (ZeRO-1: each rank keeps its slice of Adam's moments, saved with ckpt::mpi::save_sliced), trained
-# on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and in one process (no mpirun) to 200,
+# on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and, step 150 then damaged, in one
+# process (no mpirun) from step 100 to 200,
 # must end with the parameters of an uninterrupted sharded 4-rank run and of the replicated run,
-# byte for byte; each rank must hold its share of the optimizer state, not all of it.
-# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
+# byte for byte; each rank must hold its share of the optimizer state, not all of it. The
+# uninterrupted run's sliced steps are also checked with the ckpt tool when it is built.
+# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first), TOOL (optional).
 cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
@@ -28,12 +30,40 @@ train(4 --steps 200 --shard-optimizer --ckpt-dir "${WORK}/straight" --params-out
 if(NOT output MATCHES "optimizer state per rank \\(bytes\\): 320 328 320 328 \\(replicated: 1296\\)")
   message(FATAL_ERROR "the sharded run does not hold 1/4 of the moments per rank:\n${output}")
 endif()
+# The sliced steps of the 4-rank run, through the ckpt tool (when built): verify checks every
+# step's digest; each step folder is a Hugging Face sharded checkpoint whose index's total_size is
+# the bytes inspect counts, and whose shard says format=pt.
+if(TOOL)
+  execute_process(COMMAND "${TOOL}" verify "${WORK}/straight" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(REGEX MATCHALL "ok, digest verified" verified "${out}")
+  list(LENGTH verified n)
+  if(NOT code EQUAL 0 OR NOT n EQUAL 4)
+    message(FATAL_ERROR "ckpt verify of the sliced run (${code}) did not verify its 4 steps:\n${out}\n${err}")
+  endif()
+  file(GLOB step "${WORK}/straight/*200")
+  execute_process(COMMAND "${TOOL}" inspect --json "${step}" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  file(READ "${step}/model.safetensors.index.json" index)
+  string(JSON total GET "${index}" metadata total_size)
+  string(JSON bytes GET "${out}" total bytes)
+  string(JSON format GET "${out}" metadata format)
+  if(NOT code EQUAL 0 OR NOT total EQUAL bytes OR NOT format STREQUAL "pt")
+    message(FATAL_ERROR "ckpt inspect of a sliced step (${code}): total_size ${total}, bytes ${bytes}, "
+                        "format '${format}':\n${out}\n${err}")
+  endif()
+endif()
 train(4 --steps 50 --shard-optimizer --ckpt-dir "${WORK}/chain")
 train(3 --steps 100 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume)
 train(2 --steps 150 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume)
+# Step 150's shard cut to a few bytes: the last leg skips it (set aside) and resumes at step 100.
+file(GLOB shard "${WORK}/chain/*150/model-00001-of-00001.safetensors")
+if(NOT shard)
+  message(FATAL_ERROR "no shard of step 150 in ${WORK}/chain")
+endif()
+file(WRITE "${shard}" "cut")
 train(0 --steps 200 --shard-optimizer --ckpt-dir "${WORK}/chain" --resume --params-out "${WORK}/chain.safetensors")
-if(NOT output MATCHES "resumed at step 150 on 1 ranks")
-  message(FATAL_ERROR "the last leg did not resume at step 150:\n${output}")
+if(NOT output MATCHES "skipped damaged step 150: [^\n]*model-00001-of-00001.safetensors" OR
+   NOT output MATCHES "resumed at step 100 on 1 ranks")
+  message(FATAL_ERROR "the last leg did not skip the damaged step 150 and resume at step 100:\n${output}")
 endif()
 
 foreach(run straight chain)

@@ -74,10 +74,10 @@ std::uint64_t parse_size(std::string_view text) {
 std::vector<listed_step> steps_in(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return {};
-  const ckpt::checkpoint_manager reader(path, {.read_only = true});
+  const auto reader = std::make_shared<ckpt::checkpoint_manager>(path, ckpt::checkpoint_manager_options{.read_only = true});
   std::vector<listed_step> out;
-  for (const ckpt::step_status& s : reader.status())
-    out.push_back({s.step, s.path, s.state == ckpt::step_state::damaged ? std::optional(s.reason) : std::nullopt});
+  for (const ckpt::step_status& s : reader->status())
+    out.push_back({s.step, s.path, s.state == ckpt::step_state::damaged ? std::optional(s.reason) : std::nullopt, reader});
   return out;
 }
 
@@ -143,26 +143,9 @@ ckpt::torch_options torch_budget(std::size_t factor) noexcept {
   return options;
 }
 
-ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options,
-                                 const ckpt::torch_options& torch_options) {
-  // The signature is read without waiting on a FIFO or a device (opened non-blocking, read only if
-  // regular): ckpt::load then refuses what is not a regular file, naming it.
-  std::array<std::byte, 4> signature{};
-  bool torch = false;
-  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); fd >= 0) {
-    struct stat info {};
-    torch = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
-            ::pread(fd, signature.data(), signature.size(), 0) == static_cast<ssize_t>(signature.size()) &&
-            ckpt::looks_like_torch(signature);
-    ::close(fd);
-  }
-  if (torch) return ckpt::load_torch(path, torch_options);
-  return ckpt::load(path, options);
-}
-
-std::optional<ckpt::checkpoint> load_listed(const std::filesystem::path& file) {
+std::optional<ckpt::checkpoint> load_listed(const listed_step& s, const ckpt::load_options& options) {
   try {
-    return ckpt::load(file, {.verify_digest = false});
+    return s.reader->load(s.step, options);
   } catch (const ckpt::io_error& e) {
     if (e.code() == std::errc::no_such_file_or_directory) return std::nullopt;
     throw;

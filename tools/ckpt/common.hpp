@@ -4,6 +4,7 @@
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
 #include <ckpt/torch.hpp>
 
 #include <CLI/App.hpp>
@@ -92,6 +93,9 @@ struct listed_step {
   /// Set if the step is known to be damaged without reading it: set aside by a manager (the
   /// checkpoint is then the set-aside file), or ambiguous; the reason.
   std::optional<std::string> damaged = {};
+  /// The read-only manager that listed the step, which loads it as the managers do (a step is a
+  /// safetensors file or an MPI step folder, whatever else `ckpt::load` would read there).
+  std::shared_ptr<ckpt::checkpoint_manager> reader = {};
 };
 
 /// The steps of a manager folder, of either manager (`ckpt::checkpoint_manager`'s files,
@@ -114,13 +118,6 @@ struct listed_step {
 /// Adds the `--step N` option of the commands that open a manager folder's step.
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 
-/// The checkpoint at `path`: a `torch.save` file (recognized by its zip signature) through
-/// `ckpt::load_torch` with `torch_options`, anything else (a safetensors file, a sharded
-/// checkpoint) through `ckpt::load` with `options`. A FIFO or a device is not waited on.
-/// \throws as `ckpt::load` or `ckpt::load_torch`.
-[[nodiscard]] ckpt::checkpoint read_checkpoint(const std::filesystem::path& path, const ckpt::load_options& options,
-                                               const ckpt::torch_options& torch_options = {});
-
 /// Adds `--torch-budget FACTOR` (at least 1), which multiplies the budgets of the `.pt` reader
 /// (`ckpt::torch_options`), to a command that reads checkpoints.
 void add_torch_budget_option(CLI::App& sub, std::size_t& factor);
@@ -129,10 +126,12 @@ void add_torch_budget_option(CLI::App& sub, std::size_t& factor);
 /// \throws nothing
 [[nodiscard]] ckpt::torch_options torch_budget(std::size_t factor) noexcept;
 
-/// The checkpoint `file` of a manager folder, header only (no digest check), or nothing if the
-/// file is gone: a manager still training in the folder deletes old steps after listing them.
-/// \throws as `ckpt::load`, except for a missing file.
-[[nodiscard]] std::optional<ckpt::checkpoint> load_listed(const std::filesystem::path& file);
+/// Step `s` of a manager folder, loaded as its manager loads it (by default header only: no
+/// digest check), or nothing if its file is gone: a manager still training in the folder
+/// deletes old steps after listing them.
+/// \throws as `ckpt::checkpoint_manager::load`, except for a missing file.
+[[nodiscard]] std::optional<ckpt::checkpoint> load_listed(const listed_step& s,
+                                                          const ckpt::load_options& options = {.verify_digest = false});
 
 /// The entries of `t` whose names start with `prefix` (all of them for an empty prefix).
 /// \throws std::bad_alloc

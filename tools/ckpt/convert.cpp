@@ -3,7 +3,6 @@
 
 #include "common.hpp"
 
-#include <ckpt/detail/pages.hpp>
 #include <ckpt/adapt.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
@@ -18,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +33,7 @@ struct convert_args {
   std::vector<std::string> keep;
   bool drop_metadata = false;
   std::vector<std::string> keep_metadata;  // the metadata keys to carry over; empty: all
+  std::vector<std::string> set_metadata;   // KEY=VALUE, written over what is carried over
   std::vector<std::string> drop;
   std::string shard_size;
   std::string base_name = "model";
@@ -45,37 +44,27 @@ struct convert_args {
 };
 
 struct rename_rule {
-  std::regex pattern;
+  ckpt::name_pattern pattern;
   std::string replacement;
 };
 
-// 'REGEX=REPLACEMENT', split at the first '=' (write '=' in the regex as \x3d).
+// 'REGEX=REPLACEMENT', split at the first '=' (write '=' in the regex as \x3d). The pattern and
+// the groups the replacement names are checked here, before anything is read.
 rename_rule parse_rename(const std::string& rule) {
   const std::size_t eq = rule.find('=');
   if (eq == std::string::npos)
     throw usage_error("ckpt convert: --rename '" + rule + "' has no '=' (expected 'REGEX=REPLACEMENT')");
   try {
-    return {std::regex(rule.substr(0, eq), std::regex::ECMAScript), rule.substr(eq + 1)};
-  } catch (const std::regex_error& e) {
-    throw usage_error("ckpt convert: --rename '" + rule + "': the regular expression '" + rule.substr(0, eq) +
-                      "' is invalid: " + e.what());
+    rename_rule r{ckpt::name_pattern(rule.substr(0, eq)), rule.substr(eq + 1)};
+    static_cast<void>(r.pattern.replace("", r.replacement));
+    return r;
+  } catch (const std::invalid_argument& e) {
+    throw usage_error("ckpt convert: --rename '" + rule + "': " + e.what());
   }
 }
 
 bool starts_with_any(std::string_view name, const std::vector<std::string>& prefixes) {
   return std::ranges::any_of(prefixes, [&](const std::string& p) { return name.starts_with(p); });
-}
-
-// Reads the pages of `x` (one byte a page), so that the progress bar moves with the disk reads
-// of entries that are written unchanged; the write that follows then finds them in memory.
-void touch(const ckpt::tensor& x) {
-  ckpt::detail::tensor_access::prefetch_pages(x);
-  const auto bytes = x.bytes();
-  unsigned sum = 0;
-  for (std::size_t i = 0; i < bytes.size(); i += 4096) sum += static_cast<unsigned>(bytes[i]);
-  volatile unsigned sink = sum;
-  (void)sink;
-  ckpt::detail::tensor_access::release_pages(x);  // unmapped only: the pages stay in the page cache for the write
 }
 
 int convert(const convert_args& args) {
@@ -90,6 +79,13 @@ int convert(const convert_args& args) {
   }
   std::vector<rename_rule> rules;
   for (const auto& r : args.renames) rules.push_back(parse_rename(r));
+  ckpt::metadata_map set_metadata;
+  for (const std::string& kv : args.set_metadata) {
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw usage_error("ckpt convert: --metadata '" + kv + "' is not KEY=VALUE with a non-empty KEY");
+    set_metadata.insert_or_assign(kv.substr(0, eq), kv.substr(eq + 1));  // the last of a key wins
+  }
   std::optional<ckpt::dtype> to;
   if (!args.dtype.empty()) {
     std::string upper = args.dtype;
@@ -108,7 +104,7 @@ int convert(const convert_args& args) {
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
-  const ckpt::checkpoint input = read_checkpoint(in, {}, torch);
+  const ckpt::checkpoint input = ckpt::load(in, {}, torch);
 
   const auto chosen = [&](const std::string& name) {
     return (args.keep.empty() || starts_with_any(name, args.keep)) && !starts_with_any(name, args.drop);
@@ -141,31 +137,30 @@ int convert(const convert_args& args) {
     for (const auto& [key, value] : input.metadata())
       if (args.keep_metadata.empty() || std::ranges::find(args.keep_metadata, key) != args.keep_metadata.end())
         metadata.emplace(key, value);
+  for (const auto& [key, value] : set_metadata) metadata.insert_or_assign(key, value);
   ckpt::checkpoint t(std::move(selected), std::move(metadata));
   if (!rules.empty())
     t = ckpt::rename(t, [&](std::string_view name) {
       std::string out(name);
-      for (const auto& r : rules) out = std::regex_replace(out, r.pattern, r.replacement);
+      for (const auto& r : rules) out = r.pattern.replace(out, r.replacement);
       return out;
     });
 
-  std::uint64_t total = 0;
-  for (const auto& e : t) total += e.second.nbytes();
-  {
+  if (to) {
+    std::uint64_t total = 0;
+    for (const auto& e : t) total += e.second.nbytes();
     // One entry at a time through ckpt::cast, whose rules pick the entries to convert (floating
     // ones only), so that the bar moves as entries are done.
     progress bar("converting", total);
     std::vector<ckpt::checkpoint::entry> done;
     for (const auto& [name, x] : t) {
-      if (to) done.push_back(*ckpt::cast(ckpt::checkpoint({{name, x}}), *to).begin());
-      else {
-        if (bar.shown()) touch(x);
-        done.emplace_back(name, x);
-      }
+      done.push_back(*ckpt::cast(ckpt::checkpoint({{name, x}}), *to).begin());
       bar.advance(x.nbytes());
     }
     t = ckpt::checkpoint(std::move(done), t.metadata());
   }
+  // The entries left as they were are read from IN as they are written (ckpt::save reads a
+  // loaded file with pread): the writing bar moves with the disk.
 
   std::uint64_t bytes = 0;
   for (const auto& e : t) bytes += e.second.nbytes();
@@ -200,7 +195,7 @@ constexpr command_text text{
 by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,
 or with --shard-size a sharded checkpoint in the folder OUT. The steps run in this order:
 --keep/--drop (on IN's names), --rename, --dtype. Metadata are carried over, all of them, none
-with --drop-metadata, or those named by --keep-metadata.
+with --drop-metadata, or those named by --keep-metadata; --metadata KEY=VALUE sets one.
 
 Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.)"};
 
@@ -219,8 +214,8 @@ void add_convert(CLI::App& app, action& chosen) {
                   "keep theirs")
       ->check(CLI::IsMember({"bf16", "f16", "f32", "f64"}, CLI::ignore_case));
   sub->add_option("--rename", args->renames,
-                  "rename entries: every match of the ECMAScript regular expression REGEX is replaced by "
-                  "REPLACEMENT ($1 for a group); repeatable, applied in order")
+                  "rename entries: every match of the regular expression REGEX (RE2 syntax, linear time) is "
+                  "replaced by REPLACEMENT ($1 for a group); repeatable, applied in order")
       ->type_name("'REGEX=REPLACEMENT'")
       ->allow_extra_args(false);
   sub->add_option("--keep", args->keep, "keep only the entries whose names start with PREFIX (repeatable)")
@@ -251,6 +246,11 @@ void add_convert(CLI::App& app, action& chosen) {
       ->type_name("KEY")
       ->allow_extra_args(false)
       ->excludes(drop_metadata);
+  sub->add_option("--metadata", args->set_metadata,
+                  "set the metadata entry KEY to VALUE in OUT (repeatable; after --drop-metadata/--keep-metadata, "
+                  "over a carried-over value; split at the first '=')")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
 }
 
 }  // namespace ckpt_tool

@@ -76,7 +76,7 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
-  const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = false}, torch);
+  const ckpt::checkpoint t = ckpt::load(path, {.verify_digest = false}, torch);
   const auto entries = entries_with_prefix(t, args.filter);
   const totals total = sum(entries, tied);
   if (args.json) {
@@ -133,15 +133,16 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
     std::optional<std::string> damaged;  // the reason
   };
   std::vector<step_row> steps;
-  for (const auto& [step, file, damaged] : listed) {
-    if (damaged) {
-      steps.push_back({step, file, {}, {}, damaged});
+  for (const listed_step& s : listed) {
+    if (s.damaged) {
+      steps.push_back({s.step, s.checkpoint, {}, {}, s.damaged});
       continue;
     }
     try {
-      if (const auto t = load_listed(file)) steps.push_back({step, file, sum(entries_with_prefix(*t, args.filter)), t->metadata(), {}});
+      if (const auto t = load_listed(s))
+        steps.push_back({s.step, s.checkpoint, sum(entries_with_prefix(*t, args.filter)), t->metadata(), {}});
     } catch (const ckpt::error& e) {
-      steps.push_back({step, file, {}, {}, e.what()});
+      steps.push_back({s.step, s.checkpoint, {}, {}, e.what()});
     }
   }
   const auto state_of = [](const step_row& s) { return s.damaged ? "damaged" : "ok"; };

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -36,11 +37,13 @@ struct verdict {
   std::vector<std::string> skipped;    // entries of an unknown dtype: "'name' (DTYPE)"
 };
 
-// Loads `path` as `ckpt::load` does, digest included, and says what it found. Loading maps the
-// file and parses the header only; nothing is extracted. The digest check draws a bar (on a
-// terminal), one for each shard of a sharded checkpoint. An I/O error (a missing file) is not a
-// finding about the checkpoint: it propagates, for exit status 2.
-verdict check(const std::filesystem::path& path, std::size_t torch_budget_factor) {
+// Loads a checkpoint with `load` (`ckpt::load` of a path, or a manager's load of a step) with
+// these options, digest included, and says what it found. Loading maps the file and parses the
+// header only; nothing is extracted. The digest check draws a bar (on a terminal), one for each
+// shard of a sharded checkpoint. An I/O error (a missing file) is not a finding about the
+// checkpoint: it propagates, for exit status 2.
+verdict check(const std::filesystem::path& path,
+              const std::function<ckpt::checkpoint(const ckpt::load_options&)>& load) {
   const bool sharded = ckpt::is_sharded_path(path);
   verdict out;
   std::optional<progress> bar;
@@ -61,8 +64,7 @@ verdict check(const std::filesystem::path& path, std::size_t torch_budget_factor
     out.skipped.push_back("'" + std::string(name) + "' (" + std::string(dtype) + ")");
   };
   try {
-    const ckpt::checkpoint t = read_checkpoint(path, {.verify_digest = true, .progress = report, .skipped = skipped},
-                                                torch_budget(torch_budget_factor));
+    const ckpt::checkpoint t = load({.verify_digest = true, .progress = report, .skipped = skipped});
     if (!t.metadata().contains(ckpt::digest_key))
       for (const std::string_view key : ckpt::earlier_digest_keys)
         if (t.metadata().contains(key)) {
@@ -112,14 +114,21 @@ int verify(const verify_args& args) {
     const std::vector<listed_step> steps = steps_in(path);
     if (args.step || steps.empty()) {
       const std::filesystem::path checkpoint = checkpoint_in(path, steps, args.step);
-      if (print_verdict(checkpoint.string(), check(checkpoint, args.torch_budget), args.strict)) status = finding;
+      const verdict v = check(checkpoint, [&](const ckpt::load_options& options) {
+        return ckpt::load(checkpoint, options, torch_budget(args.torch_budget));
+      });
+      if (print_verdict(checkpoint.string(), v, args.strict)) status = finding;
       continue;
     }
     // Every step, damaged ones included: each is a line, and a damaged one a finding.
-    for (const auto& [step, checkpoint, damaged] : steps) {
+    for (const listed_step& s : steps) {
+      const std::filesystem::path& checkpoint = s.checkpoint;
       verdict v;
       try {
-        v = check(checkpoint, args.torch_budget);
+        // A listed step loads as its manager loads it; one set aside (no longer a step) as a file.
+        v = check(checkpoint, [&](const ckpt::load_options& options) {
+          return s.damaged ? ckpt::load(checkpoint, options) : s.reader->load(s.step, options);
+        });
       } catch (const ckpt::io_error& e) {
         // Deleted since it was listed, by the retention rules of a manager still training here;
         // anything else there that cannot be read (a symlink to nowhere) is a damaged step.
@@ -127,7 +136,7 @@ int verify(const verify_args& args) {
         if (e.code() == std::errc::no_such_file_or_directory && !std::filesystem::is_symlink(checkpoint, ec)) continue;
         v.problem = e.what();
       }
-      if (damaged && !v.problem) v.problem = *damaged + "; it verifies now, but is no longer a step of the run";
+      if (s.damaged && !v.problem) v.problem = *s.damaged + "; it verifies now, but is no longer a step of the run";
       if (print_verdict(checkpoint.string(), v, args.strict)) status = finding;
     }
   }

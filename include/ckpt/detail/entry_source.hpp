@@ -22,8 +22,10 @@ struct entry_source {
   std::size_t nbytes = 0;
   // The C-order bytes, when they stand contiguous in memory.
   std::span<const std::byte> contiguous;
-  // Otherwise: writes outermost rows [first, first + count) in C order to `out`.
+  // Otherwise: writes rows [first, first + count) in C order to `out`. A row is an outermost row
+  // (nbytes / shape[0]), or for the file writer `row_bytes` bytes when that is not 0.
   std::function<void(std::size_t first, std::size_t count, std::byte* out)> write_rows;
+  std::size_t row_bytes = 0;
   // Keeps bytes alive that the source had to snapshot (a leaf type without a row writer).
   tensor keep_alive;
 };

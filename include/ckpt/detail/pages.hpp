@@ -44,17 +44,10 @@ struct tensor_access {
   static void for_each_band(const tensor& x, std::size_t row_bytes,
                             const std::function<void(std::size_t first, std::span<const std::byte> rows)>& visit);
 
-  // Page advice for code that reads a loaded file through its mapping (views handed to the
-  // user's code: ckpt diff, the adapters). Entries smaller than this get no advice of their own:
-  // each madvise that changes the mapping's access mode splits and merges its VMA under the
-  // process's mmap lock, which costs more than it saves on an entry whose pages are cached.
-  static constexpr std::size_t advised_bytes = std::size_t{2} << 20;
-  // Prepares an entry of a file mapping for one pass of reading: its pages are read ahead in
-  // large blocks as the pass goes. Does nothing for memory, or for an entry too small to gain.
-  static void prefetch_pages(const tensor& x) noexcept;
-  // Drops the whole pages of the entry from the process (they are read again from the page
-  // cache or the file the next time they are touched), and ends a prefetch_pages.
-  static void release_pages(const tensor& x) noexcept;
+  // `x` itself when its bytes are in memory; for an entry of a loaded file, a copy read with
+  // read_bytes, for code that reorders the bytes with random access (the adapters, ckpt diff).
+  // Throws as read_bytes, std::bad_alloc.
+  static tensor in_memory(const tensor& x);
 };
 
 }  // namespace ckpt::detail
