@@ -194,8 +194,8 @@ file_contents map_file(const std::filesystem::path& path) {
 
   void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   if (address != MAP_FAILED) {
-    // No read-ahead: loading reads the header alone, and an entry is read when it is extracted
-    // (to_params asks for its pages then with MADV_WILLNEED).
+    // No read-ahead: loading reads the header alone through the mapping; entries are copied out
+    // with pread (ckpt/detail/pages.hpp), and only the views a user asks for read the mapping.
     ::madvise(address, size, MADV_RANDOM);
     std::shared_ptr<const mapped_file> owner;
     try {
