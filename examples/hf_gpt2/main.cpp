@@ -46,6 +46,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// [hf_gpt2_model]
 using matrix = Eigen::MatrixXf;    // any storage order: ckpt reads and writes C order
 using row = Eigen::RowVectorXf;    // saved with shape [n], as torch's 1-d parameters
 
@@ -82,6 +83,7 @@ struct gpt2 {
   std::vector<block> h;
   layer_norm ln_f;
 };
+// [hf_gpt2_model]
 
 struct config {
   int vocab_size = 0, n_positions = 0, n_embd = 0, n_layer = 0, n_head = 0;
