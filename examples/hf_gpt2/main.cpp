@@ -208,6 +208,7 @@ matrix layer_norm_backward(const layer_norm& p, const norm_cache& cache, const m
   return (centered.colwise() * cache.rstd.array()).matrix();
 }
 
+/// Conv1D: x W + b, one row per position.
 matrix affine(const conv1d& c, const matrix& x) { return (x * c.weight).rowwise() + c.bias; }
 
 constexpr float gelu_c = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -270,6 +271,7 @@ matrix forward(const gpt2& model, const config& c, const std::vector<int>& ids, 
   return cache.xf * model.wte.weight.transpose();
 }
 
+/// The logits of `forward` without keeping the cache.
 matrix forward(const gpt2& model, const config& c, const std::vector<int>& ids) {
   forward_cache cache;
   return forward(model, c, ids, cache);
@@ -390,8 +392,16 @@ constexpr float logits_tolerance = 1e-4f;
 constexpr int fine_tune_steps = 5;
 constexpr double learning_rate = 1e-3;
 
+/// The example: load `data/gpt2`, check the logits against `data/expected.safetensors`, fine-tune
+/// with checkpoints in `work/run`, export to `work/export` and check the export. Returns the exit
+/// status (0 passed, 1 a check failed); throws on an error.
 int run(const fs::path& data, const fs::path& work) {
   const config cfg = read_config(data / "gpt2");
+  // The manager of the fine-tune's steps, opened first: a run folder that holds steps is refused.
+  const fs::path run_dir = work / "run";
+  ckpt::checkpoint_manager manager(run_dir, {.max_to_keep = 2});
+  if (manager.latest_step())
+    throw std::runtime_error("'" + run_dir.string() + "' already holds checkpoints: give an empty work folder");
 
   // [hf_gpt2_load]
   // The folder save_pretrained wrote: model.safetensors here (a pytorch_model.bin, or shards of
@@ -433,10 +443,6 @@ int run(const fs::path& data, const fs::path& work) {
   }
 
   // Fine-tune: Adam on every weight, each step saved by the manager (weights, moments, step).
-  const fs::path run_dir = work / "run";
-  ckpt::checkpoint_manager manager(run_dir, {.max_to_keep = 2});
-  if (manager.latest_step())
-    throw std::runtime_error("'" + run_dir.string() + "' already holds checkpoints: give an empty work folder");
   const ckpt::adam opt{.lr = learning_rate};
   ckpt::adam_state<gpt2> state = opt.init(model);
   Eigen::VectorXf losses(fine_tune_steps);
