@@ -100,6 +100,8 @@ std::string json_field(const std::string& text, std::string_view key, const fs::
   if (at == std::string::npos || text[at] != ':')
     throw std::runtime_error("'" + file.string() + "' has no field \"" + std::string(key) + "\"");
   const std::size_t begin = text.find_first_not_of(" \t\r\n", at + 1);
+  if (begin == std::string::npos)
+    throw std::runtime_error("'" + file.string() + "' ends before the value of \"" + std::string(key) + "\"");
   const std::size_t end = text.find_first_of(",}\r\n", begin);
   std::string value = text.substr(begin, end - begin);
   value.erase(value.find_last_not_of(" \t") + 1);
