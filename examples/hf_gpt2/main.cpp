@@ -20,10 +20,11 @@
 
 #include <ckpt/ckpt.hpp>
 
+#include <boost/json.hpp>
+
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -90,66 +91,51 @@ struct config {
   float layer_norm_epsilon = 1e-5f;
 };
 
-/// The text after `"key":` in a config.json, up to the next `,`, `}` or line end, trimmed: enough
-/// for the flat number and string fields of GPT2Config that this example reads.
-/// \throws std::runtime_error naming the file and the key if it is absent.
-std::string json_field(const std::string& text, std::string_view key, const fs::path& file) {
-  const std::string quoted = "\"" + std::string(key) + "\"";
-  std::size_t at = text.find(quoted);
-  if (at != std::string::npos) at = text.find_first_not_of(" \t\r\n", at + quoted.size());
-  if (at == std::string::npos || text[at] != ':')
-    throw std::runtime_error("'" + file.string() + "' has no field \"" + std::string(key) + "\"");
-  const std::size_t begin = text.find_first_not_of(" \t\r\n", at + 1);
-  if (begin == std::string::npos)
-    throw std::runtime_error("'" + file.string() + "' ends before the value of \"" + std::string(key) + "\"");
-  const std::size_t end = text.find_first_of(",}\r\n", begin);
-  std::string value = text.substr(begin, end - begin);
-  value.erase(value.find_last_not_of(" \t") + 1);
-  if (value.size() >= 2 && value.front() == '"') value = value.substr(1, value.size() - 2);
-  return value;
-}
-
-/// A number field of config.json.
-/// \throws std::runtime_error naming the file and the key if it is absent or not a number.
-template <class T>
-T json_number(const std::string& text, std::string_view key, const fs::path& file) {
-  const std::string value = json_field(text, key, file);
-  T out{};
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (ec != std::errc() || end != value.data() + value.size())
-    throw std::runtime_error("'" + file.string() + "': \"" + std::string(key) + "\" is '" + value +
-                             "', not a number of the expected kind");
-  return out;
-}
-
-/// The GPT2Config fields the model needs, from `folder/config.json`.
-/// \throws std::runtime_error if the file cannot be read, is not a GPT-2 configuration with
-///   gelu_new and tied embeddings, or its sizes are inconsistent.
+/// The GPT2Config fields the model needs, from `folder/config.json` (parsed with Boost.JSON).
+/// \throws std::runtime_error if the file cannot be read or parsed, is not a GPT-2 configuration
+///   with gelu_new and tied embeddings, lacks a field or has one of the wrong kind, or its sizes
+///   are inconsistent.
 config read_config(const fs::path& folder) {
   const fs::path file = folder / "config.json";
   std::ifstream in(file);
   if (!in) throw std::runtime_error("cannot read '" + file.string() + "'");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  if (json_field(text, "model_type", file) != "gpt2")
-    throw std::runtime_error("'" + file.string() + "': model_type is not \"gpt2\"");
-  if (text.find("\"activation_function\"") != std::string::npos &&
-      json_field(text, "activation_function", file) != "gelu_new")
-    throw std::runtime_error("'" + file.string() + "': this example implements activation_function \"gelu_new\" only");
-  if (text.find("\"tie_word_embeddings\"") != std::string::npos &&
-      json_field(text, "tie_word_embeddings", file) != "true")
-    throw std::runtime_error("'" + file.string() + "': this example implements tied word embeddings only");
+  const auto fail = [&](const std::string& why) { return std::runtime_error("'" + file.string() + "': " + why); };
+  boost::system::error_code ec;
+  const boost::json::value parsed = boost::json::parse(buffer.str(), ec);
+  if (ec || !parsed.is_object()) throw fail("not a JSON object" + (ec ? " (" + ec.message() + ")" : std::string()));
+  const boost::json::object& fields = parsed.as_object();
+  const auto text = [&](std::string_view key) -> std::string {
+    const boost::json::value* v = fields.if_contains(key);
+    if (v == nullptr || !v->is_string()) throw fail("\"" + std::string(key) + "\" is absent or not a string");
+    return std::string(v->as_string());
+  };
+  const auto number = [&]<class T>(std::string_view key, T) -> T {
+    const boost::json::value* v = fields.if_contains(key);
+    if (v == nullptr || !v->is_number()) throw fail("\"" + std::string(key) + "\" is absent or not a number");
+    if constexpr (std::is_integral_v<T>) {
+      if (!v->is_int64()) throw fail("\"" + std::string(key) + "\" is not an integer");
+      return static_cast<T>(v->as_int64());
+    } else {
+      return static_cast<T>(v->to_number<double>());
+    }
+  };
+  if (text("model_type") != "gpt2") throw fail("model_type is not \"gpt2\"");
+  if (fields.contains("activation_function") && text("activation_function") != "gelu_new")
+    throw fail("this example implements activation_function \"gelu_new\" only");
+  if (const boost::json::value* tie = fields.if_contains("tie_word_embeddings"); tie != nullptr && *tie != true)
+    throw fail("this example implements tied word embeddings only");
   config c;
-  c.vocab_size = json_number<int>(text, "vocab_size", file);
-  c.n_positions = json_number<int>(text, "n_positions", file);
-  c.n_embd = json_number<int>(text, "n_embd", file);
-  c.n_layer = json_number<int>(text, "n_layer", file);
-  c.n_head = json_number<int>(text, "n_head", file);
-  c.layer_norm_epsilon = json_number<float>(text, "layer_norm_epsilon", file);
+  c.vocab_size = number("vocab_size", int{});
+  c.n_positions = number("n_positions", int{});
+  c.n_embd = number("n_embd", int{});
+  c.n_layer = number("n_layer", int{});
+  c.n_head = number("n_head", int{});
+  c.layer_norm_epsilon = number("layer_norm_epsilon", float{});
   if (c.vocab_size < 1 || c.n_positions < 1 || c.n_embd < 1 || c.n_layer < 0 || c.n_head < 1 ||
       c.n_embd % c.n_head != 0)
-    throw std::runtime_error("'" + file.string() + "': inconsistent sizes (n_embd must be a multiple of n_head)");
+    throw fail("inconsistent sizes (n_embd must be a multiple of n_head)");
   return c;
 }
 
