@@ -85,7 +85,7 @@ std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string
 namespace {
 // Entries of a loaded file smaller than this reach their leaves staged: a pread for each would
 // cost more than the copy (100,000 entries of 64 bytes), so runs of them are read at once.
-constexpr std::size_t staged_bytes = std::size_t{256} << 10;
+constexpr std::size_t staged_bytes = std::size_t{16} << 10;
 // Extractions of this many bytes or more read two runs of leaves on two threads (each leaf then
 // reads on one thread): a thread for the whole call, not one for each large leaf.
 constexpr std::size_t parallel_read_bytes = std::size_t{2} << 20;
@@ -266,8 +266,9 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
   if (!caller_missing.empty())
     throw std::invalid_argument(prefix + "no entry named '" + caller_missing.front() + "'" +
                                 prefix_hint(t, scope.prefixes));
-  // A loaded file truncated since `load` would fault (SIGBUS) where an entry is read through the
-  // mapping: refused here, before any leaf is written. Consecutive entries share their file.
+  // A loaded file truncated since `load` is refused here, before any leaf is written (a truncation
+  // during the reads is caught by pread too, with the leaves read so far written). Consecutive
+  // entries share their file.
   const mapped_file* checked = nullptr;
   for (const tensor* entry : entries)
     if (const mapped_file* file = tensor_access::file_of(*entry); file != nullptr && file != checked) {
