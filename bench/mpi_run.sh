@@ -18,10 +18,14 @@ done
 if [[ $build == 1 ]]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_BENCH=ON -DCKPT_BUILD_MPI=ON \
     -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$BUILD" --target ckpt_mpi_bench
+  cmake --build "$BUILD" --target ckpt_mpi_bench ckpt_machine
 fi
 work="$BUILD/work"
 trap 'rm -rf "$work"' EXIT
+# The machine's costs the table depends on (bench/machine.cpp), printed above it.
+mkdir -p "$work"
+"$BUILD/bench/ckpt_machine" --dir="$work"
+echo
 echo "| what | ranks | MiB per rank | median s | MiB/s per writing rank | MiB/s total |"
 echo "|---|---|---|---|---|---|"
 for n in 1 2 4; do

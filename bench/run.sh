@@ -35,16 +35,18 @@ if [[ $mode == full ]]; then
   sizes=(--tensors=64 --rows-per=2048 --cols=2048)
   timing=(--reps=7 --io-reps=9 --diag-reps=3 --small=100000 --train-intervals=7)
   sparse=(--entries=2560 --entry-rows=1024 --entry-cols=1024)
+  machine=(--mib=256)
 else
   sizes=(--tensors=8 --rows-per=256 --cols=256)
   timing=(--reps=5 --io-reps=5 --diag-reps=2 --small=2000 --train-intervals=5 --train-min-steps=3 --train-batch=16)
   sparse=(--entries=64 --entry-rows=256 --entry-cols=256)
+  machine=(--mib=64 --reps=3)
 fi
 
 if (( do_build )); then
   cmake -S "$root" -B "$build" -G Ninja -DCKPT_BUILD_BENCH=ON -DCMAKE_BUILD_TYPE=Release \
     -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$build" --target ckpt_bench ckpt_bench_rss readahead_probe
+  cmake --build "$build" --target ckpt_bench ckpt_bench_rss readahead_probe ckpt_machine
 fi
 bench=$build/bench/ckpt_bench
 rss=$build/bench/ckpt_bench_rss
@@ -64,6 +66,8 @@ log=$build/bench.log
   echo "# memory: $(free -h | awk '/^Mem:/ {print $2 " total, " $7 " available"}')"
   echo "# filesystem of $work: $(df -hT "$work" | awk 'NR==2 {print $1 " " $2 ", " $3 " size, " $5 " free"}')"
   echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # The machine's costs the rows depend on (bench/machine.cpp), beside the table.
+  "$build/bench/ckpt_machine" --dir="$work" "${machine[@]}" 2>&1 | sed 's/^/# /' || echo "# ckpt_machine failed"
 } | tee -a "$log"
 
 start=$(date +%s)

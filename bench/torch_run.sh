@@ -8,7 +8,9 @@ set -eu
 build=$1
 work=${2:-/tmp/ckpt-torch-bench}
 mkdir -p "$work"
-cmake --build "$build" --target ckpt_bench_torch ckpt_tool
+cmake --build "$build" --target ckpt_bench_torch ckpt_tool ckpt_machine
+# The machine's costs the figures depend on (bench/machine.cpp), printed above them.
+"$build/bench/ckpt_machine" --dir="$work"
 if [ ! -f "$work/model.pt" ]; then
   /usr/bin/python3 -c "
 import torch

@@ -24,8 +24,11 @@ done
 [ -z "$missing" ] || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing; }
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_BENCH=ON -DCKPT_BUILD_PEERS=ON \
   -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_EXAMPLES=OFF -DCKPT_BUILD_TOOLS=OFF >/dev/null
-cmake --build "$build" --target ckpt_peers
+cmake --build "$build" --target ckpt_peers ckpt_machine
 peers="$build/bench/peers/ckpt_peers"
+# The machine's costs the table depends on (bench/machine.cpp), printed above it.
+mkdir -p "$dir"
+"$build/bench/ckpt_machine" --dir="$dir"
 for c in col row; do
   # shellcheck disable=SC2086
   "$peers" time --case=$c --reps="$reps" --dir="$dir" $sizes
