@@ -354,22 +354,7 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options) {
   std::vector<detail::entry_source> entries;
   entries.reserve(t.size());
-  for (const auto& [name, x] : t) {
-    detail::entry_source e{.name = name, .dtype = x.dtype(), .shape = dims(x.shape().begin(), x.shape().end()),
-                           .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = {}};
-    // An entry of a loaded file (ckpt convert, a checkpoint saved again) is read from that file
-    // with pread a band ahead of the writer, not sent from its mapping: the hash of the digest
-    // would read the mapping, and a file truncated meanwhile would be a SIGBUS there.
-    if (const detail::mapped_file* file = detail::tensor_access::file_of(x); file != nullptr && x.nbytes() > 0) {
-      // Rows of one byte: bands of the writer's size, however the entry is shaped.
-      e.row_bytes = 1;
-      e.write_rows = [file, bytes = x.bytes()](std::size_t first, std::size_t count, std::byte* out) {
-        file->read(bytes.subspan(first, count), out);
-      };
-      e.keep_alive = x;
-    }
-    entries.push_back(std::move(e));
-  }
+  for (const auto& [name, x] : t) entries.push_back(detail::tensor_source(name, x));
   detail::write_file(path, entries, t.metadata(), options);
 }
 

@@ -1,5 +1,6 @@
 #include "mapped_file.hpp"
 
+#include <ckpt/detail/entry_source.hpp>
 #include <ckpt/detail/pages.hpp>
 #include <ckpt/detail/transpose.hpp>
 
@@ -123,6 +124,21 @@ tensor tensor_access::in_memory(const tensor& x) {
   if (x.file_ == nullptr) return x;
   const std::span<const std::int64_t> shape = x.shape();
   return tensor::make(x.dtype(), dims(shape.begin(), shape.end()), [&](std::span<std::byte> out) { read_bytes(x, out); });
+}
+
+entry_source tensor_source(std::string name, const tensor& x) {
+  const std::span<const std::int64_t> shape = x.shape();
+  entry_source out{.name = std::move(name), .dtype = x.dtype(), .shape = dims(shape.begin(), shape.end()),
+                   .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = x};
+  const mapped_file* file = tensor_access::file_of(x);
+  if (file == nullptr || x.nbytes() == 0) return out;
+  // Rows of one byte: bands of the writer's size, however the entry is shaped.
+  out.contiguous = {};
+  out.row_bytes = 1;
+  out.write_rows = [file, bytes = x.bytes()](std::size_t first, std::size_t count, std::byte* to) {
+    file->read(bytes.subspan(first, count), to);
+  };
+  return out;
 }
 
 }  // namespace ckpt::detail

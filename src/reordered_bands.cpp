@@ -11,11 +11,6 @@ namespace {
 
 bool reordered(const entry_source& e) { return e.write_rows && e.nbytes > 0; }
 
-// The bytes of one of the rows `e.write_rows` writes.
-std::size_t row_bytes_of(const entry_source& e) {
-  return e.row_bytes != 0 ? e.row_bytes : e.nbytes / static_cast<std::size_t>(e.shape.front());
-}
-
 // The writer asked for more bands than its entries make: a bug of ckpt's, not of the caller's.
 std::logic_error no_band_left() { return std::logic_error("ckpt: save: internal error: no band left to write"); }
 
@@ -26,7 +21,7 @@ reordered_bands::reordered_bands(std::span<const entry_source> entries) : entrie
   for (const entry_source& e : entries) {
     if (!reordered(e)) continue;
     total += e.nbytes;
-    largest_row = std::max(largest_row, row_bytes_of(e));
+    largest_row = std::max(largest_row, e.row_size());
   }
   if (total == 0) return;
   capacity_ = std::min(total, std::max(band_bytes, largest_row));
@@ -47,8 +42,7 @@ bool reordered_bands::produce(slot& s) {
   std::size_t used = 0;
   for (;;) {
     const entry_source& e = entries_[entry_];
-    const std::size_t row_bytes = row_bytes_of(e);
-    const std::size_t rows = e.nbytes / row_bytes;
+    const std::size_t row_bytes = e.row_size(), rows = e.row_count();
     // As many rows as fit; a band has at least one (the slots hold the largest row).
     const std::size_t count = std::max<std::size_t>(std::min(rows - row_, (capacity_ - used) / row_bytes), used == 0);
     if (count == 0) break;

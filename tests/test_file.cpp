@@ -451,6 +451,11 @@ all_orders random_all_orders() {
   return x;
 }
 
+// Leaves that view a loaded file's entries.
+struct loaded_leaves {
+  ckpt::tensor wide, rows;
+};
+
 bool same(const all_orders& a, const all_orders& b) {
   const Eigen::Tensor<bool, 0> cubes = (a.cube == b.cube).all();
   return a.wide == b.wide && a.tall == b.tall && a.half == b.half && a.bytes == b.bytes && a.complex == b.complex &&
@@ -501,6 +506,16 @@ BOOST_AUTO_TEST_CASE(a_file_truncated_while_it_is_read_is_an_error_naming_it_not
          ckpt::save(s.path() / "copy.safetensors", t, {.digest = true});
        }},
       {"adapters", [](const ckpt::checkpoint& t) { (void)ckpt::transpose(t, "rows"); }},
+      // A structure whose ckpt::tensor leaves are the loaded entries, saved live and snapshot.
+      {"a save of sections holding loaded tensors", [&](const ckpt::checkpoint& t) {
+         const loaded_leaves leaves{t.get("wide"), t.get("rows")};
+         ckpt::save(s.path() / "copy.safetensors", {{leaves, "model"}}, {}, {.digest = true});
+       }},
+      {"a snapshot of loaded tensors", [](const ckpt::checkpoint& t) {
+         const loaded_leaves leaves{t.get("wide"), t.get("rows")};
+         ckpt::snapshot_arena arena;
+         (void)arena.snapshot({{leaves, "model"}});
+       }},
   };
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.pread = truncating_pread;

@@ -28,6 +28,18 @@ struct entry_source {
   std::size_t row_bytes = 0;
   // Keeps bytes alive that the source had to snapshot (a leaf type without a row writer).
   tensor keep_alive;
+
+  // The bytes of one of the rows `write_rows` writes, and how many there are (nbytes > 0).
+  [[nodiscard]] std::size_t row_size() const {
+    return row_bytes != 0 ? row_bytes : nbytes / static_cast<std::size_t>(shape.front());
+  }
+  [[nodiscard]] std::size_t row_count() const { return nbytes / row_size(); }
 };
+
+// The source of the entry `name` holding the tensor `x`, which it keeps alive: its bytes where
+// they stand in memory, or, for an entry of a loaded file, rows of one byte read from the file
+// with pread (a band ahead of the writer; never through the mapping, where a file truncated
+// meanwhile would raise SIGBUS).
+entry_source tensor_source(std::string name, const tensor& x);
 
 }  // namespace ckpt::detail
