@@ -117,12 +117,11 @@ std::string to_hex(XXH64_hash_t value) {
 }
 
 // digest_key's digest of a file whose header hashes to `header` and whose data section is
-// `data`: the chunks of each half hashed on a thread of their own from parallel_hash_bytes (XXH3
-// on one core reads about 13 GiB/s here, below the memory's bandwidth: bench/README.md, row 7).
-// When `data` is part of the mapping of `file`, each chunk is read with pread into the thread's
-// staging band and hashed there: no page of the mapping is touched (a file truncated meanwhile
-// is a format_error, not a SIGBUS, and verifying a checkpoint of many GiB keeps one band a thread
-// resident). Progress is reported by this thread after each 64 MiB, counting both halves.
+// `data`: the chunks of each half hashed on a thread of their own from parallel_hash_bytes (one
+// core hashes below the memory's bandwidth). When `data` is part of the mapping of `file`, each
+// chunk is read with pread into the thread's staging band and hashed there: no page of the
+// mapping is touched (a file truncated meanwhile is a format_error, not a SIGBUS). Progress is
+// reported by this thread after each 64 chunks, counting both halves.
 XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> data, const detail::mapped_file* file,
                              const progress_function& progress) {
   static_assert(digest_chunk_bytes <= detail::staging_bytes, "a chunk is read into one staging band");

@@ -46,8 +46,8 @@ tensor tensor_access::view_of(dtype type, dims shape, std::span<const std::byte>
 
 namespace {
 
-// Copies of this many bytes or more are split between two threads: one core does not use all of
-// the memory bandwidth (bench/README.md, "Notes from the code").
+// Reads of this many bytes or more are split between two threads: one core does not use all of
+// the memory bandwidth.
 constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
 // Part `part` of `parts` of `size` units, cut on multiples of `grain`: [first, last).
