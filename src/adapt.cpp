@@ -97,13 +97,12 @@ checkpoint transpose(const checkpoint& t, std::string_view name) {
   const std::size_t element = bit_width(x.dtype()) / 8;
   dims shape(x.shape().begin(), x.shape().end());
   std::swap(shape[rank - 2], shape[rank - 1]);
-  ckpt::detail::tensor_access::prefetch_pages(x);
+  const tensor in = detail::tensor_access::in_memory(x);
   tensor result = tensor::make(x.dtype(), std::move(shape), [&](std::span<std::byte> out) {
     const std::size_t matrix = rows * cols * element;
     for (std::size_t b = 0; b < batch; ++b)
-      detail::transpose(x.bytes().data() + b * matrix, out.data() + b * matrix, rows, cols, element);
+      detail::transpose(in.bytes().data() + b * matrix, out.data() + b * matrix, rows, cols, element);
   });
-  ckpt::detail::tensor_access::release_pages(x);
   return replace(t, name, {{std::string(name), std::move(result)}});
 }
 
@@ -158,13 +157,12 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
     // Each outer index contributes one run of `run` bytes to every part.
     const std::size_t outer = product(x.shape().first(a));
     const std::size_t run = part_bytes / (outer == 0 ? 1 : outer);
-    ckpt::detail::tensor_access::prefetch_pages(x);
+    const tensor in = detail::tensor_access::in_memory(x);
     for (std::size_t i = 0; i < into.size(); ++i)
       pieces.emplace_back(into[i], tensor::make(x.dtype(), shape, [&](std::span<std::byte> out) {
                             for (std::size_t o = 0; o < outer && run != 0; ++o)
-                              std::memcpy(out.data() + o * run, x.bytes().data() + (o * into.size() + i) * run, run);
+                              std::memcpy(out.data() + o * run, in.bytes().data() + (o * into.size() + i) * run, run);
                           }));
-    ckpt::detail::tensor_access::release_pages(x);
   }
   return replace(t, name, std::move(pieces));
 }
@@ -214,17 +212,18 @@ checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& part
   }
   // Each outer index takes one run of bytes from every part, in order.
   const std::size_t outer = product(first.shape().first(a));
-  for (const tensor* x : xs) ckpt::detail::tensor_access::prefetch_pages(*x);
+  std::vector<tensor> ins;
+  ins.reserve(xs.size());
+  for (const tensor* x : xs) ins.push_back(detail::tensor_access::in_memory(*x));
   tensor joined = tensor::make(first.dtype(), std::move(shape), [&](std::span<std::byte> out) {
     std::size_t at = 0;
     for (std::size_t o = 0; o < outer; ++o)
-      for (const tensor* x : xs) {
-        const std::size_t run = x->nbytes() / (outer == 0 ? 1 : outer);
-        if (run != 0) std::memcpy(out.data() + at, x->bytes().data() + o * run, run);
+      for (const tensor& x : ins) {
+        const std::size_t run = x.nbytes() / (outer == 0 ? 1 : outer);
+        if (run != 0) std::memcpy(out.data() + at, x.bytes().data() + o * run, run);
         at += run;
       }
   });
-  for (const tensor* x : xs) ckpt::detail::tensor_access::release_pages(*x);
   std::vector<checkpoint::entry> entries;
   entries.reserve(t.size() - parts.size() + 1);
   for (const auto& e : t)
@@ -247,9 +246,7 @@ checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::str
       throw std::invalid_argument("ckpt: cast: entry " + quoted(name) + " cannot be cast from " +
                                   std::string(to_string(from)) + " to " + std::string(to_string(to)) +
                                   ": F6_E2M3, F6_E3M2 and F4 are raw bytes only");
-    ckpt::detail::tensor_access::prefetch_pages(x);
     entries.emplace_back(name, ckpt::cast(x, to));
-    ckpt::detail::tensor_access::release_pages(x);
   }
   return checkpoint(std::move(entries), t.metadata());
 }

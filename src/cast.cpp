@@ -16,6 +16,7 @@
 // -> F32/F64, normal F32 -> F64, and F64 -> F32 when the result is normal.
 
 #include <ckpt/cast.hpp>
+#include <ckpt/detail/pages.hpp>
 
 #include <algorithm>
 #include <array>
@@ -532,8 +533,14 @@ tensor cast(const tensor& x, dtype to) {
   if (!can_cast(from, to)) throw_not_castable(from, to);
   const auto count = static_cast<std::size_t>(x.numel());
   const std::span<const std::int64_t> shape = x.shape();
+  // Converted band by band: a loaded file's bands are read with pread, not through the mapping.
+  const std::size_t in_size = bit_width(from) / 8, out_size = bit_width(to) / 8;
   return tensor::make(to, dims(shape.begin(), shape.end()), [&](std::span<std::byte> out) {
-    convert(from, x.bytes(), to, out, count);
+    if (count == 0) return;
+    detail::tensor_access::for_each_band(x, in_size, [&](std::size_t first, std::span<const std::byte> in) {
+      const std::size_t n = in.size() / in_size;
+      convert(from, in, to, out.subspan(first * out_size, n * out_size), n);
+    });
   });
 }
 

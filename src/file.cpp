@@ -1,10 +1,12 @@
 #include <ckpt/file.hpp>
+
 #include <ckpt/detail/pages.hpp>
 
 #include "atomic_file.hpp"
 #include "digest.hpp"
 #include "file.hpp"
 #include "mapped_file.hpp"
+#include "memory.hpp"
 #include "parallel.hpp"
 #include "posix_file.hpp"
 #include "reordered_bands.hpp"
@@ -114,29 +116,16 @@ std::string to_hex(XXH64_hash_t value) {
   return out;
 }
 
-// Calls visit(window) for `data` cut in windows of 64 MiB (a multiple of digest_chunk_bytes).
-// When `data` is part of a file mapping, each window is read ahead (the mapping is MADV_RANDOM)
-// and unmapped again once visited, so that verifying a checkpoint of many GiB keeps a window a
-// thread resident, not the whole file (the pages stay in the page cache for the extraction that
-// usually follows).
-template <class Visit>
-void for_each_window(std::span<const std::byte> data, bool mapped, const Visit& visit) {
-  constexpr std::size_t window = std::size_t{64} << 20;
-  for (std::size_t first = 0; first < data.size(); first += window) {
-    const std::span<const std::byte> part = data.subspan(first, std::min(window, data.size() - first));
-    // Read ahead while it is hashed (the mapping is MADV_RANDOM).
-    if (mapped) detail::tensor_access::prefetch_range(part);
-    visit(part);
-    if (mapped) detail::tensor_access::release_range(part);
-  }
-}
-
 // digest_key's digest of a file whose header hashes to `header` and whose data section is
-// `data`: the chunks of each half hashed on a thread of their own from parallel_hash_bytes (XXH3
-// on one core reads below the memory's bandwidth).
-// Progress is reported by this thread, counting both halves.
-XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> data, bool mapped,
+// `data`: the chunks of each half hashed on a thread of their own from parallel_hash_bytes (one
+// core hashes below the memory's bandwidth). When `data` is part of the mapping of `file`, each
+// chunk is read with pread into the thread's staging band and hashed there: no page of the
+// mapping is touched (a file truncated meanwhile is a format_error, not a SIGBUS). Progress is
+// reported by this thread after each 64 chunks, counting both halves.
+XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> data, const detail::mapped_file* file,
                              const progress_function& progress) {
+  static_assert(digest_chunk_bytes <= detail::staging_bytes, "a chunk is read into one staging band");
+  constexpr std::size_t report_chunks = 64;
   const std::size_t chunks = (data.size() + digest_chunk_bytes - 1) / digest_chunk_bytes;
   std::vector<XXH64_hash_t> hashes(1 + chunks);
   hashes[0] = header;
@@ -150,22 +139,33 @@ XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> dat
   };
   run_in_parallel(data.size() >= parallel_hash_bytes ? 2 : 1, [&](std::size_t part, std::size_t parts) {
     const std::size_t first = chunks * part / parts, last = chunks * (part + 1) / parts;
-    const std::size_t begin = first * digest_chunk_bytes, end = std::min(data.size(), last * digest_chunk_bytes);
-    std::size_t k = 1 + first;
-    for_each_window(data.subspan(begin, end - begin), mapped, [&](std::span<const std::byte> window) {
-      for (std::size_t at = 0; at < window.size(); at += digest_chunk_bytes)
-        hashes[k++] = XXH3_64bits(window.data() + at, std::min(digest_chunk_bytes, window.size() - at));
-      const std::uint64_t count = hashed += window.size();
-      if (part == 0 && progress) report(count);
-    });
+    std::optional<detail::staging_band> band;
+    if (file != nullptr) band.emplace();
+    std::uint64_t pending = 0;
+    for (std::size_t k = first; k < last; ++k) {
+      std::span<const std::byte> chunk = data.subspan(k * digest_chunk_bytes);
+      chunk = chunk.first(std::min(digest_chunk_bytes, chunk.size()));
+      if (file != nullptr) {
+        file->read(chunk, band->data());
+        chunk = {band->data(), chunk.size()};
+      }
+      hashes[1 + k] = XXH3_64bits(chunk.data(), chunk.size());
+      pending += chunk.size();
+      if ((k + 1 - first) % report_chunks == 0 || k + 1 == last) {
+        const std::uint64_t count = hashed += pending;
+        pending = 0;
+        if (part == 0 && progress) report(count);
+      }
+    }
   });
   if (progress && (!any_report || reported != data.size())) report(data.size());
   return combined(hashes);
 }
 
 // Checks the digest `parsed` records (if any, and if `options` ask for it) against the bytes of
-// `file` (`mapped` if it is a file mapping). The parser checked the entry's form.
-void verify_digest(const detail::parsed_file& parsed, std::span<const std::byte> file, bool mapped,
+// `file` (the mapping of `mapped`, or bytes in memory if that is null). The parser checked the
+// entry's form.
+void verify_digest(const detail::parsed_file& parsed, std::span<const std::byte> file, const detail::mapped_file* mapped,
                    const std::filesystem::path& origin, const load_options& options) {
   if (!parsed.digest_at || !options.verify_digest) return;
   const std::size_t at = *parsed.digest_at;
@@ -193,8 +193,8 @@ file_contents map_file(const std::filesystem::path& path) {
 
   void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   if (address != MAP_FAILED) {
-    // No read-ahead: loading reads the header alone, and an entry is read when it is extracted
-    // (to_params asks for its pages then with MADV_WILLNEED).
+    // No read-ahead: loading reads the header alone through the mapping; entries are copied out
+    // with pread (ckpt/detail/pages.hpp), and only the views a user asks for read the mapping.
     ::madvise(address, size, MADV_RANDOM);
     std::shared_ptr<const mapped_file> owner;
     try {
@@ -210,24 +210,10 @@ file_contents map_file(const std::filesystem::path& path) {
   return {{buffer.get(), size}, buffer, nullptr};
 }
 
-mapped_file::~mapped_file() { ::munmap(address_, size_); }
-
-void mapped_file::read(std::span<const std::byte> from, std::byte* out) const {
-  const auto offset = static_cast<off_t>(from.data() - static_cast<const std::byte*>(address_));
-  if (read_fully(fd_.get(), out, from.size(), offset, path_) != from.size())
-    throw format_error(path_, "the file shrank while it was being read");
-}
-
-void mapped_file::check_size() const {
-  struct stat info {};
-  if (::fstat(fd_.get(), &info) != 0) throw io_error(path_, "stat", last_error());
-  if (static_cast<std::size_t>(info.st_size) < size_) throw format_error(path_, "the file shrank since it was loaded");
-}
-
 checkpoint load_file(const std::filesystem::path& path, const load_options& options) {
   const file_contents file = map_file(path);
   parsed_file parsed = parse_file(file.bytes, path, file.owner, file.file, options.skipped);
-  verify_digest(parsed, file.bytes, file.file != nullptr, path, options);
+  verify_digest(parsed, file.bytes, file.file, path, options);
   return std::move(parsed.contents);
 }
 
@@ -239,7 +225,7 @@ checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::p
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
   detail::parsed_file parsed =
       detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, nullptr, options.skipped);
-  verify_digest(parsed, {copy.get(), file_bytes.size()}, false, origin, options);
+  verify_digest(parsed, {copy.get(), file_bytes.size()}, nullptr, origin, options);
   return std::move(parsed.contents);
 }
 
@@ -367,9 +353,7 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options) {
   std::vector<detail::entry_source> entries;
   entries.reserve(t.size());
-  for (const auto& [name, x] : t)
-    entries.push_back({.name = name, .dtype = x.dtype(), .shape = dims(x.shape().begin(), x.shape().end()),
-                       .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = {}});
+  for (const auto& [name, x] : t) entries.push_back(detail::tensor_source(name, x));
   detail::write_file(path, entries, t.metadata(), options);
 }
 

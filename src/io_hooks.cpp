@@ -8,7 +8,7 @@
 namespace ckpt::detail {
 
 io_hooks system_hooks() noexcept {
-  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .rename = ::rename, .unlink = ::unlink};
+  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .rename = ::rename, .unlink = ::unlink, .pread = ::pread};
 }
 
 io_hooks& hooks() noexcept {

@@ -1,6 +1,6 @@
 #pragma once
 // The test seam of the build, private to it (not installed): the system calls ckpt's writer
-// makes, behind function pointers, so that tests can count them (the fsyncs that make a save
+// makes (and the reads of loaded files), behind function pointers, so that tests can count them (the fsyncs that make a save
 // durable, and their order around the rename) and make them fail part-way (EIO, ENOSPC at the
 // k-th write). The table is global, read without synchronisation by every save (background ones
 // too), so swap it only while no save runs, and put it back (io_hooks_guard does). Tests reach it
@@ -23,6 +23,9 @@ struct io_hooks {
   int (*rename)(const char* from, const char* to);
   // The manager's deletion of checkpoints its retention rules drop.
   int (*unlink)(const char* path);
+  // Every read of a file's bytes after it is opened (read_fully, posix_file.hpp): a loaded
+  // file's entries, its digest, the shards' index.
+  ssize_t (*pread)(int fd, void* out, std::size_t size, off_t offset);
 };
 
 // The table in use; initially the system calls themselves.

@@ -4,8 +4,6 @@
 
 #include "posix_file.hpp"
 
-#include <ckpt/tensor.hpp>
-
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -14,8 +12,9 @@
 namespace ckpt::detail {
 
 // A read-only mapping of a whole file, shared by the tensors that view it, with the descriptor
-// it was mapped from: large entries are read from the descriptor rather than through the
-// mapping (tensor_access::read_bytes), which takes no page faults and reads ahead when cold.
+// it was mapped from: entries are copied out by reading the descriptor, not the mapping
+// (ckpt/detail/pages.hpp), which takes no page faults, reads ahead when cold, and reports a
+// truncated file as an error instead of a SIGBUS.
 class mapped_file {
  public:
   mapped_file(void* address, std::size_t size, file_descriptor fd, std::filesystem::path path) noexcept

@@ -2,7 +2,10 @@
 
 #include <sys/mman.h>
 
+#include <mutex>
 #include <new>
+#include <utility>
+#include <vector>
 
 namespace ckpt::detail {
 namespace {
@@ -26,6 +29,43 @@ std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
   // Advice only: without huge pages (THP "never", or none free) the buffer works the same.
   static_cast<void>(::madvise(address, mapped, MADV_HUGEPAGE));
   return {static_cast<std::byte*>(address), [mapped](std::byte* p) { ::munmap(p, mapped); }};
+}
+
+namespace {
+
+// The bands given back, at most one for each of a few threads at a time (a load reads on two).
+struct band_pool {
+  static constexpr std::size_t kept = 4;
+  band_pool() { free.reserve(kept); }  // giving a band back allocates nothing
+  std::mutex lock;
+  std::vector<std::shared_ptr<std::byte[]>> free;
+};
+
+band_pool& pool() {
+  static band_pool bands;
+  return bands;
+}
+
+}  // namespace
+
+staging_band::staging_band() {
+  {
+    band_pool& bands = pool();
+    const std::scoped_lock hold(bands.lock);
+    if (!bands.free.empty()) {
+      buffer_ = std::move(bands.free.back());
+      bands.free.pop_back();
+      return;
+    }
+  }
+  buffer_ = std::make_shared_for_overwrite<std::byte[]>(staging_bytes);
+}
+
+staging_band::~staging_band() {
+  if (buffer_.use_count() != 1) return;  // a tensor still views it: it goes with that tensor
+  band_pool& bands = pool();
+  const std::scoped_lock hold(bands.lock);
+  if (bands.free.size() < band_pool::kept) bands.free.push_back(std::move(buffer_));
 }
 
 }  // namespace ckpt::detail

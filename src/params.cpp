@@ -3,11 +3,13 @@
 
 #include "entry_name.hpp"
 #include "mapped_file.hpp"
+#include "memory.hpp"
 #include "parallel.hpp"
 
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <span>
 #include <unordered_set>
@@ -81,15 +83,57 @@ std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string
 }
 
 namespace {
-// How far beyond the entry being read the file's pages are asked for: a cold file reads in long
-// runs instead of an entry at a time.
-constexpr std::size_t read_ahead_bytes = std::size_t{16} << 20;
+// Entries of a loaded file smaller than this reach their leaves staged: a pread for each would
+// cost more than the copy (100,000 entries of 64 bytes), so runs of them are read at once.
+constexpr std::size_t staged_bytes = std::size_t{16} << 10;
 // Extractions of this many bytes or more read two runs of leaves on two threads (each leaf then
 // reads on one thread): a thread for the whole call, not one for each large leaf.
 constexpr std::size_t parallel_read_bytes = std::size_t{2} << 20;
 // Leaves of at least this many bytes on average are read in file order (a cold file reads
 // sequentially). Below, the order of the leaves in memory matters more.
 constexpr std::size_t file_order_bytes = 4096;
+
+// The small entries of a loaded file, read into a staging band a window at a time.
+class staged_entries {
+ public:
+  // `entry` as a tensor in memory if it is a small entry of a loaded file (read, with the
+  // entries that follow it and fit the band, if the band does not hold it yet); null otherwise,
+  // for the leaf to read from `entry` itself. upcoming(visit) calls visit(next) for the entries
+  // read next, in order, until it returns false.
+  template <class Upcoming>
+  std::optional<tensor> stage(const tensor& entry, const Upcoming& upcoming) {
+    const mapped_file* file = tensor_access::file_of(entry);
+    const std::span<const std::byte> b = entry.bytes();
+    if (file == nullptr || b.empty() || b.size() >= staged_bytes) return std::nullopt;
+    if (file != file_ || b.data() < window_.data() || b.data() + b.size() > window_.data() + window_.size()) {
+      if (!band_) band_.emplace();
+      // The window starts 64-byte aligned in the file, so that entries keep the alignment the
+      // file gives them; it ends with the last of the next entries that fit the band.
+      const std::byte* const base = file->bytes().data();
+      const std::byte* const begin = base + (b.data() - base) / 64 * 64;
+      const std::byte* end = b.data() + b.size();
+      upcoming([&](const tensor& next) {
+        const std::span<const std::byte> n = next.bytes();
+        if (tensor_access::file_of(next) != file || n.size() >= staged_bytes || n.data() < begin ||
+            n.data() + n.size() > begin + staging_bytes)
+          return false;
+        end = std::max(end, n.data() + n.size());
+        return true;
+      });
+      window_ = {begin, static_cast<std::size_t>(end - begin)};
+      file_ = file;
+      file->read(window_, band_->data());
+    }
+    const std::span<const std::int64_t> shape = entry.shape();
+    return tensor::view_of(entry.dtype(), dims(shape.begin(), shape.end()),
+                           {band_->data() + (b.data() - window_.data()), b.size()}, band_->owner());
+  }
+
+ private:
+  std::optional<staging_band> band_;
+  const mapped_file* file_ = nullptr;
+  std::span<const std::byte> window_;  // the bytes of the file's mapping the band holds
+};
 }  // namespace
 
 void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries) {
@@ -108,42 +152,18 @@ void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* con
   if (file_order)
     std::ranges::sort(order, std::less<>{}, [&](std::size_t k) { return entries[k]->bytes().data(); });
   const auto bytes = [&](std::size_t pos) { return leaf_bytes(order[pos]); };
-  // Reads the entries at positions [first, last) of `order`, asking for the pages of those up to
-  // read_ahead_bytes ahead. Entries that follow each other in the file are asked for together,
-  // once their run reaches tensor_access::advised_bytes or holds the entry about to be read: a
-  // cold run of small entries is read ahead too, with one madvise for many.
+  // Reads the entries at positions [first, last) of `order`.
   const auto read_run = [&](std::size_t first, std::size_t last) {
-    std::span<const std::byte> range;  // the bytes of positions [asked, ranged), adjacent in one file
-    const mapped_file* range_file = nullptr;
-    std::size_t asked = first, ranged = first;
-    std::size_t pending = 0;  // the bytes of positions [pos, ranged)
-    const auto ask = [&] {
-      // Out of file order, a range of small entries is one small entry: not worth a madvise.
-      if (!range.empty() && (file_order || range.size() >= tensor_access::advised_bytes))
-        tensor_access::prefetch_range(range);
-      range = {};
-      asked = ranged;
-    };
-    const auto add = [&] {
-      const std::size_t k = order[ranged];
-      const std::span<const std::byte> b = entries[k]->bytes();
-      const mapped_file* file = tensor_access::file_of(*entries[k]);
-      const bool mapped = leaves[k].reads_bytes && file != nullptr && !b.empty();
-      if (mapped && !range.empty() && (file != range_file || b.data() != range.data() + range.size()))
-        ask();  // not adjacent: the run so far is asked for
-      pending += bytes(ranged);
-      ++ranged;
-      if (mapped) {
-        range = range.empty() ? b : std::span<const std::byte>(range.data(), range.size() + b.size());
-        range_file = file;
-      }
-      if (range.size() >= tensor_access::advised_bytes) ask();
-    };
+    staged_entries staged;
     for (std::size_t pos = first; pos < last; ++pos) {
-      while (ranged < last && (ranged == pos || pending < read_ahead_bytes)) add();
-      if (asked <= pos) ask();  // this entry's pages have not been asked for yet
-      leaves[order[pos]].read(*entries[order[pos]]);
-      pending -= bytes(pos);
+      const std::size_t k = order[pos];
+      // The entries after this one whose leaves read bytes: the band's window may cover them.
+      const auto upcoming = [&](const auto& visit) {
+        for (std::size_t p = pos + 1; p < last; ++p)
+          if (leaves[order[p]].reads_bytes && !visit(*entries[order[p]])) return;
+      };
+      const std::optional<tensor> copy = leaves[k].reads_bytes ? staged.stage(*entries[k], upcoming) : std::nullopt;
+      leaves[k].read(copy ? *copy : *entries[k]);
     }
   };
   if (!alone || total < parallel_read_bytes || leaves.size() < 2) return read_run(0, leaves.size());
@@ -246,8 +266,9 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
   if (!caller_missing.empty())
     throw std::invalid_argument(prefix + "no entry named '" + caller_missing.front() + "'" +
                                 prefix_hint(t, scope.prefixes));
-  // A loaded file truncated since `load` would fault (SIGBUS) where an entry is read through the
-  // mapping: refused here, before any leaf is written. Consecutive entries share their file.
+  // A loaded file truncated since `load` is refused here, before any leaf is written (a truncation
+  // during the reads is caught by pread too, with the leaves read so far written). Consecutive
+  // entries share their file.
   const mapped_file* checked = nullptr;
   for (const tensor* entry : entries)
     if (const mapped_file* file = tensor_access::file_of(*entry); file != nullptr && file != checked) {

@@ -5,6 +5,8 @@
 
 #include <ckpt/error.hpp>
 
+#include "io_hooks.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -87,12 +89,12 @@ auto retry_interrupted(Call&& call) {
 }
 
 /// Reads up to `size` bytes at `offset` of `fd` into `out`, resuming after short reads; returns
-/// how many it read (fewer only at the end of the file).
+/// how many it read (fewer only at the end of the file). The reads go through hooks().pread.
 /// \throws io_error naming `path`.
 inline std::size_t read_fully(int fd, std::byte* out, std::size_t size, off_t offset, const std::filesystem::path& path) {
   std::size_t done = 0;
   while (done < size) {
-    const ssize_t n = retry_interrupted([&] { return ::pread(fd, out + done, size - done, offset + static_cast<off_t>(done)); });
+    const ssize_t n = retry_interrupted([&] { return hooks().pread(fd, out + done, size - done, offset + static_cast<off_t>(done)); });
     if (n < 0) throw io_error(path, "read", last_error());
     if (n == 0) break;
     done += static_cast<std::size_t>(n);

@@ -21,7 +21,7 @@ reordered_bands::reordered_bands(std::span<const entry_source> entries) : entrie
   for (const entry_source& e : entries) {
     if (!reordered(e)) continue;
     total += e.nbytes;
-    largest_row = std::max(largest_row, e.nbytes / static_cast<std::size_t>(e.shape.front()));
+    largest_row = std::max(largest_row, e.row_size());
   }
   if (total == 0) return;
   capacity_ = std::min(total, std::max(band_bytes, largest_row));
@@ -42,8 +42,7 @@ bool reordered_bands::produce(slot& s) {
   std::size_t used = 0;
   for (;;) {
     const entry_source& e = entries_[entry_];
-    const auto rows = static_cast<std::size_t>(e.shape.front());
-    const std::size_t row_bytes = e.nbytes / rows;
+    const std::size_t row_bytes = e.row_size(), rows = e.row_count();
     // As many rows as fit; a band has at least one (the slots hold the largest row).
     const std::size_t count = std::max<std::size_t>(std::min(rows - row_, (capacity_ - used) / row_bytes), used == 0);
     if (count == 0) break;

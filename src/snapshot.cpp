@@ -23,7 +23,7 @@ std::size_t aligned(std::size_t n) { return (n + leaf_alignment - 1) / leaf_alig
 // Copies (or reorders) the bytes of one entry to `out`.
 void copy_entry(const detail::entry_source& e, std::byte* out) {
   if (e.write_rows)
-    e.write_rows(0, static_cast<std::size_t>(e.shape.front()), out);
+    e.write_rows(0, e.row_count(), out);
   else if (e.nbytes > 0)
     std::memcpy(out, e.contiguous.data(), e.nbytes);
 }

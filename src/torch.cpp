@@ -574,6 +574,7 @@ class unpickler {
     std::int64_t numel = 1;
     std::size_t nbytes = 0;
     bool contiguous = true;  // C order, so that the tensor can view the file
+    std::int64_t last = 0;   // the last element of the storage it reaches (when numel > 0)
   };
 
   // The view, checked: as many strides as sizes, every element it reaches inside the storage,
@@ -602,6 +603,7 @@ class unpickler {
       if (size > 0 && __builtin_mul_overflow(expected_stride, size, &expected_stride))
         expected_stride = std::numeric_limits<std::int64_t>::max();
     }
+    v.last = last;
     if (offset < 0 || (v.numel > 0 && last >= capacity))
       fail("a tensor of shape " + to_string(v.shape) + " at offset " + std::to_string(offset) + " reaches past the " +
            std::to_string(capacity) + " elements of storage " + detail::quote_bytes(s.key));
@@ -627,19 +629,31 @@ class unpickler {
       // allocation.
       data_.spend(v.nbytes);
       out->copied = true;
+      // The bytes of the storage the view reaches, read from the file with pread (not through the
+      // mapping: a file truncated meanwhile is an error naming it, not a SIGBUS) and charged to
+      // the data budget too, so that many views of one large storage cannot read it unboundedly.
+      const std::size_t element = bit_width(s.type) / 8;
+      const std::span<const std::byte> reach = s.bytes.subspan(static_cast<std::size_t>(v.offset) * element,
+                                                               static_cast<std::size_t>(v.last - v.offset + 1) * element);
+      tensor read;
+      if (mapping_ != nullptr) {
+        data_.spend(reach.size());
+        read = detail::tensor_access::in_memory(detail::tensor_access::view_of(
+            dtype::u8, {static_cast<std::int64_t>(reach.size())}, reach, owner_, mapping_));
+      }
+      const std::byte* source = mapping_ != nullptr ? read.bytes().data() : reach.data();
       out->value = std::make_unique<tensor>(
-          tensor::make(s.type, v.shape, [&](std::span<std::byte> dst) { gather(s, v.offset, v.shape, v.stride, dst); }));
+          tensor::make(s.type, v.shape, [&](std::span<std::byte> dst) { gather(source, s.type, v.shape, v.stride, dst); }));
     }
     return out;
   }
 
-  // Copies a strided view into C order: a transposed matrix (`.t()`) through the transpose
-  // kernel, anything else a run at a time (a run is the last axis when its stride is 1, else one
-  // element); big-endian storages are byte-swapped afterwards.
-  void gather(const storage_ref& s, std::int64_t offset, const dims& shape, const std::vector<std::int64_t>& stride,
+  // Copies a strided view whose first element is at `source` into C order: a transposed matrix
+  // (`.t()`) through the transpose kernel, anything else a run at a time (a run is the last axis
+  // when its stride is 1, else one element); big-endian storages are byte-swapped afterwards.
+  void gather(const std::byte* source, dtype type, const dims& shape, const std::vector<std::int64_t>& stride,
               std::span<std::byte> dst) const {
-    const std::size_t element = bit_width(s.type) / 8;
-    const std::byte* source = s.bytes.data() + static_cast<std::size_t>(offset) * element;
+    const std::size_t element = bit_width(type) / 8;
     const std::size_t rank = shape.size();
     if (rank == 2 && stride[0] == 1 && stride[1] >= shape[0]) {
       // Element (i, j) is at i + j * stride[1]: the transpose of a row-major shape[1] x shape[0]
@@ -663,7 +677,7 @@ class unpickler {
       }
     }
     if (big_endian_)
-      for (std::size_t done = 0; done < dst.size(); done += element) swap_element(dst.data() + done, s.type);
+      for (std::size_t done = 0; done < dst.size(); done += element) swap_element(dst.data() + done, type);
   }
   static void swap_element(std::byte* element, dtype type) {
     // Complex numbers swap each of their two parts.

@@ -15,6 +15,7 @@
 
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <csignal>
@@ -26,6 +27,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -875,8 +877,9 @@ BOOST_AUTO_TEST_CASE(a_bar_on_a_terminal_only) {
   const result convert = run_on_terminal(d.path(), {"convert", "a.safetensors", "b.safetensors"});
   BOOST_TEST(convert.status == 0);
   BOOST_TEST(convert.out.find("\rreading [") != std::string::npos);
-  BOOST_TEST(convert.out.find("\rconverting [##############################] 100%" + erase + "\rwriting [") !=
-             std::string::npos);
+  // Nothing to convert without --dtype: the entries are read as they are written.
+  BOOST_TEST(convert.out.find("\rconverting") == std::string::npos);
+  BOOST_TEST(convert.out.find("\rwriting [") != std::string::npos);
   BOOST_TEST(convert.out.ends_with("\rwriting [##############################] 100%" + erase +
                                    "wrote 'b.safetensors': 3 entries, 36 bytes of data\r\n"));
   BOOST_TEST(read_bytes(d.path() / "b.safetensors") == read_bytes(d.path() / "a.safetensors"));
@@ -1116,6 +1119,35 @@ BOOST_AUTO_TEST_CASE(tied_weights_are_counted_once_and_written_once_unless_kept)
   BOOST_TEST(run(d.path(), {"convert", "--drop", "embed", tied.string(), "out.safetensors"}, 10).status == 0);
   BOOST_TEST(ckpt::load(d.path() / "out.safetensors").names() == std::vector<std::string>{"out.weight"},
              boost::test_tools::per_element());
+}
+
+// Class 5: an input cut short while convert reads it (by another process, a network file system)
+// ends convert with an error naming it, never a signal: convert reads with pread, where a copy
+// out of the mapping raised SIGBUS. The cut lands at a different moment of each run (before,
+// during the digest check, during the write, after).
+BOOST_AUTO_TEST_CASE(an_input_truncated_during_convert_is_an_error_not_a_signal) {
+  const temp_dir d;
+  const fs::path in = d.path() / "in.safetensors", out = d.path() / "out.safetensors";
+  const ckpt::checkpoint big({{"w", ckpt::tensor::make(ckpt::dtype::f32, {4096, 4096}, [](std::span<std::byte> bytes) {
+                                 for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 7 % 251);
+                               })}});
+  for (const int delay_ms : {0, 5, 10, 20, 40, 80}) {
+    BOOST_TEST_CONTEXT("cut after " << delay_ms << " ms") {
+      ckpt::save(in, big, {.digest = true});
+      std::thread cut([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        fs::resize_file(in, 4096);
+      });
+      const result r = run(d.path(), {"convert", "in.safetensors", "out.safetensors"}, 30);  // exited: no signal
+      cut.join();
+      BOOST_TEST((r.status == 0 || r.status == 2), r.status << ": " << r.err);
+      if (r.status != 0) {
+        BOOST_TEST(r.err.find("'in.safetensors'") != std::string::npos, r.err);
+        BOOST_TEST(!fs::exists(out));
+      }
+      fs::remove(out);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_sharded_convert_that_fails_leaves_the_previous_checkpoint_whole) {

@@ -126,7 +126,7 @@ ckpt::checkpoint checkpoint_of(std::int64_t step) {
   int code = 0;
   try {
     ckpt::detail::hooks() = {.writev = marked_writev, .pwrite = marked_pwrite, .fsync = marked_fsync,
-                             .rename = marked_rename, .unlink = marked_unlink};
+                             .rename = marked_rename, .unlink = marked_unlink, .pread = ::pread};
     ckpt::checkpoint_manager manager(folder, {.max_to_keep = max_to_keep});
     std::int64_t step = manager.latest_step().value_or(0);
     shared->phase.store(computing);

@@ -117,7 +117,7 @@ int test_unlink(const char* path) {
 // Installs the test hooks with a fresh plan for one test case.
 struct hooked {
   hooked() : guard({.writev = test_writev, .pwrite = test_pwrite, .fsync = test_fsync, .rename = test_rename,
-                    .unlink = test_unlink}) {
+                    .unlink = test_unlink, .pread = ::pread}) {
     plan = {};
   }
   ckpt::detail::io_hooks_guard guard;

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
+#include "io_hooks.hpp"
 #include "fuzz/exercise_torch.hpp"
 
 #include <boost/json.hpp>  // declarations only: the test links Boost::json
@@ -125,6 +126,32 @@ BOOST_AUTO_TEST_CASE(contiguous_tensors_view_the_mapping_and_views_are_materiali
   // Tied weights: one storage, two entries holding the same values.
   const ckpt::checkpoint tied = ckpt::load_torch(fixtures_dir() / "tied.pt");
   BOOST_TEST((tied.get("embed.weight") == tied.get("out.weight")));
+}
+
+namespace {
+fs::path shrinking_path;
+// A pread that first empties the file at `shrinking_path`.
+ssize_t shrinking_pread(int fd, void* out, std::size_t size, off_t offset) {
+  if (!shrinking_path.empty() && ::truncate(shrinking_path.c_str(), 0) != 0) return -1;
+  shrinking_path.clear();
+  return ::pread(fd, out, size, offset);
+}
+}  // namespace
+
+// Issue 25, class 5: a view copied at load (the transpose) is read with pread, not through the
+// mapping, so that a file truncated meanwhile is an error naming it, not a SIGBUS.
+BOOST_AUTO_TEST_CASE(a_file_truncated_while_a_view_is_copied_is_an_error_naming_it) {
+  const ckpt_test::temp_dir d;
+  const fs::path path = d.path() / "views.pt";
+  fs::copy_file(fixtures_dir() / "views.pt", path);
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.pread = shrinking_pread;
+  const ckpt::detail::io_hooks_guard guard(hooks);
+  shrinking_path = path;
+  BOOST_CHECK_EXCEPTION((void)ckpt::load_torch(path), ckpt::format_error, [&](const ckpt::format_error& e) {
+    return e.path() == path && e.rule() == "the file shrank while it was being read";
+  });
+  BOOST_TEST(shrinking_path.empty());  // the copy read the file
 }
 
 BOOST_AUTO_TEST_CASE(bytes_in_memory_load_as_the_file_does) {

@@ -109,10 +109,12 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// The checkpoint stored in the safetensors file at `path`, whether written by `save` or by
 /// another implementation. The file is mapped read-only and only its header is parsed: entries
 /// are views onto the mapping, which lives, with the file's descriptor, as long as any tensor of
-/// it (a file replaced by a later `save` is still read; do not truncate the file while you use
-/// them: `read_params` and `to_params` refuse a truncated file, reading a tensor's bytes raises
-/// SIGBUS). Extraction into row-major (C-order) Eigen leaves reads entries of 256 KiB and more
-/// from the descriptor, not the mapping. Where mapping is impossible the file is read instead.
+/// it (a file replaced by a later `save` is still read). Every copy out of the file (`to_params`,
+/// `read_params`, `cast`, the adapters, a `save` of loaded entries, the digest check) reads it
+/// with `pread`, not through the mapping, so a file truncated or unreadable meanwhile is a
+/// `format_error` ("the file shrank while it was being read") or an `io_error` naming it; only
+/// the views you take yourself (`tensor::bytes`, `as`, view.hpp) read the mapping, where a
+/// truncated file raises SIGBUS. Where mapping is impossible the file is read instead.
 ///
 /// The reader is strict: it rejects a file shorter than 8 bytes, a header length over
 /// 100,000,000 or past the end of the file, a header that is not a UTF-8 JSON object, missing or

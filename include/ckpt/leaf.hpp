@@ -114,8 +114,8 @@ void normalize_bools(S* out, std::size_t count) {
   }
 }
 
-// An entry's C-order bytes into a leaf's storage: one copy (a large entry of a loaded file is
-// read from the file, on two threads: tensor_access::read_bytes).
+// An entry's C-order bytes into a leaf's storage: one copy (a loaded file's entry is read from
+// the file with pread, a large one on two threads: tensor_access::read_bytes).
 template <class S>
 void copy_in(S* out, const tensor& in, std::size_t count) {
   if (count == 0) return;
@@ -129,11 +129,11 @@ void copy_out(std::byte* out, const S* in, std::size_t count) {
 }
 
 // Column-major storage of a rows x cols matrix is the row-major storage of its transpose: written
-// around the caches (a leaf is not read again right away). Transposed from the mapping, which
-// costs less than reading bands with pread first when the file is cached.
+// around the caches (a leaf is not read again right away); a loaded file's entry is read in bands
+// with pread and each band transposed while it is in the cache (tensor_access::read_transposed).
 template <class S>
 void transpose_in(S* out, const tensor& in, std::size_t rows, std::size_t cols) {
-  transpose(in.bytes().data(), reinterpret_cast<std::byte*>(out), rows, cols, sizeof(S), destination::memory);
+  tensor_access::read_transposed(in, reinterpret_cast<std::byte*>(out), rows, cols, sizeof(S));
   normalize_bools(out, rows * cols);
 }
 
@@ -270,13 +270,22 @@ struct tensor_leaf_traits {
     } else if constexpr (rank == 2) {
       transpose_in(t.data(), in, static_cast<std::size_t>(t.dimension(0)), static_cast<std::size_t>(t.dimension(1)));
     } else {
-      // Higher ranks reverse all axes: Eigen's shuffle does it, reading bools as bytes.
+      // Higher ranks reverse all axes: Eigen's shuffle does it, reading bools as bytes, one band
+      // of outermost rows at a time (a loaded file's bands read with pread).
       using element = std::conditional_t<std::is_same_v<scalar_type, bool>, std::uint8_t, scalar_type>;
       using row_major = Eigen::Tensor<const element, rank, Eigen::RowMajor, Eigen::Index>;
       using col_major = Eigen::Tensor<scalar_type, rank, Eigen::ColMajor, Eigen::Index>;
-      Eigen::TensorMap<const row_major> source(reinterpret_cast<const element*>(in.bytes().data()), extents(t));
-      Eigen::TensorMap<col_major>(t.data(), extents(t)) =
-          source.swap_layout().shuffle(reversed()).template cast<scalar_type>();
+      if (count == 0) return;
+      const std::size_t row_bytes = count / static_cast<std::size_t>(t.dimension(0)) * sizeof(element);
+      Eigen::TensorMap<col_major> target(t.data(), extents(t));
+      tensor_access::for_each_band(in, row_bytes, [&](std::size_t first, std::span<const std::byte> rows) {
+        auto sizes = extents(t);
+        sizes[0] = static_cast<Eigen::Index>(rows.size() / row_bytes);
+        std::array<Eigen::Index, rank> offsets{};
+        offsets[0] = static_cast<Eigen::Index>(first);
+        Eigen::TensorMap<const row_major> source(reinterpret_cast<const element*>(rows.data()), sizes);
+        target.slice(offsets, sizes) = source.swap_layout().shuffle(reversed()).template cast<scalar_type>();
+      });
     }
   }
 };

@@ -5,7 +5,6 @@
 #include <ckpt/cast.hpp>
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/live_source.hpp>
-#include <ckpt/detail/pages.hpp>
 #include <ckpt/named.hpp>
 
 #include <algorithm>
@@ -86,26 +85,23 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
                                             const extract_options& opts, std::string_view function,
                                             const extraction_scope& scope);
 
-// Reads each entry into its leaf. The pages of a loaded file's entries are asked for
-// (tensor_access::prefetch_range) a little ahead of the entry being read, so that reading a cold
-// file overlaps the copies. When every leaf reads alone, two runs of leaves of about equal bytes
-// are read on two threads; otherwise the leaves are read in order on this thread.
+// Reads each entry into its leaf. Small entries of a loaded file (under 256 KiB) reach their
+// leaves staged: runs of them read with one pread into a staging band, which the leaves copy
+// from; larger ones are read by the leaves themselves, from the file (ckpt/detail/pages.hpp).
+// When every leaf reads alone, two runs of leaves of about equal bytes are read on two threads;
+// otherwise the leaves are read in order on this thread.
 void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries);
 
 // The entries of `t` under any of `prefixes` that are not in `names`, sorted.
 std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names,
                                     std::span<const std::string_view> prefixes);
 
-// Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another (read_entries has
-// asked for the entry's pages).
+// Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another.
 template <leaf L>
 void read_leaf(L& x, const tensor& entry) {
   const dtype type = leaf_traits<L>::dtype(x);
   if (entry.dtype() != type) leaf_traits<L>::read(x, cast(entry, type));
   else leaf_traits<L>::read(x, entry);
-  // The leaf holds its own copy now: the file's pages need not stay in memory too (a
-  // `ckpt::tensor` leaf views them instead).
-  if constexpr (!std::is_same_v<L, tensor>) tensor_access::release_pages(entry);
 }
 
 // Appends to `leaves` every leaf of `params`, named under `prefix`, and how to fill it.

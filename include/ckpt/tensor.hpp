@@ -32,7 +32,8 @@ using dims = std::vector<std::int64_t>;
 
 namespace detail {
 // Not part of the API: a loaded file's mapping, which a tensor's bytes may view, and the
-// library's access to it (ckpt/detail/pages.hpp).
+// library's access to it (ckpt/detail/pages.hpp, compiled in src/): the tensor only keeps the
+// handle, and does no I/O.
 class mapped_file;
 struct tensor_access;
 }  // namespace detail
@@ -105,9 +106,13 @@ class tensor {
 
  private:
   friend struct detail::tensor_access;
-  tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
-         std::shared_ptr<const void> owner, const detail::mapped_file* file = nullptr);
+  tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes, std::shared_ptr<const void> owner);
   static std::shared_ptr<std::byte[]> allocate(std::size_t size);
+  // The alignment a view of `type` needs (that of the scalar carrying it).
+  static std::size_t alignment_of(ckpt::dtype type) noexcept;
+  // The bytes a tensor of `type` and `shape` holds, checked against `given`.
+  // Throws std::invalid_argument if they differ.
+  static std::size_t checked_size(ckpt::dtype type, std::span<const std::int64_t> shape, std::size_t given);
   [[noreturn]] void throw_dtype_mismatch(ckpt::dtype requested) const;
 
   ckpt::dtype dtype_ = ckpt::dtype::f32;

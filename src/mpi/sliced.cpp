@@ -149,8 +149,7 @@ void add_units(std::vector<unit>& out, const ckpt::detail::entry_source& source,
       out.push_back({offset + at, std::min(round_bytes, source.nbytes - at), source.contiguous.data() + at, nullptr, 0, 0});
     return;
   }
-  const auto rows = static_cast<std::size_t>(source.shape.front());
-  const std::size_t row = source.nbytes / rows;
+  const std::size_t rows = source.row_count(), row = source.row_size();
   const std::size_t step = std::max<std::size_t>(1, round_bytes / row);
   for (std::size_t first = 0; first < rows; first += step) {
     const std::size_t count = std::min(step, rows - first);

@@ -3,7 +3,6 @@
 
 #include "common.hpp"
 
-#include <ckpt/detail/pages.hpp>
 #include <ckpt/adapt.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
@@ -66,18 +65,6 @@ rename_rule parse_rename(const std::string& rule) {
 
 bool starts_with_any(std::string_view name, const std::vector<std::string>& prefixes) {
   return std::ranges::any_of(prefixes, [&](const std::string& p) { return name.starts_with(p); });
-}
-
-// Reads the pages of `x` (one byte a page), so that the progress bar moves with the disk reads
-// of entries that are written unchanged; the write that follows then finds them in memory.
-void touch(const ckpt::tensor& x) {
-  ckpt::detail::tensor_access::prefetch_pages(x);
-  const auto bytes = x.bytes();
-  unsigned sum = 0;
-  for (std::size_t i = 0; i < bytes.size(); i += 4096) sum += static_cast<unsigned>(bytes[i]);
-  volatile unsigned sink = sum;
-  (void)sink;
-  ckpt::detail::tensor_access::release_pages(x);  // unmapped only: the pages stay in the page cache for the write
 }
 
 int convert(const convert_args& args) {
@@ -159,23 +146,21 @@ int convert(const convert_args& args) {
       return out;
     });
 
-  std::uint64_t total = 0;
-  for (const auto& e : t) total += e.second.nbytes();
-  {
+  if (to) {
+    std::uint64_t total = 0;
+    for (const auto& e : t) total += e.second.nbytes();
     // One entry at a time through ckpt::cast, whose rules pick the entries to convert (floating
     // ones only), so that the bar moves as entries are done.
     progress bar("converting", total);
     std::vector<ckpt::checkpoint::entry> done;
     for (const auto& [name, x] : t) {
-      if (to) done.push_back(*ckpt::cast(ckpt::checkpoint({{name, x}}), *to).begin());
-      else {
-        if (bar.shown()) touch(x);
-        done.emplace_back(name, x);
-      }
+      done.push_back(*ckpt::cast(ckpt::checkpoint({{name, x}}), *to).begin());
       bar.advance(x.nbytes());
     }
     t = ckpt::checkpoint(std::move(done), t.metadata());
   }
+  // The entries left as they were are read from IN as they are written (ckpt::save reads a
+  // loaded file with pread): the writing bar moves with the disk.
 
   std::uint64_t bytes = 0;
   for (const auto& e : t) bytes += e.second.nbytes();

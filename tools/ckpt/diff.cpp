@@ -65,8 +65,12 @@ ckpt::tensor comparable(const ckpt::tensor& x, ckpt::dtype other) {
 // Element-wise, in double, after ckpt::convert (so F16, BF16, the F8 formats and the integers are
 // decoded by the library's rules; 64-bit integers beyond 2^53 are rounded). NaN against NaN
 // counts as equal, NaN against a number as an infinite difference; equal infinities are equal.
-value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double atol, double rtol) {
+value_diff compare(const ckpt::tensor& a_file, const ckpt::tensor& b_file, double atol, double rtol) {
   value_diff out;
+  // Read from the files with pread, not through their mappings: a file truncated meanwhile is an
+  // error naming it, not a SIGBUS.
+  const ckpt::tensor a_in = ckpt::detail::tensor_access::in_memory(a_file);
+  const ckpt::tensor b_in = ckpt::detail::tensor_access::in_memory(b_file);
   if (ckpt::is_sub_byte(a_in.dtype()) || ckpt::is_sub_byte(b_in.dtype())) {
     // Raw bytes only: no values to subtract, so byte for byte (dtypes differ: all differ).
     out.numeric = false;
@@ -79,8 +83,6 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
     return out;
   }
   const ckpt::tensor a = comparable(a_in, b_in.dtype()), b = comparable(b_in, a_in.dtype());
-  ckpt::detail::tensor_access::prefetch_pages(a);
-  ckpt::detail::tensor_access::prefetch_pages(b);
   constexpr std::size_t chunk = 1 << 15;
   std::vector<double> xs(chunk), ys(chunk);
   const auto n = static_cast<std::size_t>(a.numel());
@@ -103,8 +105,6 @@ value_diff compare(const ckpt::tensor& a_in, const ckpt::tensor& b_in, double at
       if (!std::isfinite(x) || !std::isfinite(y) || !(abs <= atol + rtol * std::fabs(y))) ++out.beyond;
     }
   }
-  ckpt::detail::tensor_access::release_pages(a);
-  ckpt::detail::tensor_access::release_pages(b);
   return out;
 }
 

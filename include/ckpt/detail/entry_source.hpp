@@ -22,10 +22,24 @@ struct entry_source {
   std::size_t nbytes = 0;
   // The C-order bytes, when they stand contiguous in memory.
   std::span<const std::byte> contiguous;
-  // Otherwise: writes outermost rows [first, first + count) in C order to `out`.
+  // Otherwise: writes rows [first, first + count) in C order to `out`. A row is an outermost row
+  // (nbytes / shape[0]), or for the file writer `row_bytes` bytes when that is not 0.
   std::function<void(std::size_t first, std::size_t count, std::byte* out)> write_rows;
+  std::size_t row_bytes = 0;
   // Keeps bytes alive that the source had to snapshot (a leaf type without a row writer).
   tensor keep_alive;
+
+  // The bytes of one of the rows `write_rows` writes, and how many there are (nbytes > 0).
+  [[nodiscard]] std::size_t row_size() const {
+    return row_bytes != 0 ? row_bytes : nbytes / static_cast<std::size_t>(shape.front());
+  }
+  [[nodiscard]] std::size_t row_count() const { return nbytes / row_size(); }
 };
+
+// The source of the entry `name` holding the tensor `x`, which it keeps alive: its bytes where
+// they stand in memory, or, for an entry of a loaded file, rows of one byte read from the file
+// with pread (a band ahead of the writer; never through the mapping, where a file truncated
+// meanwhile would raise SIGBUS).
+entry_source tensor_source(std::string name, const tensor& x);
 
 }  // namespace ckpt::detail

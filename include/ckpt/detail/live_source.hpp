@@ -18,6 +18,11 @@ namespace ckpt::detail {
 // made by `write`. `function` names the caller in the error message.
 template <leaf L>
 entry_source live_source(std::string name, const L& x, std::string_view function) {
+  if constexpr (std::is_same_v<L, tensor>) {
+    // A tensor's bytes are shared, not copied: the section holds them, so that the section of a
+    // temporary checkpoint (`{ckpt::of_int("optim.step", step)}`) stays valid as long as it does.
+    return tensor_source(std::move(name), x);
+  }
   using traits = leaf_traits<L>;
   entry_source out;
   out.name = std::move(name);
@@ -25,9 +30,6 @@ entry_source live_source(std::string name, const L& x, std::string_view function
   out.shape = traits::shape(x);
   out.nbytes = nbytes_of(out.dtype, numel_of(out.shape));
   if (out.nbytes == 0) return out;
-  // A tensor's bytes are shared, not copied: the section holds them, so that the section of a
-  // temporary checkpoint (`{ckpt::of_int("optim.step", step)}`) stays valid as long as it does.
-  if constexpr (std::is_same_v<L, tensor>) out.keep_alive = x;
   if constexpr (has_contiguous<L>) {
     out.contiguous = traits::contiguous(x);
     if (!out.contiguous.empty()) {

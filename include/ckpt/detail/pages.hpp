@@ -1,14 +1,19 @@
 #pragma once
-// Not part of the API: what the library does with the entries of a loaded file, which view the
-// file's read-only mapping (mapped without read-ahead, so that loading reads only the header and
-// extracting an entry reads only that entry). Extraction reads an entry in one pass: the
-// entry's pages are read ahead for the pass, and dropped from the process once its leaf holds a
-// copy (the page cache keeps them), so that loading a model does not hold it twice; a large
-// C-order entry read into a built-in leaf does not touch the mapping at all (read_bytes).
+// Not part of the API: where a tensor's bytes live, and the library's one way to copy them out.
+// The entries of a loaded file view the file's read-only mapping (mapped without read-ahead, so
+// that loading reads only the header); that mapping is for what must be zero-copy, the header
+// and the views a user asks for. Everything that copies an entry's bytes out (extraction into
+// leaves, casts, transposes) reads them from the file's descriptor with pread, straight into the
+// destination when the layouts match, else through a small staging band that is reordered or
+// converted while it is in the cache: no bulk copy touches the mapping, so a file truncated or
+// unreadable during a load is an io_error or format_error naming it, never a SIGBUS. The
+// functions are compiled in src/ (src/mapped_file.cpp): the templates of leaf.hpp and params.hpp
+// call them and do no I/O of their own.
 
 #include <ckpt/tensor.hpp>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -21,27 +26,28 @@ struct tensor_access {
                         const mapped_file* file);
   // The loaded file whose mapping `x` views, or null for a tensor in memory.
   static const mapped_file* file_of(const tensor& x) noexcept { return x.file_; }
-  // Entries smaller than this get no page advice of their own: each madvise that changes the
-  // mapping's access mode takes the process's mmap lock, which costs more than it saves on an
-  // entry whose pages are cached. Runs of adjacent smaller entries are advised together
-  // (prefetch_range).
-  static constexpr std::size_t advised_bytes = std::size_t{2} << 20;
-  // Prepares an entry of a file mapping for one pass of reading: its pages are read ahead in
-  // large blocks as the pass goes. Does nothing for memory, or for an entry too small to gain.
-  static void prefetch_pages(const tensor& x) noexcept;
-  // The same for `mapped`, a range of a loaded file's mapping (say, the bytes of adjacent entries).
-  static void prefetch_range(std::span<const std::byte> mapped) noexcept;
-  // Drops the whole pages of the entry from the process (they are read again from the page
-  // cache or the file the next time they are touched), and ends a prefetch_pages.
-  static void release_pages(const tensor& x) noexcept;
-  // The same for `mapped`, a range of a loaded file's mapping that prefetch_range prepared.
-  static void release_range(std::span<const std::byte> mapped) noexcept;
-  // Copies the bytes of `x` into `out` (of x.nbytes() bytes). An entry of 256 KiB or more of a
-  // loaded file is read from the file (pread: no page faults, the file's read-ahead when cold);
-  // 1 MiB or more is split between this thread and a helper.
+
+  // Copies the bytes of `x` into `out` (of x.nbytes() bytes): from a loaded file with pread, from
+  // memory with memcpy; 1 MiB or more is split between this thread and a helper.
   // Throws io_error naming the file if it cannot be read, format_error if it has been truncated
   // since it was loaded.
   static void read_bytes(const tensor& x, std::span<std::byte> out);
+  // Writes the entry `x`, a C-order rows x cols matrix of `element`-byte elements, transposed
+  // into `out` (its column-major storage), around the caches. From a loaded file, bands of rows
+  // are read with pread into a staging band and transposed from there. Throws as read_bytes.
+  static void read_transposed(const tensor& x, std::byte* out, std::size_t rows, std::size_t cols,
+                              std::size_t element);
+  // Calls visit(first, rows) for the C-order rows of `x` (each of `row_bytes` bytes, which must
+  // divide x.nbytes()) in bands, in order: `rows` holds whole rows from row `first` on. A tensor
+  // in memory is one band; a loaded file's bands are read with pread, about a staging band each.
+  // Throws as read_bytes, and what `visit` throws.
+  static void for_each_band(const tensor& x, std::size_t row_bytes,
+                            const std::function<void(std::size_t first, std::span<const std::byte> rows)>& visit);
+
+  // `x` itself when its bytes are in memory; for an entry of a loaded file, a copy read with
+  // read_bytes, for code that reorders the bytes with random access (the adapters, ckpt diff).
+  // Throws as read_bytes, std::bad_alloc.
+  static tensor in_memory(const tensor& x);
 };
 
 }  // namespace ckpt::detail
