@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <vector>
 
 #ifndef CKPT_HF_GPT2_DATA
@@ -213,6 +214,13 @@ float gelu_new_derivative(float x) {
 /// The logits [T, vocab] of GPT2LMHeadModel for `ids` (causal attention, pre-norm blocks, head
 /// tied to wte), filling `cache` for the backward pass.
 /// \throws std::invalid_argument if a token is out of the vocabulary or the sequence too long.
+/// The query, key and value columns of attention head `head` in the fused c_attn output `qkv`
+/// ([tokens, 3 * e]: all queries, then all keys, then all values; `hd` columns a head).
+auto head_columns(const matrix& qkv, int head, int e, int hd) {
+  return std::tuple{qkv.middleCols(head * hd, hd), qkv.middleCols(e + head * hd, hd),
+                    qkv.middleCols(2 * e + head * hd, hd)};
+}
+
 matrix forward(const gpt2& model, const config& c, const std::vector<int>& ids, forward_cache& cache) {
   const auto t_len = static_cast<Eigen::Index>(ids.size());
   if (t_len > model.wpe.weight.rows())
@@ -234,9 +242,7 @@ matrix forward(const gpt2& model, const config& c, const std::vector<int>& ids, 
     k.ctx.resize(t_len, e);
     k.p.resize(static_cast<std::size_t>(c.n_head));
     for (int head = 0; head < c.n_head; ++head) {
-      const auto q = k.qkv.middleCols(head * hd, hd);
-      const auto key = k.qkv.middleCols(e + head * hd, hd);
-      const auto v = k.qkv.middleCols(2 * e + head * hd, hd);
+      const auto [q, key, v] = head_columns(k.qkv, head, e, hd);
       matrix& p = k.p[static_cast<std::size_t>(head)];
       p = (q * key.transpose()) * scale;
       // Causal softmax: position i attends to 0..i; the masked scores get probability 0 exactly,
@@ -316,9 +322,7 @@ double loss_and_gradient(const gpt2& model, const config& c, const std::vector<i
     const matrix dctx = dx * b.attn.c_proj.weight.transpose();
     matrix dqkv(k.qkv.rows(), k.qkv.cols());
     for (int head = 0; head < c.n_head; ++head) {
-      const auto q = k.qkv.middleCols(head * hd, hd);
-      const auto key = k.qkv.middleCols(e + head * hd, hd);
-      const auto v = k.qkv.middleCols(2 * e + head * hd, hd);
+      const auto [q, key, v] = head_columns(k.qkv, head, e, hd);
       const matrix& p = k.p[static_cast<std::size_t>(head)];
       const auto dout = dctx.middleCols(head * hd, hd);
       const matrix dp = dout * v.transpose();
