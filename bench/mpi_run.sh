@@ -20,6 +20,7 @@ if [[ $build == 1 ]]; then
     -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$BUILD" --target ckpt_mpi_bench ckpt_machine
 fi
+bench="$BUILD/bench/ckpt_mpi_bench"
 work="$BUILD/work"
 trap 'rm -rf "$work"' EXIT
 # The machine's costs the table depends on (bench/machine.cpp), printed above it.
@@ -29,6 +30,6 @@ echo
 echo "| what | ranks | MiB per rank | median s | MiB/s per writing rank | MiB/s total |"
 echo "|---|---|---|---|---|---|"
 for n in 1 2 4; do
-  mpirun --allow-run-as-root --oversubscribe -np "$n" "$BUILD/ckpt_mpi_bench" --dir="$work" "${args[@]}" |
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$bench" --dir="$work" "${args[@]}" |
     sed -n 's/^RESULT //p'
 done

@@ -20,7 +20,6 @@ if [[ $build == 1 ]]; then
   cmake --build "$BUILD" --target ckpt_mpi_sliced_bench ckpt_machine
 fi
 bench="$BUILD/bench/ckpt_mpi_sliced_bench"
-[[ -x $bench ]] || bench="$BUILD/ckpt_mpi_sliced_bench"
 work="$BUILD/work"
 trap 'rm -rf "$work"' EXIT
 # The machine's costs the table depends on (bench/machine.cpp), printed above it.
