@@ -1,7 +1,5 @@
 #include <ckpt/file.hpp>
 
-#include <ckpt/detail/pages.hpp>
-
 #include "atomic_file.hpp"
 #include "digest.hpp"
 #include "file.hpp"

@@ -1,8 +1,8 @@
 #pragma once
 // The test seam of the build, private to it (not installed): the system calls ckpt's writer
-// makes (and the reads of loaded files), behind function pointers, so that tests can count them (the fsyncs that make a save
-// durable, and their order around the rename) and make them fail part-way (EIO, ENOSPC at the
-// k-th write). The table is global, read without synchronisation by every save (background ones
+// makes, and the reads of loaded files, behind function pointers, so that tests can count them
+// (the fsyncs that make a save durable, and their order around the rename) and make them fail
+// part-way (EIO, ENOSPC at the k-th write; a file cut short at a read). The table is global, read without synchronisation by every save (background ones
 // too), so swap it only while no save runs, and put it back (io_hooks_guard does). Tests reach it
 // through a private include of src/ (tests/CMakeLists.txt).
 

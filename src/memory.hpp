@@ -13,10 +13,6 @@ namespace ckpt::detail {
 // Throws std::bad_alloc if the memory cannot be had.
 std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size);
 
-}  // namespace ckpt::detail
-
-namespace ckpt::detail {
-
 // The size of a staging band: about a core's L2 cache, so that a band read from a file is
 // transposed, converted or hashed while it is still there.
 inline constexpr std::size_t staging_bytes = std::size_t{1} << 20;

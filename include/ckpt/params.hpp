@@ -85,7 +85,7 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
                                             const extract_options& opts, std::string_view function,
                                             const extraction_scope& scope);
 
-// Reads each entry into its leaf. Small entries of a loaded file (under 256 KiB) reach their
+// Reads each entry into its leaf. Small entries of a loaded file (under 16 KiB) reach their
 // leaves staged: runs of them read with one pread into a staging band, which the leaves copy
 // from; larger ones are read by the leaves themselves, from the file (ckpt/detail/pages.hpp).
 // When every leaf reads alone, two runs of leaves of about equal bytes are read on two threads;
