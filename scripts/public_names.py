@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Counts the public names of include/ckpt/*.hpp: names declared at namespace scope in ckpt or
 ckpt::mpi (not in a `detail` namespace): functions (overloads counted once), types, aliases,
-constants. Usage: scripts/public_names.py REPO [--list] (the count of docs/guide.md's API map)."""
+constants. Usage: scripts/public_names.py REPO [--list] [--check GUIDE]: --check compares the names
+with GUIDE's table "Every public name ..." (docs/guide.md's API map) and its count, exits 1 on a
+difference (the test `api_map`)."""
 import re, sys, pathlib
 
 def strip_template(decl):
@@ -87,7 +89,34 @@ def names_of(repo):
                 stmt += c
     return out
 
+def check(names, guide):
+    """The differences between the headers' names and the guide's table of every public name."""
+    text = guide.read_text()
+    start = text.find('Every public name')
+    if start < 0: return ['the guide has no paragraph "Every public name"']
+    problems = []
+    m = re.search(r'(\d+) in all', text[start:start + 400])
+    if not m or int(m.group(1)) != len(names):
+        problems.append(f'the guide says {m.group(1) if m else "no count"} in all; the headers have {len(names)}')
+    listed = set()
+    for line in text[start:].splitlines()[1:]:
+        row = re.match(r'\|\s*([\w.]+\.hpp)\s*\|(.*)\|\s*$', line)
+        if row:
+            for name in re.findall(r'`([^`]+)`', row.group(2)):
+                ns = 'ckpt::mpi' if name.startswith('mpi::') else 'ckpt'
+                listed.add((row.group(1), ns, name.removeprefix('mpi::')))
+        elif listed and not line.startswith('|'):
+            break
+    actual = {(file, ns, name) for (ns, name), (kind, file) in names.items()}
+    problems += [f'not in the guide: {f} {ns}::{n}' for f, ns, n in sorted(actual - listed)]
+    problems += [f'in the guide, not in the headers: {f} {ns}::{n}' for f, ns, n in sorted(listed - actual)]
+    return problems
+
 names = names_of(pathlib.Path(sys.argv[1]))
+if '--check' in sys.argv:
+    problems = check(names, pathlib.Path(sys.argv[sys.argv.index('--check') + 1]))
+    for p in problems: print(p)
+    sys.exit(1 if problems else 0)
 if '--list' in sys.argv:
     for (ns, name), (kind, file) in sorted(names.items(), key=lambda x: (x[1][1], x[0])):
         print(f'{file:16} {kind:9} {ns}::{name}')
