@@ -134,48 +134,85 @@ class staged_entries {
   const mapped_file* file_ = nullptr;
   std::span<const std::byte> window_;  // the bytes of the file's mapping the band holds
 };
-}  // namespace
 
-void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries) {
+// The reads of read_entries: leaf k from entries[k], the leaves in the order order_ gives, in one
+// run or in two runs on two threads.
+class entry_reads {
+ public:
+  entry_reads(std::span<const leaf_read> leaves, std::span<const tensor* const> entries)
+      : leaves_(leaves), entries_(entries), alone_(std::ranges::all_of(leaves, &leaf_read::reads_alone)),
+        total_(total_bytes()), order_(read_order()) {}
+
+  // Reads every leaf: in two runs on two threads when every leaf reads alone and they read
+  // parallel_read_bytes or more, else in one run.
+  void read_all() const {
+    if (!alone_ || total_ < parallel_read_bytes || leaves_.size() < 2) return read_run(0, leaves_.size());
+    const std::size_t middle = second_run();
+    run_in_parallel(2, [&](std::size_t part, std::size_t parts) {
+      if (parts == 1) read_run(0, leaves_.size());
+      else if (part == 0) read_run(0, middle);
+      else read_run(middle, leaves_.size());
+    });
+  }
+
+ private:
+  // The bytes leaf k reads.
+  [[nodiscard]] std::size_t bytes_of(std::size_t k) const { return leaves_[k].reads_bytes ? entries_[k]->nbytes() : 0; }
+
+  [[nodiscard]] std::size_t total_bytes() const {
+    std::size_t total = 0;
+    for (std::size_t k = 0; k < leaves_.size(); ++k) total += bytes_of(k);
+    return total;
+  }
+
   // Leaves that read alone are read in the order of their bytes in the file (reading a file
   // front to back is what its read-ahead and the disk do best; entries named layers.0 ..
   // layers.10 are not stored in that order), unless they average less than file_order_bytes;
   // other leaves in their own order.
-  const bool alone = std::ranges::all_of(leaves, [](const leaf_read& l) { return l.reads_alone; });
-  // The bytes leaf k reads.
-  const auto leaf_bytes = [&](std::size_t k) { return leaves[k].reads_bytes ? entries[k]->nbytes() : 0; };
-  std::size_t total = 0;
-  for (std::size_t k = 0; k < leaves.size(); ++k) total += leaf_bytes(k);
-  const bool file_order = alone && total >= file_order_bytes * leaves.size();
-  std::vector<std::size_t> order(leaves.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  if (file_order)
-    std::ranges::sort(order, std::less<>{}, [&](std::size_t k) { return entries[k]->bytes().data(); });
-  const auto bytes = [&](std::size_t pos) { return leaf_bytes(order[pos]); };
-  // Reads the entries at positions [first, last) of `order`.
-  const auto read_run = [&](std::size_t first, std::size_t last) {
+  [[nodiscard]] std::vector<std::size_t> read_order() const {
+    std::vector<std::size_t> order(leaves_.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    if (alone_ && total_ >= file_order_bytes * leaves_.size())
+      std::ranges::sort(order, std::less<>{}, [this](std::size_t k) { return entries_[k]->bytes().data(); });
+    return order;
+  }
+
+  // Where the second run starts in order_: at the first entry at or past half of the bytes,
+  // leaving the first run at least one entry.
+  [[nodiscard]] std::size_t second_run() const {
+    std::size_t middle = 1;
+    for (std::size_t before = bytes_of(order_[0]); middle + 1 < leaves_.size() && before < total_ / 2; ++middle)
+      before += bytes_of(order_[middle]);
+    return middle;
+  }
+
+  // Reads the leaves at positions [first, last) of order_, the small entries of a loaded file
+  // staged with those that follow them.
+  void read_run(std::size_t first, std::size_t last) const {
     staged_entries staged;
     for (std::size_t pos = first; pos < last; ++pos) {
-      const std::size_t k = order[pos];
+      const std::size_t k = order_[pos];
       // The entries after this one whose leaves read bytes: the band's window may cover them.
       const auto upcoming = [&](const auto& visit) {
         for (std::size_t p = pos + 1; p < last; ++p)
-          if (leaves[order[p]].reads_bytes && !visit(*entries[order[p]])) return;
+          if (leaves_[order_[p]].reads_bytes && !visit(*entries_[order_[p]])) return;
       };
-      const std::optional<tensor> copy = leaves[k].reads_bytes ? staged.stage(*entries[k], upcoming) : std::nullopt;
-      leaves[k].read(copy ? *copy : *entries[k]);
+      const std::optional<tensor> copy = leaves_[k].reads_bytes ? staged.stage(*entries_[k], upcoming) : std::nullopt;
+      leaves_[k].read(copy ? *copy : *entries_[k]);
     }
-  };
-  if (!alone || total < parallel_read_bytes || leaves.size() < 2) return read_run(0, leaves.size());
-  // The second run starts at the first entry at or past half of the bytes (and leaves the first
-  // run at least one entry).
-  std::size_t middle = 1;
-  for (std::size_t before = bytes(0); middle + 1 < leaves.size() && before < total / 2; ++middle) before += bytes(middle);
-  run_in_parallel(2, [&](std::size_t part, std::size_t parts) {
-    if (parts == 1) read_run(0, leaves.size());
-    else if (part == 0) read_run(0, middle);
-    else read_run(middle, leaves.size());
-  });
+  }
+
+  std::span<const leaf_read> leaves_;
+  std::span<const tensor* const> entries_;
+  bool alone_;                      // every leaf reads alone
+  std::size_t total_;               // the bytes the leaves read
+  std::vector<std::size_t> order_;  // the leaves in the order they are read
+};
+
+}  // namespace
+
+void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries) {
+  entry_reads(leaves, entries).read_all();
 }
 
 std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,

@@ -51,6 +51,11 @@ std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 // A SAX handler for boost::json::basic_parser that reads the header straight into
 // header_entry records: no DOM, and duplicate keys (which a DOM would silently merge, last one
 // winning) are seen and refused. Handlers may throw; the parser passes exceptions through.
+// The parser's callbacks (on_*) only dispatch on where the parse stands; each rule of the header
+// is a step of its own below them: an entry's fields (take_field_key, take_field_string,
+// take_shape, take_data_offsets, end_entry), `__metadata__` (take_top_key, take_metadata_key,
+// take_metadata_value), numbers (unsigned_value, number_value) and the messages of what may not
+// stand where it does (bad_field, bad_metadata, unexpected).
 class header_handler {
  public:
   static constexpr std::size_t max_object_size = std::size_t(-1);
@@ -68,14 +73,7 @@ class header_handler {
   bool on_object_begin(error_code&) {
     switch (where_) {
       case place::root: where_ = place::top; return true;
-      case place::top_value:
-        if (is_metadata_) {
-          where_ = place::metadata;
-        } else {
-          result.entries.emplace_back().name = std::move(key_);  // errors name the entry from here
-          where_ = place::entry;
-        }
-        return true;
+      case place::top_value: return begin_top_value();
       case place::entry_value:
         if (field_ == field::unknown) return skip_begin();
         return bad_field("an object");
@@ -89,13 +87,7 @@ class header_handler {
     switch (where_) {
       case place::top: where_ = place::done; return true;
       case place::metadata: where_ = place::top; return true;
-      case place::entry: {
-        const header_entry& e = result.entries.back();
-        const char* missing = !e.has_dtype ? "dtype" : !e.has_shape ? "shape" : !e.has_offsets ? "data_offsets" : nullptr;
-        if (missing) fail(origin_, "entry " + quote(e.name) + " has no '" + missing + "'");
-        where_ = place::top;
-        return true;
-      }
+      case place::entry: return end_entry();
       case place::skipping: return skip_end();
       default: return unexpected("the end of an object");
     }
@@ -122,16 +114,8 @@ class header_handler {
   bool on_array_end(std::size_t, error_code&) {
     if (where_ == place::skipping) return skip_end();
     if (where_ != place::entry_array) return unexpected("the end of an array");
-    header_entry& e = result.entries.back();
-    if (field_ == field::shape) {
-      e.shape.assign(numbers_.begin(), numbers_.end());
-    } else {
-      if (numbers_.size() != 2)
-        fail(origin_, "entry " + quote(e.name) + " has 'data_offsets' of " +
-                          std::to_string(numbers_.size()) + " numbers instead of 2");
-      e.begin = static_cast<std::uint64_t>(numbers_[0]);
-      e.end = static_cast<std::uint64_t>(numbers_[1]);
-    }
+    if (field_ == field::shape) take_shape();
+    else take_data_offsets();
     where_ = place::entry;
     return true;
   }
@@ -152,35 +136,9 @@ class header_handler {
   bool on_key(string_view s, std::size_t, error_code&) {
     return complete_text(s, "a key", [this] {
       switch (where_) {
-        case place::top:
-          is_metadata_ = partial_ == metadata_key;
-          if (is_metadata_) {
-            if (result.has_metadata) fail(origin_, "'__metadata__' appears twice");
-            result.has_metadata = true;
-          }
-          key_ = std::move(partial_);
-          where_ = place::top_value;
-          return true;
-        case place::entry: {
-          header_entry& e = result.entries.back();
-          bool* seen = nullptr;
-          if (partial_ == "dtype") field_ = field::dtype, seen = &e.has_dtype;
-          else if (partial_ == "shape") field_ = field::shape, seen = &e.has_shape;
-          else if (partial_ == "data_offsets") field_ = field::data_offsets, seen = &e.has_offsets;
-          else field_ = field::unknown;  // the reference reader ignores unknown fields too
-          if (seen) {
-            if (*seen) fail(origin_, "entry " + quote(e.name) + " has '" + partial_ + "' twice");
-            *seen = true;
-          }
-          where_ = place::entry_value;
-          return true;
-        }
-        case place::metadata:
-          key_ = std::move(partial_);
-          if (result.metadata.contains(key_))
-            fail(origin_, "'__metadata__' has the key " + quote(key_) + " twice");
-          where_ = place::metadata_value;
-          return true;
+        case place::top: return take_top_key();
+        case place::entry: return take_field_key();
+        case place::metadata: return take_metadata_key();
         default: return false;
       }
     });
@@ -191,23 +149,8 @@ class header_handler {
   bool on_string(string_view s, std::size_t total, error_code&) {
     return complete_text(s, "a string", [this, s, total] {
       switch (where_) {
-        case place::metadata_value:
-          if (key_ == digest_key) result.digest_at = plain_at(s, total);
-          result.metadata.emplace(std::move(key_), std::move(partial_));
-          where_ = place::metadata;
-          return true;
-        case place::entry_value:
-          if (field_ == field::dtype) {
-            header_entry& e = result.entries.back();
-            e.type = dtype_from_string(partial_);
-            e.dtype_spelling = std::move(partial_);
-            where_ = place::entry;
-          } else if (field_ == field::unknown) {
-            where_ = place::entry;
-          } else {
-            bad_field("a string");
-          }
-          return true;
+        case place::metadata_value: return take_metadata_value(s, total);
+        case place::entry_value: return take_field_string();
         default: return false;
       }
     });
@@ -235,6 +178,101 @@ class header_handler {
     root, top, top_value, entry, entry_value, entry_array, metadata, metadata_value, skipping, done
   };
   enum class field { dtype, shape, data_offsets, unknown };
+
+  // The value of a top-level key: the metadata object, or an entry's object (the entry is named
+  // from here on, in every error about it).
+  bool begin_top_value() {
+    if (is_metadata_) {
+      where_ = place::metadata;
+    } else {
+      result.entries.emplace_back().name = std::move(key_);
+      where_ = place::entry;
+    }
+    return true;
+  }
+
+  // A top-level key: an entry's name, or `__metadata__`, which may appear once.
+  bool take_top_key() {
+    is_metadata_ = partial_ == metadata_key;
+    if (is_metadata_) {
+      if (result.has_metadata) fail(origin_, "'__metadata__' appears twice");
+      result.has_metadata = true;
+    }
+    key_ = std::move(partial_);
+    where_ = place::top_value;
+    return true;
+  }
+
+  // A key of an entry's object: `dtype`, `shape` and `data_offsets` may each appear once; other
+  // fields are skipped, as the reference reader ignores them.
+  bool take_field_key() {
+    header_entry& e = result.entries.back();
+    bool* seen = nullptr;
+    if (partial_ == "dtype") field_ = field::dtype, seen = &e.has_dtype;
+    else if (partial_ == "shape") field_ = field::shape, seen = &e.has_shape;
+    else if (partial_ == "data_offsets") field_ = field::data_offsets, seen = &e.has_offsets;
+    else field_ = field::unknown;
+    if (seen) {
+      if (*seen) fail(origin_, "entry " + quote(e.name) + " has '" + partial_ + "' twice");
+      *seen = true;
+    }
+    where_ = place::entry_value;
+    return true;
+  }
+
+  // The end of an entry's object: it has all of `dtype`, `shape` and `data_offsets`.
+  bool end_entry() {
+    const header_entry& e = result.entries.back();
+    const char* missing = !e.has_dtype ? "dtype" : !e.has_shape ? "shape" : !e.has_offsets ? "data_offsets" : nullptr;
+    if (missing) fail(origin_, "entry " + quote(e.name) + " has no '" + missing + "'");
+    where_ = place::top;
+    return true;
+  }
+
+  // A string as an entry's field: its `dtype` (a spelling the format does not define leaves the
+  // entry without a type, to be skipped), or the value of a field skipped.
+  bool take_field_string() {
+    if (field_ == field::dtype) {
+      header_entry& e = result.entries.back();
+      e.type = dtype_from_string(partial_);
+      e.dtype_spelling = std::move(partial_);
+      where_ = place::entry;
+    } else if (field_ == field::unknown) {
+      where_ = place::entry;
+    } else {
+      bad_field("a string");
+    }
+    return true;
+  }
+
+  // `shape`: an array of non-negative integers (each checked as it came, in unsigned_value).
+  void take_shape() { result.entries.back().shape.assign(numbers_.begin(), numbers_.end()); }
+
+  // `data_offsets`: an array of exactly two non-negative integers, begin and end.
+  void take_data_offsets() {
+    header_entry& e = result.entries.back();
+    if (numbers_.size() != 2)
+      fail(origin_, "entry " + quote(e.name) + " has 'data_offsets' of " + std::to_string(numbers_.size()) +
+                        " numbers instead of 2");
+    e.begin = static_cast<std::uint64_t>(numbers_[0]);
+    e.end = static_cast<std::uint64_t>(numbers_[1]);
+  }
+
+  // A key of `__metadata__`: each may appear once.
+  bool take_metadata_key() {
+    key_ = std::move(partial_);
+    if (result.metadata.contains(key_)) fail(origin_, "'__metadata__' has the key " + quote(key_) + " twice");
+    where_ = place::metadata_value;
+    return true;
+  }
+
+  // A value of `__metadata__`, a string; where the digest's stands plain in the JSON is kept.
+  bool take_metadata_value(string_view s, std::size_t total) {
+    if (key_ == digest_key) result.digest_at = plain_at(s, total);
+    result.metadata.emplace(std::move(key_), std::move(partial_));
+    where_ = place::metadata;
+    return true;
+  }
 
   bool gather(string_view s) {
     partial_.append(s.data(), s.size());
@@ -384,11 +422,9 @@ void check_digest_entry(const parsed_header& header, const std::filesystem::path
                      "' spells its digits with JSON escapes, where ckpt writes them plain");
 }
 
-}  // namespace
-
-parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
-                       const std::shared_ptr<const void>& owner, const mapped_file* mapping,
-                       const std::function<void(std::string_view, std::string_view)>& skipped) {
+// The 8-byte little-endian length that starts the file, and the JSON header of that length
+// that follows it: the file holds the 8 bytes, and the header within max_header_size and the file.
+std::string_view header_json(std::span<const std::byte> file, const std::filesystem::path& origin) {
   if (file.size() < 8)
     fail(origin, "the file has " + std::to_string(file.size()) +
                      " bytes, fewer than the 8 of the header length");
@@ -399,14 +435,13 @@ parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::p
   if (header_size > file.size() - 8)
     fail(origin, "the header length " + std::to_string(header_size) + " runs past the end of the " +
                      std::to_string(file.size()) + "-byte file");
-  const std::string_view json(reinterpret_cast<const char*>(file.data() + 8), header_size);
-  parsed_header header = parse_header(json, origin);
-  check_digest_entry(header, origin);
+  return {reinterpret_cast<const char*>(file.data() + 8), static_cast<std::size_t>(header_size)};
+}
 
-  const std::span<const std::byte> data = file.subspan(8 + header_size);
-  std::vector<header_entry>& entries = header.entries;
-
-  // Names must be distinct, even where two entries would describe the same bytes.
+// The entries in name order, whose names must be distinct, even where two entries would describe
+// the same bytes.
+std::vector<const header_entry*> distinct_names(const std::vector<header_entry>& entries,
+                                                const std::filesystem::path& origin) {
   std::vector<const header_entry*> by_name;
   by_name.reserve(entries.size());
   for (const header_entry& e : entries) by_name.push_back(&e);
@@ -417,33 +452,39 @@ parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::p
   for (std::size_t i = 1; i < by_name.size(); ++i)
     if (by_name[i]->name == by_name[i - 1]->name)
       fail(origin, "the entry name " + quote(by_name[i]->name) + " appears twice");
+  return by_name;
+}
 
-  for (const header_entry& e : entries) {
-    if (e.name.empty()) fail(origin, "an entry has an empty name");
-    if (e.end < e.begin)
-      fail(origin, "entry " + quote(e.name) + " has data_offsets [" + std::to_string(e.begin) +
-                       ", " + std::to_string(e.end) + "] that end before they begin");
-    if (e.end > data.size())
-      fail(origin, "entry " + quote(e.name) + " has data_offsets [" + std::to_string(e.begin) +
-                       ", " + std::to_string(e.end) + "] past the end of the " +
-                       std::to_string(data.size()) + "-byte data buffer");
-    if (!e.type) continue;
-    std::size_t expected = 0;
-    try {
-      expected = nbytes_of(*e.type, numel_of(e.shape));
-    } catch (const std::invalid_argument&) {
-      fail(origin, "entry " + quote(e.name) + " has shape " + to_string(e.shape) +
-                       " whose byte count as " + e.dtype_spelling +
-                       " overflows or is not a whole number of bytes");
-    }
-    if (expected != e.end - e.begin)
-      fail(origin, "entry " + quote(e.name) + " of dtype " + e.dtype_spelling + " and shape " +
-                       to_string(e.shape) + " needs " + std::to_string(expected) +
-                       " bytes but its data_offsets span " + std::to_string(e.end - e.begin));
+// An entry's own rules: a name, data_offsets in order and within the data buffer (of
+// `data_size` bytes), and, for a dtype the format defines, as many bytes as its shape needs.
+void check_entry(const header_entry& e, std::size_t data_size, const std::filesystem::path& origin) {
+  if (e.name.empty()) fail(origin, "an entry has an empty name");
+  if (e.end < e.begin)
+    fail(origin, "entry " + quote(e.name) + " has data_offsets [" + std::to_string(e.begin) +
+                     ", " + std::to_string(e.end) + "] that end before they begin");
+  if (e.end > data_size)
+    fail(origin, "entry " + quote(e.name) + " has data_offsets [" + std::to_string(e.begin) +
+                     ", " + std::to_string(e.end) + "] past the end of the " +
+                     std::to_string(data_size) + "-byte data buffer");
+  if (!e.type) return;
+  std::size_t expected = 0;
+  try {
+    expected = nbytes_of(*e.type, numel_of(e.shape));
+  } catch (const std::invalid_argument&) {
+    fail(origin, "entry " + quote(e.name) + " has shape " + to_string(e.shape) +
+                     " whose byte count as " + e.dtype_spelling +
+                     " overflows or is not a whole number of bytes");
   }
+  if (expected != e.end - e.begin)
+    fail(origin, "entry " + quote(e.name) + " of dtype " + e.dtype_spelling + " and shape " +
+                     to_string(e.shape) + " needs " + std::to_string(expected) +
+                     " bytes but its data_offsets span " + std::to_string(e.end - e.begin));
+}
 
-  // The entries must tile the data buffer exactly: no overlap, no hole, nothing after.
-  std::vector<const header_entry*> by_offset(by_name);
+// The entries (`by_offset`, any order) must tile the data buffer of `data_size` bytes exactly:
+// no overlap, no hole, nothing after.
+void check_tiling(std::vector<const header_entry*> by_offset, std::size_t data_size,
+                  const std::filesystem::path& origin) {
   const auto offset_order = [](const header_entry* a, const header_entry* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
   };
@@ -460,10 +501,17 @@ parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::p
     covered = e->end;
     previous = e;
   }
-  if (covered != data.size())
-    fail(origin, "the data buffer has " + std::to_string(data.size() - covered) +
+  if (covered != data_size)
+    fail(origin, "the data buffer has " + std::to_string(data_size - covered) +
                      " trailing bytes after the last entry");
+}
 
+// The checked entries as tensors viewing `data`; an entry of a dtype the format does not define
+// is passed to `skipped`, or without it reported on std::cerr, and left out.
+std::vector<checkpoint::entry> viewed_entries(std::vector<header_entry>& entries, std::span<const std::byte> data,
+                                             const std::filesystem::path& origin,
+                                             const std::shared_ptr<const void>& owner, const mapped_file* mapping,
+                                             const std::function<void(std::string_view, std::string_view)>& skipped) {
   std::vector<checkpoint::entry> out;
   out.reserve(entries.size());
   for (header_entry& e : entries) {
@@ -479,8 +527,24 @@ parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::p
                      tensor_access::view_of(*e.type, std::move(e.shape),
                                      data.subspan(e.begin, e.end - e.begin), owner, mapping));
   }
-  return {.contents = checkpoint(std::move(out), std::move(header.metadata)),
-          .data_start = 8 + static_cast<std::size_t>(header_size),
+  return out;
+}
+
+}  // namespace
+
+parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
+                       const std::shared_ptr<const void>& owner, const mapped_file* mapping,
+                       const std::function<void(std::string_view, std::string_view)>& skipped) {
+  const std::string_view json = header_json(file, origin);
+  parsed_header header = parse_header(json, origin);
+  check_digest_entry(header, origin);
+  const std::span<const std::byte> data = file.subspan(8 + json.size());
+  std::vector<const header_entry*> by_name = distinct_names(header.entries, origin);
+  for (const header_entry& e : header.entries) check_entry(e, data.size(), origin);
+  check_tiling(std::move(by_name), data.size(), origin);
+  std::vector<checkpoint::entry> entries = viewed_entries(header.entries, data, origin, owner, mapping, skipped);
+  return {.contents = checkpoint(std::move(entries), std::move(header.metadata)),
+          .data_start = 8 + json.size(),
           .digest_at = header.digest_at ? std::optional(8 + *header.digest_at) : std::nullopt};
 }
 

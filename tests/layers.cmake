@@ -55,6 +55,9 @@ set(layer_transpose_avx2 1)
 set(layer_transpose_kernels 1)
 set(layer_transpose_tiles 1)
 set(layer_mapped_file 2)       # the mapping a tensor's bytes may live in
+set(layer_pages 2)             # src/pages.cpp: the copies out of a tensor's bytes (ckpt/detail/pages.hpp)
+set(layer_entry_source 2)      # src/entry_source.cpp: an entry's rows, a tensor's entry source
+set(layer_live_source 3)       # src/live_source.cpp: entry sources sorted by name, names checked
 set(layer_reordered_bands 2)   # the file writer's bands
 set(layer_safetensors 2)       # the format's header parser and writer
 set(layer_hf_index 2)          # the sharded index's reader

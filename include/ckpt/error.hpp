@@ -10,7 +10,11 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
-#include <utility>
+
+// The constructors, which build the messages, and the destructors are compiled in src/error.cpp:
+// each destructor, the class's first virtual function defined out of line, is its key function,
+// so that its vtable and type information are emitted once, in the library, and not in every
+// file that throws or catches it.
 
 namespace ckpt {
 
@@ -18,8 +22,8 @@ namespace ckpt {
 class error : public std::runtime_error {
  public:
   /// \param path the file concerned; \param what the full message (naming the file).
-  error(std::filesystem::path path, const std::string& what)
-      : std::runtime_error(what), path_(std::move(path)) {}
+  error(std::filesystem::path path, const std::string& what);
+  ~error() override;
   /// The file the failure concerns.
   /// \throws nothing
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
@@ -34,9 +38,8 @@ class io_error : public error {
  public:
   /// \param path the file; \param operation what was attempted ("open", "write"...);
   /// \param code the system error.
-  io_error(std::filesystem::path path, const std::string& operation, std::error_code code)
-      : error(path, "ckpt: cannot " + operation + " '" + path.string() + "': " + code.message()),
-        code_(code) {}
+  io_error(std::filesystem::path path, const std::string& operation, std::error_code code);
+  ~io_error() override;
   /// The system error.
   /// \throws nothing
   [[nodiscard]] std::error_code code() const noexcept { return code_; }
@@ -50,9 +53,8 @@ class io_error : public error {
 class format_error : public error {
  public:
   /// \param path the file; \param rule the rule the file breaks, naming the entry if any.
-  format_error(std::filesystem::path path, const std::string& rule)
-      : error(path, "ckpt: '" + path.string() + "' is not a valid safetensors file: " + rule),
-        rule_(rule) {}
+  format_error(std::filesystem::path path, const std::string& rule);
+  ~format_error() override;
   /// The broken rule alone, without the file name.
   /// \throws nothing
   [[nodiscard]] const std::string& rule() const noexcept { return rule_; }
@@ -60,8 +62,7 @@ class format_error : public error {
  protected:
   /// For subclasses with a message of their own: \param path the file; \param rule the broken
   /// rule alone; \param what the full message (naming the file).
-  format_error(std::filesystem::path path, std::string rule, const std::string& what)
-      : error(std::move(path), what), rule_(std::move(rule)) {}
+  format_error(std::filesystem::path path, std::string rule, const std::string& what);
 
  private:
   std::string rule_;
@@ -77,14 +78,8 @@ class integrity_error : public format_error {
   /// \param path the file; \param key the metadata key of the digest; \param expected the digest
   /// the file records; \param computed the digest of the file as read.
   integrity_error(std::filesystem::path path, const std::string& key, const std::string& expected,
-                  const std::string& computed)
-      : format_error(path,
-                     "its bytes hash to " + computed + " but its __metadata__ entry '" +
-                         key + "' records " + expected,
-                     "ckpt: '" + path.string() + "' is corrupted: its bytes hash to " +
-                         computed + " but its __metadata__ entry '" + key + "' records " + expected),
-        expected_(expected),
-        computed_(computed) {}
+                  const std::string& computed);
+  ~integrity_error() override;
   /// The digest recorded in the file (16 lowercase hex digits).
   /// \throws nothing
   [[nodiscard]] const std::string& expected() const noexcept { return expected_; }
@@ -103,10 +98,8 @@ class integrity_error : public format_error {
 class lock_error : public error {
  public:
   /// \param folder the checkpoint folder; \param lock_file the lock file in it.
-  lock_error(const std::filesystem::path& folder, const std::filesystem::path& lock_file)
-      : error(folder, "ckpt: the checkpoint folder '" + folder.string() +
-                          "' is in use by another checkpoint_manager (lock file '" +
-                          lock_file.string() + "')") {}
+  lock_error(const std::filesystem::path& folder, const std::filesystem::path& lock_file);
+  ~lock_error() override;
 };
 
 /// A file is not a `torch.save` file ckpt can read (see ckpt/torch.hpp), or holds something the
@@ -115,8 +108,8 @@ class lock_error : public error {
 class torch_format_error : public format_error {
  public:
   /// \param path the file; \param rule what is wrong, naming the record, opcode or global.
-  torch_format_error(std::filesystem::path path, const std::string& rule)
-      : format_error(path, rule, "ckpt: '" + path.string() + "' is not a readable PyTorch file: " + rule) {}
+  torch_format_error(std::filesystem::path path, const std::string& rule);
+  ~torch_format_error() override;
 };
 
 }  // namespace ckpt

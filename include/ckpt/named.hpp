@@ -18,8 +18,8 @@
 
 #include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -121,17 +121,11 @@ class path_segment {
   std::size_t mark_;
 };
 
-[[noreturn]] inline void mismatch(const std::string& path, const std::string& what) {
-  throw std::invalid_argument("ckpt: the structures differ at '" + path + "': " + what);
-}
-
-// "<what> (3, 2)": the sizes of the structures, in argument order.
-template <class... Sizes>
-std::string with_sizes(std::string what, std::size_t first, Sizes... rest) {
-  what += " (" + std::to_string(first);
-  ((what += ", " + std::to_string(rest)), ...);
-  return what + ")";
-}
+// Throws std::invalid_argument: "ckpt: the structures differ at '<path>': <what>".
+[[noreturn]] void mismatch(const std::string& path, std::string_view what);
+// Throws as mismatch, with the sizes of the structures in argument order: "<what> (3, 2)".
+[[noreturn]] void size_mismatch(const std::string& path, std::string_view what,
+                                std::initializer_list<std::size_t> sizes);
 
 template <class F, class X, class... Xs>
 void walk(std::string& path, F& visit, X& x, Xs&... xs);
@@ -169,14 +163,16 @@ void walk_ptree(std::string& path, F& visit, X& x, Xs&... xs) {
     visit(std::string_view(path), x.as_tensor(), xs.as_tensor()...);
   } else if (x.is_list()) {
     auto& elements = x.as_list();
-    if (((xs.as_list().size() != elements.size()) || ...)) mismatch(path, with_sizes("lists of different lengths", elements.size(), xs.as_list().size()...));
+    if (((xs.as_list().size() != elements.size()) || ...))
+      size_mismatch(path, "lists of different lengths", {elements.size(), xs.as_list().size()...});
     for (std::size_t i = 0; i < elements.size(); ++i) {
       path_segment segment(path, std::to_string(i));
       walk(path, visit, elements[i], xs.as_list()[i]...);
     }
   } else {
     auto& entries = x.as_dict();
-    if (((xs.as_dict().size() != entries.size()) || ...)) mismatch(path, with_sizes("dicts of different sizes", entries.size(), xs.as_dict().size()...));
+    if (((xs.as_dict().size() != entries.size()) || ...))
+      size_mismatch(path, "dicts of different sizes", {entries.size(), xs.as_dict().size()...});
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (((xs.as_dict()[i].first != entries[i].first) || ...))
         mismatch(path, "dicts with different keys");
@@ -207,13 +203,14 @@ void walk(std::string& path, F& visit, X& x, Xs&... xs) {
   } else if constexpr (std::is_same_v<type, ptree>) {
     walk_ptree(path, visit, x, xs...);
   } else if constexpr (is_std_vector<type>::value || is_std_array<type>::value) {
-    if (((xs.size() != x.size()) || ...)) mismatch(path, with_sizes("sequences of different lengths", x.size(), xs.size()...));
+    if (((xs.size() != x.size()) || ...))
+      size_mismatch(path, "sequences of different lengths", {x.size(), xs.size()...});
     for (std::size_t i = 0; i < x.size(); ++i) {
       path_segment segment(path, std::to_string(i));
       walk(path, visit, x[i], xs[i]...);
     }
   } else if constexpr (is_string_map<type>::value) {
-    if (((xs.size() != x.size()) || ...)) mismatch(path, with_sizes("maps of different sizes", x.size(), xs.size()...));
+    if (((xs.size() != x.size()) || ...)) size_mismatch(path, "maps of different sizes", {x.size(), xs.size()...});
     for (auto& [key, value] : x) {
       if (((!xs.contains(key)) || ...)) mismatch(path, "the key '" + key + "' is not in every map");
       path_segment segment(path, key);

@@ -30,10 +30,8 @@ struct entry_source {
   tensor keep_alive;
 
   // The bytes of one of the rows `write_rows` writes, and how many there are (nbytes > 0).
-  [[nodiscard]] std::size_t row_size() const {
-    return row_bytes != 0 ? row_bytes : nbytes / static_cast<std::size_t>(shape.front());
-  }
-  [[nodiscard]] std::size_t row_count() const { return nbytes / row_size(); }
+  [[nodiscard]] std::size_t row_size() const;
+  [[nodiscard]] std::size_t row_count() const;
 };
 
 // The source of the entry `name` holding the tensor `x`, which it keeps alive: its bytes where

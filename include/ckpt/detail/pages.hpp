@@ -7,8 +7,8 @@
 // destination when the layouts match, else through a small staging band that is reordered or
 // converted while it is in the cache: no bulk copy touches the mapping, so a file truncated or
 // unreadable during a load is an io_error or format_error naming it, never a SIGBUS. The
-// functions are compiled in src/ (src/mapped_file.cpp): the templates of leaf.hpp call them and
-// do no I/O of their own.
+// functions are compiled in src/pages.cpp: the templates of leaf.hpp call them and do no I/O of
+// their own.
 
 #include <ckpt/tensor.hpp>
 

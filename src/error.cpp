@@ -1,0 +1,39 @@
+#include <ckpt/error.hpp>
+
+#include <utility>
+
+namespace ckpt {
+
+error::error(std::filesystem::path path, const std::string& what)
+    : std::runtime_error(what), path_(std::move(path)) {}
+error::~error() = default;
+
+io_error::io_error(std::filesystem::path path, const std::string& operation, std::error_code code)
+    : error(path, "ckpt: cannot " + operation + " '" + path.string() + "': " + code.message()), code_(code) {}
+io_error::~io_error() = default;
+
+format_error::format_error(std::filesystem::path path, const std::string& rule)
+    : error(path, "ckpt: '" + path.string() + "' is not a valid safetensors file: " + rule), rule_(rule) {}
+format_error::format_error(std::filesystem::path path, std::string rule, const std::string& what)
+    : error(std::move(path), what), rule_(std::move(rule)) {}
+format_error::~format_error() = default;
+
+integrity_error::integrity_error(std::filesystem::path path, const std::string& key, const std::string& expected,
+                                 const std::string& computed)
+    : format_error(path, "its bytes hash to " + computed + " but its __metadata__ entry '" + key + "' records " + expected,
+                   "ckpt: '" + path.string() + "' is corrupted: its bytes hash to " + computed +
+                       " but its __metadata__ entry '" + key + "' records " + expected),
+      expected_(expected),
+      computed_(computed) {}
+integrity_error::~integrity_error() = default;
+
+lock_error::lock_error(const std::filesystem::path& folder, const std::filesystem::path& lock_file)
+    : error(folder, "ckpt: the checkpoint folder '" + folder.string() +
+                        "' is in use by another checkpoint_manager (lock file '" + lock_file.string() + "')") {}
+lock_error::~lock_error() = default;
+
+torch_format_error::torch_format_error(std::filesystem::path path, const std::string& rule)
+    : format_error(path, rule, "ckpt: '" + path.string() + "' is not a readable PyTorch file: " + rule) {}
+torch_format_error::~torch_format_error() = default;
+
+}  // namespace ckpt
