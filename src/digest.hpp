@@ -5,14 +5,28 @@
 // MPI ranks each reading back its share of the chunks) combines them here, so that every writer
 // and the verifier compute the same value.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace ckpt::detail {
 
-// The digest's value (under ckpt::digest_key, file.hpp) is written as this many lowercase hex digits.
+// The `__metadata__` key of ckpt's digest of the whole file, a fact of the file format
+// (docs/guide.md, "File-format guarantees"; ckpt::save and ckpt::load document it). Its value is
+// the digest below as 16 lowercase hex digits written plain between their quotes. A key that JSON
+// spells with this key's length and one byte different, holding 16 hex digits, is a damaged
+// digest entry (src/safetensors.hpp's is_damaged_digest_entry).
+inline constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
+
+// The digest keys of earlier versions of ckpt, which hashed the data section only (per MiB as
+// here, and the whole section at once): recognized, not verified. `load` keeps them as metadata,
+// `save` drops them, and `ckpt verify` reports such a file as checked for its format only.
+inline constexpr std::array<std::string_view, 2> earlier_digest_keys = {"ckpt.xxh3_64_per_mib", "ckpt.xxh3_64"};
+
+// The digest's value (under digest_key) is written as this many lowercase hex digits.
 inline constexpr std::size_t file_digest_digits = 16;
 // The data section is hashed in chunks of this size.
 inline constexpr std::size_t file_digest_chunk_bytes = std::size_t{1} << 20;

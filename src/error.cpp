@@ -32,8 +32,4 @@ lock_error::lock_error(const std::filesystem::path& folder, const std::filesyste
                         "' is in use by another checkpoint_manager (lock file '" + lock_file.string() + "')") {}
 lock_error::~lock_error() = default;
 
-torch_format_error::torch_format_error(std::filesystem::path path, const std::string& rule)
-    : format_error(path, rule, "ckpt: '" + path.string() + "' is not a readable PyTorch file: " + rule) {}
-torch_format_error::~torch_format_error() = default;
-
 }  // namespace ckpt

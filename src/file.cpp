@@ -174,9 +174,9 @@ void verify_digest(const detail::parsed_file& parsed, std::span<const std::byte>
   XXH3_64bits_update(state.get(), file.data() + at + digest_digits, parsed.data_start - at - digest_digits);
   const XXH64_hash_t value =
       chunked_hash_of(XXH3_64bits_digest(state.get()), file.subspan(parsed.data_start), mapped, options.progress);
-  const std::string& expected = parsed.contents.metadata().find(digest_key)->second;
+  const std::string& expected = parsed.contents.metadata().find(detail::digest_key)->second;
   if (const std::string computed = to_hex(value); computed != expected)
-    throw integrity_error(origin, std::string(digest_key), expected, computed);
+    throw integrity_error(origin, std::string(detail::digest_key), expected, computed);
 }
 
 }  // namespace
@@ -215,10 +215,8 @@ checkpoint load_file(const std::filesystem::path& path, const load_options& opti
   return std::move(parsed.contents);
 }
 
-}  // namespace detail
-
-checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
-                 const load_options& options) {
+checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
+                       const load_options& options) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
   detail::parsed_file parsed =
@@ -226,8 +224,6 @@ checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::p
   verify_digest(parsed, {copy.get(), file_bytes.size()}, nullptr, origin, options);
   return std::move(parsed.contents);
 }
-
-namespace detail {
 
 namespace {
 

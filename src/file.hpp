@@ -17,7 +17,13 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
                 const metadata_map& metadata, const save_options& options);
 
 // One safetensors file: mapped, parsed, its digest verified as `options` says (src/file.cpp).
-// `ckpt::load` (src/load.cpp) calls it for a file, `load_sharded` for each shard.
+// `ckpt::load` (src/load.cpp) calls it for a file, `load_sharded` (src/sharded.hpp) for each
+// shard.
 checkpoint load_file(const std::filesystem::path& path, const load_options& options);
+
+// The bytes of one safetensors file in memory: copied, parsed, their digest verified as
+// `options` says. `ckpt::parse` (src/load.cpp) calls it for bytes that are not a torch.save file.
+checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
+                       const load_options& options);
 
 }  // namespace ckpt::detail

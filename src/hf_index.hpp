@@ -4,6 +4,7 @@
 // (src/sharded.cpp) and ckpt::mpi (src/mpi/step_folders.cpp).
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/error.hpp>
 
 #include <cstdint>
 #include <filesystem>
@@ -16,6 +17,17 @@
 #include <vector>
 
 namespace ckpt::detail {
+
+/// A sharded checkpoint's index file is not valid (not JSON, no `weight_map`, a shard name that
+/// leaves the folder, an entry its shard does not hold...): a `format_error` whose message says
+/// so, `ckpt: '<index>' is not a valid sharded checkpoint index: <broken rule>` (ckpt::load's
+/// documentation, ckpt/file.hpp).
+class index_error : public format_error {
+ public:
+  /// \param index the index file; \param rule the rule it breaks, naming the entry if any.
+  index_error(const std::filesystem::path& index, const std::string& rule)
+      : format_error(index, rule, "ckpt: '" + index.string() + "' is not a valid sharded checkpoint index: " + rule) {}
+};
 
 /// `s` (UTF-8) as Python's json.dumps writes it with its default ensure_ascii: printable ASCII as
 /// is, \" \\ \n \r \t \b \f, every other code point as \uXXXX (a surrogate pair above U+FFFF).

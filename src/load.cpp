@@ -2,14 +2,15 @@
 // recognized by its content (a safetensors file, or a torch.save zip); an index by its name (a
 // `*.safetensors.index.json` through load_sharded, any other `*.index.json`, such as
 // `pytorch_model.bin.index.json`, shard by shard by content); a folder by the checkpoint files
-// it holds. The dispatch sits above the file, sharded and torch readers, so that none includes
-// another.
+// it holds. `ckpt::parse` recognizes bytes in memory by their content as load does a file. The
+// dispatch sits above the file, sharded and torch readers, so that none includes another.
 #include <ckpt/file.hpp>
-#include <ckpt/sharded.hpp>
 #include <ckpt/torch.hpp>
 
 #include "file.hpp"
 #include "hf_index.hpp"
+#include "sharded.hpp"
+#include "torch.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,6 +18,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -25,24 +28,24 @@
 namespace ckpt {
 namespace {
 
-// True if `path` is a regular file that begins as a zip (a torch.save file). Opened without
-// waiting (a FIFO or a device is left to the safetensors reader, which refuses it by name); a
-// file that cannot be opened is left to it too, so that its error names the file as before.
+// True if `path` is a regular file that begins as a torch.save file does (a zip, or the pickled
+// magic number of the format before PyTorch 1.6). Opened without waiting (a FIFO or a device is
+// left to the safetensors reader, which refuses it by name); a file that cannot be opened is
+// left to it too, so that its error names the file as before.
 bool is_torch_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
-  std::array<std::byte, 4> signature{};
+  std::array<std::byte, 32> start{};
   struct stat info {};
-  const bool torch = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
-                     ::pread(fd, signature.data(), signature.size(), 0) == static_cast<ssize_t>(signature.size()) &&
-                     looks_like_torch(signature);
+  ssize_t got = -1;
+  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) got = ::pread(fd, start.data(), start.size(), 0);
   ::close(fd);
-  return torch;
+  return got > 0 && detail::looks_like_torch(std::span(start).first(static_cast<std::size_t>(got)));
 }
 
 checkpoint load_file_by_content(const std::filesystem::path& path, const load_options& options,
                                 const torch_options& torch) {
-  if (is_torch_file(path)) return load_torch(path, torch);
+  if (is_torch_file(path)) return detail::load_torch(path, torch);
   return detail::load_file(path, options);
 }
 
@@ -104,7 +107,7 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
                             (pt_indexes.size() > 2 ? ", ...)" : ")") + "; load the one you mean");
   if (pt_indexes.size() == 1) return load_index_by_content(folder / pt_indexes.front(), options, torch);
   // A sharded safetensors checkpoint, or nothing: load_sharded's rules and messages.
-  return load_sharded(folder, options);
+  return detail::load_sharded(folder, options);
 }
 
 }  // namespace
@@ -112,7 +115,7 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
 checkpoint load(const std::filesystem::path& path, const load_options& options, const torch_options& torch) {
   const std::string_view name(path.native());
   if (name.ends_with(".index.json")) {
-    if (name.ends_with(safetensors_index)) return load_sharded(path, options);
+    if (name.ends_with(safetensors_index)) return detail::load_sharded(path, options);
     return load_index_by_content(path, options, torch);
   }
   std::error_code ec;
@@ -121,5 +124,15 @@ checkpoint load(const std::filesystem::path& path, const load_options& options, 
 }
 
 checkpoint load(const std::filesystem::path& path, const load_options& options) { return load(path, options, {}); }
+
+checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin, const load_options& options,
+                 const torch_options& torch) {
+  if (detail::looks_like_torch(file_bytes)) return detail::parse_torch(file_bytes, origin, torch);
+  return detail::parse_bytes(file_bytes, origin, options);
+}
+
+checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin, const load_options& options) {
+  return parse(file_bytes, origin, options, {});
+}
 
 }  // namespace ckpt

@@ -3,13 +3,13 @@
 // MPI sibling (src/mpi/manager.cpp).
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
-#include <ckpt/sharded.hpp>
 #include <ckpt/snapshot.hpp>
 
 #include "atomic_file.hpp"
 #include "io_hooks.hpp"
 #include "manager_core.hpp"
 #include "posix_file.hpp"
+#include "sharded.hpp"
 #include "file.hpp"
 #include "temporary_name.hpp"
 
@@ -125,7 +125,7 @@ class local_state final : public detail::manager_state {
   // another format under a step's name (ckpt::load would read a torch.save file by its content).
   checkpoint load_step(std::int64_t step, const load_options& options) override {
     const std::filesystem::path path = path_of(step);
-    if (step_folders_.contains(step)) return load_sharded(path, options);
+    if (step_folders_.contains(step)) return detail::load_sharded(path, options);
     return detail::load_file(path, options);
   }
 

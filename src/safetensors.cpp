@@ -406,7 +406,7 @@ bool is_hex16(std::string_view value, bool lowercase) {
          });
 }
 
-// ckpt's rules for its digest entry (ckpt::digest_key), on a parsed header.
+// ckpt's rules for its digest entry (digest_key, src/digest.hpp), on a parsed header.
 void check_digest_entry(const parsed_header& header, const std::filesystem::path& origin) {
   for (const auto& [key, value] : header.metadata)
     if (is_damaged_digest_entry(key, value))

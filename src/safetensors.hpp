@@ -4,7 +4,8 @@
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/entry_source.hpp>
 #include <ckpt/error.hpp>
-#include <ckpt/detail/format.hpp>
+
+#include "digest.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -35,7 +36,7 @@ struct parsed_file {
 // Builds a checkpoint from the bytes of a whole file. Tensors view `file`, kept alive by
 // `owner`; `mapping` is the loaded file `file` maps, or null for bytes in memory. Throws
 // format_error naming `origin` and the broken rule, including ckpt's rules for its digest entry
-// (see ckpt::digest_key): a value that is not 16 lowercase hex digits written plain, or a
+// (see digest_key, src/digest.hpp): a value that is not 16 lowercase hex digits written plain, or a
 // `__metadata__` entry that reads as a damaged digest entry (is_damaged_digest_entry).
 // `skipped` (load_options::skipped) hears of the entries of unknown dtypes, which are left out.
 parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,

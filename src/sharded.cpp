@@ -7,6 +7,7 @@
 #include "entry_name.hpp"
 #include "file.hpp"
 #include "safetensors.hpp"
+#include "sharded.hpp"
 #include "utf8.hpp"
 
 #include <boost/json/parse.hpp>
@@ -83,6 +84,7 @@ std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::
 namespace {
 
 using detail::file_descriptor;
+using detail::index_error;
 using detail::last_error;
 using detail::python_json_string;
 
@@ -266,12 +268,6 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   return files;
 }
 
-bool is_sharded_path(const std::filesystem::path& path) noexcept {
-  if (std::string_view(path.native()).ends_with(".index.json")) return true;
-  std::error_code ec;
-  return std::filesystem::is_directory(path, ec);
-}
-
 namespace detail {
 
 std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(const std::filesystem::path& index) {
@@ -337,8 +333,6 @@ checkpoint assemble_shards(const std::filesystem::path& index,
   return checkpoint(std::move(entries), std::move(metadata));
 }
 
-}  // namespace detail
-
 checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
   std::error_code ec;
   const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
@@ -346,5 +340,7 @@ checkpoint load_sharded(const std::filesystem::path& path, const load_options& o
   return detail::assemble_shards(index, detail::read_weight_map(index),
                                  [&options](const std::filesystem::path& shard) { return detail::load_file(shard, options); });
 }
+
+}  // namespace detail
 
 }  // namespace ckpt

@@ -8,6 +8,7 @@
 
 #include "mapped_file.hpp"
 #include "safetensors.hpp"
+#include "torch.hpp"
 #include "utf8.hpp"
 
 #include <unzip.h>
@@ -33,8 +34,17 @@
 namespace ckpt {
 namespace {
 
+using detail::torch_format_error;
+
 // ---------------------------------------------------------------------------------------------
 // The zip container.
+
+// True if `bytes` begin as a zip file does (a local file header), as every torch.save file of
+// PyTorch 1.6 and later.
+bool is_zip(std::span<const std::byte> bytes) noexcept {
+  return bytes.size() >= 4 && bytes[0] == std::byte{'P'} && bytes[1] == std::byte{'K'} && bytes[2] == std::byte{3} &&
+         bytes[3] == std::byte{4};
+}
 
 // minizip reads through these callbacks from a span in memory (the mapping of the file).
 struct memory_stream {
@@ -816,7 +826,7 @@ class flattener {
 checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::path& origin,
                       const std::shared_ptr<const void>& owner, const detail::mapped_file* mapping,
                       const torch_options& options) {
-  if (!looks_like_torch(bytes))
+  if (!is_zip(bytes))
     throw torch_format_error(origin, "it is not a zip file (torch.save files before PyTorch 1.6 are not read; load "
                                      "and save such a file again with a newer PyTorch)");
   const auto records = read_records(bytes, origin);
@@ -857,9 +867,22 @@ checkpoint read_torch(std::span<const std::byte> bytes, const std::filesystem::p
 
 }  // namespace
 
+namespace detail {
+
 bool looks_like_torch(std::span<const std::byte> file_bytes) noexcept {
-  return file_bytes.size() >= 4 && file_bytes[0] == std::byte{'P'} && file_bytes[1] == std::byte{'K'} &&
-         file_bytes[2] == std::byte{3} && file_bytes[3] == std::byte{4};
+  if (is_zip(file_bytes)) return true;
+  // Before 1.6, torch.save wrote pickles one after another, the first the magic number
+  // 0x1950a86a20f9469cfc6c: PROTO (0x80, the protocol), maybe a FRAME (0x95 and 8 bytes, from
+  // protocol 4), then LONG1 (0x8a) of 10 little-endian bytes.
+  static constexpr unsigned char magic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+  const auto magic_at = [&](std::size_t at) {
+    if (file_bytes.size() < at + sizeof magic) return false;
+    for (std::size_t i = 0; i < sizeof magic; ++i)
+      if (file_bytes[at + i] != std::byte{magic[i]}) return false;
+    return true;
+  };
+  if (file_bytes.size() < 2 || file_bytes[0] != std::byte{0x80}) return false;
+  return magic_at(2) || (file_bytes.size() > 2 && file_bytes[2] == std::byte{0x95} && magic_at(11));
 }
 
 checkpoint load_torch(const std::filesystem::path& path, const torch_options& options) {
@@ -880,5 +903,7 @@ checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesys
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
   return read_torch({copy.get(), file_bytes.size()}, origin, copy, nullptr, options);
 }
+
+}  // namespace detail
 
 }  // namespace ckpt

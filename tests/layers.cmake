@@ -35,7 +35,6 @@ endif()
 
 # The headers of include/ckpt/detail/ (not in the guide: not the API), each on the layer of the
 # public headers that need it.
-set(layer_detail/format 1)        # the digest key's spelling, below the parser and ckpt/file.hpp
 set(layer_detail/transpose 1)     # the transpose kernel's entry point (leaf.hpp)
 set(layer_detail/pages 2)         # tensor_access: where a tensor's bytes live, the copies out of a loaded file
 set(layer_detail/entry_source 2)  # what the writer reads an entry from

@@ -175,7 +175,7 @@ void flip_last_byte(const fs::path& path) {
 }
 
 std::string digest_of(const fs::path& path) {
-  return ckpt::load(path, {.verify_digest = false}).metadata().at(std::string(ckpt::digest_key));
+  return ckpt::load(path, {.verify_digest = false}).metadata().at("ckpt.xxh3_64_file");
 }
 
 // What `f` returns when run in the folder `cwd`: the library's message for a relative path, as
@@ -716,7 +716,7 @@ BOOST_AUTO_TEST_CASE(dtype_rename_keep_drop) {
 
   // BF16 rounds 0.1 by a relative 2^-9 at most: diff with --rtol says so.
   BOOST_TEST(run(d.path(), {"convert", "a.safetensors", "c.safetensors", "--dtype", "bf16"}).status == 0);
-  BOOST_TEST(ckpt::load(d.path() / "c.safetensors").metadata().contains(ckpt::digest_key));  // by default
+  BOOST_TEST(ckpt::load(d.path() / "c.safetensors").metadata().contains("ckpt.xxh3_64_file"));  // by default
   BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "c.safetensors", "--ignore-dtype"}).status == 1);
   BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "c.safetensors", "--ignore-dtype", "--rtol", "0.002"}).status ==
              0);
@@ -770,7 +770,7 @@ BOOST_AUTO_TEST_CASE(torch_save_files_in) {
   // verified, converted (to one file or shards) and compared like a safetensors file.
   const temp_dir d;
   const fs::path mlp = fs::path(CKPT_TORCH_FIXTURES) / "mlp_bf16.bin";
-  const ckpt::checkpoint original = ckpt::load_torch(mlp);
+  const ckpt::checkpoint original = ckpt::load(mlp);
   const result shown = run(d.path(), {"inspect", mlp.string()});
   BOOST_TEST(shown.status == 0);
   BOOST_TEST(shown.out.find("0.weight  BF16   [3, 4]") != std::string::npos, shown.out);
@@ -936,7 +936,7 @@ BOOST_AUTO_TEST_CASE(every_command_opens_manager_folders_of_both_kinds) {
     BOOST_TEST(converted.status == 0, folder);
     BOOST_TEST(ckpt::load(d.path() / out).names() == sample().names(), folder);
     BOOST_TEST((ckpt::load(d.path() / out).metadata() ==
-                ckpt::metadata_map{{std::string(ckpt::digest_key), digest_of(d.path() / out)}, {"format", "pt"}}),
+                ckpt::metadata_map{{"ckpt.xxh3_64_file", digest_of(d.path() / out)}, {"format", "pt"}}),
                folder);  // the manager's step and wall_time, and the note, are dropped
   }
   // verify: every step of each, named by its checkpoint.

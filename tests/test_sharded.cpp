@@ -1,4 +1,4 @@
-// Hugging Face sharded checkpoints: save_sharded, load_sharded and ckpt::load of an index or a
+// Hugging Face sharded checkpoints: save_sharded and ckpt::load of an index or a
 // folder, their exact file names and index text, laziness, errors and atomicity.
 #define BOOST_TEST_MODULE sharded
 #include <boost/test/unit_test.hpp>
@@ -115,7 +115,6 @@ BOOST_AUTO_TEST_CASE(writes_hugging_face_names_and_index_and_loads_back) {
       const ckpt::checkpoint t = ckpt::load(path);
       check_same(t, sample());
       BOOST_TEST(t.metadata() == meta);
-      check_same(ckpt::load_sharded(path), sample());
     }
   }
 }
@@ -215,7 +214,7 @@ BOOST_AUTO_TEST_CASE(a_new_save_removes_the_shards_of_the_previous_one) {
 BOOST_AUTO_TEST_CASE(per_shard_digests_are_checked_and_not_merged) {
   const temp_dir dir;
   const auto files = ckpt::save_sharded(dir.path(), sample(), 32, {.save = {.digest = true}});
-  BOOST_TEST(ckpt::load(files.shards[0]).metadata().contains(std::string(ckpt::digest_key)));
+  BOOST_TEST(ckpt::load(files.shards[0]).metadata().contains("ckpt.xxh3_64_file"));
   const ckpt::checkpoint t = ckpt::load(dir.path());
   BOOST_TEST(t.metadata() == meta);  // each shard's digest describes that file only
   // Flip the last data byte of the last shard: its digest no longer matches.
@@ -278,7 +277,7 @@ struct folder {
   temp_dir dir;
   ckpt::sharded_files files = ckpt::save_sharded(dir.path(), sample(), 32);
   [[nodiscard]] std::string index_message() const {
-    return message_of<ckpt::index_error>([&] { static_cast<void>(ckpt::load(files.index)); });
+    return message_of<ckpt::format_error>([&] { static_cast<void>(ckpt::load(files.index)); });
   }
   [[nodiscard]] std::string prefix() const {
     return "ckpt: '" + files.index.string() + "' is not a valid sharded checkpoint index: ";

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <span>
@@ -92,20 +93,20 @@ BOOST_AUTO_TEST_CASE(every_fixture_loads_as_its_expectation_says) {
   for (const auto& [file, want] : all) {
     const fs::path path = fixtures_dir() / std::string(file);
     if (want.as_object().contains("error")) {
-      const std::string message = message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(path); });
+      const std::string message = message_of<ckpt::format_error>([&] { (void)ckpt::load(path); });
       BOOST_TEST_CONTEXT(message) {
         BOOST_TEST(message.starts_with("ckpt: '" + path.string() + "' is not a readable PyTorch file: "));
         BOOST_TEST(message.find(str(want.at("error"))) != std::string::npos);
       }
     } else {
-      check_matches(ckpt::load_torch(path), want.as_object(), std::string(file));
+      check_matches(ckpt::load(path), want.as_object(), std::string(file));
     }
   }
 }
 
 BOOST_AUTO_TEST_CASE(a_pickled_call_is_refused_by_name_and_never_run) {
   const fs::path path = fixtures_dir() / "evil.pt";
-  const std::string message = message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(path); });
+  const std::string message = message_of<ckpt::format_error>([&] { (void)ckpt::load(path); });
   BOOST_TEST(message == "ckpt: '" + path.string() +
                             "' is not a readable PyTorch file: evil/data.pkl: it refers to the global "
                             "'posix.system', which is not one of the tensor-rebuilding functions and storage "
@@ -113,9 +114,9 @@ BOOST_AUTO_TEST_CASE(a_pickled_call_is_refused_by_name_and_never_run) {
 }
 
 BOOST_AUTO_TEST_CASE(contiguous_tensors_view_the_mapping_and_views_are_materialized) {
-  const ckpt::checkpoint mlp = ckpt::load_torch(fixtures_dir() / "mlp_f32.bin");
+  const ckpt::checkpoint mlp = ckpt::load(fixtures_dir() / "mlp_f32.bin");
   for (const auto& [name, x] : mlp) BOOST_TEST(ckpt::detail::tensor_access::file_of(x) != nullptr, name);
-  const ckpt::checkpoint views = ckpt::load_torch(fixtures_dir() / "views.pt");
+  const ckpt::checkpoint views = ckpt::load(fixtures_dir() / "views.pt");
   BOOST_TEST(ckpt::detail::tensor_access::file_of(views.get("x")) != nullptr);
   BOOST_TEST(ckpt::detail::tensor_access::file_of(views.get("t")) == nullptr);  // transposed: copied in C order
   // The transpose of x (4 x 6, 0..23) starts 0, 6, 12, 18, 1, ...
@@ -124,7 +125,7 @@ BOOST_AUTO_TEST_CASE(contiguous_tensors_view_the_mapping_and_views_are_materiali
   BOOST_TEST(t[1] == 6.0f);
   BOOST_TEST(t[4] == 1.0f);
   // Tied weights: one storage, two entries holding the same values.
-  const ckpt::checkpoint tied = ckpt::load_torch(fixtures_dir() / "tied.pt");
+  const ckpt::checkpoint tied = ckpt::load(fixtures_dir() / "tied.pt");
   BOOST_TEST((tied.get("embed.weight") == tied.get("out.weight")));
 }
 
@@ -148,7 +149,7 @@ BOOST_AUTO_TEST_CASE(a_file_truncated_while_a_view_is_copied_is_an_error_naming_
   hooks.pread = shrinking_pread;
   const ckpt::detail::io_hooks_guard guard(hooks);
   shrinking_path = path;
-  BOOST_CHECK_EXCEPTION((void)ckpt::load_torch(path), ckpt::format_error, [&](const ckpt::format_error& e) {
+  BOOST_CHECK_EXCEPTION((void)ckpt::load(path), ckpt::format_error, [&](const ckpt::format_error& e) {
     return e.path() == path && e.rule() == "the file shrank while it was being read";
   });
   BOOST_TEST(shrinking_path.empty());  // the copy read the file
@@ -157,33 +158,64 @@ BOOST_AUTO_TEST_CASE(a_file_truncated_while_a_view_is_copied_is_an_error_naming_
 BOOST_AUTO_TEST_CASE(bytes_in_memory_load_as_the_file_does) {
   const fs::path path = fixtures_dir() / "adam.pt";
   const std::vector<std::byte> bytes = bytes_of(path);
-  const ckpt::checkpoint from_memory = ckpt::parse_torch(bytes, "in memory");
-  const ckpt::checkpoint from_file = ckpt::load_torch(path);
+  const ckpt::checkpoint from_memory = ckpt::parse(bytes, "in memory");
+  const ckpt::checkpoint from_file = ckpt::load(path);
   BOOST_TEST(from_memory.names() == from_file.names(), boost::test_tools::per_element());
   for (const auto& [name, x] : from_file) BOOST_TEST((from_memory.get(name) == x), name);
   BOOST_TEST(from_memory.metadata() == from_file.metadata());
-  BOOST_TEST(ckpt::looks_like_torch(bytes));
+  // The overload with the reader's options reads the same bytes with them.
+  std::vector<std::vector<std::string>> tied;
+  const ckpt::checkpoint untied = ckpt::parse(bytes_of(fixtures_dir() / "tied.pt"), "tied in memory", {},
+                                              {.keep_tied = false, .tied = [&](const std::vector<std::string>& names) {
+                                                 tied.push_back(names);
+                                               }});
+  BOOST_TEST(untied.names() == std::vector<std::string>{"embed.weight"}, boost::test_tools::per_element());
+  BOOST_TEST(tied.size() == 1u);
+}
+
+// parse, as load, tells a torch.save file from a safetensors one by its content: the format
+// before PyTorch 1.6 (a bare pickle) too, which it refuses saying so, not as a broken
+// safetensors file.
+BOOST_AUTO_TEST_CASE(bytes_are_recognized_by_content_as_files_are) {
+  const fs::path legacy = fixtures_dir() / "legacy.pt";
+  for (const auto& read : {std::function<void()>([&] { (void)ckpt::load(legacy); }),
+                           std::function<void()>([&] { (void)ckpt::parse(bytes_of(legacy), legacy); })}) {
+    const std::string message = message_of<ckpt::format_error>(read);
+    BOOST_TEST(message.starts_with("ckpt: '" + legacy.string() + "' is not a readable PyTorch file: it is not a zip file "
+                                   "(torch.save files before PyTorch 1.6 are not read"),
+               message);
+  }
+  // A torch.save zip cut to its first bytes is still one, refused as such.
+  const std::vector<std::byte> mlp = bytes_of(fixtures_dir() / "mlp_f32.bin");
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::parse(std::span(mlp).first(4), "cut.pt"); })
+                 .starts_with("ckpt: 'cut.pt' is not a readable PyTorch file: "));
+  // Anything else is read as safetensors, with its messages.
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::parse(std::span(mlp).subspan(1), "shifted"); })
+                 .starts_with("ckpt: 'shifted' is not a valid safetensors file: "));
 }
 
 BOOST_AUTO_TEST_CASE(a_converted_file_loads_back_entry_by_entry) {
   ckpt_test::temp_dir dir;
-  const ckpt::checkpoint original = ckpt::load_torch(fixtures_dir() / "dtypes.pt");
+  const ckpt::checkpoint original = ckpt::load(fixtures_dir() / "dtypes.pt");
   ckpt::save(dir.path() / "dtypes.safetensors", original);
   const ckpt::checkpoint back = ckpt::load(dir.path() / "dtypes.safetensors");
   BOOST_TEST(back.names() == original.names(), boost::test_tools::per_element());
   for (const auto& [name, x] : original) BOOST_TEST((back.get(name) == x), name);
-  BOOST_TEST(!ckpt::looks_like_torch(bytes_of(dir.path() / "dtypes.safetensors")));
+  // And the bytes of the safetensors file parse as safetensors.
+  const ckpt::checkpoint parsed = ckpt::parse(bytes_of(dir.path() / "dtypes.safetensors"), "dtypes.safetensors");
+  BOOST_TEST(parsed.names() == original.names(), boost::test_tools::per_element());
+  for (const auto& [name, x] : original) BOOST_TEST((parsed.get(name) == x), name);
 }
 
 BOOST_AUTO_TEST_CASE(damaged_files_are_refused_never_crash) {
   // Every truncation, and every byte of the file flipped in turn: each either loads or is refused
   // with a ckpt::error (never another exception, a crash or a sanitizer report).
   const std::vector<std::byte> original = bytes_of(fixtures_dir() / "mlp_f32.bin");
-  const ckpt::checkpoint whole = ckpt::parse_torch(original, "whole");
+  const ckpt::checkpoint whole = ckpt::parse(original, "whole");
   std::size_t refused = 0, loaded = 0;
   for (std::size_t size = 0; size < original.size(); ++size) {
     try {
-      const ckpt::checkpoint t = ckpt::parse_torch(std::span(original).first(size), "truncated");
+      const ckpt::checkpoint t = ckpt::parse(std::span(original).first(size), "truncated");
       // Only the zip's last records can go (its zip64 end record still locates the central
       // directory): then nothing is lost.
       BOOST_TEST(size + 64 > original.size());
@@ -198,7 +230,7 @@ BOOST_AUTO_TEST_CASE(damaged_files_are_refused_never_crash) {
     std::vector<std::byte> damaged = original;
     damaged[at] ^= std::byte{0xff};
     try {
-      (void)ckpt::parse_torch(damaged, "flipped");
+      (void)ckpt::parse(damaged, "flipped");
       ++loaded;
     } catch (const ckpt::error&) {
       ++refused;
@@ -215,7 +247,7 @@ namespace {
 std::string outcome(std::span<const std::byte> bytes) {
   ckpt::checkpoint t;
   try {
-    t = ckpt::parse_torch(bytes, "corpus.pt");
+    t = ckpt::parse(bytes, "corpus.pt");
   } catch (const ckpt::error&) {
     return "refused";
   }
@@ -303,7 +335,7 @@ BOOST_AUTO_TEST_CASE(a_record_claiming_more_than_the_file_or_another_s_bytes_is_
   std::vector<std::byte> bomb = original;
   put32(bomb, entry + 20, 0x7ffffff0u);
   put32(bomb, entry + 24, 0x7ffffff0u);
-  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::parse_torch(bomb, "bomb.pt"); }) ==
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::parse(bomb, "bomb.pt"); }) ==
              "ckpt: 'bomb.pt' is not a readable PyTorch file: record 'mlp_f32/data/0' claims 2147483632 bytes past "
              "the end of the file");
   // data/1's directory entry pointing at data/0's local header: two names for one set of bytes.
@@ -311,12 +343,12 @@ BOOST_AUTO_TEST_CASE(a_record_claiming_more_than_the_file_or_another_s_bytes_is_
   const std::size_t other = central_entry(original, "mlp_f32/data/1");
   BOOST_TEST_REQUIRE(other != std::string_view::npos);
   put32(aliased, other + 42, get32(original, entry + 42));
-  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::parse_torch(aliased, "aliased.pt"); }) ==
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::parse(aliased, "aliased.pt"); }) ==
              "ckpt: 'aliased.pt' is not a readable PyTorch file: records 'mlp_f32/data/0' and 'mlp_f32/data/1' overlap");
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_file_is_an_io_error_naming_it) {
-  const std::string message = message_of<ckpt::io_error>([] { (void)ckpt::load_torch("/nonexistent/model.pt"); });
+  const std::string message = message_of<ckpt::io_error>([] { (void)ckpt::load("/nonexistent/model.pt"); });
   BOOST_TEST(message.find("'/nonexistent/model.pt'") != std::string::npos);
 }
 
@@ -348,11 +380,11 @@ BOOST_AUTO_TEST_CASE(a_key_reused_at_every_level_is_refused_by_the_name_budget) 
   // One 10,000-character key at 60 levels: a 600 KB name, 18 MB of partial paths, from 10 KB.
   const fs::path file = hostile("deep_names.pt");
   const std::size_t pickle = pickle_size(file);
-  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(file); }) ==
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(file); }) ==
              "ckpt: '" + file.string() + "' is not a readable PyTorch file: " +
                  budget_rule("its names", 16 * pickle + (1u << 20), 16, "its pickle", 1, "name_budget"));
   // Raised, as a user who trusts the file would: it loads, its one name as long as promised.
-  const ckpt::checkpoint t = ckpt::load_torch(file, {.name_budget = 4096});
+  const ckpt::checkpoint t = ckpt::load(file, {}, {.name_budget = 4096});
   BOOST_TEST_REQUIRE(t.size() == 1u);
   BOOST_TEST(t.begin()->first.size() == 60u * 10000 + 59);
 }
@@ -361,13 +393,13 @@ BOOST_AUTO_TEST_CASE(thousands_of_names_on_one_storage_are_refused_by_the_data_b
   // 5,000 names on one 64 KiB tensor: 320 MB of entries from a file of 125 KB.
   const fs::path file = hostile("many_names.pt");
   const auto size = static_cast<std::size_t>(fs::file_size(file));
-  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(file); }) ==
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(file); }) ==
              "ckpt: '" + file.string() + "' is not a readable PyTorch file: " +
                  budget_rule("its tensors' bytes", 16 * size + (16u << 20), 16, "the file", 16, "data_budget"));
   // They are one tensor, tied: keeping the first name alone costs its bytes once.
   std::vector<std::vector<std::string>> tied;
   const ckpt::checkpoint first =
-      ckpt::load_torch(file, {.keep_tied = false, .tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
+      ckpt::load(file, {}, {.keep_tied = false, .tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
   BOOST_TEST(first.size() == 1u);
   BOOST_TEST(first.contains("w0"));
   BOOST_TEST_REQUIRE(tied.size() == 1u);
@@ -379,7 +411,7 @@ BOOST_AUTO_TEST_CASE(an_expand_past_memory_is_refused_naming_the_file) {
   // One F64 element expanded to 2^61: 2^64 bytes, which overflowed into a tiny copy size and
   // then an invalid_argument without the file's name.
   const fs::path file = hostile("expand_2p61.pt");
-  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::load_torch(file); }) ==
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::load(file); }) ==
              "ckpt: '" + file.string() + "' is not a readable PyTorch file: archive/data.pkl: a tensor of storage '0' "
              "has 2305843009213693952 elements of F64, more bytes than memory has");
 }
@@ -418,8 +450,8 @@ BOOST_AUTO_TEST_CASE(objects_the_unpickler_builds_are_refused_by_the_object_budg
   pickle += "u.";
   const std::vector<std::byte> file = stored_zip({{"archive/data.pkl", pickle}});
   // Within the default budget (64 bytes per byte of the pickle, plus 64 MiB): it loads, empty.
-  BOOST_TEST(ckpt::parse_torch(file, "objects.pt").size() == 0u);
-  BOOST_TEST(message_of<ckpt::torch_format_error>([&] { (void)ckpt::parse_torch(file, "objects.pt", {.object_budget = 0}); }) ==
+  BOOST_TEST(ckpt::parse(file, "objects.pt").size() == 0u);
+  BOOST_TEST(message_of<ckpt::format_error>([&] { (void)ckpt::parse(file, "objects.pt", {}, {.object_budget = 0}); }) ==
              "ckpt: 'objects.pt' is not a readable PyTorch file: " +
                  budget_rule("the objects its pickle builds", 64u << 20, 0, "its pickle", 64, "object_budget"));
 }
@@ -428,18 +460,18 @@ BOOST_AUTO_TEST_CASE(tied_names_are_reported_and_kept_or_left_to_the_first) {
   // tied.pt: out.weight is embed.weight (one Parameter, two names).
   std::vector<std::vector<std::string>> tied;
   const ckpt::checkpoint both =
-      ckpt::load_torch(fixtures_dir() / "tied.pt", {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
+      ckpt::load(fixtures_dir() / "tied.pt", {}, {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
   BOOST_TEST(both.size() == 2u);
   BOOST_TEST((tied == std::vector<std::vector<std::string>>{{"embed.weight", "out.weight"}}));
   // One tensor: the two entries view the same bytes.
   BOOST_TEST(both.get("embed.weight").bytes().data() == both.get("out.weight").bytes().data());
-  const ckpt::checkpoint first = ckpt::load_torch(fixtures_dir() / "tied.pt", {.keep_tied = false});
+  const ckpt::checkpoint first = ckpt::load(fixtures_dir() / "tied.pt", {}, {.keep_tied = false});
   BOOST_TEST(first.size() == 1u);
   BOOST_TEST((first.get("embed.weight") == both.get("out.weight")));
   // Different views of one storage are not tied: views.pt reports nothing.
   tied.clear();
   const ckpt::checkpoint views =
-      ckpt::load_torch(fixtures_dir() / "views.pt", {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
+      ckpt::load(fixtures_dir() / "views.pt", {}, {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
   BOOST_TEST(tied.empty());
   BOOST_TEST(views.size() > 2u);
 }

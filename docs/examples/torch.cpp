@@ -32,7 +32,7 @@ BOOST_AUTO_TEST_CASE(a_state_dict_into_a_struct) {
   const std::filesystem::path path = fixtures / "mlp_f32.bin";
   // [torch_load]
   // torch.save(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)).state_dict(), path)
-  const ckpt::checkpoint t = ckpt::load_torch(path);  // "0.weight", "0.bias", "2.weight", "2.bias"
+  const ckpt::checkpoint t = ckpt::load(path);  // "0.weight", "0.bias", "2.weight", "2.bias"
   const linear first = ckpt::to_params(t, linear{Eigen::MatrixXf(3, 4), Eigen::VectorXf(3)}, {.prefix = "0"});
   // [torch_load]
   const auto w = t.get("0.weight").as<float>();
@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE(an_optimizer_state_dict) {
   const std::filesystem::path path = fixtures / "adam.pt";
   // [torch_optimizer]
   // torch.save(torch.optim.Adam(model.parameters(), lr=0.001).state_dict(), path)
-  const ckpt::checkpoint adam = ckpt::load_torch(path);
+  const ckpt::checkpoint adam = ckpt::load(path);
   const ckpt::tensor& m = adam.get("state.0.exp_avg");  // per parameter: exp_avg, exp_avg_sq, step
   const std::string lr = adam.metadata().at("param_groups.0.lr");  // "0.001": plain values as text
   // [torch_optimizer]
@@ -58,10 +58,11 @@ BOOST_AUTO_TEST_CASE(tied_weights) {
   // [torch_tied]
   // out.weight is embed.weight (one Parameter under two names, as a tied language-model head)
   std::vector<std::vector<std::string>> tied;
-  const ckpt::checkpoint both = ckpt::load_torch(path, {.tied = [&](const std::vector<std::string>& names) {
-                                                          tied.push_back(names);  // {"embed.weight", "out.weight"}
-                                                        }});
-  const ckpt::checkpoint first = ckpt::load_torch(path, {.keep_tied = false});  // "embed.weight" only
+  // load's overload in ckpt/torch.hpp takes the options of the torch.save reader.
+  const ckpt::checkpoint both = ckpt::load(path, {}, {.tied = [&](const std::vector<std::string>& names) {
+    tied.push_back(names);  // {"embed.weight", "out.weight"}
+  }});
+  const ckpt::checkpoint first = ckpt::load(path, {}, {.keep_tied = false});  // "embed.weight" only
   // [torch_tied]
   BOOST_TEST(both.size() == 2u);
   BOOST_TEST(first.size() == 1u);
@@ -73,11 +74,11 @@ BOOST_AUTO_TEST_CASE(a_pickled_call_is_refused) {
   std::string message;
   // [torch_refused]
   try {
-    (void)ckpt::load_torch(path);  // its pickle calls os.system
-  } catch (const ckpt::torch_format_error& e) {
-    // "... evil/data.pkl: it refers to the global 'posix.system', which is not one of the
-    // tensor-rebuilding functions and storage types a torch.save state dict uses; nothing in the
-    // file was run"
+    (void)ckpt::load(path);  // its pickle calls os.system
+  } catch (const ckpt::format_error& e) {
+    // "ckpt: '.../evil.pt' is not a readable PyTorch file: evil/data.pkl: it refers to the global
+    // 'posix.system', which is not one of the tensor-rebuilding functions and storage types a
+    // torch.save state dict uses; nothing in the file was run"
     message = e.what();
   }
   // [torch_refused]

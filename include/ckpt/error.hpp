@@ -48,8 +48,14 @@ class io_error : public error {
   std::error_code code_;
 };
 
-/// A file is not a valid safetensors file. The message reads
-/// `ckpt: '<path>' is not a valid safetensors file: <broken rule>`.
+/// A file is not a valid checkpoint file: not a valid safetensors file, or a sharded checkpoint's
+/// index that is not valid, or a `torch.save` file ckpt cannot read (ckpt/torch.hpp). The message
+/// names the file, what it was read as, and the broken rule:
+/// `ckpt: '<path>' is not a valid safetensors file: <broken rule>`, or
+/// `ckpt: '<index>' is not a valid sharded checkpoint index: <broken rule>` (the rule naming the
+/// entry and the shard file where there is one), or
+/// `ckpt: '<path>' is not a readable PyTorch file: <broken rule>` (naming the record, opcode,
+/// global or budget). One handler catches them all; `rule()` gives the broken rule alone.
 class format_error : public error {
  public:
   /// \param path the file; \param rule the rule the file breaks, naming the entry if any.
@@ -60,18 +66,19 @@ class format_error : public error {
   [[nodiscard]] const std::string& rule() const noexcept { return rule_; }
 
  protected:
-  /// For subclasses with a message of their own: \param path the file; \param rule the broken
-  /// rule alone; \param what the full message (naming the file).
+  /// For subclasses with a message of their own (the library's, for an index or a `torch.save`
+  /// file): \param path the file; \param rule the broken rule alone; \param what the full
+  /// message (naming the file).
   format_error(std::filesystem::path path, std::string rule, const std::string& what);
 
  private:
   std::string rule_;
 };
 
-/// A file does not match the digest recorded in its `__metadata__` (see `ckpt::digest_key`, which
-/// covers the whole file: header and data): its bytes changed after they were written (a flipped
-/// bit on disk, a truncated copy patched up, a tool that edited the header or the data). The
-/// message reads `ckpt: '<path>' is corrupted: its bytes hash to <computed> but its __metadata__
+/// A file does not match the digest recorded in its `__metadata__` (`ckpt.xxh3_64_file`, which
+/// covers the whole file: header and data; see `ckpt::save`): its bytes changed after they were
+/// written (a flipped bit on disk, a truncated copy patched up, a tool that edited the header or
+/// the data). The message reads `ckpt: '<path>' is corrupted: its bytes hash to <computed> but its __metadata__
 /// entry '<key>' records <expected>`.
 class integrity_error : public format_error {
  public:
@@ -100,16 +107,6 @@ class lock_error : public error {
   /// \param folder the checkpoint folder; \param lock_file the lock file in it.
   lock_error(const std::filesystem::path& folder, const std::filesystem::path& lock_file);
   ~lock_error() override;
-};
-
-/// A file is not a `torch.save` file ckpt can read (see ckpt/torch.hpp), or holds something the
-/// restricted unpickler refuses. The message reads
-/// `ckpt: '<path>' is not a readable PyTorch file: <broken rule>`.
-class torch_format_error : public format_error {
- public:
-  /// \param path the file; \param rule what is wrong, naming the record, opcode or global.
-  torch_format_error(std::filesystem::path path, const std::string& rule);
-  ~torch_format_error() override;
 };
 
 }  // namespace ckpt

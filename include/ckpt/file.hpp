@@ -3,10 +3,8 @@
 /// Saving checkpoints as safetensors files and loading them back.
 
 #include <ckpt/checkpoint.hpp>
-#include <ckpt/detail/format.hpp>
 #include <ckpt/error.hpp>
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -17,41 +15,11 @@
 
 namespace ckpt {
 
-/// The `__metadata__` key under which ckpt stores the digest of the whole file, as 16 lowercase
-/// hex digits written plain (no JSON escape) between their quotes. The digest covers every byte:
-/// the 8-byte length prefix, the N bytes of the JSON header (every entry's name, dtype, shape and
-/// data_offsets, the rest of `__metadata__`, the padding) and the data section. Byte for byte:
-///  1. H = XXH3-64 (seed 0) of the first 8 + N bytes of the file, with the 16 digits of this
-///     entry's value replaced by 16 `'0'` (0x30) bytes;
-///  2. C_1, ..., C_n = XXH3-64 (seed 0) of each 1 MiB (2^20 bytes) chunk of the data section, in
-///     order (the last may be shorter; an empty data section has none);
-///  3. the digest = XXH3-64 (seed 0) of the 8 (n + 1) bytes of H, C_1, ..., C_n, each written as
-///     8 little-endian bytes.
-///
-/// `save` writes the 16 zeros, hashes the header and the data as they go out, and writes the
-/// digits in their place. Chunks can be hashed in any order, so `load` verifies a large file on
-/// two threads. It is an ordinary metadata entry, so other safetensors readers load such files
-/// unchanged.
-///
-/// Any single changed byte of such a file makes `load` throw when it verifies (but for a 2^-64
-/// chance of a hash collision): in the header or the data it changes H or a C_i (or breaks a
-/// format rule); in the digits, the value (or its form: 16 lowercase hex digits). In the key itself, it would make the digest vanish, so the reader has a
-/// rule for it: a `__metadata__` key whose JSON spelling has this key's length and differs from it
-/// in exactly one byte, with a value of 16 hex digits, is a damaged digest entry (a format_error;
-/// `save` refuses such a key with std::invalid_argument).
-inline constexpr std::string_view digest_key = detail::digest_key;  // "ckpt.xxh3_64_file"
-
-/// The digest keys of earlier versions of ckpt, which hashed the data section only:
-/// `ckpt.xxh3_64_per_mib` (per MiB, as `digest_key`'s C_i) and `ckpt.xxh3_64` (the whole section
-/// at once). Recognized, not verified: `load` keeps them as metadata without checking them,
-/// `save` drops them, and `ckpt verify` reports such a file as checked for its format only. Save
-/// the file again to record `digest_key`.
-inline constexpr std::array<std::string_view, 2> earlier_digest_keys = {"ckpt.xxh3_64_per_mib", "ckpt.xxh3_64"};
-
 /// Options of `save`, of a checkpoint or of sections (ckpt/section.hpp).
 struct save_options {
-  /// Store the digest of the whole file (header and data) in `__metadata__` under `digest_key`,
-  /// computed while the file is written (one pass), so that `load` detects corruption later.
+  /// Store the digest of the whole file (header and data) in `__metadata__` under the key
+  /// `ckpt.xxh3_64_file` (see `save`), computed while the file is written (one pass), so that
+  /// `load` detects corruption later.
   bool digest = false;
   /// If set, called on the saving thread as the file is written, with the bytes written so far
   /// and the file's size: at least every 64 MiB and once with both equal, before the fsync. An
@@ -62,9 +30,10 @@ struct save_options {
 
 /// Options of `load` and `parse`.
 struct load_options {
-  /// If the file records a digest (`digest_key`), hash the file and compare: this reads the
-  /// whole file once at load time. False trusts the file (the header rules still apply, those of
-  /// the digest entry's form included). The digests of `earlier_digest_keys` are never checked.
+  /// If the file records a digest (`ckpt.xxh3_64_file`, see `save`), hash the file and compare:
+  /// this reads the whole file once at load time. False trusts the file (the header rules still
+  /// apply, those of the digest entry's form included). The data-only digests of earlier versions
+  /// of ckpt (`ckpt.xxh3_64_per_mib`, `ckpt.xxh3_64`) are never checked.
   bool verify_digest = true;
   /// If set, called on the loading thread while a digest is verified, with the bytes of the data
   /// section hashed so far and their total: after each 64 MiB the loading thread hashes (a helper
@@ -96,14 +65,40 @@ struct load_options {
 /// so a returned save survives power loss, as far as the disk honours flushes. A failure in 3
 /// throws although the new file is already in place.
 ///
-/// `t`'s metadata are written as given, with two exceptions. `digest_key` and
-/// `earlier_digest_keys` are ckpt's: a stale value (say, from a loaded file) is dropped, and a
-/// fresh `digest_key` is written when `options.digest` is set. And `"format": "pt"` is added
-/// unless the metadata have a `format` key already (the caller's value is kept): Hugging Face
-/// transformers' `from_pretrained` refuses a safetensors file without it.
+/// `t`'s metadata are written as given, with two exceptions. The digest keys below are ckpt's: a
+/// stale value (say, from a loaded file) is dropped, and a fresh digest is written when
+/// `options.digest` is set. And `"format": "pt"` is added unless the metadata have a `format` key
+/// already (the caller's value is kept): Hugging Face transformers' `from_pretrained` refuses a
+/// safetensors file without it.
+///
+/// **The digest** (a fact of the file format, docs/guide.md's "File-format guarantees"): the
+/// `__metadata__` key `ckpt.xxh3_64_file` holds the digest of the whole file as 16 lowercase hex
+/// digits written plain (no JSON escape) between their quotes. It covers every byte: the 8-byte
+/// length prefix, the N bytes of the JSON header (every entry's name, dtype, shape and
+/// data_offsets, the rest of `__metadata__`, the padding) and the data section. Byte for byte:
+///  1. H = XXH3-64 (seed 0) of the first 8 + N bytes of the file, with the 16 digits of this
+///     entry's value replaced by 16 `'0'` (0x30) bytes;
+///  2. C_1, ..., C_n = XXH3-64 (seed 0) of each 1 MiB (2^20 bytes) chunk of the data section, in
+///     order (the last may be shorter; an empty data section has none);
+///  3. the digest = XXH3-64 (seed 0) of the 8 (n + 1) bytes of H, C_1, ..., C_n, each written as
+///     8 little-endian bytes.
+///
+/// `save` writes the 16 zeros, hashes the header and the data as they go out, and writes the
+/// digits in their place. Chunks can be hashed in any order, so `load` verifies a large file on
+/// two threads. It is an ordinary metadata entry, so other safetensors readers load such files
+/// unchanged. Any single changed byte of such a file makes `load` throw when it verifies (but for
+/// a 2^-64 chance of a hash collision): in the header or the data it changes H or a C_i (or
+/// breaks a format rule); in the digits, the value (or its form: 16 lowercase hex digits). In the
+/// key itself, it would make the digest vanish, so the reader has a rule for it: a `__metadata__`
+/// key whose JSON spelling has this key's length and differs from it in exactly one byte, with a
+/// value of 16 hex digits, is a damaged digest entry (a format_error; `save` refuses such a key
+/// with std::invalid_argument). Earlier versions of ckpt recorded a digest of the data section
+/// only, under `ckpt.xxh3_64_per_mib` (per MiB, as the C_i) or `ckpt.xxh3_64` (the whole section
+/// at once): recognized, not verified (`load` keeps them as metadata without checking them, `save`
+/// drops them, `ckpt verify` reports such a file as checked for its format only).
 /// \throws io_error on an I/O error (the message names the file and the system error).
 /// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes, or a
-/// metadata entry would read as a damaged digest entry (see `digest_key`).
+/// metadata entry would read as a damaged digest entry (see "The digest" above).
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options = {});
 
 /// The checkpoint stored in the safetensors file at `path`, whether written by `save` or by
@@ -123,40 +118,62 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// names and a `__metadata__` that is not a string-to-string object. Entries of a dtype the
 /// format does not define are skipped with a warning on stderr.
 ///
-/// If `__metadata__` holds `digest_key` and `options.verify_digest` is set, the whole file is
-/// read and hashed (so the load costs one pass over the file, on two threads from 8 MiB of data),
-/// and a mismatch throws. The loaded metadata keep the digest entry. The digests of earlier
-/// versions (`earlier_digest_keys`) are kept as metadata and not checked.
+/// If `__metadata__` holds the digest `ckpt.xxh3_64_file` (see `save`) and
+/// `options.verify_digest` is set, the whole file is read and hashed (so the load costs one pass
+/// over the file, on two threads from 8 MiB of data), and a mismatch throws. The loaded metadata
+/// keep the digest entry. The digests of earlier versions (`ckpt.xxh3_64_per_mib`,
+/// `ckpt.xxh3_64`) are kept as metadata and not checked.
 ///
 /// `load` opens every layout Hugging Face's `save_pretrained` and `torch.save` produce (the
 /// guide's "Foreign checkpoints" gives the rules):
 /// - a file, recognized by its content, not its name: a safetensors file as above, or a
-///   `torch.save` file (it begins as a zip), read by `load_torch` (ckpt/torch.hpp; its budgets
-///   through the overload `load(path, options, torch_options)` there);
-/// - a `path` whose name ends with `.safetensors.index.json`: `load_sharded(path, options)`
-///   (ckpt/sharded.hpp), one checkpoint spanning every shard, each mapped as above and its
-///   digest checked per `options`; any other `*.index.json` (`pytorch_model.bin.index.json`)
-///   is read the same way, each shard recognized by its content;
+///   `torch.save` file (it begins as a zip; one of PyTorch before 1.6, a bare pickle, is
+///   recognized and refused), read as ckpt/torch.hpp says, its budgets through the overload
+///   `load(path, options, torch_options)` there;
+/// - a `path` whose name ends with `.safetensors.index.json`: a Hugging Face sharded checkpoint
+///   (see ckpt/sharded.hpp), one checkpoint spanning every shard the index names, each shard
+///   mapped as above and its digest checked per `options`; any other `*.index.json`
+///   (`pytorch_model.bin.index.json`) is read the same way, each shard recognized by its content;
 /// - a folder: its `model.safetensors` or `pytorch_model.bin` (each by content), or its one
-///   `*.bin.index.json`, or else `load_sharded(folder, options)` (its one
-///   `*.safetensors.index.json`). A folder holding checkpoints of both kinds (say
-///   `model.safetensors` and `pytorch_model.bin`), or a single file beside an index of its kind,
-///   is refused naming both.
-/// \throws index_error, ckpt::error for a sharded checkpoint: see `load_sharded`.
-/// \throws ckpt::error naming the folder and both files if a folder holds two checkpoints (see
-///   above), or several `*.bin.index.json` (naming the first two).
-/// \throws torch_format_error, as `load_torch`, for a `torch.save` file.
-/// \throws io_error if the file cannot be opened or read.
-/// \throws integrity_error if the file does not match the recorded digest.
-/// \throws format_error if it is not a valid safetensors file (the message names the file and the
-/// broken rule), including a digest value that is not 16 lowercase hex digits written plain and a
-/// damaged digest entry (see `digest_key`; both checked even when verification is off).
+///   `*.bin.index.json`, or else its one `*.safetensors.index.json`. A folder holding
+///   checkpoints of both kinds (say `model.safetensors` and `pytorch_model.bin`), or a single
+///   file beside an index of its kind, is refused naming both.
+///
+/// **Sharded checkpoints.** The index must be a JSON object with a `weight_map` object of entry
+/// names to shard file names; a `metadata` member, if present, must be an object (its contents
+/// are not used). Shard names must be plain file names in the index's folder (no `/`, not `.` or
+/// `..`). The index is the truth: the result holds exactly the entries of `weight_map`, each
+/// keeping its shard's mapping alive, and only the shards it names are opened (entries of a
+/// shard that the map does not list, and shard files it does not name, are ignored, as Hugging
+/// Face's loaders select by `weight_map`). The metadata are those common to every shard: the
+/// keys present in all of them with the same value; digests, which describe one file's bytes,
+/// are dropped.
+/// \throws format_error for a sharded checkpoint whose index breaks one of those rules, or
+///   names an entry its shard does not hold; the message reads `ckpt: '<index>' is not a valid
+///   sharded checkpoint index: <broken rule>`, the rule naming the entry and the shard file where
+///   there is one.
+/// \throws ckpt::error (the base class) naming the folder if a folder holds no checkpoint, two
+///   checkpoints (see above, naming both files), or several indexes of one kind (naming the
+///   first two).
+/// \throws format_error for a `torch.save` file ckpt cannot read, as ckpt/torch.hpp says; the
+///   message reads `ckpt: '<file>' is not a readable PyTorch file: <broken rule>`.
+/// \throws io_error if the file, the index or a shard cannot be opened or read (the message
+///   names it).
+/// \throws integrity_error if the file (or a shard) does not match the recorded digest.
+/// \throws format_error if it (or a shard) is not a valid safetensors file (the message names
+/// the file and the broken rule), including a digest value that is not 16 lowercase hex digits
+/// written plain and a damaged digest entry (see `save`; both checked even when verification is
+/// off).
 [[nodiscard]] checkpoint load(const std::filesystem::path& path, const load_options& options = {});
 
-/// Parses the bytes of a whole safetensors file held in memory, with the same rules as `load`.
-/// The tensors own a copy of the data. `origin` names the bytes in error messages.
+/// The checkpoint in the bytes of a whole file held in memory, recognized by their content as
+/// `load` recognizes a file: a safetensors file, read with the same rules as `load`, or a
+/// `torch.save` file (it begins as a zip), read as ckpt/torch.hpp says, its budgets through the
+/// overload `parse(file_bytes, origin, options, torch_options)` there. The tensors own a copy of
+/// the data. `origin` names the bytes in error messages.
 /// \throws integrity_error if the bytes do not match the recorded digest (see `load`).
-/// \throws format_error if they are not a valid safetensors file.
+/// \throws format_error if they are not a valid safetensors file, or a `torch.save` file ckpt
+///   cannot read (the message then reads `ckpt: '<origin>' is not a readable PyTorch file: ...`).
 [[nodiscard]] checkpoint parse(std::span<const std::byte> file_bytes,
                                const std::filesystem::path& origin = "<memory>",
                                const load_options& options = {});

@@ -149,7 +149,7 @@ class manager_state;  // src/manager_core.hpp
 /// damaged step aside (renames it to `<name>.damaged`, never deletes it), so the step number can
 /// be saved again; a read-only manager only stops listing it. `status()` lists damaged steps with
 /// their reason, and so do `ckpt inspect` and `ckpt verify` for a run folder. What counts as
-/// damage: any `ckpt::error` of the load (`format_error`, `integrity_error`, `index_error`,
+/// damage: any `ckpt::error` of the load (`format_error`, of a file or an index, `integrity_error`,
 /// `io_error`, and in the MPI manager `collective_error`), except an `io_error` that says this
 /// process ran out of a resource (`EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, `EINTR`), which is
 /// thrown. Opening reads no checkpoint data: a step is checked when it is loaded (the digest
@@ -186,7 +186,7 @@ class checkpoint_manager_base {
   /// sections does: no snapshot, so the trainer needs no memory beyond its parameters), with
   /// `__metadata__` made of `metadata` (rank 0's in the MPI manager), then the manager's `step`
   /// (decimal) and `wall_time` (UTC, ISO 8601 with milliseconds) entries, and the file's digest
-  /// (`ckpt::digest_key`) unless the `digest` option is off. A checkpoint is a section too (its
+  /// (`ckpt.xxh3_64_file`) unless the `digest` option is off. A checkpoint is a section too (its
   /// entries; its own metadata are not written: pass them in `metadata`):
   /// \code
   /// manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},

@@ -240,7 +240,7 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// If `options.verify_digest` is set, the shards' digests are checked, each shard by one rank
 /// (shard k by rank k mod n), so the step is read once in all, not once per rank.
 /// \throws collective_error on every rank if the step is not committed, or a rank failed to map
-///   or verify it (the cause is then an `index_error`, `io_error`, `format_error` or
+///   or verify it (the cause is then an `io_error`, a `format_error` of a shard or the index, or an
 ///   `integrity_error` message naming the file).
 [[nodiscard]] checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                               const load_options& options = {});

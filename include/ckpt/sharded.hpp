@@ -8,9 +8,9 @@
 /// {"metadata": {"total_size": 123456}, "weight_map": {"l1.b": "model-00001-of-00002.safetensors", ...}}
 /// ```
 ///
-/// `save_sharded` writes such a folder; `load_sharded`, and `ckpt::load` given an index file or a
-/// folder holding one, read it back as one checkpoint spanning every shard, each shard mapped
-/// lazily as `load` maps a single file.
+/// `save_sharded` writes such a folder; `ckpt::load` (ckpt/file.hpp), given the index file or the
+/// folder holding it, reads it back as one checkpoint spanning every shard, each shard mapped
+/// lazily as `load` maps a single file (its documentation gives the index's rules).
 ///
 /// **Metadata.** The checkpoint's `__metadata__` is written into every shard, so that each shard
 /// is a self-describing safetensors file; the index keeps Hugging Face's shape (its `metadata`
@@ -33,19 +33,6 @@
 #include <vector>
 
 namespace ckpt {
-
-/// A sharded checkpoint's index file is not valid (not JSON, no `weight_map`, a shard name that
-/// leaves the folder, an entry its shard does not hold...). The message reads
-/// `ckpt: '<index>' is not a valid sharded checkpoint index: <broken rule>`, the rule naming the
-/// entry and the shard file where there is one. A shard that cannot be opened throws `io_error`
-/// naming the shard instead, and a shard that is not a valid safetensors file `format_error`.
-/// An `index_error` is a `format_error`: one handler catches a bad index and a bad shard.
-class index_error : public format_error {
- public:
-  /// \param index the index file; \param rule the rule it breaks, naming the entry if any.
-  index_error(std::filesystem::path index, const std::string& rule)
-      : format_error(index, rule, "ckpt: '" + index.string() + "' is not a valid sharded checkpoint index: " + rule) {}
-};
 
 /// How `save_sharded` names and writes its files.
 struct shard_options {
@@ -100,30 +87,5 @@ struct sharded_files {
 /// \returns the files written.
 sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint& t,
                            std::uint64_t max_shard_bytes, const shard_options& options = {});
-
-/// True if `ckpt::load` reads `path` as a sharded checkpoint: its name ends with `.index.json`,
-/// or it is an existing folder (which may hold a single `model.safetensors` or
-/// `pytorch_model.bin` instead: see `ckpt::load`). Looks at the file system only for the folder
-/// test.
-/// \throws nothing
-[[nodiscard]] bool is_sharded_path(const std::filesystem::path& path) noexcept;
-
-/// The sharded checkpoint whose index is `path`, or, if `path` is a folder, whose index is the
-/// one `*.safetensors.index.json` file in it. Every shard the index names is loaded with
-/// `ckpt::load(shard, options)` (mapped, lazily: only headers are read), and the result holds
-/// the entries of `weight_map`, each keeping its shard's mapping alive.
-///
-/// The index must be a JSON object with a `weight_map` object of entry names to shard file
-/// names; a `metadata` member, if present, must be an object (its contents are not used).
-/// Shard names must be plain file names in the index's folder (no `/`, not `.` or `..`).
-/// \throws index_error if the index breaks one of those rules, or an entry is missing from the
-///   shard that `weight_map` names (the message names the entry and the shard).
-/// \throws ckpt::error (the base class) if `path` is a folder holding no `*.safetensors.index.json`
-///   or several (the message names the folder, and the first two indexes).
-/// \throws io_error if the index or a shard cannot be opened or read (the message names it).
-/// \throws format_error (or a class derived from it) if a shard is not a valid safetensors
-///   file.
-[[nodiscard]] checkpoint load_sharded(const std::filesystem::path& path,
-                                      const load_options& options = {});
 
 }  // namespace ckpt

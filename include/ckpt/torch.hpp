@@ -2,12 +2,16 @@
 /// \file
 /// Reading PyTorch `torch.save` files (`pytorch_model.bin`, `*.pt`, optimizer state dicts) into
 /// a `ckpt::checkpoint`, without Python and without running any of the file's pickled code.
+/// `ckpt::load` and `ckpt::parse` (ckpt/file.hpp) recognize such a file by its content, not its
+/// name, and read it as this file says; the overloads here take the reader's options.
 ///
 /// What is read: the zip-based format `torch.save` has written since PyTorch 1.6 (a zip holding
 /// `<name>/data.pkl`, the pickled object, and `<name>/data/<key>`, one record a storage, stored
 /// uncompressed; a `<name>/byteorder` record, when present, says whether storages are little- or
-/// big-endian). The pickle is read by a restricted unpickler that knows only the opcodes of
-/// pickle protocol 2 that `torch.save` emits and only these globals:
+/// big-endian). A file of the format before (a bare pickle, from PyTorch before 1.6) is
+/// recognized and refused with a message that says so. The pickle is read by a restricted
+/// unpickler that knows only the opcodes of pickle protocol 2 that `torch.save` emits and only
+/// these globals:
 /// `collections.OrderedDict`, `torch._utils._rebuild_tensor_v2`,
 /// `torch._utils._rebuild_parameter`, `torch.device` and the typed storage classes
 /// (`torch.FloatStorage`, `torch.BFloat16Storage`, ...). Any other global, opcode or call is
@@ -32,7 +36,7 @@
 /// views of one storage (slices, a transpose) are not tied: each keeps its name and its data.
 ///
 /// **Budgets.** What a small file can make the reader build is bounded in proportion to the
-/// file, so that a crafted file fails with a `torch_format_error` naming the budget instead of
+/// file, so that a crafted file fails with a `format_error` naming the budget instead of
 /// taking memory or output without end (see `torch_options`): names (a key reused at every
 /// level of a deep nesting), tensor bytes (many names on one storage, or an expand of a small
 /// one), and the unpickler's objects. Files `torch.save` writes stay far below every budget.
@@ -50,10 +54,10 @@
 
 namespace ckpt {
 
-/// How `load_torch` reads a file: its budgets and what becomes of tied names.
+/// How `load` and `parse` read a `torch.save` file: its budgets and what becomes of tied names.
 ///
 /// Each budget is a number of bytes per byte of the input plus a fixed allowance; a file that
-/// needs more is refused with a `torch_format_error` naming the budget (`torch_options::<name>`).
+/// needs more is refused with a `format_error` naming the budget (`torch_options::<name>`).
 /// Raise the factor to read such a file if you trust it; the `ckpt` tool multiplies all three
 /// with `--torch-budget FACTOR`.
 struct torch_options {
@@ -77,35 +81,30 @@ struct torch_options {
   std::function<void(const std::vector<std::string>& names)> tied = {};
 };
 
-/// The checkpoint stored in the `torch.save` file at `path` (see the file's documentation for
-/// what is read and how it is named). The file is mapped read-only and stays mapped while any
-/// tensor of it lives.
-/// \throws io_error if the file cannot be opened or read.
-/// \throws torch_format_error if the file is not a regular file (a FIFO or a device is refused
-/// without waiting on it), not a zip-based `torch.save` file, holds a global, opcode or call
-/// outside the allow-list (the message names it), needs more than a budget of `options` allows
-/// (the message names the budget), or is malformed in any way (truncated, a record out of bounds
-/// or compressed, a tensor past its storage...).
-[[nodiscard]] checkpoint load_torch(const std::filesystem::path& path, const torch_options& options = {});
-
-/// `ckpt::load` (ckpt/file.hpp), with the options of the `.pt` reader: every file `load` finds
-/// to be a `torch.save` file (by its content: a file given, a folder's `pytorch_model.bin`, the
-/// shards of a `pytorch_model.bin.index.json`) is read by `load_torch(file, torch)`; safetensors
-/// files by `options`. `ckpt::load(path, options)` is this with `torch_options{}`. The
-/// `load_options` do not apply to `torch.save` files (they record no digest).
-/// \throws as `ckpt::load`, and as `load_torch` for a `torch.save` file.
+/// `ckpt::load` (ckpt/file.hpp), with the options of the `torch.save` reader: every file `load`
+/// finds to be a `torch.save` file (by its content: a file given, a folder's `pytorch_model.bin`,
+/// the shards of a `pytorch_model.bin.index.json`) is read with `torch` (see this file's
+/// documentation for what is read and how it is named); safetensors files with `options`.
+/// `ckpt::load(path, options)` is this with `torch_options{}`. The `load_options` do not apply to
+/// `torch.save` files (they record no digest). A `torch.save` file is mapped read-only and stays
+/// mapped while any tensor of it lives.
+/// \throws as `ckpt::load`; for a `torch.save` file, io_error if it cannot be opened or read, and
+///   format_error (reading `ckpt: '<file>' is not a readable PyTorch file: <broken rule>`) if it
+///   is of the format before PyTorch 1.6, holds a global, opcode or call outside the allow-list
+///   (the message names it), needs more than a budget of `torch` allows (the message names the
+///   budget), or is malformed in any way (truncated, a record out of bounds or compressed, a
+///   tensor past its storage...). A path that is not a regular file (a FIFO, a device) cannot be
+///   told a `torch.save` file by its content: `load` refuses it without waiting on it, as a
+///   safetensors file.
 [[nodiscard]] checkpoint load(const std::filesystem::path& path, const load_options& options,
                               const torch_options& torch);
 
-/// The checkpoint in the `torch.save` file whose bytes are `file_bytes` (copied first, so the
-/// checkpoint owns its data); `origin` names the file in error messages.
-/// \throws torch_format_error as `load_torch`.
-[[nodiscard]] checkpoint parse_torch(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
-                                     const torch_options& options = {});
-
-/// True if `file_bytes` begins as a zip file does (a `torch.save` file is one), so that it is
-/// worth `parse_torch`; a safetensors file never does.
-/// \throws nothing
-[[nodiscard]] bool looks_like_torch(std::span<const std::byte> file_bytes) noexcept;
+/// `ckpt::parse` (ckpt/file.hpp), with the options of the `torch.save` reader: bytes it finds to
+/// be a `torch.save` file (by their content) are read with `torch` into a checkpoint that owns a
+/// copy of them; safetensors bytes with `options`. `ckpt::parse(file_bytes, origin, options)` is
+/// this with `torch_options{}`. `origin` names the bytes in error messages.
+/// \throws as `ckpt::parse`; for `torch.save` bytes, format_error as `load` above.
+[[nodiscard]] checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
+                               const load_options& options, const torch_options& torch);
 
 }  // namespace ckpt

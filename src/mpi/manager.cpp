@@ -1,10 +1,10 @@
 #include <ckpt/mpi.hpp>
-#include <ckpt/sharded.hpp>
 #include <ckpt/snapshot.hpp>
 
 #include "../atomic_file.hpp"
 #include "../manager_core.hpp"
 #include "../posix_file.hpp"
+#include "../sharded.hpp"
 #include "common.hpp"
 #include "step.hpp"
 
@@ -164,7 +164,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     note_set_aside();
     // Only the headers are needed for the metrics.
     const auto unreadable = core.add_existing(detail::committed_steps(core.folder()), [this](std::int64_t step) {
-      return load_sharded(path_of(step) / index_file_name, {.verify_digest = false}).metadata();
+      return ckpt::detail::load_sharded(path_of(step) / index_file_name, {.verify_digest = false}).metadata();
     });
     for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);
     // Finishes the retention of a job that died between a commit and its deletions, so that

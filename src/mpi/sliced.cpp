@@ -331,7 +331,7 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
     layout.push_back({.name = name, .dtype = t.type, .shape = t.shape, .nbytes = nbytes, .contiguous = {}, .write_rows = {}, .keep_alive = {}});
   }
   const ckpt::detail::file_header header = ckpt::detail::make_file_header(
-      layout, plan.metadata, options.digest ? ckpt::digest_key : std::string_view());
+      layout, plan.metadata, options.digest ? ckpt::detail::digest_key : std::string_view());
   const std::string shard = detail::shard_name(1, 1);
   plan.shards.assign(static_cast<std::size_t>(size), std::string());
   plan.shards[0] = shard;

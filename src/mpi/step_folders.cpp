@@ -1,7 +1,6 @@
 // ckpt::mpi::save, ckpt::mpi::load and the committed steps of step folders (the API is
 // ckpt/mpi.hpp), on the helpers of src/mpi/ that every collective function shares.
 #include <ckpt/mpi.hpp>
-#include <ckpt/sharded.hpp>
 
 #include "../hf_index.hpp"
 #include "../manager_core.hpp"
@@ -9,6 +8,7 @@
 #include "../file.hpp"
 #include "../posix_file.hpp"
 #include "../safetensors.hpp"
+#include "../sharded.hpp"
 #include "common.hpp"
 #include "holding.hpp"
 #include "step.hpp"
@@ -234,7 +234,7 @@ checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t
       throw std::invalid_argument("ckpt: mpi::load: step " + std::to_string(step) + " is not committed in '" +
                                   folder.string() + "' (there is no '" + index.string() + "')");
     // Every rank maps every shard (headers only), through the one reader of sharded checkpoints.
-    result = ckpt::load_sharded(index, {.verify_digest = false});
+    result = ckpt::detail::load_sharded(index, {.verify_digest = false});
     if (options.verify_digest) {
       // Each shard's digest once in all: shard k (in name order) by rank k mod size.
       std::size_t k = 0;

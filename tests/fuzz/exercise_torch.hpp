@@ -1,6 +1,8 @@
 // What the torch.save reader must do with arbitrary bytes, checked by the libFuzzer target
 // fuzz_torch and by test_torch's replay of tests/corpus/torch/: load or refuse with a
 // ckpt::error, never crash, never read out of bounds (the sanitizers see every byte touched).
+// The bytes go through ckpt::parse, which hands those that begin as a torch.save file to the
+// reader (the rest to the safetensors parser, which fuzz_load exercises on its own).
 #pragma once
 
 #include <ckpt/error.hpp>
@@ -27,7 +29,7 @@ inline bool exercise_torch(std::span<const std::byte> bytes) {
   ckpt::checkpoint t;
   std::vector<std::vector<std::string>> tied;
   try {
-    t = ckpt::parse_torch(bytes, "fuzz.pt", {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
+    t = ckpt::parse(bytes, "fuzz.pt", {}, {.tied = [&](const std::vector<std::string>& names) { tied.push_back(names); }});
   } catch (const ckpt::error&) {
     return false;
   }

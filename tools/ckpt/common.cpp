@@ -108,6 +108,12 @@ std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std
   throw usage_error("ckpt: --step " + std::to_string(*step) + ": '" + path.string() + "' has no such step (it has " + have + ")");
 }
 
+bool names_sharded(const std::filesystem::path& path) noexcept {
+  if (std::string_view(path.native()).ends_with(".index.json")) return true;
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step) {
   // Checked as text first: a number out of range is refused, not clamped to the nearest step.
   const CLI::Validator step_number(

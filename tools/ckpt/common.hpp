@@ -115,6 +115,13 @@ struct listed_step {
 [[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std::vector<listed_step>& steps,
                                                   std::optional<std::int64_t> step);
 
+/// True if `ckpt::load` reads `path` as a sharded checkpoint, by the rules its documentation
+/// gives (ckpt/file.hpp): a name ending with `.index.json`, or a folder (which may hold a single
+/// `model.safetensors` or `pytorch_model.bin` instead). Looks at the file system only for the
+/// folder test. For what the tool shows of the reading (a bar a shard), not for how it reads.
+/// \throws nothing
+[[nodiscard]] bool names_sharded(const std::filesystem::path& path) noexcept;
+
 /// Adds the `--step N` option of the commands that open a manager folder's step.
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 

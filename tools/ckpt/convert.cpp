@@ -100,7 +100,7 @@ int convert(const convert_args& args) {
 
   // The digest (if recorded) is checked: a conversion must not launder corrupted data.
   const std::filesystem::path in = checkpoint_in(args.in, args.step);
-  if (!ckpt::is_sharded_path(in)) read_ahead({in}, "reading");
+  if (!names_sharded(in)) read_ahead({in}, "reading");
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };

@@ -4,10 +4,10 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
-#include <ckpt/sharded.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -15,12 +15,19 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
 namespace ckpt_tool {
 
 namespace {
+
+// The digest keys of the file format (docs/guide.md, "File-format guarantees"): ckpt's digest of
+// the whole file, which load verifies, and the data-only ones of earlier versions, which it does
+// not check.
+constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
+constexpr std::array<std::string_view, 2> earlier_digest_keys = {"ckpt.xxh3_64_per_mib", "ckpt.xxh3_64"};
 
 struct verify_args {
   std::vector<std::filesystem::path> paths;
@@ -44,7 +51,7 @@ struct verdict {
 // checkpoint: it propagates, for exit status 2.
 verdict check(const std::filesystem::path& path,
               const std::function<ckpt::checkpoint(const ckpt::load_options&)>& load) {
-  const bool sharded = ckpt::is_sharded_path(path);
+  const bool sharded = names_sharded(path);
   verdict out;
   std::optional<progress> bar;
   std::uint64_t shown = 0;
@@ -65,8 +72,8 @@ verdict check(const std::filesystem::path& path,
   };
   try {
     const ckpt::checkpoint t = load({.verify_digest = true, .progress = report, .skipped = skipped});
-    if (!t.metadata().contains(ckpt::digest_key))
-      for (const std::string_view key : ckpt::earlier_digest_keys)
+    if (!t.metadata().contains(digest_key))
+      for (const std::string_view key : earlier_digest_keys)
         if (t.metadata().contains(key)) {
           out.earlier = std::string(key);
           break;
@@ -94,7 +101,7 @@ bool print_verdict(const std::string& label, const verdict& v, bool strict) {
               << (v.digests == 1   ? std::string("digest verified")
                   : v.digests > 1  ? "digests of " + std::to_string(v.digests) + " shards verified"
                   : v.earlier      ? "format only: the digest of an earlier ckpt version (" + *v.earlier +
-                                    ", data only) is not checked; re-save to record " + std::string(ckpt::digest_key)
+                                    ", data only) is not checked; re-save to record " + std::string(digest_key)
                                    : std::string("format only: no digest"));
     if (!v.skipped.empty()) std::cout << "; " << count_of(v.skipped.size(), "entry", "entries") << " skipped (unknown dtype)";
   }
