@@ -101,6 +101,9 @@ struct load_options {
 /// fresh `digest_key` is written when `options.digest` is set. And `"format": "pt"` is added
 /// unless the metadata have a `format` key already (the caller's value is kept): Hugging Face
 /// transformers' `from_pretrained` refuses a safetensors file without it.
+///
+/// It is the one-section case of the save of sections (ckpt/section.hpp), through the same
+/// writer: `save(path, {t}, t.metadata(), options)`.
 /// \throws io_error on an I/O error (the message names the file and the system error).
 /// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes, or a
 /// metadata entry would read as a damaged digest entry (see `digest_key`).
