@@ -108,9 +108,12 @@ int main(int argc, char** argv) {
     const fs::path own = dir / ("independent-" + std::to_string(rep) + "-" + std::to_string(rank) + ".safetensors");
     samples["independent"].push_back(timed(comm, [&] { ckpt::save(own, mine, {.digest = true}); }));
     const std::int64_t saved = ++step;
-    samples["mpi::save"].push_back(timed(comm, [&] { ckpt::mpi::save(comm, dir / "steps", saved, mine, {.digest = true}); }));
-    samples["mpi::save, replicated"].push_back(
-        timed(comm, [&] { ckpt::mpi::save(comm, dir / "replicated", saved, replicated, {.digest = true}); }));
+    fs::path saved_folder, replicated_folder;  // the step folders mpi::save returns
+    samples["mpi::save"].push_back(
+        timed(comm, [&] { saved_folder = ckpt::mpi::save(comm, dir / "steps", saved, {mine}, {}, {.digest = true}); }));
+    samples["mpi::save, replicated"].push_back(timed(comm, [&] {
+      replicated_folder = ckpt::mpi::save(comm, dir / "replicated", saved, {replicated}, {}, {.digest = true});
+    }));
     auto restore = [&](const ckpt::load_options& options) {
       const ckpt::checkpoint t = ckpt::mpi::load(comm, dir / "steps", saved, options);
       // Each rank takes its own part out of the mapped step, as to_params would.
@@ -125,8 +128,8 @@ int main(int argc, char** argv) {
     fs::remove(own);
     MPI_Barrier(comm);
     if (rank == 0) {
-      fs::remove_all(ckpt::mpi::step_folder(dir / "steps", saved));
-      fs::remove_all(ckpt::mpi::step_folder(dir / "replicated", saved));
+      fs::remove_all(saved_folder);
+      fs::remove_all(replicated_folder);
     }
   }
   if (rank == 0) {

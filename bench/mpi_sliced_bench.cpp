@@ -102,16 +102,18 @@ int main(int argc, char** argv) {
   std::vector<double> samples;
   for (long rep = 0; rep < reps; ++rep) {
     const std::int64_t step = rep + 1;
+    fs::path written;  // the step folder a save returns
     if (what == "independent") {
       const fs::path own = dir / ("independent-" + std::to_string(rank) + ".safetensors");
       samples.push_back(timed(comm, [&] { ckpt::save(own, pieces, {.digest = true}); }));
       fs::remove(own);
     } else if (what == "sliced" || what == "sliced-nodigest") {
       samples.push_back(timed(comm, [&] {
-        ckpt::mpi::save_sliced(comm, dir / "steps", step, slices, {}, {}, {.digest = what == "sliced"});
+        written = ckpt::mpi::save_sliced(comm, dir / "steps", step, slices, {}, {}, {.digest = what == "sliced"});
       }));
     } else if (what == "pieces") {
-      samples.push_back(timed(comm, [&] { ckpt::mpi::save(comm, dir / "steps", step, pieces, {.digest = true}); }));
+      samples.push_back(
+          timed(comm, [&] { written = ckpt::mpi::save(comm, dir / "steps", step, {pieces}, {}, {.digest = true}); }));
     } else if (what == "load") {
       if (rep == 0) ckpt::mpi::save_sliced(comm, dir / "steps", 1, slices, {}, {}, {.digest = false});
       std::vector<Eigen::VectorXf> back(state.size(), Eigen::VectorXf(end - first));
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
       MPI_Abort(comm, 2);
     }
     MPI_Barrier(comm);
-    if (rank == 0 && what != "load" && what != "independent") fs::remove_all(ckpt::mpi::step_folder(dir / "steps", step));
+    if (rank == 0 && !written.empty()) fs::remove_all(written);
     MPI_Barrier(comm);
   }
   rusage usage{};

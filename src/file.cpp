@@ -344,11 +344,6 @@ void write_file(const std::filesystem::path& path, std::span<const entry_source>
 
 }  // namespace detail
 
-void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options) {
-  std::vector<detail::entry_source> entries;
-  entries.reserve(t.size());
-  for (const auto& [name, x] : t) entries.push_back(detail::tensor_source(name, x));
-  detail::write_file(path, entries, t.metadata(), options);
-}
+// ckpt::save of a checkpoint is the one-section case of the save of sections (src/section.cpp).
 
 }  // namespace ckpt

@@ -44,8 +44,8 @@ bool is_own_temporary(std::string_view name) {
 // A file per step, written by this process.
 class local_state final : public detail::manager_state {
  public:
-  local_state(std::filesystem::path folder, checkpoint_manager_options options)
-      : manager_state(std::string(who), std::move(folder), std::move(options)) {}
+  local_state(std::filesystem::path folder, checkpoint_manager::options opts)
+      : manager_state(std::string(who), std::move(folder), std::move(opts)) {}
   ~local_state() override {
     static_cast<void>(background.join());  // settled by checkpoint_manager_base already
     if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
@@ -103,13 +103,13 @@ class local_state final : public detail::manager_state {
     return merged;
   }
 
-  void save_now(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata) override {
+  void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
     release_pages_of_dropped(step, metadata);
     ckpt::save(path_of(step), sections, metadata, save_options{.digest = core.options().digest});
     commit(step, metadata);
   }
 
-  void save_in_background(std::int64_t step, std::initializer_list<section> sections,
+  void save_in_background(std::int64_t step, std::span<const section> sections,
                           const metadata_map& metadata) override {
     release_pages_of_dropped(step, metadata);
     pending_step_ = step;
@@ -129,7 +129,7 @@ class local_state final : public detail::manager_state {
     return detail::load_file(path, options);
   }
 
-  step_status set_aside(std::int64_t step, const std::string& reason) override {
+  detail::step_status set_aside(std::int64_t step, const std::string& reason) override {
     return core.set_aside(step, path_of(step), reason);
   }
 
@@ -209,15 +209,15 @@ class local_state final : public detail::manager_state {
   metadata_map pending_metadata_;
 };
 
-std::unique_ptr<local_state> opened(std::filesystem::path folder, checkpoint_manager_options options) {
-  auto state = std::make_unique<local_state>(std::move(folder), std::move(options));
+std::unique_ptr<local_state> opened(std::filesystem::path folder, checkpoint_manager::options opts) {
+  auto state = std::make_unique<local_state>(std::move(folder), std::move(opts));
   state->open();
   return state;
 }
 
 }  // namespace
 
-checkpoint_manager::checkpoint_manager(std::filesystem::path folder, checkpoint_manager_options options)
-    : checkpoint_manager_base(opened(std::move(folder), std::move(options))) {}
+checkpoint_manager::checkpoint_manager(std::filesystem::path folder, checkpoint_manager::options opts)
+    : detail::checkpoint_manager_base(opened(std::move(folder), std::move(opts))) {}
 
 }  // namespace ckpt

@@ -110,7 +110,7 @@ std::string wall_time_now() {
   return text;
 }
 
-manager_core::manager_core(std::string who, std::filesystem::path folder, checkpoint_manager_options options)
+manager_core::manager_core(std::string who, std::filesystem::path folder, manager_options options)
     : who_(std::move(who)), folder_(std::move(folder)), options_(std::move(options)) {
   if (options_.save_interval_steps < 1)
     throw std::invalid_argument(message("save_interval_steps must be at least 1, not " +
@@ -301,11 +301,7 @@ void manager_state::settle_quietly() noexcept {
   }
 }
 
-}  // namespace ckpt::detail
-
-namespace ckpt {
-
-checkpoint_manager_base::checkpoint_manager_base(std::unique_ptr<detail::manager_state> state) noexcept
+checkpoint_manager_base::checkpoint_manager_base(std::unique_ptr<manager_state> state) noexcept
     : state_(std::move(state)) {}
 
 checkpoint_manager_base::~checkpoint_manager_base() {
@@ -324,8 +320,6 @@ checkpoint_manager_base& checkpoint_manager_base::operator=(checkpoint_manager_b
 
 const std::filesystem::path& checkpoint_manager_base::folder() const noexcept { return state_->core.folder(); }
 
-const checkpoint_manager_options& checkpoint_manager_base::options() const noexcept { return state_->core.options(); }
-
 std::filesystem::path checkpoint_manager_base::path_of(std::int64_t step) const { return state_->path_of(step); }
 
 bool checkpoint_manager_base::should_save(std::int64_t step) const noexcept { return state_->core.should_save(step); }
@@ -333,7 +327,7 @@ bool checkpoint_manager_base::should_save(std::int64_t step) const noexcept { re
 namespace {
 
 // save and save_async: the checks, then the write now or in the background.
-bool save_step(detail::manager_state& state, std::int64_t step, std::initializer_list<section> sections,
+bool save_step(manager_state& state, std::int64_t step, std::span<const section> sections,
                const metadata_map& metadata, bool force, bool background) {
   if (state.core.options().read_only)
     throw std::invalid_argument(state.core.message(std::string(background ? "save_async" : "save") +
@@ -350,12 +344,12 @@ bool save_step(detail::manager_state& state, std::int64_t step, std::initializer
 
 }  // namespace
 
-bool checkpoint_manager_base::save(std::int64_t step, std::initializer_list<section> sections,
+bool checkpoint_manager_base::save(std::int64_t step, std::span<const section> sections,
                                    const metadata_map& metadata, bool force) {
   return save_step(*state_, step, sections, metadata, force, false);
 }
 
-bool checkpoint_manager_base::save_async(std::int64_t step, std::initializer_list<section> sections,
+bool checkpoint_manager_base::save_async(std::int64_t step, std::span<const section> sections,
                                          const metadata_map& metadata, bool force) {
   return save_step(*state_, step, sections, metadata, force, true);
 }
@@ -374,7 +368,7 @@ namespace {
 
 // Loads committed `step`; if it is damaged, sets it aside (recorded in the core) and throws the
 // load's error.
-checkpoint load_committed(detail::manager_state& state, std::int64_t step, const load_options& options) {
+checkpoint load_committed(manager_state& state, std::int64_t step, const load_options& options) {
   try {
     checkpoint t = state.load_step(step, options);
     state.core.mark_intact(step);
@@ -387,18 +381,18 @@ checkpoint load_committed(detail::manager_state& state, std::int64_t step, const
 
 }  // namespace
 
-checkpoint checkpoint_manager_base::load(std::int64_t step, const load_options& options) {
+checkpoint checkpoint_manager_base::load(std::int64_t step, const load_options& opts) {
   state_->settle();
   state_->core.require(step);
-  return load_committed(*state_, step, options);
+  return load_committed(*state_, step, opts);
 }
 
-latest_checkpoint checkpoint_manager_base::load_latest(const load_options& options) {
+checkpoint_manager_base::latest checkpoint_manager_base::load_latest(const load_options& opts) {
   state_->settle();
-  latest_checkpoint out;
+  latest out;
   while (const std::optional<std::int64_t> step = latest_step()) {
     try {
-      out.data = load_committed(*state_, *step, options);
+      out.data = load_committed(*state_, *step, opts);
       out.step = *step;
       break;
     } catch (const error& e) {
@@ -409,4 +403,4 @@ latest_checkpoint checkpoint_manager_base::load_latest(const load_options& optio
   return out;
 }
 
-}  // namespace ckpt
+}  // namespace ckpt::detail

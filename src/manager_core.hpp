@@ -15,7 +15,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
-#include <initializer_list>
+#include <span>
 #include <map>
 #include <optional>
 #include <set>
@@ -25,6 +25,12 @@
 #include <vector>
 
 namespace ckpt::detail {
+
+// The managers' member types (ckpt/manager.hpp), as the core names them.
+using manager_options = checkpoint_manager_base::options;
+using step_status = checkpoint_manager_base::step_status;
+using step_state = checkpoint_manager_base::step_state;
+using metric_mode = checkpoint_manager_base::metric_mode;
 
 // The step codec: `<prefix><step, zero-padded to 10 digits><suffix>` ("ckpt-0000000042.safetensors",
 // "step-0000000042").
@@ -43,8 +49,7 @@ void for_each_in_folder(const std::filesystem::path& folder,
 // The names of the step folders of ckpt::mpi::checkpoint_manager ("step-0000000042"), which a
 // read-only ckpt::checkpoint_manager also reads.
 inline constexpr std::string_view mpi_step_prefix = "step-";
-// The index that commits such a folder (ckpt::mpi::index_file_name; src/mpi/manager.cpp checks
-// that they agree).
+// The index that commits such a folder (ckpt::mpi::detail::index_file_name, src/mpi/step.hpp).
 inline constexpr std::string_view mpi_step_index = "model.safetensors.index.json";
 
 // Damaged steps are set aside under `<name>.damaged`, or `<name>.damaged-K` (K = 2, 3, ...) when
@@ -67,11 +72,11 @@ class manager_core {
 
   // `who` names the manager in messages ("checkpoint_manager", "mpi::checkpoint_manager").
   // \throws std::invalid_argument if an option is out of range.
-  manager_core(std::string who, std::filesystem::path folder, checkpoint_manager_options options);
+  manager_core(std::string who, std::filesystem::path folder, manager_options options);
 
   [[nodiscard]] const std::string& who() const noexcept { return who_; }
   [[nodiscard]] const std::filesystem::path& folder() const noexcept { return folder_; }
-  [[nodiscard]] const checkpoint_manager_options& options() const noexcept { return options_; }
+  [[nodiscard]] const manager_options& options() const noexcept { return options_; }
   [[nodiscard]] bool should_save(std::int64_t step) const noexcept { return step % options_.save_interval_steps == 0; }
 
   [[nodiscard]] std::vector<std::int64_t> steps() const;
@@ -98,7 +103,7 @@ class manager_core {
   [[nodiscard]] std::vector<std::pair<std::int64_t, std::string>> add_existing(
       const std::vector<std::int64_t>& steps, const std::function<metadata_map(std::int64_t step)>& metadata_of);
 
-  // The states of the steps (see ckpt::step_status).
+  // The states of the steps (see ckpt::checkpoint_manager::step_status).
   void mark_intact(std::int64_t step) { intact_.insert(step); }
   // `step` is damaged: no longer a committed step; `path` is where it is now.
   void mark_damaged(std::int64_t step, std::filesystem::path path, std::string reason);
@@ -130,7 +135,7 @@ class manager_core {
  private:
   std::string who_;
   std::filesystem::path folder_;
-  checkpoint_manager_options options_;
+  manager_options options_;
   step_map steps_;
   std::set<std::int64_t> intact_;     // committed steps this manager loaded
   std::vector<step_status> damaged_;  // in the order they were found
@@ -170,7 +175,7 @@ void report_uncollected(std::string_view who, const std::filesystem::path& folde
 // manager_core.cpp) are the one implementation of the rules over these.
 class manager_state {
  public:
-  manager_state(std::string who, std::filesystem::path folder, checkpoint_manager_options options)
+  manager_state(std::string who, std::filesystem::path folder, manager_options options)
       : core(std::move(who), std::move(folder), std::move(options)) {}
   manager_state(const manager_state&) = delete;
   manager_state& operator=(const manager_state&) = delete;
@@ -187,9 +192,9 @@ class manager_state {
   // After settle(): checks a save of `step`; the metadata of its files, or nothing to skip it.
   virtual std::optional<metadata_map> admit(std::int64_t step, const metadata_map& metadata, bool force) = 0;
   // Writes and commits `step`.
-  virtual void save_now(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata) = 0;
+  virtual void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) = 0;
   // Starts the background write of `step`, committed by the next settle().
-  virtual void save_in_background(std::int64_t step, std::initializer_list<section> sections,
+  virtual void save_in_background(std::int64_t step, std::span<const section> sections,
                                   const metadata_map& metadata) = 0;
   // After settle(): reads committed `step`.
   [[nodiscard]] virtual checkpoint load_step(std::int64_t step, const load_options& options) = 0;

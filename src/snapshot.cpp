@@ -63,7 +63,7 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
 
 }  // namespace
 
-checkpoint snapshot_arena::snapshot(std::initializer_list<section> sections, const metadata_map& metadata) {
+checkpoint snapshot_arena::snapshot(std::span<const section> sections, const metadata_map& metadata) {
   const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "snapshot");
   // Where each leaf goes in the buffer, and the bytes the buffer needs.
   std::vector<std::size_t> offsets;

@@ -1,5 +1,5 @@
-// Adam: the update against hand-computed and closed-form values, and the training-state
-// helpers (model.* / optim.mu.* / optim.nu.* / optim.step).
+// Adam: the update against hand-computed and closed-form values, and the training state saved as
+// four sections (model.* / optim.mu.* / optim.nu.* / optim.step) and restored.
 #define BOOST_TEST_MODULE adam
 #include <boost/test/unit_test.hpp>
 
@@ -8,6 +8,7 @@
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/section.hpp>
+#include <ckpt/snapshot.hpp>
 
 #include <Eigen/Core>
 
@@ -31,6 +32,18 @@ struct linear {
   Eigen::MatrixXd w;
   Eigen::VectorXd b;
 };
+
+// The four sections of the training state (ckpt/adam.hpp), as a list built at run time.
+template <class P>
+std::vector<ckpt::section> training_sections(const P& p, const ckpt::adam_state<P>& st) {
+  return {{p, "model"}, {st.mu, "optim.mu"}, {st.nu, "optim.nu"}, {ckpt::of_int("optim.step", st.step)}};
+}
+
+// Those sections as a checkpoint in memory: the entries a save of them writes.
+template <class P>
+ckpt::checkpoint training_checkpoint(const P& p, const ckpt::adam_state<P>& st) {
+  return ckpt::snapshot_arena().snapshot(training_sections(p, st));
+}
 
 }  // namespace
 
@@ -119,19 +132,19 @@ BOOST_AUTO_TEST_CASE(mismatched_gradients_change_nothing) {
   BOOST_CHECK_THROW((ckpt::adam{.beta1 = 1.0}.update(p, p, st)), std::invalid_argument);
 }
 
-BOOST_AUTO_TEST_CASE(training_state_uses_the_seed_sections) {
+BOOST_AUTO_TEST_CASE(the_training_state_uses_the_seed_sections) {
   const ckpt::adam opt{.lr = 0.1};
   linear p{Eigen::MatrixXd::Random(2, 3), Eigen::VectorXd::Random(2)};
   auto st = opt.init(p);
   opt.update(p, linear{Eigen::MatrixXd::Ones(2, 3), Eigen::VectorXd::Ones(2)}, st);
-  const ckpt::checkpoint c = ckpt::training_state(p, st);
+  const ckpt::checkpoint c = training_checkpoint(p, st);
   BOOST_TEST(c.names() == (std::vector<std::string>{"model.b", "model.w", "optim.mu.b", "optim.mu.w",
                                                     "optim.nu.b", "optim.nu.w", "optim.step"}));
   BOOST_TEST(ckpt::to_int("optim.step", c) == 1);
 
   const ckpt_test::temp_dir tmp;
   const auto path = tmp.path() / "state.safetensors";
-  ckpt::save(path, c);
+  ckpt::save(path, {{p, "model"}, {st.mu, "optim.mu"}, {st.nu, "optim.nu"}, {ckpt::of_int("optim.step", st.step)}});
   linear q{Eigen::MatrixXd::Zero(2, 3), Eigen::VectorXd::Zero(2)};
   ckpt::adam_state<linear> restored;
   ckpt::restore_training_state(ckpt::load(path), q, restored);
@@ -181,7 +194,7 @@ BOOST_AUTO_TEST_CASE(steps_past_2_pow_31_are_kept_whole) {
   ckpt::adam{}.update(p, Eigen::VectorXf(Eigen::VectorXf::Ones(2)), st);
   Eigen::VectorXf q = Eigen::VectorXf::Zero(2);
   ckpt::adam_state<Eigen::VectorXf> back;
-  ckpt::restore_training_state(ckpt::training_state(p, st), q, back);
+  ckpt::restore_training_state(training_checkpoint(p, st), q, back);
   BOOST_TEST(back.step == big + 1);
 }
 
@@ -231,7 +244,7 @@ BOOST_AUTO_TEST_CASE(frozen_leaves_buffers_counters_and_engines_are_kept_not_tra
   // The moments name the trained leaf only; the others are empty in them.
   BOOST_TEST((ckpt::leaf_names(state.mu) == std::vector<std::string>{"w"}));
   BOOST_TEST(state.mu.values.embedding.value.size() == 0);
-  const ckpt::checkpoint t = ckpt::training_state(m, state);
+  const ckpt::checkpoint t = training_checkpoint(m, state);
   BOOST_TEST((t.names() == std::vector<std::string>{"model.batches_seen", "model.embedding", "model.rng", "model.running_mean",
                                                     "model.w", "optim.mu.w", "optim.nu.w", "optim.step"}));
   for (int i = 0; i < 5; ++i) train_step(opt, m, state);
@@ -258,7 +271,7 @@ BOOST_AUTO_TEST_CASE(frozen_leaves_resume_bit_exactly_in_another_process) {
   model first = make_model();
   ckpt::adam_state<model> first_state = opt.init(first);
   for (int i = 0; i < half; ++i) train_step(opt, first, first_state);
-  ckpt::save(dir.path() / "half.safetensors", ckpt::training_state(first, first_state));
+  ckpt::save(dir.path() / "half.safetensors", training_sections(first, first_state));
 
   const pid_t child = ::fork();
   BOOST_REQUIRE(child >= 0);
@@ -408,9 +421,9 @@ every_leaf make_every_leaf(unsigned seed) {
           });
         } else if constexpr (ckpt::detail::is_std_engine<L>::value) {
           x.seed(values());
-        } else if constexpr (ckpt::flat_leaf<L>) {
-          using S = typename decltype(ckpt::flat_array(x))::Scalar;
-          for (S& v : ckpt::flat_array(x)) {
+        } else if constexpr (ckpt::detail::flat_leaf<L>) {
+          using S = typename decltype(ckpt::detail::flat_array(x))::Scalar;
+          for (S& v : ckpt::detail::flat_array(x)) {
             if constexpr (std::is_arithmetic_v<S>) v = static_cast<S>(uniform(values));
             else v = S(static_cast<float>(uniform(values)));  // Eigen::half, std::complex<float>
           }
@@ -441,10 +454,10 @@ void train_every_leaf(const ckpt::adam& opt, every_leaf& m, ckpt::adam_state<eve
           };
           if (p.dtype() == ckpt::dtype::f32) sine(float{});
           if (p.dtype() == ckpt::dtype::f64) sine(double{});
-        } else if constexpr (ckpt::flat_leaf<L>) {
-          using S = typename decltype(ckpt::flat_array(p))::Scalar;
+        } else if constexpr (ckpt::detail::flat_leaf<L>) {
+          using S = typename decltype(ckpt::detail::flat_array(p))::Scalar;
           if constexpr (std::is_floating_point_v<S>)
-            ckpt::flat_array(g) = (ckpt::flat_array(p) * S(1.7) + static_cast<S>(noise)).sin();
+            ckpt::detail::flat_array(g) = (ckpt::detail::flat_array(p) * S(1.7) + static_cast<S>(noise)).sin();
         }
       },
       grads, std::as_const(m));
@@ -458,7 +471,7 @@ void train_every_leaf(const ckpt::adam& opt, every_leaf& m, ckpt::adam_state<eve
 }
 
 std::string bytes_of(const every_leaf& m, const ckpt::adam_state<every_leaf>& state, const std::filesystem::path& path) {
-  ckpt::save(path, ckpt::training_state(m, state));
+  ckpt::save(path, training_sections(m, state));
   return ckpt_test::read_bytes(path);
 }
 
@@ -491,7 +504,7 @@ BOOST_AUTO_TEST_CASE(every_leaf_type_trains_and_resumes_bit_exactly) {
   every_leaf first = make_every_leaf(1);
   ckpt::adam_state<every_leaf> first_state = opt.init(first);
   for (int i = 0; i < half; ++i) train_every_leaf(opt, first, first_state);
-  ckpt::save(dir.path() / "half.safetensors", ckpt::training_state(first, first_state));
+  ckpt::save(dir.path() / "half.safetensors", training_sections(first, first_state));
 
   every_leaf resumed = make_every_leaf(2);  // other values and seeds: the template's shapes only
   ckpt::adam_state<every_leaf> resumed_state;
@@ -526,7 +539,7 @@ ckpt::checkpoint trained_state(P p) {
   auto st = opt.init(p);
   opt.update(p, p, st);
   opt.update(p, p, st);
-  return ckpt::training_state(p, st);
+  return training_checkpoint(p, st);
 }
 
 }  // namespace
@@ -539,7 +552,7 @@ BOOST_AUTO_TEST_CASE(strict_restore_refuses_the_entries_of_a_removed_field) {
   st.step = 5;
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
              "ckpt: restore_training_state: strict extraction: 3 entries not in the template: 'model.x', "
-             "'optim.mu.x', 'optim.nu.x' (restore_options{.strict = false} ignores them)");
+             "'optim.mu.x', 'optim.nu.x' ({.strict = false} ignores them)");
   // Nothing changed.
   BOOST_TEST(p.w.isZero());
   BOOST_TEST(p.b.isZero());
@@ -567,7 +580,7 @@ BOOST_AUTO_TEST_CASE(strict_restore_lists_missing_and_left_over_entries_of_all_s
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
              "ckpt: restore_training_state: strict extraction: 4 entries missing: 'model.y', 'optim.mu.y', "
              "'optim.nu.y', 'optim.step'; 3 entries not in the template: 'model.x', 'optim.mu.x', 'optim.nu.x' "
-             "(restore_options{.strict = false} ignores them)");
+             "({.strict = false} ignores them)");
   BOOST_TEST(p.w.isZero());
   // Relaxed, a missing entry is still an error (the first one, in the order of the leaves).
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st, {.strict = false}); }) ==
@@ -603,7 +616,41 @@ BOOST_AUTO_TEST_CASE(strict_restore_refuses_moments_of_a_leaf_now_frozen) {
   ckpt::adam_state<frozen_now> st;
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
              "ckpt: restore_training_state: strict extraction: 2 entries not in the template: "
-             "'optim.mu.embedding', 'optim.nu.embedding' (restore_options{.strict = false} ignores them)");
+             "'optim.mu.embedding', 'optim.nu.embedding' ({.strict = false} ignores them)");
   ckpt::restore_training_state(t, p, st, {.strict = false});
   BOOST_TEST((ckpt::to_tensor(p.embedding.value) == t.get("model.embedding")));
+}
+
+// The restore's options are to_params's (ckpt::extract_options), strict by default: `cast`
+// converts another dtype, `function` names the caller, and `prefix` is refused (the sections are
+// fixed).
+BOOST_AUTO_TEST_CASE(restore_takes_the_options_of_to_params) {
+  struct single {
+    Eigen::MatrixXf w;
+    Eigen::VectorXf b;
+  };
+  const ckpt::checkpoint t = trained_state(linear{Eigen::MatrixXd::Constant(2, 2, 0.5), Eigen::VectorXd::Ones(2)});
+  single p{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)};
+  ckpt::adam_state<single> st;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
+             "ckpt: restore_training_state: entry 'model.w' has dtype F64 but the template's leaf has dtype F32 "
+             "(pass cast = true to convert)");
+  // Cast, and still strict: an entry nothing reads is refused.
+  const ckpt::checkpoint extra = ckpt::concat({t, ckpt::of_int("model.x", 1)});
+  BOOST_TEST(message_of<std::invalid_argument>(
+                 [&] { ckpt::restore_training_state(extra, p, st, {.cast = true, .strict = true}); }) ==
+             "ckpt: restore_training_state: strict extraction: 1 entry not in the template: 'model.x' "
+             "({.strict = false} ignores them)");
+  ckpt::restore_training_state(t, p, st, {.cast = true, .strict = true});
+  BOOST_TEST(st.step == 2);
+  BOOST_TEST((ckpt::to_tensor(p.w) == ckpt::cast(t.get("model.w"), ckpt::dtype::f32)));
+  BOOST_TEST((ckpt::to_tensor(st.nu.values.b) == ckpt::cast(t.get("optim.nu.b"), ckpt::dtype::f32)));
+  // The caller's name in the messages.
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               ckpt::restore_training_state(ckpt::of_int("optim.step", 1), p, st, {.strict = true, .function = "resume"});
+             }).starts_with("ckpt: resume: strict extraction: "));
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st, {.prefix = "run"}); }) ==
+             "ckpt: restore_training_state: the sections are model, optim.mu, optim.nu and optim.step; "
+             "extract_options::prefix ('run') is not used");
+  BOOST_TEST(st.step == 2);
 }

@@ -453,7 +453,7 @@ BOOST_AUTO_TEST_CASE(a_torch_file_under_a_steps_name_is_a_damaged_step) {
   }
   fs::copy_file(fs::path(CKPT_TORCH_FIXTURES) / "dtypes.pt", step_file(d.path() / "run", 2));
   BOOST_TEST(ckpt::load(step_file(d.path() / "run", 2)).size() > 0u);  // a valid .pt file
-  const ckpt::latest_checkpoint latest = ckpt::checkpoint_manager(d.path() / "run", {.read_only = true}).load_latest();
+  const ckpt::checkpoint_manager::latest latest = ckpt::checkpoint_manager(d.path() / "run", {.read_only = true}).load_latest();
   BOOST_TEST(latest.step == 1);
   BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
   BOOST_TEST(latest.skipped[0].reason.find("is not a valid safetensors file") != std::string::npos);

@@ -553,7 +553,7 @@ BOOST_AUTO_TEST_CASE(the_manager_writes_digests_by_default_and_verifies_them) {
     write_bytes(path, file);
     BOOST_TEST(m.load(1, {.verify_digest = false}).names() == sample().names());
     // The damaged step is set aside, not loaded, and the error is its reason.
-    const ckpt::latest_checkpoint latest = m.load_latest();
+    const ckpt::checkpoint_manager::latest latest = m.load_latest();
     BOOST_TEST(!latest);
     BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
     BOOST_TEST(latest.skipped[0].reason == corrupted_message(path, digest_of(file), recorded));

@@ -1,5 +1,5 @@
-// Leaf-wise operations: map_leaves, zip_leaves, zeros_like and flat_array over the kinds of
-// structures the core names.
+// Leaf-wise operations: zip_leaves and zeros_like (the API), and detail::map_leaves and
+// detail::flat_array (what the library and ckpt::adam use) over the kinds of structures the core names.
 #define BOOST_TEST_MODULE leafwise
 #include <boost/test/unit_test.hpp>
 
@@ -45,7 +45,7 @@ net make_net() {
 
 BOOST_AUTO_TEST_CASE(map_leaves_builds_a_new_structure) {
   const net n = make_net();
-  const net doubled = ckpt::map_leaves(
+  const net doubled = ckpt::detail::map_leaves(
       [](const auto& x) {
         if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(x)>>) return x * 2;
         else return (x * 2).eval();
@@ -64,7 +64,7 @@ BOOST_AUTO_TEST_CASE(map_leaves_accepts_eigen_expressions_and_several_structures
   const linear a{Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
   const linear b{Eigen::MatrixXf::Constant(2, 2, 3.0f), Eigen::VectorXf::Constant(2, 5.0f)};
   // Returning the unevaluated expression is fine: it is assigned straight into the new leaf.
-  const linear sum = ckpt::map_leaves([](const auto& x, const auto& y) { return x + y; }, a, b);
+  const linear sum = ckpt::detail::map_leaves([](const auto& x, const auto& y) { return x + y; }, a, b);
   BOOST_TEST(sum.w.isApproxToConstant(4.0f));
   BOOST_TEST(sum.b.isApproxToConstant(6.0f));
 }
@@ -128,7 +128,7 @@ BOOST_AUTO_TEST_CASE(zeros_like_of_a_ptree_and_an_eigen_tensor) {
 
 BOOST_AUTO_TEST_CASE(map_leaves_over_a_ptree) {
   const auto tree = ckpt::ptree::dict({{"w", ckpt::ptree::tensor(floats({1, 2}))}});
-  const ckpt::ptree out = ckpt::map_leaves(
+  const ckpt::ptree out = ckpt::detail::map_leaves(
       [](const ckpt::tensor& x) {
         Eigen::ArrayXf a = Eigen::Map<const Eigen::ArrayXf>(x.as<float>().data(), x.numel()) + 1.0f;
         return ckpt::to_tensor(a);
@@ -140,13 +140,13 @@ BOOST_AUTO_TEST_CASE(map_leaves_over_a_ptree) {
 BOOST_AUTO_TEST_CASE(flat_array_views_any_storage_order) {
   Eigen::Matrix<float, 2, 3, Eigen::RowMajor> r;
   r << 1, 2, 3, 4, 5, 6;
-  auto flat = ckpt::flat_array(r);
+  auto flat = ckpt::detail::flat_array(r);
   BOOST_TEST(flat.size() == 6);
   flat *= 2.0f;
   BOOST_TEST(r(1, 2) == 12.0f);
   double s = 3.0;
-  ckpt::flat_array(s) += 1.0;
+  ckpt::detail::flat_array(s) += 1.0;
   BOOST_TEST(s == 4.0);
   const Eigen::MatrixXd c = Eigen::MatrixXd::Ones(2, 2);
-  BOOST_TEST(ckpt::flat_array(c).sum() == 4.0);
+  BOOST_TEST(ckpt::detail::flat_array(c).sum() == 4.0);
 }

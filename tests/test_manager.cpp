@@ -8,6 +8,7 @@
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
+#include <ckpt/section.hpp>
 #include <ckpt/sharded.hpp>
 
 #include <Eigen/Core>
@@ -65,6 +66,29 @@ BOOST_AUTO_TEST_CASE(files_are_numbered_and_carry_metadata) {
   BOOST_TEST(m.load(42).get("w").as<float>()[0] == 1.0f);
 }
 
+BOOST_AUTO_TEST_CASE(sections_built_at_run_time_are_saved_now_and_in_the_background) {
+  // A std::vector of sections, as a program builds it at run time (a section per layer), goes to
+  // save and save_async as a braced list does.
+  const temp_dir s(temp_dir::absent);
+  std::vector<Eigen::VectorXf> layers;
+  for (int i = 0; i < 3; ++i) layers.push_back(Eigen::VectorXf::Constant(2, static_cast<float>(i)));
+  std::vector<ckpt::section> sections;
+  for (std::size_t i = 0; i < layers.size(); ++i) sections.emplace_back(layers[i], "layers." + std::to_string(i));
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
+  BOOST_TEST(m.save(1, sections, {{"loss", "0.5"}}));
+  layers[2].setConstant(7);  // the background save copies the leaves before it returns
+  BOOST_TEST(m.save_async(2, sections));
+  layers[2].setConstant(-1);
+  m.wait();
+  const std::vector<std::string> names{"layers.0", "layers.1", "layers.2"};
+  const ckpt::checkpoint first = m.load(1), second = m.load(2);
+  BOOST_TEST(first.names() == names);
+  BOOST_TEST(first.metadata().at("loss") == "0.5");
+  BOOST_TEST(first.get("layers.2").as<float>()[1] == 2.0f);
+  BOOST_TEST(second.names() == names);
+  BOOST_TEST(second.get("layers.2").as<float>()[1] == 7.0f);
+}
+
 BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
   const temp_dir s(temp_dir::absent);
   ckpt::checkpoint_manager m(s.path(), {.save_interval_steps = 10});
@@ -81,11 +105,11 @@ BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
 // max_to_keep = 2, keep_every_n_steps = 40, keep the best 2 by min "val_loss".
 BOOST_AUTO_TEST_CASE(retention_rules_together) {
   const temp_dir s(temp_dir::absent);
-  const ckpt::checkpoint_manager_options options{.max_to_keep = 2,
+  const ckpt::checkpoint_manager::options options{.max_to_keep = 2,
                                                  .keep_every_n_steps = 40,
                                                  .keep_best = 2,
                                                  .best_metric = "val_loss",
-                                                 .best_mode = ckpt::metric_mode::min};
+                                                 .best_mode = ckpt::checkpoint_manager::metric_mode::min};
   {
     ckpt::checkpoint_manager m(s.path(), options);
     const std::vector<std::pair<std::int64_t, std::string>> saves = {
@@ -110,7 +134,7 @@ BOOST_AUTO_TEST_CASE(retention_rules_together) {
   BOOST_TEST(fs::exists(s.path() / "notes.txt"));
   BOOST_TEST(fs::exists(s.path() / "ckpt-7.safetensors"));
   {
-    ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .best_mode = ckpt::metric_mode::max});
+    ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .best_mode = ckpt::checkpoint_manager::metric_mode::max});
     m.save(130, {value(0)});
     BOOST_TEST(m.steps() == ints({130}));
   }
@@ -121,7 +145,7 @@ BOOST_AUTO_TEST_CASE(retention_rules_together) {
 BOOST_AUTO_TEST_CASE(keep_best_by_max) {
   const temp_dir s(temp_dir::absent);
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .keep_best = 1, .best_metric = "acc",
-                                        .best_mode = ckpt::metric_mode::max});
+                                        .best_mode = ckpt::checkpoint_manager::metric_mode::max});
   m.save(1, {value(0)}, {{"acc", "0.5"}});
   m.save(2, {value(0)}, {{"acc", "0.9"}});
   m.save(3, {value(0)}, {{"acc", "0.7"}});
@@ -258,7 +282,8 @@ BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
     ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 2, .save_interval_steps = 2});
     for (int i = 0; i < 5; ++i) {
       opt.update(p, g, st);
-      m.save_async(st.step, {ckpt::training_state(p, st)});
+      m.save_async(st.step,
+                   {{p, "model"}, {st.mu, "optim.mu"}, {st.nu, "optim.nu"}, {ckpt::of_int("optim.step", st.step)}});
     }
   }  // destruction waits
   linear q{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)};

@@ -51,7 +51,7 @@ bool same(const model& a, const model& b) { return a.w == b.w && a.b == b.b && a
 model restored(const ckpt::checkpoint& t) { return ckpt::to_params(t, model_at(0), {.prefix = "model"}); }
 
 void save_steps(const fs::path& folder, std::initializer_list<std::int64_t> steps,
-                ckpt::checkpoint_manager_options options = {.max_to_keep = 0}) {
+                ckpt::checkpoint_manager::options options = {.max_to_keep = 0}) {
   ckpt::checkpoint_manager m(folder, options);
   for (const std::int64_t step : steps) {
     const model x = model_at(step);
@@ -88,13 +88,13 @@ BOOST_AUTO_TEST_CASE(a_damaged_newest_step_is_set_aside_and_its_number_saved_aga
   flip(newest, header_end(newest) + 5);  // a byte of the data
   const std::string damaged_bytes = read_bytes(newest);
 
-  const ckpt::latest_checkpoint latest = m.load_latest();
+  const ckpt::checkpoint_manager::latest latest = m.load_latest();
   BOOST_TEST_REQUIRE(latest.has_value());
   BOOST_TEST(latest.step == 90);
   BOOST_TEST(same(restored(*latest), model_at(90)));
   BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
   BOOST_TEST(latest.skipped[0].step == 100);
-  BOOST_TEST((latest.skipped[0].state == ckpt::step_state::damaged));
+  BOOST_TEST((latest.skipped[0].state == ckpt::checkpoint_manager::step_state::damaged));
   BOOST_TEST(latest.skipped[0].path == fs::path(newest.string() + ".damaged"));
   BOOST_TEST(latest.skipped[0].reason.find("is corrupted") != std::string::npos);
   BOOST_TEST(read_bytes(latest.skipped[0].path) == damaged_bytes);  // moved, not changed
@@ -104,12 +104,12 @@ BOOST_AUTO_TEST_CASE(a_damaged_newest_step_is_set_aside_and_its_number_saved_aga
   const model x = model_at(100);
   BOOST_TEST(m.save(100, {{x, "model"}}));
   BOOST_TEST(same(restored(m.load(100)), model_at(100)));
-  const std::vector<ckpt::step_status> status = m.status();
+  const std::vector<ckpt::checkpoint_manager::step_status> status = m.status();
   BOOST_TEST_REQUIRE(status.size() == 4u);
-  BOOST_TEST((status[0].state == ckpt::step_state::unchecked));  // 80: never loaded
-  BOOST_TEST((status[1].state == ckpt::step_state::intact));     // 90: loaded
-  BOOST_TEST((status[2].step == 100 && status[2].state == ckpt::step_state::damaged));
-  BOOST_TEST((status[3].step == 100 && status[3].state == ckpt::step_state::intact));
+  BOOST_TEST((status[0].state == ckpt::checkpoint_manager::step_state::unchecked));  // 80: never loaded
+  BOOST_TEST((status[1].state == ckpt::checkpoint_manager::step_state::intact));     // 90: loaded
+  BOOST_TEST((status[2].step == 100 && status[2].state == ckpt::checkpoint_manager::step_state::damaged));
+  BOOST_TEST((status[3].step == 100 && status[3].state == ckpt::checkpoint_manager::step_state::intact));
 }
 
 BOOST_AUTO_TEST_CASE(every_kind_of_damage_falls_back_to_the_newest_intact_step) {
@@ -127,7 +127,7 @@ BOOST_AUTO_TEST_CASE(every_kind_of_damage_falls_back_to_the_newest_intact_step) 
       apply(s.path() / "ckpt-0000000003.safetensors");
       write_bytes(s.path() / ".ckpt-0000000004.safetensors.tmp-AbC123", "half a save");  // debris
       ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0});
-      const ckpt::latest_checkpoint latest = m.load_latest();
+      const ckpt::checkpoint_manager::latest latest = m.load_latest();
       BOOST_TEST(latest.step == 2);
       BOOST_TEST(same(restored(*latest), model_at(2)));
       BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
@@ -142,15 +142,15 @@ BOOST_AUTO_TEST_CASE(every_kind_of_damage_falls_back_to_the_newest_intact_step) 
 
 BOOST_AUTO_TEST_CASE(keep_best_opens_a_folder_with_a_broken_header) {
   const temp_dir s;
-  const ckpt::checkpoint_manager_options options{.max_to_keep = 1, .keep_best = 1, .best_metric = "loss"};
+  const ckpt::checkpoint_manager::options options{.max_to_keep = 1, .keep_best = 1, .best_metric = "loss"};
   save_steps(s.path(), {1, 2, 3}, {.max_to_keep = 0});
   flip(s.path() / "ckpt-0000000001.safetensors", 12);
   {
     ckpt::checkpoint_manager m(s.path(), options);  // does not throw
     BOOST_TEST(m.steps() == (std::vector<std::int64_t>{2, 3}));
-    const std::vector<ckpt::step_status> status = m.status();
+    const std::vector<ckpt::checkpoint_manager::step_status> status = m.status();
     BOOST_TEST_REQUIRE(status.size() == 3u);
-    BOOST_TEST((status[0].step == 1 && status[0].state == ckpt::step_state::damaged));
+    BOOST_TEST((status[0].step == 1 && status[0].state == ckpt::checkpoint_manager::step_state::damaged));
     BOOST_TEST(status[0].reason.find("ckpt-0000000001.safetensors") != std::string::npos);
     BOOST_TEST(fs::exists(s.path() / "ckpt-0000000001.safetensors.damaged"));
   }
@@ -160,8 +160,8 @@ BOOST_AUTO_TEST_CASE(keep_best_opens_a_folder_with_a_broken_header) {
     ckpt::checkpoint_manager again(s.path(), options);
     const model x = model_at(4);
     again.save(4, {{x, "model"}}, {{"loss", "50"}});
-    const std::vector<ckpt::step_status> later = again.status();
-    BOOST_TEST((later.front().step == 1 && later.front().state == ckpt::step_state::damaged));
+    const std::vector<ckpt::checkpoint_manager::step_status> later = again.status();
+    BOOST_TEST((later.front().step == 1 && later.front().state == ckpt::checkpoint_manager::step_state::damaged));
     BOOST_TEST(later.front().reason == "set aside as damaged by an earlier run");
   }
   BOOST_TEST(fs::exists(s.path() / "ckpt-0000000001.safetensors.damaged"));
@@ -173,7 +173,7 @@ BOOST_AUTO_TEST_CASE(a_read_only_manager_skips_damaged_steps_and_moves_nothing) 
   flip(s.path() / "ckpt-0000000002.safetensors", header_end(s.path() / "ckpt-0000000002.safetensors"));
   const std::vector<std::string> before = folder_listing(s.path());
   ckpt::checkpoint_manager reader(s.path(), {.read_only = true});
-  const ckpt::latest_checkpoint latest = reader.load_latest();
+  const ckpt::checkpoint_manager::latest latest = reader.load_latest();
   BOOST_TEST(latest.step == 1);
   BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
   BOOST_TEST(latest.skipped[0].path == s.path() / "ckpt-0000000002.safetensors");
@@ -188,9 +188,9 @@ BOOST_AUTO_TEST_CASE(a_step_both_a_file_and_an_mpi_folder_is_refused_by_name) {
   write_bytes(s.path() / "step-0000000002" / "model.safetensors.index.json", "{}");
   ckpt::checkpoint_manager reader(s.path(), {.read_only = true});
   BOOST_TEST(reader.steps() == (std::vector<std::int64_t>{1}));
-  const std::vector<ckpt::step_status> status = reader.status();
+  const std::vector<ckpt::checkpoint_manager::step_status> status = reader.status();
   BOOST_TEST_REQUIRE(status.size() == 2u);
-  BOOST_TEST((status[1].state == ckpt::step_state::damaged));
+  BOOST_TEST((status[1].state == ckpt::checkpoint_manager::step_state::damaged));
   BOOST_TEST(status[1].reason ==
              "step 2 is both the file 'ckpt-0000000002.safetensors' and the MPI step folder 'step-0000000002': remove "
              "or rename one of them");
@@ -276,7 +276,7 @@ BOOST_AUTO_TEST_CASE(corruption_campaign) {
       if (!damaged[step]) expected = step;
 
     ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0, .keep_best = static_cast<std::size_t>(round % 2), .best_metric = "loss"});
-    const ckpt::latest_checkpoint latest = m.load_latest();
+    const ckpt::checkpoint_manager::latest latest = m.load_latest();
     const bool right = expected < 0 ? !latest.has_value()
                                     : latest.step == expected &&
                                           ckpt::to_params(*latest, model_at(expected, 24 + 8 * (expected % 3)),

@@ -11,6 +11,7 @@
 #include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
+#include <ckpt/snapshot.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -106,8 +107,9 @@ BOOST_AUTO_TEST_CASE(control_resume_without_optimizer_state_differs) {
 
   run first_half;
   first_half.train_to(total / 2);
-  const ckpt::checkpoint saved = ckpt::concat(
-      {ckpt::training_state(first_half.params, first_half.state), ckpt::of_params(first_half.order.position(), "data")});
+  const ckpt::checkpoint saved = ckpt::snapshot_arena().snapshot(
+      {{first_half.params, "model"}, {first_half.state.mu, "optim.mu"}, {first_half.state.nu, "optim.nu"},
+       {ckpt::of_int("optim.step", first_half.state.step)}, {first_half.order.position(), "data"}});
 
   run resumed;
   resumed.restore(saved);

@@ -8,7 +8,10 @@
 #include <ckpt/ckpt.hpp>
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -156,6 +159,47 @@ BOOST_AUTO_TEST_CASE(every_form_of_the_call_picks_the_intended_save) {
   BOOST_TEST(ckpt::load(s.path() / "two.safetensors").names() == (std::vector<std::string>{"a", "b"}));
   // A string is not a section: `save(path, {m, "model"})` (one brace level) does not compile.
   static_assert(!std::is_constructible_v<ckpt::section, const char*>);
+}
+
+BOOST_AUTO_TEST_CASE(sections_built_at_run_time_are_any_contiguous_range) {
+  // A program that learns its sections at run time (a table per name, a section per layer) builds
+  // a std::vector of them: the file is the one the braced list writes.
+  const temp_dir s;
+  const model m = make_model(8);
+  const std::map<std::string, Eigen::VectorXd> tables{{"b", Eigen::VectorXd::Ones(3)}, {"a", Eigen::VectorXd::Zero(2)}};
+  std::vector<ckpt::section> sections{{m, "model"}};
+  for (const auto& [name, table] : tables) sections.emplace_back(table, "embed." + name);
+  sections.emplace_back(ckpt::of_int("step", 4));
+  ckpt::save(s.path() / "vector.safetensors", sections, {{"k", "v"}});
+  ckpt::save(s.path() / "list.safetensors",
+             {{m, "model"}, {tables.at("a"), "embed.a"}, {tables.at("b"), "embed.b"}, {ckpt::of_int("step", 4)}},
+             {{"k", "v"}});
+  BOOST_TEST((read_bytes(s.path() / "vector.safetensors") == read_bytes(s.path() / "list.safetensors")));
+  // Any contiguous range: an array, part of the vector.
+  const std::array<ckpt::section, 2> pair{ckpt::section(m.vec, "a"), ckpt::section(m.row, "b")};
+  ckpt::save(s.path() / "array.safetensors", pair);
+  BOOST_TEST(ckpt::load(s.path() / "array.safetensors").names() == (std::vector<std::string>{"a", "b"}));
+  ckpt::save(s.path() / "first.safetensors", std::span(sections).first(1));
+  ckpt::save(s.path() / "model.safetensors", {{m, "model"}});
+  BOOST_TEST((read_bytes(s.path() / "first.safetensors") == read_bytes(s.path() / "model.safetensors")));
+  // The names are checked across the range as across a list.
+  const std::vector<ckpt::section> twice{{m.vec, "a"}, {m.vec, "a"}};
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { ckpt::save(s.path() / "x.safetensors", twice); }) ==
+             "ckpt: save: two leaves are named 'a'");
+  BOOST_TEST(!fs::exists(s.path() / "x.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(the_save_of_a_checkpoint_is_the_one_section_case) {
+  // `save(path, t)` writes what the save of the one section {t} with t's metadata writes.
+  const temp_dir s;
+  const model m = make_model(8);
+  const ckpt::checkpoint t = ckpt::of_params(m, "model").with_metadata({{"k", "v"}});
+  ckpt::save(s.path() / "checkpoint.safetensors", t);
+  ckpt::save(s.path() / "section.safetensors", std::vector<ckpt::section>{t}, t.metadata());
+  BOOST_TEST((read_bytes(s.path() / "checkpoint.safetensors") == read_bytes(s.path() / "section.safetensors")));
+  ckpt::save(s.path() / "checkpoint.safetensors", t, {.digest = false});
+  ckpt::save(s.path() / "section.safetensors", {t}, t.metadata(), {.digest = false});
+  BOOST_TEST((read_bytes(s.path() / "checkpoint.safetensors") == read_bytes(s.path() / "section.safetensors")));
 }
 
 BOOST_AUTO_TEST_CASE(a_section_of_a_temporary_checkpoint_outlives_it) {

@@ -59,6 +59,11 @@ BOOST_AUTO_TEST_CASE(a_snapshot_holds_what_of_params_holds) {
   for (const auto& [name, x] : expected) BOOST_TEST((snap.get(name) == x), name);
   BOOST_TEST((snap.metadata() == ckpt::metadata_map{{"k", "v"}}));
   BOOST_TEST(same(ckpt::to_params(snap, make_layer(0), {.prefix = "model"}), live));
+  // The sections as a range built at run time: the same snapshot.
+  const std::vector<ckpt::section> sections{{live, "model"}, {ckpt::of_int("step", 3)}};
+  const ckpt::checkpoint from_vector = arena.snapshot(sections, {{"k", "v"}});
+  BOOST_TEST(from_vector.names() == expected.names(), boost::test_tools::per_element());
+  for (const auto& [name, x] : expected) BOOST_TEST((from_vector.get(name) == x), name);
 }
 
 BOOST_AUTO_TEST_CASE(a_large_snapshot_copied_on_several_threads_is_whole) {

@@ -114,8 +114,8 @@ void train(model& m, std::int64_t steps, const std::filesystem::path& folder,
 // file cut short by a full disk, a flipped bit) is set aside as `<file>.damaged` and reported;
 // the run goes on from the step before it, and saves the damaged step's number again.
 std::int64_t resume(ckpt::checkpoint_manager& manager, model& m, ckpt::adam_state<model>& state) {
-  const ckpt::latest_checkpoint latest = manager.load_latest();
-  for (const ckpt::step_status& skipped : latest.skipped)
+  const ckpt::checkpoint_manager::latest latest = manager.load_latest();
+  for (const ckpt::checkpoint_manager::step_status& skipped : latest.skipped)
     std::cerr << "step " << skipped.step << " is damaged (" << skipped.reason << "), set aside as "
               << skipped.path << '\n';
   if (!latest) return 0;  // nothing to resume: a fresh start
@@ -135,7 +135,7 @@ struct model_without_mean {
 void restore(const ckpt::checkpoint& t, model_without_mean& m, ckpt::adam_state<model_without_mean>& state) {
   // Strict, the default: throws std::invalid_argument and changes nothing, with "ckpt:
   // restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean'
-  // (restore_options{.strict = false} ignores them)". Missing entries join the same list.
+  // ({.strict = false} ignores them)". Missing entries join the same list.
   ckpt::restore_training_state(t, m, state);
 }
 
@@ -220,7 +220,7 @@ BOOST_AUTO_TEST_CASE(a_removed_field_is_refused_unless_the_restore_is_relaxed) {
   BOOST_CHECK_EXCEPTION(restore(latest, m, state), std::invalid_argument, [](const std::invalid_argument& e) {
     return std::string(e.what()) ==
            "ckpt: restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean' "
-           "(restore_options{.strict = false} ignores them)";
+           "({.strict = false} ignores them)";
   });
   BOOST_TEST(m.w.isZero());  // unchanged
   restore_without_the_mean(latest, m, state);

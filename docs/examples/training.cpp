@@ -28,7 +28,9 @@ struct mlp {
 // it depends on nothing but the parameters and the step.
 mlp gradients(const mlp& params, std::int64_t step) {
   const float s = std::sin(static_cast<float>(step));
-  return ckpt::map_leaves([s](const auto& x) { return (x.array() * 0.5f + s).matrix().eval(); }, params);
+  mlp grads = ckpt::zeros_like(params);
+  ckpt::zip_leaves([s](auto& g, const auto& x) { g = (x.array() * 0.5f + s).matrix(); }, grads, params);
+  return grads;
 }
 
 // [manager]
@@ -42,7 +44,10 @@ void train(mlp& params, std::int64_t steps, const std::filesystem::path& folder)
   while (state.step < steps) {
     opt.update(params, gradients(params, state.step), state);
     if (manager.should_save(state.step))  // a snapshot; the write runs in the background
-      manager.save_async(state.step, {ckpt::training_state(params, state)}, {{"lr", "0.01"}});
+      manager.save_async(state.step,
+                         {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
+                          {ckpt::of_int("optim.step", state.step)}},
+                         {{"lr", "0.01"}});
   }
   manager.wait();  // the last write is on disk, or its error is thrown here
 }

@@ -355,7 +355,9 @@ double gradient_check(const gpt2& model, const config& c, const std::vector<int>
   const auto norm = static_cast<float>(std::sqrt(norm2));
   const float eps = 1e-2f;
   auto moved = [&](float sign) {
-    return ckpt::map_leaves([&](const auto& p, const auto& g) { return (p + (sign * eps / norm) * g).eval(); }, model, grad);
+    gpt2 out = model;
+    ckpt::zip_leaves([&](auto& p, const auto& g) { p += (sign * eps / norm) * g; }, out, grad);
+    return out;
   };
   const double up = next_token_loss(forward(moved(1), c, ids), ids);
   const double down = next_token_loss(forward(moved(-1), c, ids), ids);

@@ -97,12 +97,12 @@ int run(options o) {
   }
 
   const ckpt::adam opt{.lr = o.lr};
-  ckpt::latest_checkpoint restored;
+  ckpt::checkpoint_manager::latest restored;
   if (o.resume) {
     // The newest step that loads: a damaged newer step is set aside (renamed, not deleted) and
     // the run goes on from the one before, which the same seed replays bit for bit.
     restored = manager.load_latest();
-    for (const ckpt::step_status& s : restored.skipped)
+    for (const ckpt::checkpoint_manager::step_status& s : restored.skipped)
       std::cout << "skipped damaged step " << s.step << " (set aside as " << s.path.filename().string()
                 << "): " << s.reason << '\n';
     if (!restored) std::cout << "no checkpoint in " << o.ckpt_dir.string() << ": starting fresh\n";
@@ -142,11 +142,11 @@ int run(options o) {
   // snapshot the manager reuses (save_async, which returns at once). The last step and a
   // preemption are saved whatever --save-every says (force).
   auto save = [&](bool in_background, float loss) {
-    const std::initializer_list<ckpt::section> sections = {{params, "model"},
-                                                           {state.mu, "optim.mu"},
-                                                           {state.nu, "optim.nu"},
-                                                           {ckpt::of_int("optim.step", state.step)},
-                                                           {order.position(), "data"}};
+    const std::vector<ckpt::section> sections{{params, "model"},
+                                              {state.mu, "optim.mu"},
+                                              {state.nu, "optim.nu"},
+                                              {ckpt::of_int("optim.step", state.step)},
+                                              {order.position(), "data"}};
     return in_background ? manager.save_async(state.step, sections, metadata(loss))
                          : manager.save(state.step, sections, metadata(loss), /*force=*/true);
   };

@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace {
 
@@ -82,6 +83,11 @@ void continue_run(options& o, const ckpt::checkpoint& restored) {
   if (auto it = meta.find("hidden"); it != meta.end()) o.hidden = number<int>("hidden", it->second);
 }
 
+// The training state as the four sections restore_training_state reads (ckpt/adam.hpp).
+std::vector<ckpt::section> training_sections(const mlp& params, const ckpt::adam_state<mlp>& state) {
+  return {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"}, {ckpt::of_int("optim.step", state.step)}};
+}
+
 ckpt::metadata_map run_metadata(const options& o, float loss) {
   return ckpt::metadata_map{{"loss", exact(loss)},
                             {"seed", std::to_string(o.seed)},
@@ -117,9 +123,9 @@ start start_of(options& o) {
 }
 
 // Says (on rank 0) which damaged steps the resume skipped: the run goes on from an older step.
-void report_skipped(int rank, const ckpt::latest_checkpoint& restored) {
+void report_skipped(int rank, const ckpt::mpi::checkpoint_manager::latest& restored) {
   if (rank == 0)
-    for (const ckpt::step_status& s : restored.skipped)
+    for (const ckpt::mpi::checkpoint_manager::step_status& s : restored.skipped)
       std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
 }
 
@@ -130,12 +136,14 @@ int run_sharded(MPI_Comm comm, options o) {
   // only to find the newest step that loads (setting damaged newer ones aside, as the replicated
   // run does) and closed before training.
   std::optional<std::int64_t> latest;
-  ckpt::latest_checkpoint restored;
+  ckpt::mpi::checkpoint_manager::latest restored;
+  std::filesystem::path last_step;  // the folder of the newest step, restored or saved
   {
     ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = 0});  // keeps every step
     latest = manager.latest_step();
     if (refuse_to_overwrite(o, latest, rank)) return 2;
     if (latest) restored = manager.load_latest();
+    if (restored) last_step = manager.path_of(restored.step);
   }
   report_skipped(rank, restored);
   if (restored) continue_run(o, *restored);
@@ -164,10 +172,10 @@ int run_sharded(MPI_Comm comm, options o) {
                   static_cast<long long>(o.steps), static_cast<double>(loss), ranks);
       std::fflush(stdout);
     }
-    if (step % o.save_every == 0 && step != o.steps) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
+    if (step % o.save_every == 0 && step != o.steps) last_step = optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
   }
-  if (optimizer.steps() > first || !restored) optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
-  if (rank == 0) report_end(o.params_out, params, data, ckpt::mpi::step_folder(o.ckpt_dir, optimizer.steps()));
+  if (optimizer.steps() > first || !restored) last_step = optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
+  if (rank == 0) report_end(o.params_out, params, data, last_step);
   return 0;
 }
 
@@ -177,7 +185,7 @@ int run(MPI_Comm comm, options o) {
   ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every});
   const std::optional<std::int64_t> latest = manager.latest_step();
   if (refuse_to_overwrite(o, latest, rank)) return 2;
-  ckpt::latest_checkpoint restored;
+  ckpt::mpi::checkpoint_manager::latest restored;
   if (o.resume) {
     // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
     restored = manager.load_latest();
@@ -204,10 +212,10 @@ int run(MPI_Comm comm, options o) {
     // Every rank offers the whole replicated state; ckpt::mpi writes each entry once (rank 0, in
     // the background while training goes on; the next save or wait() commits it).
     if (manager.should_save(state.step) && state.step != o.steps)
-      manager.save_async(state.step, {ckpt::training_state(params, state)}, metadata(loss));
+      manager.save_async(state.step, training_sections(params, state), metadata(loss));
   }
   if (state.step > first || !manager.latest_step())
-    manager.save(state.step, {ckpt::training_state(params, state)}, metadata(loss), /*force=*/true);
+    manager.save(state.step, training_sections(params, state), metadata(loss), /*force=*/true);
   manager.wait();
   if (rank == 0) report_end(o.params_out, params, data, manager.path_of(state.step));
   return 0;

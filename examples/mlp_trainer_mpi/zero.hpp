@@ -13,10 +13,11 @@
 // falls in a packet or in the tail of its array, which differs between a whole column-major
 // matrix and a C-order slice: the example is built with EIGEN_FAST_MATH=0 (examples/CMakeLists.txt).
 //
-// Checkpoints hold whole tensors under the names `ckpt::training_state` gives them
-// (`model.l1.w`, `optim.mu.l1.w`, ..., `optim.step`): the moments are saved as slices with
-// ckpt::mpi::save_sliced and read back as another rank count's slices with ckpt::mpi::read_flat,
-// and the files are those of the replicated run (either mode resumes the other's steps).
+// Checkpoints hold whole tensors under the names of the training state's sections, which
+// `ckpt::restore_training_state` reads (`model.l1.w`, `optim.mu.l1.w`, ..., `optim.step`): the
+// moments are saved as slices with ckpt::mpi::save_sliced and read back as another rank count's
+// slices with ckpt::mpi::read_flat, and the files are those of the replicated run (either mode
+// resumes the other's steps).
 
 #include "data_parallel.hpp"
 
@@ -116,8 +117,9 @@ class zero_optimizer {
   }
 
   // Saves step steps() collectively: the parameters whole (written once, by rank 0), the
-  // moments as this rank's slices, and the step.
-  void save(const std::filesystem::path& folder, const mlp& params, const ckpt::metadata_map& metadata) const {
+  // moments as this rank's slices, and the step. Returns the step's folder.
+  std::filesystem::path save(const std::filesystem::path& folder, const mlp& params,
+                             const ckpt::metadata_map& metadata) const {
     std::vector<ckpt::mpi::slice> slices;
     for_each_tensor(params, [&](int i, const auto& x) {
       const auto first = first_[static_cast<std::size_t>(i)];
@@ -126,12 +128,12 @@ class zero_optimizer {
       slices.push_back(ckpt::mpi::slice::flat(std::string("optim.nu.") + leaf_names[static_cast<std::size_t>(i)],
                                               shape_of(x), first, part(state_.nu.values, i)));
     });
-    ckpt::mpi::save_sliced(comm_, folder, state_.step, slices, {{params, "model"}, {ckpt::of_int("optim.step", state_.step)}},
+    return ckpt::mpi::save_sliced(comm_, folder, state_.step, slices, {{params, "model"}, {ckpt::of_int("optim.step", state_.step)}},
                            metadata, {.digest = true});
   }
 
   // Restores the parameters whole and this rank's slices of the moments from a step saved on any
-  // number of ranks, sliced or not (the entries `ckpt::training_state` names).
+  // number of ranks, sliced or not (the entries of the training state's sections).
   void restore(const ckpt::checkpoint& t, mlp& params) {
     ckpt::read_params(t, params, {.prefix = "model"});
     for (int i = 0; i < 4; ++i) {

@@ -1,28 +1,30 @@
 #pragma once
 /// \file
 /// `ckpt::adam`: the Adam optimizer (with optional AdamW decoupled weight decay) over any named
-/// parameter structure, and one-call helpers that put the whole training state into a
-/// checkpoint and take it back out, under the section names of Raven's `Kaun.Checkpoint`:
+/// parameter structure, and `restore_training_state`, which takes the whole training state back
+/// out of a checkpoint saved as four sections under the names of Raven's `Kaun.Checkpoint`:
 ///
-/// | entries        | holds                                                   |
-/// |----------------|---------------------------------------------------------|
-/// | `model.*`      | the parameters                                          |
-/// | `optim.mu.*`   | Adam's first moments of the trained leaves              |
-/// | `optim.nu.*`   | Adam's second moments of the trained leaves             |
-/// | `optim.step`   | the number of updates done (see `training_state`)       |
+/// | section                                    | holds                                        |
+/// |--------------------------------------------|----------------------------------------------|
+/// | `{params, "model"}`                        | the parameters                               |
+/// | `{state.mu, "optim.mu"}`                   | Adam's first moments of the trained leaves   |
+/// | `{state.nu, "optim.nu"}`                   | Adam's second moments of the trained leaves  |
+/// | `{ckpt::of_int("optim.step", state.step)}` | the number of updates done                   |
 ///
 /// \code
 /// ckpt::adam opt{.lr = 1e-2};
 /// auto state = opt.init(params);
 /// for (...) { mlp grads = backward(params, batch); opt.update(params, grads, state); }
-/// ckpt::save("ckpt.safetensors", ckpt::training_state(params, state));
+/// ckpt::save("ckpt.safetensors", {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
+///                                 {ckpt::of_int("optim.step", state.step)}});
 /// ...
 /// ckpt::restore_training_state(ckpt::load("ckpt.safetensors"), params, state);  // strict
 /// \endcode
 ///
-/// The restore is strict by default: an entry of these sections that the parameters do not name
-/// (a field removed from the model) is an error, listed with every other missing or left-over
-/// entry in one message; `restore_options{.strict = false}` ignores such entries.
+/// The same sections go to `checkpoint_manager::save_async` and `ckpt::mpi::save`. The restore is
+/// strict by default: an entry of these sections that the parameters do not name (a field removed
+/// from the model) is an error, listed with every other missing or left-over entry in one
+/// message; `{.strict = false}` ignores such entries.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/leaf.hpp>
@@ -46,25 +48,30 @@
 
 namespace ckpt {
 
-/// Adam's moment estimates for parameters of type `P`: `values` is shaped like the parameters,
-/// but only the leaves Adam trains hold moments, and only they are named (an `adam_moments` is
-/// a named structure: `of_params(state.mu, "optim.mu")` names `optim.mu.l1.w`, never a frozen
-/// leaf, an integer or a random engine). The other leaves of `values` are left empty (dynamic
-/// Eigen leaves of size 0) and are never read.
+namespace detail {
+
+// adam_state<P>::moments (see there).
 template <class P>
 struct adam_moments {
-  /// The moments, at the paths of the parameters they belong to.
   P values;
 };
+
+}  // namespace detail
 
 /// Adam's state for parameters of type `P`: the first and second moment estimates of the
 /// trained leaves, and the number of updates done so far.
 template <class P>
 struct adam_state {
+  /// Adam's moment estimates for parameters of type `P`: `values` is shaped like the parameters,
+  /// but only the leaves Adam trains hold moments, and only they are named (`moments` is a named
+  /// structure, a section of its own: `{state.mu, "optim.mu"}` names `optim.mu.l1.w`, never a
+  /// frozen leaf, an integer or a random engine). The other leaves of `values` are left empty
+  /// (dynamic Eigen leaves of size 0) and are never read.
+  using moments = detail::adam_moments<P>;
   /// First moments (running mean of the gradients).
-  adam_moments<P> mu;
+  moments mu;
   /// Second moments (running mean of the squared gradients).
-  adam_moments<P> nu;
+  moments nu;
   /// Updates done so far; the next update is number `step + 1`.
   std::int64_t step = 0;
 };
@@ -237,9 +244,9 @@ inline constexpr std::string_view step_entry_name = "optim.step";
 
 }  // namespace detail
 
-/// `adam_moments` names the leaves Adam trains, at the paths of their parameters.
+/// `adam_state<P>::moments` names the leaves Adam trains, at the paths of their parameters.
 template <class P>
-struct leaf_subset<adam_moments<P>> {
+struct leaf_subset<detail::adam_moments<P>> {
   /// The moments.
   /// \throws nothing
   static auto& inner(auto& self) noexcept { return self.values; }
@@ -290,7 +297,7 @@ struct adam {
   /// \throws std::bad_alloc; whatever copying `params` throws.
   template <class P>
   [[nodiscard]] adam_state<P> init(const P& params) const {
-    adam_moments<P> zero = detail::moments_like(params);
+    typename adam_state<P>::moments zero = detail::moments_like(params);
     for_each_leaf([](std::string_view, auto& x) { detail::set_leaf_zero(x); }, zero);
     return {zero, zero, 0};
   }
@@ -310,8 +317,8 @@ struct adam {
     if (state.step < 0 || state.step == std::numeric_limits<std::int64_t>::max())
       throw std::invalid_argument("ckpt: adam: invalid step count " + std::to_string(state.step));
     // Over the trained leaves only: the moments hold nothing for the others.
-    adam_moments<P>& mu = state.mu;
-    adam_moments<P>& nu = state.nu;
+    typename adam_state<P>::moments& mu = state.mu;
+    typename adam_state<P>::moments& nu = state.nu;
     for_each_leaf([](std::string_view name, const auto& m, const auto& p, const auto& g, const auto& v) {
                     if constexpr (detail::may_train<std::remove_cvref_t<decltype(p)>>())
                       detail::check_adam_leaf(name, p, g, m, v);
@@ -344,52 +351,44 @@ struct adam {
   }
 };
 
-/// The whole training state as one checkpoint: `params` under `model.*`, `state.mu` under
-/// `optim.mu.*`, `state.nu` under `optim.nu.*` and `state.step` at `optim.step` (through
-/// `of_int`: I32 up to 2^31 − 1, as Raven's `Kaun.Checkpoint` writes it, I64 beyond). The entries are snapshots:
-/// training may change `params` and `state` as soon as this returns.
-/// \throws std::invalid_argument if leaf names are invalid (see `of_params`) or the step is
-/// negative.
-template <class P>
-[[nodiscard]] checkpoint training_state(const P& params, const adam_state<P>& state) {
-  return concat({of_params(params, "model"), of_params(state.mu, "optim.mu"),
-                 of_params(state.nu, "optim.nu"), of_int(detail::step_entry_name, state.step)});
-}
-
-/// Options of `restore_training_state`.
-struct restore_options {
-  /// Strict, the default (as PyTorch's `load_state_dict`): every entry under `model`,
-  /// `optim.mu`, `optim.nu` and `optim.step` must be read by a leaf of the parameters or of the
-  /// moments, or be the step; an entry left over (a field removed from the model, a leaf now
-  /// frozen whose moments were saved) is an error. Not strict, such entries are ignored. A
-  /// missing entry is an error either way.
-  bool strict = true;
-};
-
-/// Reads back what `training_state` (or the save of the same sections) wrote: replaces `params`,
-/// `state.mu`, `state.nu` and `state.step` with the entries of `t`. `params` is the template for
+/// Reads back the training state saved as the four sections `{params, "model"}`,
+/// `{state.mu, "optim.mu"}`, `{state.nu, "optim.nu"}` and `{ckpt::of_int("optim.step", state.step)}`
+/// (see the file's notes): replaces `params`, `state.mu`, `state.nu` and `state.step` with the
+/// entries of `t`. `params` is the template for
 /// all three structures (names, shapes and dtypes; `state`'s old contents are not consulted, so a
 /// default-constructed `state` will do). Entries outside the four sections (`data.*`, `ema.*`)
 /// are left for other reads. Everything is checked before anything changes: on an error
 /// `params` and `state` are as they were.
 ///
-/// By default the restore is strict: the error lists, sorted and counted, every missing entry and
-/// every entry under the four sections that nothing reads, e.g. `ckpt: restore_training_state:
-/// strict extraction: 1 entry missing: 'model.b'; 3 entries not in the template: 'model.x',
-/// 'optim.mu.x', 'optim.nu.x' (restore_options{.strict = false} ignores them)`.
-/// `{.strict = false}` ignores the entries nothing reads.
-/// \throws std::invalid_argument if an entry is missing or has another shape or dtype than its
-/// leaf in `params`, if (strict) entries under the four sections are not read, or if
-/// `optim.step` is malformed or negative (the messages name the entries).
+/// `options` are `to_params`'s, with `strict` on by default (as PyTorch's `load_state_dict`):
+/// every entry under `model`, `optim.mu`, `optim.nu` and `optim.step` must be read by a leaf of
+/// the parameters or of the moments, or be the step, and the error lists, sorted and counted,
+/// every missing entry and every entry that nothing reads (a field removed from the model, a leaf
+/// now frozen whose moments were saved), e.g. `ckpt: restore_training_state: strict extraction:
+/// 1 entry missing: 'model.b'; 3 entries not in the template: 'model.x', 'optim.mu.x',
+/// 'optim.nu.x' ({.strict = false} ignores them)`. `{.strict = false}` ignores the entries
+/// nothing reads; a missing entry is an error either way. `cast` converts entries of another
+/// dtype and `function` names the caller in the messages, as for `to_params`; `prefix` is not
+/// used (the four sections are fixed) and must be empty. Options given replace the default whole:
+/// `{.cast = true, .strict = true}` casts and stays strict, `{.cast = true}` alone is not strict.
+/// \throws std::invalid_argument if an entry is missing or has another shape, or another dtype
+/// than its leaf in `params` without `options.cast`, if (strict) entries under the four sections
+/// are not read, if `optim.step` is malformed or negative (the messages name the entries), or if
+/// `options.prefix` is not empty.
 /// \throws ckpt::io_error, ckpt::format_error as `read_params`.
 template <class P>
-void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state, restore_options options = {}) {
+void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state,
+                            const extract_options& options = {.strict = true}) {
   static_assert(named<P>, "ckpt: restore_training_state needs a named structure of parameters");
   // The moments are extracted into copies of the parameters (`state` may hold nothing yet); all
   // the leaves of the three sections and the step are checked in one pass before any is read.
-  constexpr std::string_view function = "restore_training_state";
-  adam_moments<P> mu = detail::moments_like(params);
-  adam_moments<P> nu = mu;  // not a second copy of the parameters: frozen leaves are empty here
+  const std::string_view function = options.function.empty() ? "restore_training_state" : options.function;
+  if (!options.prefix.empty())
+    throw std::invalid_argument("ckpt: " + std::string(function) + ": the sections are model, optim.mu, optim.nu "
+                                "and optim.step; extract_options::prefix ('" + std::string(options.prefix) +
+                                "') is not used");
+  typename adam_state<P>::moments mu = detail::moments_like(params);
+  typename adam_state<P>::moments nu = mu;  // not a second copy of the parameters: frozen leaves are empty here
   std::vector<detail::leaf_read> leaves;
   leaves.reserve(t.size());
   detail::add_leaf_reads(leaves, params, "model");
@@ -398,13 +397,13 @@ void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state
   static constexpr std::string_view sections[] = {"model", "optim.mu", "optim.nu", "optim.step"};
   static constexpr std::string_view step_entry[] = {detail::step_entry_name};
   const std::vector<const tensor*> entries =
-      detail::check_extraction(t, leaves, {.strict = options.strict}, function,
+      detail::check_extraction(t, leaves, options, function,
                                {.prefixes = sections,
                                 .read_by_caller = step_entry,
-                                .relax_hint = "restore_options{.strict = false} ignores them"});
+                                .relax_hint = "{.strict = false} ignores them"});
   const std::int64_t step = to_int(step_entry[0], t);
   if (step < 0)
-    throw std::invalid_argument("ckpt: restore_training_state: entry '" + std::string(step_entry[0]) +
+    throw std::invalid_argument("ckpt: " + std::string(function) + ": entry '" + std::string(step_entry[0]) +
                                 "' holds the negative step " + std::to_string(step));
   detail::read_entries(leaves, entries);
   state.mu = std::move(mu);

@@ -15,7 +15,7 @@
 /// - ckpt/section.hpp     section and save(path, {sections}): live structures, no snapshot
 /// - ckpt/snapshot.hpp    snapshots of live structures into reused memory (for async saves)
 /// - ckpt/view.hpp        zero-copy Eigen views of entries
-/// - ckpt/leafwise.hpp    leaf-by-leaf operations over structures (map, zip, zeros_like)
+/// - ckpt/leafwise.hpp    leaf-by-leaf operations for an optimizer of your own (zeros_like, zip_leaves)
 /// - ckpt/adam.hpp        the Adam optimizer and its training-state sections
 /// - ckpt/manager.hpp     a folder of step-numbered checkpoints for training loops
 /// - ckpt/sharded.hpp     Hugging Face sharded checkpoints (index + shards)

@@ -96,6 +96,9 @@ struct load_options {
 /// only, under `ckpt.xxh3_64_per_mib` (per MiB, as the C_i) or `ckpt.xxh3_64` (the whole section
 /// at once): recognized, not verified (`load` keeps them as metadata without checking them, `save`
 /// drops them, `ckpt verify` reports such a file as checked for its format only).
+///
+/// It is the one-section case of the save of sections (ckpt/section.hpp), through the same
+/// writer: `save(path, {t}, t.metadata(), options)`.
 /// \throws io_error on an I/O error (the message names the file and the system error).
 /// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes, or a
 /// metadata entry would read as a damaged digest entry (see "The digest" above).

@@ -1,16 +1,20 @@
 #pragma once
 /// \file
 /// Leaf-wise operations over named structures (aggregates, arrays, vectors, string maps,
-/// `ckpt::ptree`, `ckpt::fields` types): map one structure into a new one, zip several of the
-/// same shape, build a zero structure, and view an Eigen leaf as a flat array so that an update
-/// is one vectorised Eigen expression per leaf.
+/// `ckpt::ptree`, `ckpt::fields` types), what an optimizer of your own needs beside `ckpt::adam`:
+/// a zero structure of the parameters' shape (gradients, moments) and an update of several
+/// structures of the same shape, leaf by leaf, in place.
 ///
 /// \code
 /// struct linear { Eigen::MatrixXf w; Eigen::VectorXf b; };
-/// linear grads = ckpt::zeros_like(params);
+/// linear grads = ckpt::zeros_like(params), velocity = ckpt::zeros_like(params);
 /// ckpt::zip_leaves([](auto& p, const auto& g) { p -= 0.1f * g; }, params, grads);  // SGD
-/// linear twice = ckpt::map_leaves([](const auto& p) { return (2 * p).eval(); }, params);
+/// ckpt::zip_leaves([](auto& p, auto& v, const auto& g) { v = 0.9f * v + g; p -= 0.1f * v; },
+///                  params, velocity, grads);                                      // with momentum
 /// \endcode
+///
+/// To save such an optimizer's state with the parameters, give its structures sections of their
+/// own: `ckpt::save(path, {{params, "model"}, {velocity, "optim.velocity"}})`.
 ///
 /// `for_each_leaf` (named.hpp) is the primitive: the functions here are thin layers over it and
 /// share its shape checks (same vector lengths, map keys, ptree kinds). Leaf extents are not
@@ -67,21 +71,19 @@ void set_leaf_zero(L& x) {
   }
 }
 
-}  // namespace detail
-
-/// True for a leaf that `flat_array` can view: an Eigen matrix, array or tensor, or an
-/// arithmetic scalar.
+// True for a leaf that `flat_array` can view: an Eigen matrix, array or tensor, or an
+// arithmetic scalar.
 template <class L>
-concept flat_leaf = detail::is_eigen_dense_v<std::remove_cv_t<L>> ||
-                    detail::is_eigen_tensor_v<std::remove_cv_t<L>> ||
+concept flat_leaf = is_eigen_dense_v<std::remove_cv_t<L>> ||
+                    is_eigen_tensor_v<std::remove_cv_t<L>> ||
                     std::is_arithmetic_v<std::remove_cv_t<L>>;
 
-/// The storage of the Eigen leaf `x` as a flat column array
-/// (`Eigen::Map<Eigen::Array<Scalar, Dynamic, 1>>`, const if `x` is), in storage order; for a
-/// scalar `x`, a map of one element (`Eigen::Map<Eigen::Array<Scalar, 1, 1>>`).
-/// Element-wise expressions over leaves of the same type line up element by element whatever
-/// the storage order, which is what an optimizer update needs.
-/// \throws nothing
+// The storage of the Eigen leaf `x` as a flat column array
+// (`Eigen::Map<Eigen::Array<Scalar, Dynamic, 1>>`, const if `x` is), in storage order; for a
+// scalar `x`, a map of one element (`Eigen::Map<Eigen::Array<Scalar, 1, 1>>`).
+// Element-wise expressions over leaves of the same type line up element by element whatever
+// the storage order, which is what an optimizer update needs.
+// \throws nothing
 template <flat_leaf L>
 [[nodiscard]] auto flat_array(L& x) noexcept {
   using plain = std::remove_cv_t<L>;
@@ -97,28 +99,30 @@ template <flat_leaf L>
   }
 }
 
-/// A new structure like `s` whose every leaf is `f(leaf, leaves...)`, the leaves being those
-/// of `s` and of `rest` (structures of `s`'s shape) at the same path. `f` returns something
-/// assignable to the leaf (the leaf type itself, or an Eigen expression evaluating to it).
-/// With one structure it is a map; with several, a zip into a new structure:
-/// `map_leaves([](const auto& a, const auto& b) { return (a + b).eval(); }, x, y)`.
-/// \throws std::invalid_argument if the structures' shapes differ (the message names the path);
-/// whatever `f` or copying `s` throws.
+// A new structure like `s` whose every leaf is `f(leaf, leaves...)`, the leaves being those
+// of `s` and of `rest` (structures of `s`'s shape) at the same path. `f` returns something
+// assignable to the leaf (the leaf type itself, or an Eigen expression evaluating to it).
+// With one structure it is a map; with several, a zip into a new structure:
+// `map_leaves([](const auto& a, const auto& b) { return (a + b).eval(); }, x, y)`.
+// \throws std::invalid_argument if the structures' shapes differ (the message names the path);
+// whatever `f` or copying `s` throws.
 template <class S, class... Rest, class F>
 [[nodiscard]] S map_leaves(F&& f, const S& s, const Rest&... rest) {
   static_assert(named<S>, "ckpt: map_leaves needs a named structure or a leaf");
   // The result gets its structure (vector lengths, map keys, ptree nodes) without copying the
   // leaves' values; each leaf is then assigned once.
-  S out = detail::unfilled_structure(s);
+  S out = unfilled_structure(s);
   for_each_leaf([&f](std::string_view, auto& o, const auto& x, const auto&... xs) { o = f(x, xs...); },
                 out, s, rest...);
   return out;
 }
 
+}  // namespace detail
+
 /// Calls `f(leaf_a, leaf_b, leaves...)` for every leaf of `a` with the leaves of `b` and `rest`
 /// at the same path, in place: leaves are passed by reference (const where the structure is),
 /// so `f` updates them, e.g. `zip_leaves([](auto& p, const auto& g) { p -= lr * g; }, p, g)`.
-/// To build a new structure instead, use `map_leaves` with several structures.
+/// To build a new structure, copy one (or start from `zeros_like`) and update the copy.
 /// \throws std::invalid_argument if the structures' shapes differ (the message names the path);
 /// whatever `f` throws.
 template <class A, class B, class... Rest, class F>

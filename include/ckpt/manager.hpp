@@ -20,6 +20,10 @@
 /// are never touched; leftover temporaries of an interrupted save of its own checkpoints
 /// (`.ckpt-<step>.safetensors.tmp-XXXXXX`) are ignored and removed when the manager opens. A step
 /// found damaged is set aside as `<its name>.damaged` (`.damaged-2`, ... if taken), never deleted.
+///
+/// The manager's types are its members, the same in both managers (`ckpt::checkpoint_manager` and
+/// `ckpt::mpi::checkpoint_manager`): `options` (the constructor's), `metric_mode` (of keep-best),
+/// `latest` (what `load_latest` returns), and `step_status` and `step_state` (a row of `status()`).
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
@@ -32,107 +36,23 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace ckpt {
 
-/// Whether a smaller or a larger metric is better for keep-best retention.
-enum class metric_mode {
-  min,  ///< smaller is better (a loss)
-  max,  ///< larger is better (an accuracy)
-};
-
-/// Options of `checkpoint_manager`. A checkpoint is kept if any rule keeps it: it is among the
-/// newest `max_to_keep`, its step is a multiple of `keep_every_n_steps`, or it is among the
-/// `keep_best` best by `best_metric`. Everything else of the manager's own is deleted after each
-/// save. The newest checkpoint is always kept. Before a save writes, the checkpoints it will
-/// delete give their pages back to the kernel's cache (they stay whole until deleted), so that
-/// the new file reuses that memory instead of growing the page cache by a checkpoint.
-struct checkpoint_manager_options {
-  /// Keep the newest N checkpoints; 0 keeps every checkpoint (no deletion at all).
-  std::size_t max_to_keep = 5;
-  /// Also keep, forever, every checkpoint whose step is a multiple of N; 0 disables the rule.
-  std::int64_t keep_every_n_steps = 0;
-  /// `should_save(step)` is true when `step` is a multiple of this (must be at least 1), and
-  /// `save`/`save_async` skip other steps unless forced.
-  std::int64_t save_interval_steps = 1;
-  /// Also keep the `keep_best` checkpoints with the best value of the metadata entry
-  /// `best_metric` (parsed as a number; checkpoints without it do not compete); 0 disables.
-  std::size_t keep_best = 0;
-  /// The metadata key of the metric for `keep_best` (say "val_loss").
-  std::string best_metric{};
-  /// Whether smaller or larger metric values are better.
-  metric_mode best_mode = metric_mode::min;
-  /// Store the digest of each checkpoint file (`ckpt::save_options::digest`), which `load`
-  /// and `load_latest` verify.
-  bool digest = true;
-  /// Open the folder for reading only, as an evaluation job opens a training run's folder: no
-  /// lock is taken (a trainer may be writing into the folder, and the folder may belong to
-  /// another user), the folder is not created, leftovers are not cleaned up and nothing is ever
-  /// deleted; `save` and `save_async` throw. The steps are those committed when the manager was
-  /// opened. A step deleted afterwards by the writer's retention rules fails to load with an
-  /// error naming its file. A read-only `ckpt::checkpoint_manager` also reads the folder of an
-  /// MPI job (`ckpt::mpi::checkpoint_manager`'s committed step folders), in a process without
-  /// MPI. The retention options are not used.
-  bool read_only = false;
-};
-
-/// What a manager knows of one step of its folder (see `checkpoint_manager_base::status`).
-enum class step_state {
-  unchecked,  ///< listed, not loaded by this manager yet
-  intact,     ///< loaded by this manager: the format's rules held, and the digest if it was checked
-  damaged,    ///< could not be loaded (unreadable, malformed, corrupted); set aside, no longer a step
-};
-
-/// One step of a manager's folder and its state.
-struct step_status {
-  /// The step.
-  std::int64_t step = 0;
-  /// Its state.
-  step_state state = step_state::unchecked;
-  /// Its checkpoint: the file (or MPI step folder) of a step, or, for a damaged step, where it is
-  /// now (the name it was set aside under, if the manager set it aside).
-  std::filesystem::path path;
-  /// Why it is damaged: the message of the error that loading it gave; for a step set aside by an
-  /// earlier run, a sentence saying so. Empty for the other states.
-  std::string reason;
-};
-
-/// What `checkpoint_manager_base::load_latest` restored: the newest intact step's checkpoint, if
-/// there is one, and the newer steps it skipped because they were damaged. It reads like a
-/// `std::optional<checkpoint>` (`if (auto latest = manager.load_latest()) ... *latest ...`).
-struct latest_checkpoint {
-  /// The checkpoint of `step`, or nothing if no step could be loaded.
-  std::optional<checkpoint> data;
-  /// The step loaded, or -1.
-  std::int64_t step = -1;
-  /// The steps newer than `step` that were found damaged and set aside, newest first, each with
-  /// its reason. A caller that resumes should report them: the run goes on from an older step.
-  std::vector<step_status> skipped;
-
-  /// True if a step was loaded.
-  /// \throws nothing
-  [[nodiscard]] bool has_value() const noexcept { return data.has_value(); }
-  /// \copydoc has_value
-  explicit operator bool() const noexcept { return data.has_value(); }
-  /// The checkpoint.
-  /// \throws std::bad_optional_access if no step was loaded.
-  [[nodiscard]] const checkpoint& operator*() const { return data.value(); }
-  /// \copydoc operator*
-  [[nodiscard]] const checkpoint* operator->() const { return &data.value(); }
-};
-
 namespace detail {
-class manager_state;  // src/manager_core.hpp
-}  // namespace detail
 
-/// The members and rules of both managers, `ckpt::checkpoint_manager` (one process, a file per
-/// step) and `ckpt::mpi::checkpoint_manager` (the ranks of an MPI job, a folder of shards per
-/// step): numbered steps of one training run in a folder, kept by the retention rules of
-/// `checkpoint_manager_options`. In the MPI manager, every member but `folder`, `options`,
-/// `should_save`, `path_of`, `steps` and `latest_step` is collective: call it on every rank, in
-/// the same order, with the same step; its errors are thrown on every rank alike.
+class manager_state;  // src/manager_core.hpp
+
+/// The members, member types and rules of both managers, `ckpt::checkpoint_manager` (one process,
+/// a file per step) and `ckpt::mpi::checkpoint_manager` (the ranks of an MPI job, a folder of
+/// shards per step); not a name of the API: reach everything here through either manager
+/// (`ckpt::checkpoint_manager::options`, `manager.load_latest()`). Numbered steps of one training
+/// run in a folder, kept by the retention rules of `options`. In the MPI manager, every member
+/// but `folder`, `should_save`, `path_of`, `steps` and `latest_step` is collective: call it on
+/// every rank, in the same order, with the same step; its errors are thrown on every rank alike.
 ///
 /// **Saving a step again.** A saved step is never rewritten: `save` and `save_async` refuse a
 /// step that is not newer than `latest_step()`. So a reader (a tool listing the folder, another
@@ -167,12 +87,96 @@ class manager_state;  // src/manager_core.hpp
 /// Not thread-safe: use one manager from one thread (its background write is its own business).
 class checkpoint_manager_base {
  public:
+  /// Whether a smaller or a larger metric is better for keep-best retention.
+  enum class metric_mode {
+    min,  ///< smaller is better (a loss)
+    max,  ///< larger is better (an accuracy)
+  };
+
+  /// Options of a manager (`ckpt::checkpoint_manager::options`, the same type as
+  /// `ckpt::mpi::checkpoint_manager::options`). A checkpoint is kept if any rule keeps it: it is among the
+  /// newest `max_to_keep`, its step is a multiple of `keep_every_n_steps`, or it is among the
+  /// `keep_best` best by `best_metric`. Everything else of the manager's own is deleted after each
+  /// save. The newest checkpoint is always kept. Before a save writes, the checkpoints it will
+  /// delete give their pages back to the kernel's cache (they stay whole until deleted), so that
+  /// the new file reuses that memory instead of growing the page cache by a checkpoint.
+  struct options {
+    /// Keep the newest N checkpoints; 0 keeps every checkpoint (no deletion at all).
+    std::size_t max_to_keep = 5;
+    /// Also keep, forever, every checkpoint whose step is a multiple of N; 0 disables the rule.
+    std::int64_t keep_every_n_steps = 0;
+    /// `should_save(step)` is true when `step` is a multiple of this (must be at least 1), and
+    /// `save`/`save_async` skip other steps unless forced.
+    std::int64_t save_interval_steps = 1;
+    /// Also keep the `keep_best` checkpoints with the best value of the metadata entry
+    /// `best_metric` (parsed as a number; checkpoints without it do not compete); 0 disables.
+    std::size_t keep_best = 0;
+    /// The metadata key of the metric for `keep_best` (say "val_loss").
+    std::string best_metric{};
+    /// Whether smaller or larger metric values are better.
+    metric_mode best_mode = metric_mode::min;
+    /// Store the digest of each checkpoint file (`ckpt::save_options::digest`), which `load`
+    /// and `load_latest` verify.
+    bool digest = true;
+    /// Open the folder for reading only, as an evaluation job opens a training run's folder: no
+    /// lock is taken (a trainer may be writing into the folder, and the folder may belong to
+    /// another user), the folder is not created, leftovers are not cleaned up and nothing is ever
+    /// deleted; `save` and `save_async` throw. The steps are those committed when the manager was
+    /// opened. A step deleted afterwards by the writer's retention rules fails to load with an
+    /// error naming its file. A read-only `ckpt::checkpoint_manager` also reads the folder of an
+    /// MPI job (`ckpt::mpi::checkpoint_manager`'s committed step folders), in a process without
+    /// MPI. The retention options are not used.
+    bool read_only = false;
+  };
+
+  /// What a manager knows of one step of its folder (see `status()`).
+  enum class step_state {
+    unchecked,  ///< listed, not loaded by this manager yet
+    intact,     ///< loaded by this manager: the format's rules held, and the digest if it was checked
+    damaged,    ///< could not be loaded (unreadable, malformed, corrupted); set aside, no longer a step
+  };
+
+  /// One step of a manager's folder and its state.
+  struct step_status {
+    /// The step.
+    std::int64_t step = 0;
+    /// Its state.
+    step_state state = step_state::unchecked;
+    /// Its checkpoint: the file (or MPI step folder) of a step, or, for a damaged step, where it is
+    /// now (the name it was set aside under, if the manager set it aside).
+    std::filesystem::path path;
+    /// Why it is damaged: the message of the error that loading it gave; for a step set aside by an
+    /// earlier run, a sentence saying so. Empty for the other states.
+    std::string reason;
+  };
+
+  /// What `load_latest()` restored: the newest intact step's checkpoint, if
+  /// there is one, and the newer steps it skipped because they were damaged. It reads like a
+  /// `std::optional<checkpoint>` (`if (auto latest = manager.load_latest()) ... *latest ...`).
+  struct latest {
+    /// The checkpoint of `step`, or nothing if no step could be loaded.
+    std::optional<checkpoint> data;
+    /// The step loaded, or -1.
+    std::int64_t step = -1;
+    /// The steps newer than `step` that were found damaged and set aside, newest first, each with
+    /// its reason. A caller that resumes should report them: the run goes on from an older step.
+    std::vector<step_status> skipped;
+
+    /// True if a step was loaded.
+    /// \throws nothing
+    [[nodiscard]] bool has_value() const noexcept { return data.has_value(); }
+    /// \copydoc has_value
+    explicit operator bool() const noexcept { return data.has_value(); }
+    /// The checkpoint.
+    /// \throws std::bad_optional_access if no step was loaded.
+    [[nodiscard]] const checkpoint& operator*() const { return data.value(); }
+    /// \copydoc operator*
+    [[nodiscard]] const checkpoint* operator->() const { return &data.value(); }
+  };
+
   /// The folder.
   /// \throws nothing
   [[nodiscard]] const std::filesystem::path& folder() const noexcept;
-  /// The options.
-  /// \throws nothing
-  [[nodiscard]] const checkpoint_manager_options& options() const noexcept;
   /// Where `step` is saved: `<folder>/ckpt-<step, 10 digits>.safetensors` for
   /// `ckpt::checkpoint_manager`, the folder `<folder>/step-<step, 10 digits>` for
   /// `ckpt::mpi::checkpoint_manager`.
@@ -187,11 +191,11 @@ class checkpoint_manager_base {
   /// `__metadata__` made of `metadata` (rank 0's in the MPI manager), then the manager's `step`
   /// (decimal) and `wall_time` (UTC, ISO 8601 with milliseconds) entries, and the file's digest
   /// (`ckpt.xxh3_64_file`) unless the `digest` option is off. A checkpoint is a section too (its
-  /// entries; its own metadata are not written: pass them in `metadata`):
+  /// entries; its own metadata are not written: pass them in `metadata`). The sections are a
+  /// braced list, or any contiguous range of them built at run time (a `std::vector<section>`):
   /// \code
   /// manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
   ///                     {ckpt::of_int("optim.step", state.step)}}, {{"loss", "0.25"}});
-  /// manager.save(step, {ckpt::training_state(params, state)});  // the same entries, through a copy
   /// \endcode
   /// In the MPI manager, each rank passes what it holds, and an entry held by several ranks is
   /// written once (see `ckpt::mpi::save`). The leaves must not change during the call.
@@ -208,8 +212,13 @@ class checkpoint_manager_base {
   /// name is empty, `__metadata__` or appears twice (MPI: `collective_error` naming the rank).
   /// \throws io_error (MPI: `collective_error`) if writing or deleting an old step fails (the new
   /// step is either whole or absent); also a pending error of an earlier `save_async`.
-  bool save(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+  bool save(std::int64_t step, std::span<const section> sections, const metadata_map& metadata = {},
             bool force = false);
+  /// \copydoc save(std::int64_t, std::span<const section>, const metadata_map&, bool)
+  bool save(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+            bool force = false) {
+    return save(step, std::span<const section>(sections.begin(), sections.size()), metadata, force);
+  }
 
   /// As `save`, but returns once the leaves are copied and writes on a background thread; the
   /// step is committed by the next call (see the class notes), where an error of this write
@@ -221,8 +230,13 @@ class checkpoint_manager_base {
   /// whose entries are all written by a lower rank copies nothing.)
   /// \return true if a write was started.
   /// \throws as `save` for the argument checks and the previous write's error.
-  bool save_async(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+  bool save_async(std::int64_t step, std::span<const section> sections, const metadata_map& metadata = {},
                   bool force = false);
+  /// \copydoc save_async(std::int64_t, std::span<const section>, const metadata_map&, bool)
+  bool save_async(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata = {},
+                  bool force = false) {
+    return save_async(step, std::span<const section>(sections.begin(), sections.size()), metadata, force);
+  }
 
   /// Blocks until a background write, if any, is on disk, and commits it.
   /// \throws the background write's error (io_error, std::bad_alloc...; MPI: `collective_error`),
@@ -242,28 +256,28 @@ class checkpoint_manager_base {
   /// \throws std::bad_alloc
   [[nodiscard]] std::vector<step_status> status() const;
   /// `step`'s checkpoint (its metadata include `step` and `wall_time`), its digest verified if
-  /// it has one and `options.verify_digest` is set. If the step is damaged (see the class notes),
+  /// it has one and `opts.verify_digest` is set. If the step is damaged (see the class notes),
   /// it is set aside as `load_latest` does, and the error is thrown.
   /// \throws std::invalid_argument if there is no checkpoint for `step`.
   /// \throws io_error, format_error, integrity_error as `ckpt::load` (MPI: `collective_error` as
   /// `ckpt::mpi::load`); io_error if a damaged step cannot be renamed; a pending background error.
-  [[nodiscard]] checkpoint load(std::int64_t step, const load_options& options = {});
-  /// The newest step that loads (its digest verified as `options` says), and the newer steps that
+  [[nodiscard]] checkpoint load(std::int64_t step, const load_options& opts = {});
+  /// The newest step that loads (its digest verified as `opts` says), and the newer steps that
   /// did not, set aside (see the class notes): a damaged step never blocks a resume. Empty if no
   /// step loads (`skipped` then lists every step tried).
   /// \code
   /// if (auto latest = manager.load_latest()) {
-  ///   for (const ckpt::step_status& s : latest.skipped) log("skipped step", s.step, s.reason);
+  ///   for (const ckpt::checkpoint_manager::step_status& s : latest.skipped) log("skipped step", s.step, s.reason);
   ///   ckpt::restore_training_state(*latest, params, state);
   /// }
   /// \endcode
   /// \throws io_error if a damaged step cannot be renamed, or the load failed for want of a
   /// resource (see the class notes); std::bad_alloc; a pending background error.
-  [[nodiscard]] latest_checkpoint load_latest(const load_options& options = {});
+  [[nodiscard]] latest load_latest(const load_options& opts = {});
 
  protected:
   /// \throws nothing
-  explicit checkpoint_manager_base(std::unique_ptr<detail::manager_state> state) noexcept;
+  explicit checkpoint_manager_base(std::unique_ptr<manager_state> state) noexcept;
   /// Commits a background save (an error is written to stderr) and releases the folder.
   /// \throws nothing
   ~checkpoint_manager_base();
@@ -278,17 +292,21 @@ class checkpoint_manager_base {
   checkpoint_manager_base& operator=(checkpoint_manager_base&& other) noexcept;
 
  private:
-  std::unique_ptr<detail::manager_state> state_;
+  std::unique_ptr<manager_state> state_;
 };
 
-/// Numbered checkpoints of one training run in a folder, written by this process: the members
-/// and rules of `checkpoint_manager_base`.
+}  // namespace detail
+
+/// Numbered checkpoints of one training run in a folder, written by this process: the members,
+/// member types (`options`, `latest`, `metric_mode`, `step_state`, `step_status`) and rules
+/// documented in ckpt/manager.hpp (`detail::checkpoint_manager_base`, which
+/// `ckpt::mpi::checkpoint_manager` shares).
 ///
 /// Only one manager may write a folder at a time: the constructor takes an advisory lock
 /// (`flock` on `<folder>/.ckpt-manager.lock`) held until destruction, so a second manager on
 /// the same folder, in another process or in this one, is refused with `lock_error` instead of
 /// two writers deleting each other's files.
-class checkpoint_manager : public checkpoint_manager_base {
+class checkpoint_manager : public detail::checkpoint_manager_base {
  public:
   /// Opens (creating it and its parents if needed) `folder` for writing, takes its lock, lists
   /// the checkpoints already there and removes leftover temporaries of interrupted saves.
@@ -298,7 +316,7 @@ class checkpoint_manager : public checkpoint_manager_base {
   /// \throws io_error if the folder or lock file cannot be created or listed.
   /// A checkpoint whose header cannot be read when keep-best needs its metric is damaged: it is
   /// set aside (see "Damaged steps"), not an error.
-  explicit checkpoint_manager(std::filesystem::path folder, checkpoint_manager_options options = {});
+  explicit checkpoint_manager(std::filesystem::path folder, options opts = {});
 };
 
 }  // namespace ckpt

@@ -7,8 +7,8 @@
 ///
 /// \code
 /// // data parallel: every rank holds the whole (replicated) state; each entry is written once
-/// ckpt::mpi::save(MPI_COMM_WORLD, "runs/a", step, ckpt::training_state(params, state));
-/// // any number of ranks later:
+/// ckpt::mpi::save(MPI_COMM_WORLD, "runs/a", step, {{params, "model"}, {state.mu, "optim.mu"},
+///                 {state.nu, "optim.nu"}, {ckpt::of_int("optim.step", state.step)}});
 /// // any number of ranks later (or a ckpt::mpi::checkpoint_manager, which finds the steps):
 /// const ckpt::checkpoint t = ckpt::mpi::load(MPI_COMM_WORLD, "runs/a", step);
 /// ckpt::restore_training_state(t, params, state);   // or to_params(t, like, {.prefix = ...})
@@ -52,9 +52,6 @@
 
 namespace ckpt::mpi {
 
-/// The index file of a step folder, whose presence commits the step.
-inline constexpr std::string_view index_file_name = "model.safetensors.index.json";
-
 /// A collective operation failed on some rank; every rank of the communicator throws this, with
 /// the same message: `ckpt: mpi::<operation> of step <s> in '<folder>' failed on rank <r> of
 /// <n>: <that rank's error message>` (the lowest failing rank if several failed). On the rank
@@ -78,12 +75,10 @@ class collective_error : public error {
   std::string cause_;
 };
 
-/// The folder of `step` in `folder`: `<folder>/step-<step, zero-padded to 10 digits>`.
-/// \throws std::invalid_argument if `step` is negative.
-[[nodiscard]] std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step);
-
-/// Saves step `step` collectively: `local` is what this rank holds (its model-parallel part, or
-/// the whole replicated state in data parallelism, or a mix).
+/// Saves step `step` collectively: `local` is what this rank holds, as the sections of
+/// `ckpt::save(path, {sections})` (its model-parallel part, or the whole replicated state in data
+/// parallelism, or a mix): a braced list, or any contiguous range of sections built at run time.
+/// The leaves must not change during the call.
 ///
 /// 1. The ranks exchange the names, dtypes and shapes of their entries (one `MPI_Allgatherv` of
 ///    a few bytes per entry; no tensor data crosses the network). An entry held by several ranks
@@ -94,8 +89,8 @@ class collective_error : public error {
 /// 3. One `MPI_Allreduce` confirms that every shard is durable. Then rank 0 writes the index the
 ///    same atomic way, and that commits the step; a second `MPI_Allreduce` tells the ranks.
 ///
-/// Every shard's `__metadata__` is rank 0's: `local`'s metadata, then `step` (decimal); `load`
-/// gives them back. `options` are `ckpt::save`'s, for each rank's shard: `digest` stores each
+/// Every shard's `__metadata__` is rank 0's: `metadata`, then `step` (decimal); `load` gives
+/// them back. `options` are `ckpt::save`'s, for each rank's shard: `digest` stores each
 /// shard's digest (which `load` verifies), `progress` reports that rank's shard.
 ///
 /// If anything fails on any rank (disk full, an exception), every rank throws, each rank removes
@@ -107,9 +102,17 @@ class collective_error : public error {
 ///   if the step is already committed (a committed step is never rewritten in place, so that
 ///   readers never see it change), or if ranks hold an entry with different dtypes or shapes
 ///   (the message names the entry and both ranks' dtype and shape).
-/// \throws collective_error on every rank if a rank failed (an I/O error, an exception).
+/// \throws collective_error on every rank if a rank failed (an I/O error, an exception; a leaf
+///   name of `local` that is empty, `__metadata__` or given twice).
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                           const checkpoint& local, const ckpt::save_options& options = {});
+                           std::span<const section> local, const metadata_map& metadata = {},
+                           const ckpt::save_options& options = {});
+/// \copydoc save(MPI_Comm, const std::filesystem::path&, std::int64_t, std::span<const section>, const metadata_map&, const ckpt::save_options&)
+inline std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                                  std::initializer_list<section> local, const metadata_map& metadata = {},
+                                  const ckpt::save_options& options = {}) {
+  return save(comm, folder, step, std::span<const section>(local.begin(), local.size()), metadata, options);
+}
 
 /// A piece of one global tensor that this rank holds (ZeRO/FSDP's flat partition, or a
 /// tensor-parallel block of rows), for `save_sliced`: elements [first(), first() + count()) of
@@ -166,8 +169,9 @@ class slice {
 };
 
 /// Saves step `step` collectively as one file of whole tensors written by all ranks at once:
-/// the global tensors of which the ranks hold `slices`, and the entries of `whole` (replicated
-/// or not, as for `save`: each written once, by the lowest rank holding it). The step folder
+/// the global tensors of which the ranks hold `slices`, and the entries of the sections `whole`
+/// (a braced list or a range, as for `save`; replicated or not: each written once, by the lowest
+/// rank holding it). The step folder
 /// holds one shard, `model-00001-of-00001.safetensors`, and the index, so it loads as any step
 /// (`load`, the single-process `ckpt::load`, the `ckpt` tool): the shard is byte for byte the file
 /// `ckpt::save` writes of the same whole tensors and metadata.
@@ -192,8 +196,15 @@ class slice {
 /// \throws collective_error on every rank if a rank failed (an I/O error, an exception); the
 ///   step is then not committed and no file of it is left.
 std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                                  std::span<const slice> slices, std::initializer_list<section> whole = {},
+                                  std::span<const slice> slices, std::span<const section> whole = {},
                                   const metadata_map& metadata = {}, const ckpt::save_options& options = {});
+/// \copydoc save_sliced(MPI_Comm, const std::filesystem::path&, std::int64_t, std::span<const slice>, std::span<const section>, const metadata_map&, const ckpt::save_options&)
+inline std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                                         std::span<const slice> slices, std::initializer_list<section> whole,
+                                         const metadata_map& metadata = {}, const ckpt::save_options& options = {}) {
+  return save_sliced(comm, folder, step, slices, std::span<const section>(whole.begin(), whole.size()), metadata,
+                     options);
+}
 
 namespace detail {
 // The part of entry `name` of `t` holding elements [first, first + numel(shape)), as a tensor of
@@ -245,11 +256,11 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 [[nodiscard]] checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                               const load_options& options = {});
 
-/// Numbered steps of one MPI training job in a folder: the members and rules of
-/// `ckpt::checkpoint_manager_base`, shared with the single-process `ckpt::checkpoint_manager` (the
-/// same `checkpoint_manager_options`, retention decision and checks), each step saved in
-/// `ckpt::mpi::save`'s layout. Every member but `folder`, `options`, `should_save`, `path_of`,
-/// `steps` and `latest_step` is collective: call it on every rank, in the same order, with the
+/// Numbered steps of one MPI training job in a folder: the members, member types and rules of the
+/// single-process `ckpt::checkpoint_manager` (ckpt/manager.hpp; the same base class, so the same
+/// `options`, `latest`, `step_status`, retention decision and checks), each step saved in
+/// `ckpt::mpi::save`'s layout. Every member but `folder`, `should_save`, `path_of`, `steps` and
+/// `latest_step` is collective: call it on every rank, in the same order, with the
 /// same step (the rest only reads the state every rank keeps alike).
 ///
 /// Rank 0 takes the advisory lock `<folder>/.ckpt-mpi-manager.lock` (refusing a second manager
@@ -272,7 +283,7 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// error to stderr), then frees the manager's duplicated communicator (`MPI_Comm_free`,
 /// collective); after `MPI_Finalize` it does neither, and a background step stays uncommitted
 /// (the next manager removes it).
-class checkpoint_manager : public checkpoint_manager_base {
+class checkpoint_manager : public ckpt::detail::checkpoint_manager_base {
  public:
   /// Opens `folder` (created if needed) for the ranks of `comm` (duplicated, so the manager's
   /// messages never mix with the caller's). Collective.
@@ -280,7 +291,7 @@ class checkpoint_manager : public checkpoint_manager_base {
   ///   single-process manager).
   /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder
   ///   (the cause names the lock file if another manager holds it).
-  checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager_options options = {});
+  checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, options opts = {});
 };
 
 }  // namespace ckpt::mpi

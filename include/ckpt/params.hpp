@@ -18,7 +18,7 @@
 
 namespace ckpt {
 
-/// Options of `to_params` and `read_params`.
+/// Options of `to_params`, `read_params` and `restore_training_state` (strict by default there).
 struct extract_options {
   /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf).
   std::string_view prefix = {};

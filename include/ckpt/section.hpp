@@ -4,7 +4,9 @@
 /// written without first snapshotting them into a checkpoint, so that a trainer does not need
 /// twice its memory to save:
 /// `save(path, {{params, "model"}, {state.mu, "optim.mu"}, {ckpt::of_int("optim.step", step)}})`.
-/// `save(path, checkpoint)` (ckpt/file.hpp, Raven's `Kaun.Checkpoint.save`) is its one-section case.
+/// The sections are a braced list, or any contiguous range of them (a `std::vector<section>`
+/// built at run time). `save(path, checkpoint)` (ckpt/file.hpp, Raven's `Kaun.Checkpoint.save`)
+/// is its one-section case: it writes the checkpoint as one section, with its metadata.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/live_source.hpp>
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <initializer_list>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -27,7 +30,7 @@ class section;
 namespace detail {
 // The entries of `sections` in name order, after checking their names (none empty, none
 // `__metadata__`, no two equal). `function` names the caller in the error messages.
-std::vector<const entry_source*> ordered_entries(std::initializer_list<section> sections, std::string_view function);
+std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function);
 }  // namespace detail
 
 /// One part of a file written by `save(path, {sections})`: the leaves of a named structure under
@@ -58,10 +61,8 @@ class section {
   }
 
  private:
-  friend std::vector<const detail::entry_source*> detail::ordered_entries(std::initializer_list<section>,
+  friend std::vector<const detail::entry_source*> detail::ordered_entries(std::span<const section>,
                                                                           std::string_view);
-  friend void save(const std::filesystem::path&, std::initializer_list<section>, const metadata_map&,
-                   const save_options&);
   std::vector<detail::entry_source> entries_;
 };
 
@@ -72,9 +73,20 @@ class section {
 /// `save(path, concat({of_params(...)...}).with_metadata(metadata))` would write.
 /// The leaves must not change during the call. `options.digest` stores the digest of the file
 /// (header and data), hashed as the bytes go out (see `save`).
+/// The sections are a braced list or a contiguous range built at run time:
+/// \code
+/// std::vector<ckpt::section> sections{{params, "model"}};
+/// for (const auto& [name, table] : embeddings) sections.emplace_back(table, "embed." + name);
+/// ckpt::save(path, sections);
+/// \endcode
 /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted).
 /// \throws io_error on an I/O error.
-void save(const std::filesystem::path& path, std::initializer_list<section> sections,
-          const metadata_map& metadata = {}, const save_options& options = {});
+void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata = {},
+          const save_options& options = {});
+/// \copydoc save(const std::filesystem::path&, std::span<const section>, const metadata_map&, const save_options&)
+inline void save(const std::filesystem::path& path, std::initializer_list<section> sections,
+                 const metadata_map& metadata = {}, const save_options& options = {}) {
+  save(path, std::span<const section>(sections.begin(), sections.size()), metadata, options);
+}
 
 }  // namespace ckpt

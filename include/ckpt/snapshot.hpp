@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace ckpt {
@@ -33,13 +34,18 @@ class snapshot_arena {
 
   /// A checkpoint holding a copy of every leaf of `sections`, in C order (column-major leaves are
   /// reordered as they are copied), with `metadata`. The leaves are only read, and may change as
-  /// soon as this returns. A snapshot of 128 MiB or more is copied on up to four threads (runs of
-  /// whole leaves), since one core does not use all of the memory bandwidth.
+  /// soon as this returns. The sections are a braced list or a contiguous range (as for `save`).
+  /// A snapshot of 128 MiB or more is copied on up to four threads (runs of whole leaves), since
+  /// one core does not use all of the memory bandwidth.
   /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted),
   /// before anything is copied.
   /// \throws std::bad_alloc if a new buffer cannot be allocated (where no copying thread can be
   /// started, the copy runs on this one).
-  [[nodiscard]] checkpoint snapshot(std::initializer_list<section> sections, const metadata_map& metadata = {});
+  [[nodiscard]] checkpoint snapshot(std::span<const section> sections, const metadata_map& metadata = {});
+  /// \copydoc snapshot(std::span<const section>, const metadata_map&)
+  [[nodiscard]] checkpoint snapshot(std::initializer_list<section> sections, const metadata_map& metadata = {}) {
+    return snapshot(std::span<const section>(sections.begin(), sections.size()), metadata);
+  }
 
   /// The bytes of the buffers the arena holds, in use by snapshots or free.
   /// \throws nothing

@@ -26,18 +26,14 @@ using step_map = ckpt::detail::manager_core::step_map;
 // The core's steps and damaged steps, as rank 0 shares them.
 struct shared_steps {
   step_map steps;
-  std::vector<step_status> damaged;
+  std::vector<ckpt::detail::step_status> damaged;
 };
-
-static_assert(index_file_name == ckpt::detail::mpi_step_index,
-              "ckpt: the index of an MPI step folder is named in src/manager_core.hpp too (a read-only "
-              "checkpoint_manager reads these folders): change both");
 
 // A folder of shards per step, committed by its index, written by the ranks together.
 class mpi_state final : public ckpt::detail::manager_state {
  public:
-  mpi_state(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager_options options)
-      : manager_state(std::string(who), std::move(folder), std::move(options)) {
+  mpi_state(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts)
+      : manager_state(std::string(who), std::move(folder), std::move(opts)) {
     MPI_Comm_dup(comm, &comm_);
   }
   ~mpi_state() override {
@@ -53,7 +49,7 @@ class mpi_state final : public ckpt::detail::manager_state {
 
   [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const override {
     core.check_not_negative(step);
-    return step_folder(core.folder(), step);
+    return detail::step_folder(core.folder(), step);
   }
 
   // Collective: waits for this rank's background write and commits the step on every rank.
@@ -90,7 +86,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   // Collective.
-  void save_now(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata) override {
+  void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
     const detail::step_plan plan = plan_of(step, sections, metadata, "save");
     release_pages_of_dropped(plan);
     std::exception_ptr local_error;
@@ -103,7 +99,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   // Collective (the plan); the write is this rank's own.
-  void save_in_background(std::int64_t step, std::initializer_list<section> sections,
+  void save_in_background(std::int64_t step, std::span<const section> sections,
                           const metadata_map& metadata) override {
     pending_ = plan_of(step, sections, metadata, "save_async");
     release_pages_of_dropped(pending_);
@@ -115,7 +111,8 @@ class mpi_state final : public ckpt::detail::manager_state {
     // A failure to copy is this rank's failure of the write, reported at the commit on every rank.
     try {
       background.start([plan = &pending_, snapshot = arena.snapshot(sections), digest = core.options().digest] {
-        detail::write_shard(*plan, {snapshot}, {.digest = digest});
+        const section whole(snapshot);
+        detail::write_shard(*plan, {&whole, 1}, {.digest = digest});
       });
     } catch (...) {
       background.finish(std::current_exception());
@@ -128,7 +125,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   // Collective: rank 0 sets the step folder aside, every rank learns of it.
-  step_status set_aside(std::int64_t step, const std::string& reason) override {
+  ckpt::detail::step_status set_aside(std::int64_t step, const std::string& reason) override {
     on_rank_0_then_share([&] { set_aside_on_rank_0(step, reason); }, "load");
     return core.damaged().back();
   }
@@ -156,7 +153,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     ckpt::detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
       std::error_code ignored;
       if (ckpt::detail::step_in_name(name, detail::step_prefix) && std::filesystem::is_directory(path, ignored) &&
-          !std::filesystem::exists(path / index_file_name, ignored))
+          !std::filesystem::exists(path / detail::index_file_name, ignored))
         debris.push_back(path);
     });
     std::error_code ec;
@@ -164,7 +161,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     note_set_aside();
     // Only the headers are needed for the metrics.
     const auto unreadable = core.add_existing(detail::committed_steps(core.folder()), [this](std::int64_t step) {
-      return ckpt::detail::load_sharded(path_of(step) / index_file_name, {.verify_digest = false}).metadata();
+      return ckpt::detail::load_sharded(path_of(step) / detail::index_file_name, {.verify_digest = false}).metadata();
     });
     for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);
     // Finishes the retention of a job that died between a commit and its deletions, so that
@@ -190,7 +187,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   void retain() {
     for (const std::int64_t step : core.to_drop()) {
       const std::filesystem::path dir = path_of(step);
-      const std::filesystem::path index = dir / index_file_name;
+      const std::filesystem::path index = dir / detail::index_file_name;
       std::error_code ec;
       if (!std::filesystem::remove(index, ec) && ec) throw io_error(index, "remove", ec);
       core.forget(step);
@@ -240,7 +237,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   // The step's plan, named after the calling member.
-  detail::step_plan plan_of(std::int64_t step, std::initializer_list<section> sections, const metadata_map& metadata,
+  detail::step_plan plan_of(std::int64_t step, std::span<const section> sections, const metadata_map& metadata,
                             std::string_view member) {
     return detail::plan_step(comm_, core.folder(), step, sections, metadata, "checkpoint_manager::" + std::string(member));
   }
@@ -251,15 +248,15 @@ class mpi_state final : public ckpt::detail::manager_state {
   detail::step_plan pending_;
 };
 
-std::unique_ptr<mpi_state> opened(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager_options options) {
-  auto state = std::make_unique<mpi_state>(comm, std::move(folder), std::move(options));
+std::unique_ptr<mpi_state> opened(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts) {
+  auto state = std::make_unique<mpi_state>(comm, std::move(folder), std::move(opts));
   state->open();
   return state;
 }
 
 }  // namespace
 
-checkpoint_manager::checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager_options options)
-    : checkpoint_manager_base(opened(comm, std::move(folder), std::move(options))) {}
+checkpoint_manager::checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts)
+    : ckpt::detail::checkpoint_manager_base(opened(comm, std::move(folder), std::move(opts))) {}
 
 }  // namespace ckpt::mpi

@@ -285,7 +285,7 @@ std::int64_t first_of_rows(const checkpoint& t, std::string_view name, std::int6
 }  // namespace detail
 
 std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                                  std::span<const slice> slices, std::initializer_list<section> whole,
+                                  std::span<const slice> slices, std::span<const section> whole,
                                   const metadata_map& metadata, const save_options& options) {
   const int rank = detail::rank_of(comm);
   const int size = detail::size_of(comm);

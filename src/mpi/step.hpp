@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
-#include <initializer_list>
+#include <span>
 #include <set>
 #include <string>
 #include <string_view>
@@ -28,6 +28,15 @@ namespace ckpt::mpi::detail {
 // (ckpt::detail::step_name / step_in_name, src/manager_core.hpp, which a read-only
 // ckpt::checkpoint_manager uses to read these folders too).
 inline constexpr std::string_view step_prefix = ckpt::detail::mpi_step_prefix;
+
+// The index file of a step folder, whose presence commits the step (named in
+// src/manager_core.hpp, which a read-only ckpt::checkpoint_manager reads too).
+inline constexpr std::string_view index_file_name = ckpt::detail::mpi_step_index;
+
+// The folder of `step` in `folder`: `<folder>/step-<step, zero-padded to 10 digits>` (what
+// `ckpt::mpi::save` returns and `ckpt::mpi::checkpoint_manager::path_of` gives).
+// \throws std::invalid_argument if `step` is negative.
+[[nodiscard]] std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step);
 
 // A step being saved, the same on every rank but for `shard` and `mine`.
 struct step_plan {
@@ -55,13 +64,13 @@ struct step_plan {
 // is committed already, or ranks hold an entry with different dtypes or shapes.
 // \throws collective_error on every rank if a rank could not describe its entries.
 [[nodiscard]] step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                                  std::initializer_list<section> sections, const metadata_map& metadata,
+                                  std::span<const section> sections, const metadata_map& metadata,
                                   std::string_view function);
 
 // Local: writes this rank's shard (the entries of `sections` it writes), atomically; nothing if
 // it writes none. `sections` must hold the entries `plan_step` saw (the live ones or a snapshot).
 // \throws io_error, std::bad_alloc...
-void write_shard(const step_plan& plan, std::initializer_list<section> sections, const save_options& options);
+void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options);
 
 // Collective: agrees that every rank's shard is durable (`local_error` is this rank's failure to
 // write it), then rank 0 writes the index, which commits the step. If anything failed on any

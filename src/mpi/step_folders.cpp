@@ -27,7 +27,9 @@ namespace ckpt::mpi {
 namespace {
 
 using detail::describe_entry;
+using detail::index_file_name;
 using detail::shard_name;
+using detail::step_folder;
 using detail::step_prefix;
 
 
@@ -45,12 +47,12 @@ void undo(MPI_Comm comm, const detail::step_plan& plan) {
 
 }  // namespace
 
+namespace detail {
+
 std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step) {
   if (step < 0) throw std::invalid_argument("ckpt: mpi: negative step " + std::to_string(step));
   return folder / ckpt::detail::step_name(step_prefix, step);
 }
-
-namespace detail {
 
 std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
                                      std::int64_t step, const metadata_map& metadata, std::string_view function,
@@ -101,7 +103,7 @@ std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::
 }
 
 step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                    std::initializer_list<section> sections, const metadata_map& metadata, std::string_view function) {
+                    std::span<const section> sections, const metadata_map& metadata, std::string_view function) {
   const int size = size_of(comm);
   step_plan plan;
   const std::vector<holding> all =
@@ -144,7 +146,7 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
   return plan;
 }
 
-void write_shard(const step_plan& plan, std::initializer_list<section> sections, const save_options& options) {
+void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options) {
   std::error_code ec;
   std::filesystem::create_directories(plan.dir, ec);
   if (ec) throw io_error(plan.dir, "create the folder", ec);
@@ -209,12 +211,12 @@ std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
 }  // namespace detail
 
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                           const checkpoint& local, const save_options& options) {
+                           std::span<const section> local, const metadata_map& metadata, const save_options& options) {
   // Rank 0's metadata count.
-  const detail::step_plan plan = detail::plan_step(comm, folder, step, {local}, local.metadata(), "save");
+  const detail::step_plan plan = detail::plan_step(comm, folder, step, local, metadata, "save");
   std::exception_ptr local_error;
   try {
-    detail::write_shard(plan, {local}, options);
+    detail::write_shard(plan, local, options);
   } catch (...) {
     local_error = std::current_exception();
   }

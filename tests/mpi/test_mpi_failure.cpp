@@ -8,9 +8,11 @@
 
 #include "mpi_test.hpp"
 
-#include "io_hooks.hpp"  // the build's private seam (src/)
 #include <ckpt/file.hpp>
 #include <ckpt/mpi.hpp>
+
+#include "io_hooks.hpp"     // the build's private seam (src/)
+#include "mpi/step.hpp"     // the step folders' layout (src/): step_folder, index_file_name
 
 #include <optional>
 
@@ -57,7 +59,7 @@ ssize_t disk_full_writev(int fd, const iovec* pieces, int count) {
   return -1;
 }
 
-bool is_index(const char* path) { return std::string_view(path).ends_with(ckpt::mpi::index_file_name); }
+bool is_index(const char* path) { return std::string_view(path).ends_with(ckpt::mpi::detail::index_file_name); }
 
 int failing_rename(const char* from, const char* to) {
   if (is_index(to)) {
@@ -117,16 +119,16 @@ void check_failed_save(const fs::path& folder, int failing, const ckpt::detail::
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
-  ckpt::mpi::save(comm, folder, 1, state_of(rank, 1));
+  ckpt::mpi::save(comm, folder, 1, {state_of(rank, 1)});
 
-  check_failure(folder, failing, hooks, [&] { ckpt::mpi::save(comm, folder, 2, state_of(rank, 2)); }, "save of step 2",
+  check_failure(folder, failing, hooks, [&] { ckpt::mpi::save(comm, folder, 2, {state_of(rank, 2)}); }, "save of step 2",
                 cause);
   // Step 2 does not exist, not even as a folder; step 1 is as it was.
-  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 2)));
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 2)));
   CHECK_EQ(committed_steps(folder), std::vector<std::int64_t>{1});
   CHECK(same(ckpt::mpi::load(comm, folder, 1), whole_state(size, 1)));
   // And the next save goes through.
-  ckpt::mpi::save(comm, folder, 2, state_of(rank, 2));
+  ckpt::mpi::save(comm, folder, 2, {state_of(rank, 2)});
   CHECK(same(ckpt::mpi::load(comm, folder, 2), whole_state(size, 2)));
 }
 
@@ -136,7 +138,7 @@ void disk_full_on_the_last_rank(const fs::path& folder) {
   writes = 0;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.writev = disk_full_writev;
-  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(size, size);
+  const fs::path shard_file = ckpt::mpi::detail::step_folder(folder, 2) / shard(size, size);
   check_failed_save(folder, failing, hooks, "ckpt: cannot write '" + shard_file.string() + "': No space left on device");
 }
 
@@ -145,14 +147,14 @@ void disk_full_on_rank_0(const fs::path& folder) {
   writes = 0;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.writev = disk_full_writev;
-  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(1, size);
+  const fs::path shard_file = ckpt::mpi::detail::step_folder(folder, 2) / shard(1, size);
   check_failed_save(folder, 0, hooks, "ckpt: cannot write '" + shard_file.string() + "': No space left on device");
 }
 
 void index_cannot_be_renamed(const fs::path& folder) {
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.rename = failing_rename;
-  const fs::path index = ckpt::mpi::step_folder(folder, 2) / ckpt::mpi::index_file_name;
+  const fs::path index = ckpt::mpi::detail::step_folder(folder, 2) / ckpt::mpi::detail::index_file_name;
   check_failed_save(folder, 0, hooks,
                     "ckpt: cannot rename a temporary file over '" + index.string() + "': Input/output error");
 }
@@ -164,7 +166,7 @@ void index_not_durable(const fs::path& folder) {
   hooks.fsync = failing_folder_fsync;
   // The index was in place for a moment: it must be gone again, before the shards it names.
   check_failed_save(folder, 0, hooks,
-                    "ckpt: cannot fsync folder '" + ckpt::mpi::step_folder(folder, 2).string() + "': Input/output error");
+                    "ckpt: cannot fsync folder '" + ckpt::mpi::detail::step_folder(folder, 2).string() + "': Input/output error");
 }
 
 // As check_failed_save, through ckpt::mpi::checkpoint_manager::save_async: the failing rank's
@@ -189,8 +191,8 @@ void check_failed_background_save(const fs::path& folder, int failing, const ckp
       "checkpoint_manager::save_async of step 2", cause);
   manager.wait();  // reported once
   // Step 2 is not committed, not even as a folder; step 1 is as it was, and still kept.
-  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 2)));
-  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 3)));
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 2)));
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 3)));
   CHECK_EQ(manager.steps(), std::vector<std::int64_t>{1});
   CHECK_EQ(committed_steps(folder), std::vector<std::int64_t>{1});
   CHECK(same(*manager.load_latest(), whole_state(size, 1)));
@@ -206,7 +208,7 @@ void background_disk_full_on_the_last_rank(const fs::path& folder) {
   writes = 0;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.writev = disk_full_writev;
-  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(size, size);
+  const fs::path shard_file = ckpt::mpi::detail::step_folder(folder, 2) / shard(size, size);
   check_failed_background_save(folder, size - 1, hooks,
                                "ckpt: cannot write '" + shard_file.string() + "': No space left on device", false);
 }
@@ -216,7 +218,7 @@ void background_disk_full_on_rank_0_seen_at_the_next_save(const fs::path& folder
   writes = 0;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.writev = disk_full_writev;
-  const fs::path shard_file = ckpt::mpi::step_folder(folder, 2) / shard(1, size);
+  const fs::path shard_file = ckpt::mpi::detail::step_folder(folder, 2) / shard(1, size);
   check_failed_background_save(folder, 0, hooks,
                                "ckpt: cannot write '" + shard_file.string() + "': No space left on device", true);
 }
@@ -224,7 +226,7 @@ void background_disk_full_on_rank_0_seen_at_the_next_save(const fs::path& folder
 void background_index_cannot_be_renamed(const fs::path& folder) {
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.rename = failing_rename;
-  const fs::path index = ckpt::mpi::step_folder(folder, 2) / ckpt::mpi::index_file_name;
+  const fs::path index = ckpt::mpi::detail::step_folder(folder, 2) / ckpt::mpi::detail::index_file_name;
   check_failed_background_save(folder, 0, hooks,
                                "ckpt: cannot rename a temporary file over '" + index.string() + "': Input/output error",
                                false);
@@ -236,7 +238,7 @@ void background_index_not_durable(const fs::path& folder) {
   hooks.rename = rename_noting_index;
   hooks.fsync = failing_folder_fsync;
   check_failed_background_save(
-      folder, 0, hooks, "ckpt: cannot fsync folder '" + ckpt::mpi::step_folder(folder, 2).string() + "': Input/output error",
+      folder, 0, hooks, "ckpt: cannot fsync folder '" + ckpt::mpi::detail::step_folder(folder, 2).string() + "': Input/output error",
       true);
 }
 

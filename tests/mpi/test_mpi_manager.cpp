@@ -10,15 +10,23 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 
+#include "mpi/step.hpp"  // the step folders' layout (src/): step_folder, index_file_name
+
 #include <Eigen/Core>
 
 #include <type_traits>
 
 namespace {
 
-// Both managers have the same members and rules: they are the one checkpoint_manager_base.
-static_assert(std::is_base_of_v<ckpt::checkpoint_manager_base, ckpt::mpi::checkpoint_manager>);
-static_assert(std::is_base_of_v<ckpt::checkpoint_manager_base, ckpt::checkpoint_manager>);
+// Both managers have the same members, member types and rules: they are the one
+// detail::checkpoint_manager_base.
+static_assert(std::is_base_of_v<ckpt::detail::checkpoint_manager_base, ckpt::mpi::checkpoint_manager>);
+static_assert(std::is_base_of_v<ckpt::detail::checkpoint_manager_base, ckpt::checkpoint_manager>);
+static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::options, ckpt::checkpoint_manager::options>);
+static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::latest, ckpt::checkpoint_manager::latest>);
+static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::step_status, ckpt::checkpoint_manager::step_status>);
+static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::step_state, ckpt::checkpoint_manager::step_state>);
+static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::metric_mode, ckpt::checkpoint_manager::metric_mode>);
 
 using namespace ckpt_mpi_test;
 namespace fs = std::filesystem;
@@ -31,7 +39,7 @@ ckpt::checkpoint state_of(int rank, std::int64_t step) {
 
 // The steps the single-process manager keeps for the same saves (rank 0 runs it in a folder of
 // its own): the reference the MPI manager must match.
-std::vector<std::int64_t> single_process_steps(const fs::path& folder, const ckpt::checkpoint_manager_options& options,
+std::vector<std::int64_t> single_process_steps(const fs::path& folder, const ckpt::checkpoint_manager::options& options,
                                                const std::vector<std::pair<std::int64_t, ckpt::metadata_map>>& saves) {
   ckpt::checkpoint_manager reference(folder, options);
   for (const auto& [step, metadata] : saves) reference.save(step, {ckpt::of_int("step", static_cast<int>(step))}, metadata);
@@ -40,14 +48,14 @@ std::vector<std::int64_t> single_process_steps(const fs::path& folder, const ckp
 
 std::vector<std::string> step_folders(const std::vector<std::int64_t>& steps) {
   std::vector<std::string> names;
-  for (std::int64_t step : steps) names.push_back(ckpt::mpi::step_folder("", step).filename().string());
+  for (std::int64_t step : steps) names.push_back(ckpt::mpi::detail::step_folder("", step).filename().string());
   return names;
 }
 
 void retention_matches_the_single_process_manager(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
-  const ckpt::checkpoint_manager_options options{.max_to_keep = 2, .keep_every_n_steps = 4};
+  const ckpt::mpi::checkpoint_manager::options options{.max_to_keep = 2, .keep_every_n_steps = 4};
   std::vector<std::pair<std::int64_t, ckpt::metadata_map>> saves;
   {
     ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
@@ -65,7 +73,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
     std::ranges::sort(expected);
     CHECK_EQ(listing(folder / "mpi"), expected);
     CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(9));
-    const ckpt::latest_checkpoint latest = manager.load_latest();
+    const ckpt::mpi::checkpoint_manager::latest latest = manager.load_latest();
     CHECK(latest.has_value());
     CHECK_EQ(ckpt::to_int("part." + std::to_string(rank), *latest), 90 + rank);
     CHECK_EQ(latest->metadata().at("step"), std::string("9"));
@@ -78,7 +86,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
 void keep_best_uses_rank_0s_metric(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
-  const ckpt::checkpoint_manager_options options{.max_to_keep = 1, .keep_best = 1, .best_metric = "val_loss"};
+  const ckpt::mpi::checkpoint_manager::options options{.max_to_keep = 1, .keep_best = 1, .best_metric = "val_loss"};
   const std::vector<std::string> losses{"0.5", "0.2", "0.9", "0.7", "0.8"};
   std::vector<std::pair<std::int64_t, ckpt::metadata_map>> saves;
   // Other ranks pass another value: rank 0's is the step's.
@@ -97,7 +105,7 @@ void keep_best_uses_rank_0s_metric(const fs::path& folder) {
     const ckpt::metadata_map bad{{"val_loss", rank == 0 ? "abc" : "0.1"}};
     CHECK_EQ(MESSAGE_OF(std::invalid_argument, manager.save(5, {state_of(rank, 5)}, bad)),
              std::string("ckpt: mpi::checkpoint_manager: the metric 'val_loss' = 'abc' is not a number"));
-    CHECK(!fs::exists(ckpt::mpi::step_folder(folder / "mpi", 5)));
+    CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder / "mpi", 5)));
   }
   {
     // Reopened, the manager reads the metrics back from the steps' headers: step 2 stays best.
@@ -137,12 +145,12 @@ void opening_removes_uncommitted_steps(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
-  ckpt::mpi::save(comm, folder, 3, state_of(rank, 3));
+  ckpt::mpi::save(comm, folder, 3, {state_of(rank, 3)});
   MPI_Barrier(comm);
   if (rank == 0) {
     // A crashed job's step 7 (shards, no index), and a folder of the user's that only looks alike.
-    fs::create_directories(ckpt::mpi::step_folder(folder, 7));
-    ckpt::save(ckpt::mpi::step_folder(folder, 7) / "model-00001-of-00002.safetensors", state_of(0, 7));
+    fs::create_directories(ckpt::mpi::detail::step_folder(folder, 7));
+    ckpt::save(ckpt::mpi::detail::step_folder(folder, 7) / "model-00001-of-00002.safetensors", state_of(0, 7));
     fs::create_directories(folder / "step-7");
   }
   MPI_Barrier(comm);
@@ -166,7 +174,7 @@ void opening_finishes_retention(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   // A job that died after its commits and before its deletions left four steps.
-  for (std::int64_t step = 1; step <= 4; ++step) ckpt::mpi::save(comm, folder, step, state_of(rank, step));
+  for (std::int64_t step = 1; step <= 4; ++step) ckpt::mpi::save(comm, folder, step, {state_of(rank, step)});
   ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 2});
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{3, 4}));
   CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-mpi-manager.lock", "step-0000000003", "step-0000000004"}));
@@ -175,8 +183,8 @@ void opening_finishes_retention(const fs::path& folder) {
 void save_async_commits_at_the_next_call(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
-  const ckpt::checkpoint_manager_options options{.max_to_keep = 2, .keep_every_n_steps = 4};
-  const fs::path index_of_3 = ckpt::mpi::step_folder(folder / "mpi", 3) / ckpt::mpi::index_file_name;
+  const ckpt::mpi::checkpoint_manager::options options{.max_to_keep = 2, .keep_every_n_steps = 4};
+  const fs::path index_of_3 = ckpt::mpi::detail::step_folder(folder / "mpi", 3) / ckpt::mpi::detail::index_file_name;
   std::vector<std::pair<std::int64_t, ckpt::metadata_map>> saves;
   {
     ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi", options);
@@ -196,7 +204,7 @@ void save_async_commits_at_the_next_call(const fs::path& folder) {
         CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(3));
       }
     }
-    const ckpt::latest_checkpoint latest = manager.load_latest();  // commits step 5
+    const ckpt::mpi::checkpoint_manager::latest latest = manager.load_latest();  // commits step 5
     CHECK(latest.has_value());
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 5}));
     for (int r = 0; r < size_of(comm); ++r) {
@@ -234,14 +242,14 @@ void save_async_follows_the_rules_of_save(const fs::path& folder) {
            "ckpt: mpi::checkpoint_manager::save_async of step 6 in '" + folder.string() + "' failed on rank " +
                std::to_string(size - 1) + " of " + std::to_string(size) +
                ": ckpt: mpi::checkpoint_manager::save_async: two leaves are named 'dup'");
-  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 6)));
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 6)));
   // Data parallel: every rank offers the same replicated state and only rank 0 writes it.
   CHECK(manager.save_async(6, {ckpt::of_int("step", 6)}));
   manager.wait();
-  CHECK_EQ(listing(ckpt::mpi::step_folder(folder, 6)),
-           (std::vector<std::string>{"model-00001-of-00001.safetensors", std::string(ckpt::mpi::index_file_name)}));
+  CHECK_EQ(listing(ckpt::mpi::detail::step_folder(folder, 6)),
+           (std::vector<std::string>{"model-00001-of-00001.safetensors", std::string(ckpt::mpi::detail::index_file_name)}));
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 6}));
-  CHECK_EQ(manager.path_of(6), ckpt::mpi::step_folder(folder, 6));
+  CHECK_EQ(manager.path_of(6), ckpt::mpi::detail::step_folder(folder, 6));
 }
 
 }  // namespace
@@ -255,18 +263,18 @@ void read_only_managers_open_a_folder_being_written(const fs::path& folder) {
   ckpt::mpi::checkpoint_manager writer(comm, folder, {.max_to_keep = 0});
   CHECK(writer.save(5, {state_of(rank, 5)}));
   CHECK(writer.save(6, {state_of(rank, 6)}));
-  if (rank == 0) fs::create_directories(ckpt::mpi::step_folder(folder, 9));  // a save in progress
+  if (rank == 0) fs::create_directories(ckpt::mpi::detail::step_folder(folder, 9));  // a save in progress
   MPI_Barrier(comm);
   ckpt::mpi::checkpoint_manager reader(comm, folder, {.read_only = true});
   CHECK_EQ(reader.steps(), (std::vector<std::int64_t>{5, 6}));
   CHECK_EQ(ckpt::to_int("part." + std::to_string(rank), *reader.load_latest()), 60 + rank);
   CHECK_EQ(MESSAGE_OF(std::invalid_argument, reader.save(7, {state_of(rank, 7)})),
            "ckpt: mpi::checkpoint_manager: save: the folder '" + folder.string() + "' was opened read-only");
-  CHECK(fs::exists(ckpt::mpi::step_folder(folder, 9)));  // not cleaned up: it may be a live save
+  CHECK(fs::exists(ckpt::mpi::detail::step_folder(folder, 9)));  // not cleaned up: it may be a live save
   if (rank == 0) {
     const ckpt::checkpoint_manager single(folder, {.read_only = true});
     CHECK_EQ(single.steps(), (std::vector<std::int64_t>{5, 6}));
-    CHECK_EQ(single.path_of(6), ckpt::mpi::step_folder(folder, 6));
+    CHECK_EQ(single.path_of(6), ckpt::mpi::detail::step_folder(folder, 6));
   }
   MPI_Barrier(comm);
   if (rank == 0) {
@@ -287,17 +295,17 @@ void a_damaged_step_is_set_aside_on_every_rank(const fs::path& folder) {
     CHECK(writer.save(2, {state_of(rank, 2)}));
   }
   if (rank == 0) {
-    for (const auto& e : fs::directory_iterator(ckpt::mpi::step_folder(folder, 2)))
+    for (const auto& e : fs::directory_iterator(ckpt::mpi::detail::step_folder(folder, 2)))
       if (e.path().extension() == ".safetensors") fs::resize_file(e.path(), 10);
   }
   MPI_Barrier(comm);
   ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 0});
-  const ckpt::latest_checkpoint latest = manager.load_latest();
+  const ckpt::mpi::checkpoint_manager::latest latest = manager.load_latest();
   CHECK_EQ(latest.step, 1);
   CHECK_EQ(ckpt::to_int("step", *latest), 1);
   CHECK_EQ(latest.skipped.size(), 1u);
   CHECK_EQ(latest.skipped.at(0).step, 2);
-  CHECK_EQ(latest.skipped.at(0).path, fs::path(ckpt::mpi::step_folder(folder, 2).string() + ".damaged"));
+  CHECK_EQ(latest.skipped.at(0).path, fs::path(ckpt::mpi::detail::step_folder(folder, 2).string() + ".damaged"));
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{1}));
   CHECK_EQ(manager.status().size(), 2u);
   CHECK(manager.save(2, {state_of(rank, 2)}));

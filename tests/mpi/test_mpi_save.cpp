@@ -10,6 +10,8 @@
 #include <ckpt/params.hpp>
 #include <ckpt/sharded.hpp>
 
+#include "mpi/step.hpp"  // the step folders' layout (src/): step_folder, index_file_name
+
 #include <Eigen/Core>
 
 #include <fstream>
@@ -74,15 +76,20 @@ void collective_save_and_load(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
-  const ckpt::checkpoint local =
-      ckpt::concat({owned_layers(rank, size), ckpt::of_int("epoch", 7)})
-          .with_metadata({{"who", "rank " + std::to_string(rank)}, {"run", "a"}});
-  const fs::path dir = ckpt::mpi::save(comm, folder, 10, local, {.digest = true});
+  // What this rank holds, as sections built at run time: its layers, written from where they live,
+  // and a counter every rank holds.
+  std::vector<layer> layers;
+  for (int i = 0; i < layer_count; ++i) layers.push_back(make_layer(i));
+  std::vector<ckpt::section> local;
+  for (int i = rank; i < layer_count; i += size) local.emplace_back(layers[static_cast<std::size_t>(i)], layer_prefix(i));
+  local.emplace_back(ckpt::of_int("epoch", 7));
+  const fs::path dir = ckpt::mpi::save(comm, folder, 10, local, {{"who", "rank " + std::to_string(rank)}, {"run", "a"}},
+                                       {.digest = true});
   CHECK_EQ(dir, folder / "step-0000000010");
-  CHECK_EQ(ckpt::mpi::step_folder(folder, 10), dir);
+  CHECK_EQ(ckpt::mpi::detail::step_folder(folder, 10), dir);
 
   // One shard per rank (each owns layers), the index, nothing else (no temporaries).
-  std::vector<std::string> expected{std::string(ckpt::mpi::index_file_name)};
+  std::vector<std::string> expected{std::string(ckpt::mpi::detail::index_file_name)};
   for (int k = 1; k <= size; ++k) expected.push_back(shard(k, size));
   std::ranges::sort(expected);
   CHECK_EQ(listing(dir), expected);
@@ -111,7 +118,7 @@ void collective_save_and_load(const fs::path& folder) {
   CHECK((t.metadata() == ckpt::metadata_map{{"who", "rank 0"}, {"run", "a"}, {"step", "10"}, {"format", "pt"}}));
 
   // The single-process reader of sharded checkpoints reads the same, by index or by folder.
-  CHECK(same(ckpt::load(dir / ckpt::mpi::index_file_name), t));
+  CHECK(same(ckpt::load(dir / ckpt::mpi::detail::index_file_name), t));
   CHECK(same(ckpt::load(dir), t));
   const ckpt::checkpoint all_layers = ckpt::concat({owned_layers(0, 1), ckpt::of_int("epoch", 7)});
   CHECK(same(t, all_layers));
@@ -124,15 +131,15 @@ void replicated_entries_written_once(const fs::path& folder) {
   // Data parallelism: everyone holds the same model; each rank also has a counter of its own.
   const ckpt::checkpoint replicated = ckpt::concat({ckpt::of_tensor("model.w", f32({2, 3}, 1)),
                                                     ckpt::of_tensor("model.b", f32({3}, 10)), ckpt::of_int("step", 5)});
-  ckpt::mpi::save(comm, folder, 1, replicated);
-  CHECK_EQ(listing(ckpt::mpi::step_folder(folder, 1)),
-           (std::vector<std::string>{"model-00001-of-00001.safetensors", std::string(ckpt::mpi::index_file_name)}));
-  CHECK(same(ckpt::load(ckpt::mpi::step_folder(folder, 1) / shard(1, 1)), replicated));
+  ckpt::mpi::save(comm, folder, 1, {replicated});
+  CHECK_EQ(listing(ckpt::mpi::detail::step_folder(folder, 1)),
+           (std::vector<std::string>{"model-00001-of-00001.safetensors", std::string(ckpt::mpi::detail::index_file_name)}));
+  CHECK(same(ckpt::load(ckpt::mpi::detail::step_folder(folder, 1) / shard(1, 1)), replicated));
 
   const ckpt::checkpoint mixed =
       ckpt::concat({replicated, ckpt::of_int("own." + std::to_string(rank), rank)});
-  ckpt::mpi::save(comm, folder, 2, mixed);
-  const fs::path dir = ckpt::mpi::step_folder(folder, 2);
+  ckpt::mpi::save(comm, folder, 2, {mixed});
+  const fs::path dir = ckpt::mpi::detail::step_folder(folder, 2);
   for (int k = 1; k <= size; ++k) {
     const ckpt::checkpoint part = ckpt::load(dir / shard(k, size));
     const ckpt::checkpoint own = ckpt::of_int("own." + std::to_string(k - 1), k - 1);
@@ -149,7 +156,7 @@ void refusals_on_every_rank(const fs::path& folder) {
   const int size = size_of(comm);
   const int last = size - 1;
 
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, -1, ckpt::of_int("x", 1))),
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, -1, {ckpt::of_int("x", 1)})),
            std::string("ckpt: mpi: negative step -1"));
   CHECK(!fs::exists(folder));
 
@@ -158,19 +165,19 @@ void refusals_on_every_rank(const fs::path& folder) {
   // The last rank disagrees on the shape, then on the dtype, of a replicated entry.
   const bool odd = rank == last;
   const ckpt::checkpoint shaped = ckpt::of_tensor("model.w", odd ? f32({3, 2}, 0) : f32({2, 3}, 0));
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, 3, shaped)),
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, 3, {shaped})),
            "ckpt: mpi::save of step 3: the entry 'model.w' is F32 [2, 3] on rank 0 but F32 [3, 2] on rank " +
                std::to_string(last));
   const std::vector<int> ones(6, 1);
   const ckpt::tensor i32 = ckpt::tensor::copy_of(ckpt::dtype::i32, {2, 3}, std::as_bytes(std::span(ones)));
   const ckpt::checkpoint typed = ckpt::of_tensor("model.w", odd ? i32 : f32({2, 3}, 0));
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, 3, typed)),
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, 3, {typed})),
            "ckpt: mpi::save of step 3: the entry 'model.w' is F32 [2, 3] on rank 0 but I32 [2, 3] on rank " +
                std::to_string(last));
   // Nothing was written, not even the step's folder.
-  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 3)));
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 3)));
   // The ranks disagree on the step.
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, rank == last ? 4 : 3, ckpt::of_int("x", 1))),
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, rank == last ? 4 : 3, {ckpt::of_int("x", 1)})),
            "ckpt: mpi::save: the ranks disagree on the step: rank 0 saves step 3, rank " + std::to_string(last) +
                " step 4");
   CHECK(committed_steps(folder).empty());
@@ -179,9 +186,9 @@ void refusals_on_every_rank(const fs::path& folder) {
 void committed_steps_are_never_rewritten(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const ckpt::checkpoint first = ckpt::of_tensor("w", f32({4}, 1));
-  ckpt::mpi::save(comm, folder, 3, first);
-  const fs::path index = ckpt::mpi::step_folder(folder, 3) / ckpt::mpi::index_file_name;
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, 3, ckpt::of_tensor("w", f32({4}, 2)))),
+  ckpt::mpi::save(comm, folder, 3, {first});
+  const fs::path index = ckpt::mpi::detail::step_folder(folder, 3) / ckpt::mpi::detail::index_file_name;
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(comm, folder, 3, {ckpt::of_tensor("w", f32({4}, 2))})),
            "ckpt: mpi::save: step 3 is already committed in '" + folder.string() + "' ('" + index.string() +
                "' exists); a committed step is never rewritten");
   CHECK(same(ckpt::mpi::load(comm, folder, 3), first));
@@ -190,9 +197,9 @@ void committed_steps_are_never_rewritten(const fs::path& folder) {
 void steps_without_index_do_not_exist(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int size = size_of(comm);
-  ckpt::mpi::save(comm, folder, 4, ckpt::of_int("x", 4));
+  ckpt::mpi::save(comm, folder, 4, {ckpt::of_int("x", 4)});
   // Debris of a job that crashed before its commit: shards of step 9, no index.
-  const fs::path debris = ckpt::mpi::step_folder(folder, 9);
+  const fs::path debris = ckpt::mpi::detail::step_folder(folder, 9);
   MPI_Barrier(comm);
   if (rank_of(comm) == 0) {
     fs::create_directories(debris);
@@ -201,7 +208,7 @@ void steps_without_index_do_not_exist(const fs::path& folder) {
   }
   MPI_Barrier(comm);
   CHECK_EQ(committed_steps(folder), std::vector<std::int64_t>{4});
-  const fs::path index = debris / ckpt::mpi::index_file_name;
+  const fs::path index = debris / ckpt::mpi::detail::index_file_name;
   const std::string cause = "ckpt: mpi::load: step 9 is not committed in '" + folder.string() + "' (there is no '" +
                             index.string() + "')";
   const std::string message = MESSAGE_OF(ckpt::mpi::collective_error, static_cast<void>(ckpt::mpi::load(comm, folder, 9)));
@@ -209,8 +216,8 @@ void steps_without_index_do_not_exist(const fs::path& folder) {
                         std::to_string(size) + ": " + cause);
 
   // Saving the step again replaces the debris: the stale shard the new index does not name goes.
-  ckpt::mpi::save(comm, folder, 9, ckpt::of_int("x", 90));
-  std::vector<std::string> expected{std::string(ckpt::mpi::index_file_name), shard(1, 1)};
+  ckpt::mpi::save(comm, folder, 9, {ckpt::of_int("x", 90)});
+  std::vector<std::string> expected{std::string(ckpt::mpi::detail::index_file_name), shard(1, 1)};
   std::ranges::sort(expected);
   CHECK_EQ(listing(debris), expected);
   CHECK_EQ(ckpt::to_int("x", ckpt::mpi::load(comm, folder, 9)), 90);
@@ -225,7 +232,7 @@ void reshard(const fs::path& folder, int from, int to) {
   MPI_Comm_split(MPI_COMM_WORLD, rank < to ? 0 : MPI_UNDEFINED, rank, &loaders);
   const std::int64_t step = 100 * from + to;
   if (savers != MPI_COMM_NULL) {
-    ckpt::mpi::save(savers, folder, step, owned_layers(rank, from));
+    ckpt::mpi::save(savers, folder, step, {owned_layers(rank, from)});
     MPI_Comm_free(&savers);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -246,9 +253,9 @@ void digests_checked_once_per_shard(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
-  ckpt::mpi::save(comm, folder, 5, owned_layers(rank, size), {.digest = true});
+  ckpt::mpi::save(comm, folder, 5, {owned_layers(rank, size)}, {}, {.digest = true});
   // Flip one byte of the last shard's data: the rank that verifies that shard reports it.
-  const fs::path last = ckpt::mpi::step_folder(folder, 5) / shard(size, size);
+  const fs::path last = ckpt::mpi::detail::step_folder(folder, 5) / shard(size, size);
   MPI_Barrier(comm);
   if (rank == 0) {
     std::fstream file(last, std::ios::in | std::ios::out | std::ios::binary);

@@ -13,6 +13,8 @@
 #include <ckpt/params.hpp>
 #include <ckpt/sharded.hpp>
 
+#include "mpi/step.hpp"  // the step folders' layout (src/): step_folder, index_file_name
+
 #include <Eigen/Core>
 
 #include <xxhash.h>
@@ -88,7 +90,7 @@ std::string file_bytes(const fs::path& path) {
 }
 
 fs::path shard_of(const fs::path& folder, std::int64_t step) {
-  return ckpt::mpi::step_folder(folder, step) / "model-00001-of-00001.safetensors";
+  return ckpt::mpi::detail::step_folder(folder, step) / "model-00001-of-00001.safetensors";
 }
 
 // The digest as its spec defines it, computed here from the file alone: XXH3-64 of the
@@ -123,14 +125,14 @@ void saved_file_is_saves_file(const fs::path& folder) {
   ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 2, slices, {ckpt::of_tensor("b", s.b)}, {{"run", "a"}},
                          {.digest = true});
   if (rank == 0) {
-    CHECK_EQ(listing(ckpt::mpi::step_folder(folder, 1)),
+    CHECK_EQ(listing(ckpt::mpi::detail::step_folder(folder, 1)),
              (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));
     const fs::path reference = folder / "reference.safetensors";
     ckpt::save(reference, whole_tensors().with_metadata({{"run", "a"}, {"step", "1"}}), {.digest = false});
     CHECK(file_bytes(shard_of(folder, 1)) == file_bytes(reference));
     // With the digest: the same tensors and the digest of the spec.
     const std::string digest = spec_digest(file_bytes(shard_of(folder, 2)));
-    const ckpt::checkpoint t = ckpt::load(ckpt::mpi::step_folder(folder, 2), {.verify_digest = true});
+    const ckpt::checkpoint t = ckpt::load(ckpt::mpi::detail::step_folder(folder, 2), {.verify_digest = true});
     CHECK(same(t, whole_tensors()));
     CHECK_EQ(t.metadata().at("run"), std::string("a"));
     // A sharded load keeps the metadata the shards share; each shard's digest stays in its file.
@@ -179,7 +181,7 @@ void loads_as_other_slices(const fs::path& folder) {
     }
   }
   // Out-of-range and mismatched reads are refused.
-  const ckpt::checkpoint t = ckpt::load(ckpt::mpi::step_folder(folder, 7));
+  const ckpt::checkpoint t = ckpt::load(ckpt::mpi::detail::step_folder(folder, 7));
   Eigen::VectorXf ten(10);
   CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_flat(t, "optim.mu", 995, ten)),
            std::string("ckpt: mpi::read_flat: elements [995, 1005) of 'optim.mu' are outside its 1000 elements"));
@@ -194,7 +196,7 @@ void loads_as_other_slices(const fs::path& folder) {
 // Each refusal is the same std::invalid_argument on every rank, and nothing is written.
 void refuses(const fs::path& folder, const std::vector<ckpt::mpi::slice>& slices, const std::string& message) {
   CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 3, slices)), message);
-  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 3)));
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 3)));
 }
 
 void refusals(const fs::path& folder) {

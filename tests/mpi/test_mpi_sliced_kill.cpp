@@ -11,6 +11,8 @@
 #include <ckpt/leaf.hpp>
 #include <ckpt/mpi.hpp>
 
+#include "mpi/step.hpp"  // the step folders' layout (src/): step_folder, index_file_name
+
 #include <Eigen/Core>
 
 #include <csignal>
@@ -76,14 +78,14 @@ int main(int argc, char** argv) {
   CHECK_EQ(size_of(MPI_COMM_WORLD), 1);
   // Step 1 is committed and intact; step 2 left a folder without an index, which is no step.
   CHECK_EQ(committed_steps(folder), std::vector<std::int64_t>{1});
-  CHECK(fs::exists(ckpt::mpi::step_folder(folder, 2)));
-  CHECK(!fs::exists(ckpt::mpi::step_folder(folder, 2) / ckpt::mpi::index_file_name));
-  const ckpt::checkpoint t = ckpt::load(ckpt::mpi::step_folder(folder, 1), {.verify_digest = true});
+  CHECK(fs::exists(ckpt::mpi::detail::step_folder(folder, 2)));
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 2) / ckpt::mpi::detail::index_file_name));
+  const ckpt::checkpoint t = ckpt::load(ckpt::mpi::detail::step_folder(folder, 1), {.verify_digest = true});
   CHECK(std::ranges::equal(t.get("v").as<float>(), values(1, 0, n).reshaped()));
   // Saving step 2 again replaces the debris (the temporary file the killed job left).
   save(MPI_COMM_WORLD, folder, 2, false);
-  CHECK_EQ(listing(ckpt::mpi::step_folder(folder, 2)),
-           (std::vector<std::string>{"model-00001-of-00001.safetensors", ckpt::mpi::index_file_name.data()}));
+  CHECK_EQ(listing(ckpt::mpi::detail::step_folder(folder, 2)),
+           (std::vector<std::string>{"model-00001-of-00001.safetensors", ckpt::mpi::detail::index_file_name.data()}));
   MPI_Finalize();
   std::cout << "test_mpi_sliced_kill: step 1 intact, step 2 not committed after the kill" << std::endl;
   return 0;

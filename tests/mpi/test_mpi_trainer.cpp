@@ -1,6 +1,6 @@
 // The data-parallel MLP trainer of examples/mlp_trainer_mpi, through the library, at 1, 2 and 4
 // ranks. What is bit-identical, precisely (parameters, Adam's moments and step count, compared
-// byte for byte as the checkpoint `training_state` makes of them):
+// byte for byte as the snapshot of the training state's four sections):
 //
 //  - with either reduction, a run stopped at step S (saved with ckpt::mpi::save by its P ranks)
 //    and resumed on the same P ranks up to T equals the uninterrupted P-rank run up to T;
@@ -16,6 +16,8 @@
 
 #include <ckpt/adam.hpp>
 #include <ckpt/mpi.hpp>
+#include <ckpt/section.hpp>
+#include <ckpt/snapshot.hpp>
 
 namespace {
 
@@ -52,7 +54,14 @@ void train(MPI_Comm comm, run& r, std::int64_t to, reduction how) {
   while (r.state.step < to) train_step_mpi(comm, data(), order, opt, r.params, r.state, groups, how);
 }
 
-ckpt::checkpoint state_of(const run& r) { return ckpt::training_state(r.params, r.state); }
+// The training state as the four sections restore_training_state reads (ckpt/adam.hpp).
+std::vector<ckpt::section> sections_of(const run& r) {
+  return {{r.params, "model"}, {r.state.mu, "optim.mu"}, {r.state.nu, "optim.nu"},
+          {ckpt::of_int("optim.step", r.state.step)}};
+}
+
+// Those sections as a checkpoint in memory, to compare runs.
+ckpt::checkpoint state_of(const run& r) { return ckpt::snapshot_arena().snapshot(sections_of(r)); }
 
 // The ranks [0, n) of the job as a communicator, or MPI_COMM_NULL on the others.
 MPI_Comm first_ranks(int n) {
@@ -69,7 +78,7 @@ std::optional<ckpt::checkpoint> stop_and_resume(const fs::path& folder, int from
     run r = fresh();
     train(savers, r, stop_at, how);
     // Data parallelism: every rank offers the whole replicated state; it is written once.
-    ckpt::mpi::save(savers, folder, step, state_of(r));
+    ckpt::mpi::save(savers, folder, step, sections_of(r));
     MPI_Comm_free(&savers);
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -74,10 +74,10 @@ std::uint64_t parse_size(std::string_view text) {
 std::vector<listed_step> steps_in(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return {};
-  const auto reader = std::make_shared<ckpt::checkpoint_manager>(path, ckpt::checkpoint_manager_options{.read_only = true});
+  const auto reader = std::make_shared<ckpt::checkpoint_manager>(path, ckpt::checkpoint_manager::options{.read_only = true});
   std::vector<listed_step> out;
-  for (const ckpt::step_status& s : reader->status())
-    out.push_back({s.step, s.path, s.state == ckpt::step_state::damaged ? std::optional(s.reason) : std::nullopt, reader});
+  for (const ckpt::checkpoint_manager::step_status& s : reader->status())
+    out.push_back({s.step, s.path, s.state == ckpt::checkpoint_manager::step_state::damaged ? std::optional(s.reason) : std::nullopt, reader});
   return out;
 }
 
