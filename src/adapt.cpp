@@ -1,7 +1,9 @@
 #include <ckpt/detail/pages.hpp>
 #include <ckpt/adapt.hpp>
-#include <ckpt/cast.hpp>
+#include <ckpt/detail/cast.hpp>
 #include <ckpt/detail/transpose.hpp>
+
+#include "cast.hpp"
 
 #include <cstring>
 #include <map>
@@ -86,7 +88,7 @@ checkpoint transpose(const checkpoint& t, std::string_view name) {
   if (x.rank() < 2)
     throw std::invalid_argument("ckpt: transpose: entry " + quoted(name) + " has shape " + to_string(x.shape()) +
                                 ", not the 2 or more axes a transpose of the last two needs");
-  if (is_sub_byte(x.dtype()))
+  if (detail::is_sub_byte(x.dtype()))
     throw std::invalid_argument("ckpt: transpose: entry " + quoted(name) + " has dtype " +
                                 std::string(to_string(x.dtype())) +
                                 ", whose packed elements are not byte-addressable");
@@ -94,7 +96,7 @@ checkpoint transpose(const checkpoint& t, std::string_view name) {
   const auto rows = static_cast<std::size_t>(x.shape()[rank - 2]);
   const auto cols = static_cast<std::size_t>(x.shape()[rank - 1]);
   const std::size_t batch = product(x.shape().first(rank - 2));
-  const std::size_t element = bit_width(x.dtype()) / 8;
+  const std::size_t element = detail::bit_width(x.dtype()) / 8;
   dims shape(x.shape().begin(), x.shape().end());
   std::swap(shape[rank - 2], shape[rank - 1]);
   const tensor in = detail::tensor_access::in_memory(x);
@@ -134,11 +136,11 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
   dims shape(x.shape().begin(), x.shape().end());
   shape[a] = extent / parts;
   const std::size_t part_bytes = x.nbytes() / into.size();
-  if (is_sub_byte(x.dtype())) {
+  if (detail::is_sub_byte(x.dtype())) {
     if (a != 0)
       throw std::invalid_argument(what + ": its dtype " + std::string(to_string(x.dtype())) +
                                   " is packed, so it splits along axis 0 only, not axis " + std::to_string(a));
-    if (static_cast<std::size_t>(numel_of(shape)) * bit_width(x.dtype()) % 8 != 0)
+    if (static_cast<std::size_t>(detail::numel_of(shape)) * detail::bit_width(x.dtype()) % 8 != 0)
       throw std::invalid_argument(what + ": parts of shape " + to_string(shape) + " of " +
                                   std::string(to_string(x.dtype())) + " are not whole bytes");
   }
@@ -204,7 +206,8 @@ checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& part
     if (!fits)
       throw std::invalid_argument(what + " along axis " + std::to_string(a) + ": the shapes disagree off that axis: " +
                                   both(to_string(first.shape()), to_string(x.shape())));
-    if (is_sub_byte(x.dtype()) && (a != 0 || static_cast<std::size_t>(numel_of(x.shape())) * bit_width(x.dtype()) % 8 != 0))
+    if (detail::is_sub_byte(x.dtype()) &&
+        (a != 0 || static_cast<std::size_t>(x.numel()) * detail::bit_width(x.dtype()) % 8 != 0))
       throw std::invalid_argument(what + ": the dtype " + std::string(to_string(x.dtype())) +
                                   " is packed: its parts join along axis 0 only, each a whole number of bytes (" +
                                   quoted(parts[i]) + " " + to_string(x.shape()) + ", axis " + std::to_string(a) + ")");
@@ -232,21 +235,23 @@ checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& part
   return checkpoint(std::move(entries), t.metadata());
 }
 
+tensor cast(const tensor& x, dtype to) { return detail::cast_tensor(x, to); }
+
 checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::string_view)>& filter) {
   std::vector<checkpoint::entry> entries;
   entries.reserve(t.size());
   for (const auto& [name, x] : t) {
     const dtype from = x.dtype();
-    const bool selected = is_floating(from) && from != to && (!filter || filter(name));
-    if (!selected || (!filter && is_sub_byte(from))) {
+    const bool selected = detail::is_floating(from) && from != to && (!filter || filter(name));
+    if (!selected || (!filter && detail::is_sub_byte(from))) {
       entries.emplace_back(name, x);
       continue;
     }
-    if (!can_cast(from, to))
+    if (!detail::can_cast(from, to))
       throw std::invalid_argument("ckpt: cast: entry " + quoted(name) + " cannot be cast from " +
                                   std::string(to_string(from)) + " to " + std::string(to_string(to)) +
                                   ": F6_E2M3, F6_E3M2 and F4 are raw bytes only");
-    entries.emplace_back(name, ckpt::cast(x, to));
+    entries.emplace_back(name, detail::cast_tensor(x, to));
   }
   return checkpoint(std::move(entries), t.metadata());
 }

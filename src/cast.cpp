@@ -1,4 +1,4 @@
-// Element-wise dtype conversion. See include/ckpt/cast.hpp for the rules.
+// Element-wise dtype conversion. See include/ckpt/adapt.hpp (ckpt::cast) for the rules.
 //
 // Design: every whole-byte dtype has a codec with `get` (load one element from bytes) and
 // `put` (store one value as an element). `get` yields the source's exact value as a native
@@ -15,7 +15,9 @@
 // exact or correctly rounded whatever the flush-to-zero / denormals-are-zero modes: integer
 // -> F32/F64, normal F32 -> F64, and F64 -> F32 when the result is normal.
 
-#include <ckpt/cast.hpp>
+#include "cast.hpp"
+
+#include <ckpt/detail/cast.hpp>
 #include <ckpt/detail/pages.hpp>
 
 #include <algorithm>
@@ -509,7 +511,7 @@ void check_valid(dtype t) {
 
 /// Throws unless `have` bytes hold `count` elements of dtype `t` (a whole number of bytes).
 void check_size(const char* which, std::size_t have, std::size_t count, dtype t) {
-  const std::size_t bits = bit_width(t);
+  const std::size_t bits = detail::bit_width(t);
   const std::size_t max = std::numeric_limits<std::size_t>::max();
   if (count <= max / bits && count * bits / 8 <= have) return;
   const std::string need =
@@ -521,12 +523,14 @@ void check_size(const char* which, std::size_t have, std::size_t count, dtype t)
 
 }  // namespace
 
+namespace detail {
+
 bool can_cast(dtype from, dtype to) noexcept {
   if (!valid(from) || !valid(to)) return false;
   return from == to || (!is_sub_byte(from) && !is_sub_byte(to));
 }
 
-tensor cast(const tensor& x, dtype to) {
+tensor cast_tensor(const tensor& x, dtype to) {
   const dtype from = x.dtype();
   if (to == from) return x;
   check_valid(to);
@@ -537,7 +541,7 @@ tensor cast(const tensor& x, dtype to) {
   const std::size_t in_size = bit_width(from) / 8, out_size = bit_width(to) / 8;
   return tensor::make(to, dims(shape.begin(), shape.end()), [&](std::span<std::byte> out) {
     if (count == 0) return;
-    detail::tensor_access::for_each_band(x, in_size, [&](std::size_t first, std::span<const std::byte> in) {
+    tensor_access::for_each_band(x, in_size, [&](std::size_t first, std::span<const std::byte> in) {
       const std::size_t n = in.size() / in_size;
       convert(from, in, to, out.subspan(first * out_size, n * out_size), n);
     });
@@ -569,4 +573,5 @@ void convert(dtype from, std::span<const std::byte> in, dtype to, std::span<std:
                                                                          count);
 }
 
+}  // namespace detail
 }  // namespace ckpt

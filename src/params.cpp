@@ -1,6 +1,7 @@
 #include <ckpt/params.hpp>
 #include <ckpt/detail/pages.hpp>
 
+#include "cast.hpp"
 #include "entry_name.hpp"
 #include "mapped_file.hpp"
 #include "memory.hpp"
@@ -298,7 +299,7 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
       throw std::invalid_argument(prefix + "entry '" + leaf.name + "' has dtype " +
                                   std::string(to_string(entry->dtype())) + " but the template's leaf has dtype " +
                                   std::string(to_string(leaf.dtype)) + " (pass cast = true to convert)");
-    if (!can_cast(entry->dtype(), leaf.dtype)) (void)ckpt::cast(*entry, leaf.dtype);  // throws cast's own message
+    if (!can_cast(entry->dtype(), leaf.dtype)) (void)cast_tensor(*entry, leaf.dtype);  // throws cast's own message
   }
   if (!caller_missing.empty())
     throw std::invalid_argument(prefix + "no entry named '" + caller_missing.front() + "'" +

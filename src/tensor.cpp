@@ -18,7 +18,7 @@ std::string to_string(std::span<const std::int64_t> shape) {
   return out + "]";
 }
 
-std::int64_t numel_of(std::span<const std::int64_t> shape) {
+std::int64_t detail::numel_of(std::span<const std::int64_t> shape) {
   std::int64_t count = 1;
   for (const std::int64_t extent : shape) {
     if (extent < 0) throw std::invalid_argument("ckpt: negative extent in shape " + to_string(shape));
@@ -30,7 +30,7 @@ std::int64_t numel_of(std::span<const std::int64_t> shape) {
   return count;
 }
 
-std::size_t nbytes_of(dtype type, std::int64_t numel) {
+std::size_t detail::nbytes_of(dtype type, std::int64_t numel) {
   const auto bits = static_cast<std::uint64_t>(bit_width(type));
   const auto count = static_cast<std::uint64_t>(numel);
   if (count > std::numeric_limits<std::uint64_t>::max() / bits)
@@ -43,7 +43,7 @@ std::size_t nbytes_of(dtype type, std::int64_t numel) {
 }
 
 std::size_t tensor::checked_size(ckpt::dtype type, std::span<const std::int64_t> shape, std::size_t given) {
-  const std::size_t expected = nbytes_of(type, numel_of(shape));
+  const std::size_t expected = detail::nbytes_of(type, detail::numel_of(shape));
   if (expected != given)
     throw std::invalid_argument("ckpt: a " + std::string(to_string(type)) + " tensor of shape " +
                                 to_string(shape) + " needs " + std::to_string(expected) +
@@ -54,14 +54,18 @@ std::size_t tensor::checked_size(ckpt::dtype type, std::span<const std::int64_t>
 std::size_t tensor::alignment_of(ckpt::dtype type) noexcept {
   // The scalar carrying the dtype: C64 is two floats.
   if (type == dtype::c64) return alignof(float);
-  return has_scalar(type) ? bit_width(type) / 8 : 1;
+  return detail::has_scalar(type) ? detail::bit_width(type) / 8 : 1;
 }
 
 std::shared_ptr<std::byte[]> tensor::allocate(std::size_t size) { return detail::allocate_bytes(size); }
 
 tensor::tensor(ckpt::dtype type, dims shape, std::span<const std::byte> bytes,
                std::shared_ptr<const void> owner)
-    : dtype_(type), shape_(std::move(shape)), numel_(numel_of(shape_)), bytes_(bytes), owner_(std::move(owner)) {}
+    : dtype_(type),
+      shape_(std::move(shape)),
+      numel_(detail::numel_of(shape_)),
+      bytes_(bytes),
+      owner_(std::move(owner)) {}
 
 tensor tensor::copy_of(ckpt::dtype type, dims shape, std::span<const std::byte> bytes) {
   checked_size(type, shape, bytes.size());

@@ -497,7 +497,7 @@ class unpickler {
     if (record == records_.end()) fail("storage " + detail::quote_bytes(key) + " has no record " + detail::quote_bytes(prefix_ + "data/" + key));
     const dtype type = id->items[1]->global->storage_dtype;
     const std::int64_t numel = id->items[4]->integer;
-    const std::size_t element = (bit_width(type) / 8);
+    const std::size_t element = (detail::bit_width(type) / 8);
     if (numel < 0 || static_cast<std::uint64_t>(numel) > record->second.size() / element ||
         static_cast<std::uint64_t>(numel) * element != record->second.size())
       fail("storage " + detail::quote_bytes(key) + " holds " + std::to_string(record->second.size()) + " bytes, not " +
@@ -594,7 +594,7 @@ class unpickler {
     if (v.stride.size() != v.shape.size())
       fail("a tensor of storage " + detail::quote_bytes(s.key) + " has " + std::to_string(v.shape.size()) + " sizes but " +
            std::to_string(v.stride.size()) + " strides");
-    const std::size_t element = (bit_width(s.type) / 8);
+    const std::size_t element = (detail::bit_width(s.type) / 8);
     const auto capacity = static_cast<std::int64_t>(s.bytes.size() / element);
     // The last element the view reaches must lie in the storage.
     std::int64_t last = offset;
@@ -630,7 +630,7 @@ class unpickler {
     if (v.numel == 0) {
       out->value = std::make_unique<tensor>(tensor::copy_of(s.type, v.shape, {}));
     } else if (v.contiguous && !big_endian_) {
-      const std::size_t element = (bit_width(s.type) / 8);
+      const std::size_t element = (detail::bit_width(s.type) / 8);
       out->value = std::make_unique<tensor>(detail::tensor_access::view_of(
           s.type, v.shape, s.bytes.subspan(static_cast<std::size_t>(v.offset) * element, v.nbytes), owner_, mapping_));
     } else {
@@ -642,7 +642,7 @@ class unpickler {
       // The bytes of the storage the view reaches, read from the file with pread (not through the
       // mapping: a file truncated meanwhile is an error naming it, not a SIGBUS) and charged to
       // the data budget too, so that many views of one large storage cannot read it unboundedly.
-      const std::size_t element = bit_width(s.type) / 8;
+      const std::size_t element = detail::bit_width(s.type) / 8;
       const std::span<const std::byte> reach = s.bytes.subspan(static_cast<std::size_t>(v.offset) * element,
                                                                static_cast<std::size_t>(v.last - v.offset + 1) * element);
       tensor read;
@@ -663,7 +663,7 @@ class unpickler {
   // when its stride is 1, else one element); big-endian storages are byte-swapped afterwards.
   void gather(const std::byte* source, dtype type, const dims& shape, const std::vector<std::int64_t>& stride,
               std::span<std::byte> dst) const {
-    const std::size_t element = bit_width(type) / 8;
+    const std::size_t element = detail::bit_width(type) / 8;
     const std::size_t rank = shape.size();
     if (rank == 2 && stride[0] == 1 && stride[1] >= shape[0]) {
       // Element (i, j) is at i + j * stride[1]: the transpose of a row-major shape[1] x shape[0]
@@ -691,8 +691,9 @@ class unpickler {
   }
   static void swap_element(std::byte* element, dtype type) {
     // Complex numbers swap each of their two parts.
-    const std::size_t part = type == dtype::c64 ? 4 : (bit_width(type) / 8);
-    for (std::size_t at = 0; at < (bit_width(type) / 8); at += part) std::reverse(element + at, element + at + part);
+    const std::size_t part = type == dtype::c64 ? 4 : (detail::bit_width(type) / 8);
+    for (std::size_t at = 0; at < (detail::bit_width(type) / 8); at += part)
+      std::reverse(element + at, element + at + part);
   }
 
   static constexpr std::size_t max_stack = 1u << 20;

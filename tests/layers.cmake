@@ -37,6 +37,7 @@ endif()
 # public headers that need it.
 set(layer_detail/transpose 1)     # the transpose kernel's entry point (leaf.hpp)
 set(layer_detail/pages 2)         # tensor_access: where a tensor's bytes live, the copies out of a loaded file
+set(layer_detail/cast 2)          # the cast of a tensor, for the extraction's templates (params.hpp)
 set(layer_detail/entry_source 2)  # what the writer reads an entry from
 set(layer_detail/field_names 3)   # the field names of ckpt::fields (named.hpp)
 set(layer_detail/live_source 3)   # entries streamed from live leaves (section.hpp, params.hpp)
@@ -59,6 +60,7 @@ set(layer_entry_source 2)      # src/entry_source.cpp: an entry's rows, a tensor
 set(layer_live_source 3)       # src/live_source.cpp: entry sources sorted by name, names checked
 set(layer_reordered_bands 2)   # the file writer's bands
 set(layer_safetensors 2)       # the format's header parser and writer
+set(layer_cast 2)              # dtype conversion (src/cast.hpp, src/cast.cpp; the API is ckpt::cast of adapt.hpp)
 set(layer_hf_index 2)          # the sharded index's reader
 set(layer_name_pattern 4)      # ckpt::name_pattern (adapt.hpp), on RE2
 set(layer_load 2)              # src/load.cpp: load dispatches to the file and the sharded reader

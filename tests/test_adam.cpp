@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(ptree_parameters_update_like_eigen_ones) {
     opt.update(e, ge, ste);
     opt.update(tree, gtree, stt);
   }
-  BOOST_TEST((tree.at("x").as_tensor() == ckpt::to_tensor(e)));
+  BOOST_TEST((tree.at("x").as_tensor() == ckpt::detail::to_tensor(e)));
 }
 
 BOOST_AUTO_TEST_CASE(mismatched_gradients_change_nothing) {
@@ -394,15 +394,15 @@ every_leaf make_every_leaf(unsigned seed) {
   shape_rank(m.t3);
   shape_rank(m.t4);
   shape_rank(m.t5);
-  m.tensor_f32 = ckpt::to_tensor(Eigen::VectorXf(Eigen::VectorXf::Zero(5)));
-  m.tensor_f64 = ckpt::to_tensor(Eigen::MatrixXd(Eigen::MatrixXd::Zero(2, 2)));
-  m.tensor_i32 = ckpt::to_tensor(Eigen::VectorXi(Eigen::VectorXi::Zero(3)));
+  m.tensor_f32 = ckpt::detail::to_tensor(Eigen::VectorXf(Eigen::VectorXf::Zero(5)));
+  m.tensor_f64 = ckpt::detail::to_tensor(Eigen::MatrixXd(Eigen::MatrixXd::Zero(2, 2)));
+  m.tensor_i32 = ckpt::detail::to_tensor(Eigen::VectorXi(Eigen::VectorXi::Zero(3)));
   m.frozen_dynamic.value.resize(2, 3);
   m.frozen_fixed_rows.value.resize(3, 2);
   m.frozen_array.value.resize(2, 2);
   shape_tensor(m.frozen_tensor.value);
   shape_tensor(m.frozen_tensor_row.value);
-  m.frozen_ckpt_tensor.value = ckpt::to_tensor(Eigen::VectorXf(Eigen::VectorXf::Zero(4)));
+  m.frozen_ckpt_tensor.value = ckpt::detail::to_tensor(Eigen::VectorXf(Eigen::VectorXf::Zero(4)));
   m.frozen_half.value.resize(2, 2);
   m.frozen_complex.value.resize(3);
 
@@ -561,9 +561,9 @@ BOOST_AUTO_TEST_CASE(strict_restore_refuses_the_entries_of_a_removed_field) {
   // Relaxed, the entries the model does not name are ignored.
   ckpt::restore_training_state(t, p, st, {.strict = false});
   BOOST_TEST(st.step == 2);
-  BOOST_TEST((ckpt::to_tensor(p.w) == t.get("model.w")));
-  BOOST_TEST((ckpt::to_tensor(st.mu.values.b) == t.get("optim.mu.b")));
-  BOOST_TEST((ckpt::to_tensor(st.nu.values.w) == t.get("optim.nu.w")));
+  BOOST_TEST((ckpt::detail::to_tensor(p.w) == t.get("model.w")));
+  BOOST_TEST((ckpt::detail::to_tensor(st.mu.values.b) == t.get("optim.mu.b")));
+  BOOST_TEST((ckpt::detail::to_tensor(st.nu.values.w) == t.get("optim.nu.w")));
 }
 
 BOOST_AUTO_TEST_CASE(strict_restore_lists_missing_and_left_over_entries_of_all_sections_at_once) {
@@ -618,7 +618,7 @@ BOOST_AUTO_TEST_CASE(strict_restore_refuses_moments_of_a_leaf_now_frozen) {
              "ckpt: restore_training_state: strict extraction: 2 entries not in the template: "
              "'optim.mu.embedding', 'optim.nu.embedding' ({.strict = false} ignores them)");
   ckpt::restore_training_state(t, p, st, {.strict = false});
-  BOOST_TEST((ckpt::to_tensor(p.embedding.value) == t.get("model.embedding")));
+  BOOST_TEST((ckpt::detail::to_tensor(p.embedding.value) == t.get("model.embedding")));
 }
 
 // The restore's options are to_params's (ckpt::extract_options), strict by default: `cast`

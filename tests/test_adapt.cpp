@@ -6,7 +6,6 @@
 
 #include <ckpt/detail/pages.hpp>
 #include <ckpt/adapt.hpp>
-#include <ckpt/cast.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/params.hpp>
 
@@ -31,7 +30,7 @@ ckpt::dims shape_of(const ckpt::tensor& x) { return {x.shape().begin(), x.shape(
 // distinct and a misplaced byte shows.
 ckpt::tensor numbered(ckpt::dtype type, ckpt::dims shape) {
   return ckpt::tensor::make(type, std::move(shape), [type](std::span<std::byte> out) {
-    const std::size_t size = ckpt::bit_width(type) / 8;
+    const std::size_t size = ckpt::detail::bit_width(type) / 8;
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>((i / size) * 7 + i % size);
   });
 }
@@ -91,7 +90,7 @@ void check_transposed(const ckpt::tensor& in, const ckpt::tensor& out) {
   const std::size_t rank = in.rank();
   const auto rows = static_cast<std::size_t>(in.shape()[rank - 2]);
   const auto cols = static_cast<std::size_t>(in.shape()[rank - 1]);
-  const std::size_t size = ckpt::bit_width(in.dtype()) / 8;
+  const std::size_t size = ckpt::detail::bit_width(in.dtype()) / 8;
   std::size_t batch = 1;
   for (std::size_t i = 0; i + 2 < rank; ++i) batch *= static_cast<std::size_t>(in.shape()[i]);
   ckpt::dims expected_shape = shape_of(in);

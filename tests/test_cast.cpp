@@ -1,4 +1,5 @@
-// Tests of ckpt::cast, ckpt::can_cast and ckpt::convert.
+// Tests of ckpt::cast and of the conversion under it (src/cast.hpp: detail::can_cast and
+// detail::convert).
 //
 // The floating formats are checked against a reference written here from the formats'
 // definitions, independently of src/cast.cpp: values decoded with std::ldexp, and rounding
@@ -7,7 +8,9 @@
 #define BOOST_TEST_MODULE cast
 #include <boost/test/unit_test.hpp>
 
-#include <ckpt/cast.hpp>
+#include "cast.hpp"  // src/: detail::can_cast, detail::convert
+
+#include <ckpt/adapt.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -35,10 +38,10 @@ std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
 /// `in` converted by ckpt::convert, read back as `To`s.
 template <class To, class From>
 std::vector<To> conv(dtype from, const std::vector<From>& in, dtype to) {
-  BOOST_REQUIRE_EQUAL(sizeof(From) * 8, ckpt::bit_width(from));
-  const std::size_t out_size = ckpt::bit_width(to) / 8;
+  BOOST_REQUIRE_EQUAL(sizeof(From) * 8, ckpt::detail::bit_width(from));
+  const std::size_t out_size = ckpt::detail::bit_width(to) / 8;
   std::vector<std::byte> out(in.size() * out_size);
-  ckpt::convert(from, std::as_bytes(std::span(in)), to, out, in.size());
+  ckpt::detail::convert(from, std::as_bytes(std::span(in)), to, out, in.size());
   std::vector<To> result(out.size() / sizeof(To));
   if (!out.empty()) std::memcpy(result.data(), out.data(), out.size());
   return result;
@@ -184,7 +187,7 @@ std::vector<unsigned> all_codes(const format& f) {
 /// Codes of format `f` (8 or 16 bits) converted to `to`, as raw elements of type To.
 template <class To>
 std::vector<To> from_codes(const format& f, const std::vector<unsigned>& codes, dtype to) {
-  if (ckpt::bit_width(f.type) == 8) {
+  if (ckpt::detail::bit_width(f.type) == 8) {
     std::vector<std::uint8_t> in(codes.begin(), codes.end());
     return conv<To>(f.type, in, to);
   }
@@ -195,7 +198,7 @@ std::vector<To> from_codes(const format& f, const std::vector<unsigned>& codes, 
 /// Values converted to format `f`, as codes.
 template <class From>
 std::vector<unsigned> to_codes(dtype from, const std::vector<From>& in, const format& f) {
-  if (ckpt::bit_width(f.type) == 8) {
+  if (ckpt::detail::bit_width(f.type) == 8) {
     const auto out = conv<std::uint8_t>(from, in, f.type);
     return {out.begin(), out.end()};
   }
@@ -206,7 +209,7 @@ std::vector<unsigned> to_codes(dtype from, const std::vector<From>& in, const fo
 /// Codes of format `from` converted to format `to`, as codes.
 std::vector<unsigned> to_codes_from_codes(const format& from, const std::vector<unsigned>& codes,
                                           const format& to) {
-  if (ckpt::bit_width(to.type) == 8) {
+  if (ckpt::detail::bit_width(to.type) == 8) {
     const auto out = from_codes<std::uint8_t>(from, codes, to.type);
     return {out.begin(), out.end()};
   }
@@ -354,7 +357,7 @@ BOOST_AUTO_TEST_CASE(f8_codes_round_trip_bit_exactly_through_wider_floats) {
     for (const dtype wide : via) {
       const auto widened = conv<std::byte>(f->type, in, wide);
       std::vector<std::byte> back(in.size());
-      ckpt::convert(wide, widened, f->type, back, in.size());
+      ckpt::detail::convert(wide, widened, f->type, back, in.size());
       for (std::size_t i = 0; i < in.size(); ++i) {
         const auto code = static_cast<unsigned>(back[i]);
         if (f->is_nan_code(in[i])) BOOST_CHECK(f->is_nan_code(code));  // NaN stays NaN
@@ -760,16 +763,16 @@ BOOST_AUTO_TEST_CASE(every_pair_converts_or_throws) {
       const auto from = static_cast<dtype>(i);
       const auto to = static_cast<dtype>(j);
       const ckpt::dims shape{2, 4};
-      std::vector<std::byte> data(ckpt::nbytes_of(from, 8));
+      std::vector<std::byte> data(ckpt::detail::nbytes_of(from, 8));
       for (std::size_t k = 0; k < data.size(); ++k) data[k] = static_cast<std::byte>(k * 37 + 5);
       const auto x = ckpt::tensor::copy_of(from, shape, data);
-      const bool castable = from == to || (!ckpt::is_sub_byte(from) && !ckpt::is_sub_byte(to));
-      BOOST_CHECK_EQUAL(ckpt::can_cast(from, to), castable);
+      const bool castable = from == to || (!ckpt::detail::is_sub_byte(from) && !ckpt::detail::is_sub_byte(to));
+      BOOST_CHECK_EQUAL(ckpt::detail::can_cast(from, to), castable);
       if (castable) {
         const auto y = ckpt::cast(x, to);
         BOOST_CHECK(y.dtype() == to);
         BOOST_CHECK(std::ranges::equal(y.shape(), shape));
-        BOOST_CHECK_EQUAL(y.nbytes(), ckpt::nbytes_of(to, 8));
+        BOOST_CHECK_EQUAL(y.nbytes(), ckpt::detail::nbytes_of(to, 8));
         if (from == to) BOOST_CHECK(y.bytes().data() == x.bytes().data());  // x itself
       } else {
         const std::string expected = "ckpt: cannot cast " + std::string(ckpt::to_string(from)) +
@@ -778,7 +781,7 @@ BOOST_AUTO_TEST_CASE(every_pair_converts_or_throws) {
         BOOST_CHECK_EXCEPTION((void)ckpt::cast(x, to), std::invalid_argument,
                               [&](const std::invalid_argument& e) { return message_is(e, expected); });
         std::vector<std::byte> out(64);
-        BOOST_CHECK_EXCEPTION(ckpt::convert(from, data, to, out, 8), std::invalid_argument,
+        BOOST_CHECK_EXCEPTION(ckpt::detail::convert(from, data, to, out, 8), std::invalid_argument,
                               [&](const std::invalid_argument& e) { return message_is(e, expected); });
       }
     }
@@ -823,7 +826,7 @@ BOOST_AUTO_TEST_CASE(convert_on_unaligned_and_short_buffers) {
   const std::vector<double> v{1.5, -0.25, 1e300};
   std::memcpy(in.data() + 1, v.data(), 24);
   std::vector<std::byte> out(3 + 3 * 4 + 5, std::byte{0xAA});
-  ckpt::convert(dtype::f64, std::span(in).subspan(1), dtype::f32, std::span(out).subspan(3), 3);
+  ckpt::detail::convert(dtype::f64, std::span(in).subspan(1), dtype::f32, std::span(out).subspan(3), 3);
   std::vector<float> got(3);
   std::memcpy(got.data(), out.data() + 3, 12);
   BOOST_CHECK((got == std::vector<float>{1.5F, -0.25F, std::numeric_limits<float>::infinity()}));
@@ -831,25 +834,27 @@ BOOST_AUTO_TEST_CASE(convert_on_unaligned_and_short_buffers) {
   BOOST_CHECK(out[15] == std::byte{0xAA});  // nor after
   // Short spans throw and write nothing.
   std::vector<std::byte> small(11, std::byte{0xAA});
-  BOOST_CHECK_EXCEPTION(ckpt::convert(dtype::f64, std::span(in).subspan(1), dtype::f32, small, 3), std::invalid_argument,
+  BOOST_CHECK_EXCEPTION(ckpt::detail::convert(dtype::f64, std::span(in).subspan(1), dtype::f32, small, 3),
+                        std::invalid_argument,
                         [](const std::invalid_argument& e) {
                           return message_is(e, "ckpt: cannot convert 3 F32 elements: the output holds 11 bytes, 12 are needed");
                         });
   BOOST_CHECK(std::all_of(small.begin(), small.end(), [](std::byte b) { return b == std::byte{0xAA}; }));
-  BOOST_CHECK_EXCEPTION(ckpt::convert(dtype::f64, std::span(in).subspan(2), dtype::f32, out, 3), std::invalid_argument,
+  BOOST_CHECK_EXCEPTION(ckpt::detail::convert(dtype::f64, std::span(in).subspan(2), dtype::f32, out, 3),
+                        std::invalid_argument,
                         [](const std::invalid_argument& e) {
                           return message_is(e, "ckpt: cannot convert 3 F64 elements: the input holds 23 bytes, 24 are needed");
                         });
   // Same dtype: a copy; sub-byte only in whole bytes.
   std::vector<std::byte> f4(2, std::byte{0x5A});
   std::vector<std::byte> f4out(2);
-  ckpt::convert(dtype::f4, f4, dtype::f4, f4out, 4);
+  ckpt::detail::convert(dtype::f4, f4, dtype::f4, f4out, 4);
   BOOST_CHECK(f4out == f4);
-  BOOST_CHECK_THROW(ckpt::convert(dtype::f4, f4, dtype::f4, f4out, 3), std::invalid_argument);
+  BOOST_CHECK_THROW(ckpt::detail::convert(dtype::f4, f4, dtype::f4, f4out, 3), std::invalid_argument);
   // Zero elements of empty spans.
-  ckpt::convert(dtype::f32, {}, dtype::f16, {}, 0);
-  BOOST_CHECK(!ckpt::can_cast(static_cast<dtype>(200), dtype::f32));
-  BOOST_CHECK_THROW(ckpt::convert(static_cast<dtype>(200), in, dtype::f32, out, 1), std::invalid_argument);
+  ckpt::detail::convert(dtype::f32, {}, dtype::f16, {}, 0);
+  BOOST_CHECK(!ckpt::detail::can_cast(static_cast<dtype>(200), dtype::f32));
+  BOOST_CHECK_THROW(ckpt::detail::convert(static_cast<dtype>(200), in, dtype::f32, out, 1), std::invalid_argument);
 }
 
 // ================================================================ the shared fixtures

@@ -92,7 +92,7 @@ std::string digest_of(const std::string& file) { return digest_of(file, digest_a
 ckpt::checkpoint sample() {
   Eigen::MatrixXf w(3, 5);
   for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(i) * 0.5f;
-  return ckpt::concat({ckpt::of_tensor("w", w), ckpt::of_tensor("b", Eigen::VectorXd::LinSpaced(7, -1, 1).eval()),
+  return ckpt::concat({ckpt::of_params(w, "w"), ckpt::of_params(Eigen::VectorXd::LinSpaced(7, -1, 1).eval(), "b"),
                        ckpt::of_int("step", 12)})
       .with_metadata({{"note", "hello"}});
 }
@@ -180,8 +180,9 @@ BOOST_AUTO_TEST_CASE(an_empty_data_section_has_a_digest_too) {
 BOOST_AUTO_TEST_CASE(every_single_byte_change_of_a_small_file_is_caught) {
   Eigen::MatrixXf m(20, 24);
   for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(i) * 0.25f;
-  const ckpt::checkpoint t = ckpt::concat({sample(), ckpt::of_tensor("layer.0.weight", m),
-                                           ckpt::of_tensor("layer.0.bias", Eigen::VectorXf::LinSpaced(24, 0, 1).eval())})
+  const ckpt::checkpoint t = ckpt::concat({sample(), ckpt::of_params(m, "layer.0.weight"),
+                                           ckpt::of_params(Eigen::VectorXf::LinSpaced(24, 0, 1).eval(),
+                                                           "layer.0.bias")})
                                  .with_metadata({{"note", "hello"}, {"epoch", "3"}});
   const temp_dir s;
   ckpt::save(s.path() / "small.safetensors", t, {.digest = true});
@@ -221,7 +222,7 @@ BOOST_AUTO_TEST_CASE(ten_thousand_random_single_byte_changes_of_a_larger_file_ar
   for (int i = 0; i < 3; ++i) {
     Eigen::MatrixXf m(256, 700 + 10 * i);
     for (Eigen::Index k = 0; k < m.size(); ++k) m.data()[k] = static_cast<float>((k * 7 + i) % 1013);
-    parts.push_back(ckpt::of_tensor("layer." + std::to_string(i) + ".weight", m));
+    parts.push_back(ckpt::of_params(m, "layer." + std::to_string(i) + ".weight"));
   }
   const temp_dir s;
   const fs::path path = s.path() / "large.safetensors";
@@ -261,7 +262,7 @@ BOOST_AUTO_TEST_CASE(a_swapped_shape_is_caught) {
   std::string good;
   {
     const temp_dir s;
-    ckpt::save(s.path() / "s.safetensors", ckpt::of_tensor("m", m), {.digest = true});
+    ckpt::save(s.path() / "s.safetensors", ckpt::of_params(m, "m"), {.digest = true});
     good = read_bytes(s.path() / "s.safetensors");
   }
   std::string bad = good;
@@ -321,7 +322,7 @@ BOOST_AUTO_TEST_CASE(each_mib_is_hashed_and_the_order_of_the_mibs_counts) {
   // 9.5 MiB and 4 bytes of data: ten chunks, the last short, hashed on two threads (from 8 MiB).
   Eigen::VectorXf v((std::size_t{19} << 17) + 1);
   for (Eigen::Index i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
-  ckpt::save(path, ckpt::of_tensor("v", v), {.digest = true});
+  ckpt::save(path, ckpt::of_params(v, "v"), {.digest = true});
   const std::string good = read_bytes(path);
   const std::size_t start = data_start(good), mib = std::size_t{1} << 20;
   BOOST_TEST_REQUIRE(good.size() - start == v.size() * sizeof(float));
@@ -572,7 +573,7 @@ BOOST_AUTO_TEST_CASE(the_manager_writes_digests_by_default_and_verifies_them) {
 BOOST_AUTO_TEST_CASE(verifying_does_not_leave_the_file_mapped_in_memory) {
   const temp_dir s;
   const fs::path path = s.path() / "big.safetensors";
-  ckpt::save(path, ckpt::of_tensor("x", Eigen::VectorXf::Constant(24 << 18, 1.0f).eval()), {.digest = true});  // 24 MiB
+  ckpt::save(path, ckpt::of_params(Eigen::VectorXf::Constant(24 << 18, 1.0f).eval(), "x"), {.digest = true});  // 24 MiB
   const long before = rss_file_kib();
   const ckpt::checkpoint t = ckpt::load(path);  // hashes all 24 MiB through the mapping
   const long verified = rss_file_kib();
@@ -587,7 +588,7 @@ BOOST_AUTO_TEST_CASE(verification_reports_its_progress_per_file) {
   const temp_dir s;
   // 100 MiB.
   const fs::path path = s.path() / "p.safetensors";
-  ckpt::save(path, ckpt::of_tensor("x", Eigen::VectorXf::Constant(25 << 20, 2.0f).eval()), {.digest = true});
+  ckpt::save(path, ckpt::of_params(Eigen::VectorXf::Constant(25 << 20, 2.0f).eval(), "x"), {.digest = true});
   const std::uint64_t data_bytes = std::uint64_t{100} << 20;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;
   const auto record = [&](std::uint64_t hashed, std::uint64_t total) { reports.emplace_back(hashed, total); };

@@ -42,7 +42,7 @@ BOOST_AUTO_TEST_CASE(save_writes_the_exact_c_order_file) {
   const temp_dir s;
   Eigen::MatrixXf w(2, 2);  // column-major
   w << 1, 2, 3, 4;
-  const auto t = ckpt::concat({ckpt::of_tensor("w", w), ckpt::of_int("a", 5)});
+  const auto t = ckpt::concat({ckpt::of_params(w, "w"), ckpt::of_int("a", 5)});
   ckpt::save(s.path() / "x.safetensors", t);
   const std::string bytes = read_bytes(s.path() / "x.safetensors");
   const std::string header =
@@ -79,8 +79,8 @@ BOOST_AUTO_TEST_CASE(empty_checkpoint_round_trips) {
 
 BOOST_AUTO_TEST_CASE(zero_size_and_scalar_entries_round_trip) {
   const temp_dir s;
-  const auto t = ckpt::concat({ckpt::of_tensor("empty", Eigen::MatrixXd(0, 3)), ckpt::of_tensor("s", 2.5),
-                               ckpt::of_tensor("z", Eigen::VectorXf(0))});
+  const auto t = ckpt::concat({ckpt::of_params(Eigen::MatrixXd(0, 3), "empty"), ckpt::of_params(2.5, "s"),
+                               ckpt::of_params(Eigen::VectorXf(0), "z")});
   ckpt::save(s.path() / "z.safetensors", t);
   const auto back = ckpt::load(s.path() / "z.safetensors");
   BOOST_TEST(back.names() == t.names());
@@ -97,7 +97,7 @@ BOOST_AUTO_TEST_CASE(save_replaces_an_existing_file) {
 
 BOOST_AUTO_TEST_CASE(loaded_tensors_outlive_the_checkpoint_and_the_file) {
   const temp_dir s;
-  ckpt::save(s.path() / "k.safetensors", ckpt::of_tensor("v", Eigen::Vector4d(1, 2, 3, 4)));
+  ckpt::save(s.path() / "k.safetensors", ckpt::of_params(Eigen::Vector4d(1, 2, 3, 4), "v"));
   ckpt::tensor kept;
   {
     const auto loaded = ckpt::load(s.path() / "k.safetensors");
@@ -260,8 +260,8 @@ BOOST_AUTO_TEST_CASE(a_write_failing_part_way_keeps_the_old_file) {
   const fs::path path = s.path() / "old.safetensors";
   ckpt::save(path, ckpt::of_int("v", 1));
   const std::string before = read_bytes(path);
-  const auto big = ckpt::concat({ckpt::of_tensor("big", Eigen::VectorXf::Ones(100000).eval()),
-                                 ckpt::of_tensor("m", Eigen::MatrixXd::Constant(30, 40, 0.5).eval())});
+  const auto big = ckpt::concat({ckpt::of_params(Eigen::VectorXf::Ones(100000).eval(), "big"),
+                                 ckpt::of_params(Eigen::MatrixXd::Constant(30, 40, 0.5).eval(), "m")});
   for (const bool digest : {false, true}) {
     ckpt::save(s.path() / "size.safetensors", big, {.digest = digest});
     const std::string whole = read_bytes(s.path() / "size.safetensors");
@@ -479,7 +479,7 @@ BOOST_AUTO_TEST_CASE(every_storage_order_reads_bit_exact_from_a_file_in_bands) {
   // Cast on the way in: every band converted as it is read.
   const ckpt::tensor wide = ckpt::cast(loaded.get("wide"), ckpt::dtype::f32);
   BOOST_TEST(ckpt::detail::tensor_access::file_of(wide) == nullptr);
-  BOOST_TEST((wide == ckpt::of_tensor("w", Eigen::MatrixXf(original.wide.cast<float>())).get("w")));
+  BOOST_TEST((wide == ckpt::of_params(Eigen::MatrixXf(original.wide.cast<float>()), "w").get("w")));
 }
 
 BOOST_AUTO_TEST_CASE(a_file_truncated_while_it_is_read_is_an_error_naming_it_not_a_signal) {
@@ -565,7 +565,7 @@ BOOST_AUTO_TEST_CASE(save_reports_its_progress_up_to_the_file_size) {
   // 120 MiB in three entries: more than one 64 MiB report is due.
   const Eigen::VectorXf part = Eigen::VectorXf::Constant(10 << 20, 1.5f);
   const ckpt::checkpoint t = ckpt::concat(
-      {ckpt::of_tensor("a", part), ckpt::of_tensor("b", part), ckpt::of_tensor("c", part)});
+      {ckpt::of_params(part, "a"), ckpt::of_params(part, "b"), ckpt::of_params(part, "c")});
   for (const bool digest : {false, true}) {
     BOOST_TEST_CONTEXT("digest " << digest) {
       std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;

@@ -106,7 +106,7 @@ std::string text_of(std::span<const std::byte> bytes) {
 }
 
 ckpt::tensor tensor_of(ckpt::dtype type, ckpt::dims shape) {
-  const std::size_t size = ckpt::nbytes_of(type, ckpt::numel_of(shape));
+  const std::size_t size = ckpt::detail::nbytes_of(type, ckpt::detail::numel_of(shape));
   const std::string bytes = data_of(size);
   return ckpt::tensor::copy_of(type, std::move(shape), std::as_bytes(std::span(bytes)));
 }

@@ -7,7 +7,7 @@
 
 #include "support.hpp"
 
-#include <ckpt/cast.hpp>
+#include <ckpt/adapt.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
@@ -57,7 +57,7 @@ std::vector<float> expected_values(const std::string& name) {
   // lm_head.weight is tied to wte: its values are wte's.
   const std::string source = name == "lm_head.weight" ? "transformer.wte.weight" : name;
   const auto k = static_cast<int>(std::distance(shapes.begin(), shapes.find(source)));
-  std::vector<float> out(static_cast<std::size_t>(ckpt::numel_of(shapes.at(source))));
+  std::vector<float> out(static_cast<std::size_t>(ckpt::detail::numel_of(shapes.at(source))));
   for (std::size_t j = 0; j < out.size(); ++j)
     out[j] = static_cast<float>((static_cast<int>(j) + 3 * k) % 64 - 32) / 8.0f;
   return out;

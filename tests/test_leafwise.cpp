@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(map_leaves_over_a_ptree) {
   const ckpt::ptree out = ckpt::detail::map_leaves(
       [](const ckpt::tensor& x) {
         Eigen::ArrayXf a = Eigen::Map<const Eigen::ArrayXf>(x.as<float>().data(), x.numel()) + 1.0f;
-        return ckpt::to_tensor(a);
+        return ckpt::detail::to_tensor(a);
       },
       tree);
   BOOST_TEST(out.at("w").as_tensor().as<float>()[1] == 3.0f);

@@ -30,7 +30,7 @@ using ckpt_test::folder_listing;
 using ckpt_test::temp_dir;
 
 ckpt::checkpoint value(float x) {
-  return ckpt::of_tensor("w", ckpt::to_tensor(Eigen::VectorXf::Constant(3, x).eval()));
+  return ckpt::of_tensor("w", ckpt::detail::to_tensor(Eigen::VectorXf::Constant(3, x).eval()));
 }
 
 std::vector<std::int64_t> ints(std::initializer_list<std::int64_t> xs) { return xs; }
@@ -211,7 +211,7 @@ BOOST_AUTO_TEST_CASE(async_saves_complete_in_order) {
   Eigen::VectorXf live = Eigen::VectorXf::Zero(1000);
   for (int step = 1; step <= 6; ++step) {
     live.setConstant(static_cast<float>(step));
-    BOOST_TEST(m.save_async(step, {ckpt::of_tensor("w", ckpt::to_tensor(live))}));
+    BOOST_TEST(m.save_async(step, {ckpt::of_tensor("w", ckpt::detail::to_tensor(live))}));
     live.setConstant(-1.0f);  // the snapshot is already taken
   }
   m.wait();

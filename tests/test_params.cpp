@@ -10,6 +10,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -166,12 +167,12 @@ BOOST_AUTO_TEST_CASE(column_major_matrices_are_written_in_c_order) {
   m << 1, 2, 3, 4, 5, 6;
   const Eigen::Matrix<float, 2, 3, Eigen::RowMajor> r = m;
   const std::vector<float> c_order{1, 2, 3, 4, 5, 6};
-  BOOST_TEST(elements<float>(ckpt::of_tensor("w", m).get("w")) == c_order);
-  BOOST_TEST(elements<float>(ckpt::of_tensor("w", r).get("w")) == c_order);
-  BOOST_TEST(shape_of(ckpt::of_tensor("w", m).get("w")) == (std::vector<std::int64_t>{2, 3}));
+  BOOST_TEST(elements<float>(ckpt::of_params(m, "w").get("w")) == c_order);
+  BOOST_TEST(elements<float>(ckpt::of_params(r, "w").get("w")) == c_order);
+  BOOST_TEST(shape_of(ckpt::of_params(m, "w").get("w")) == (std::vector<std::int64_t>{2, 3}));
 
   // And read back into either order.
-  const auto t = ckpt::of_tensor("w", m);
+  const auto t = ckpt::of_params(m, "w");
   BOOST_TEST((ckpt::to_params(t, Eigen::MatrixXf::Zero(2, 3).eval(), {.prefix = "w"}) == m));
   BOOST_TEST((ckpt::to_params(t, Eigen::Matrix<float, 2, 3, Eigen::RowMajor>::Zero().eval(), {.prefix = "w"}) == r));
   const Eigen::Array<float, 2, 3> fixed = ckpt::to_params(t, Eigen::Array<float, 2, 3>::Zero().eval(), {.prefix = "w"});
@@ -179,13 +180,13 @@ BOOST_AUTO_TEST_CASE(column_major_matrices_are_written_in_c_order) {
 }
 
 BOOST_AUTO_TEST_CASE(vector_shapes_follow_compile_time_extents) {
-  BOOST_TEST(ckpt::leaf_shape(Eigen::VectorXf(4)) == ckpt::dims{4});
-  BOOST_TEST(ckpt::leaf_shape(Eigen::RowVectorXf(4)) == ckpt::dims{4});
-  BOOST_TEST(ckpt::leaf_shape(Eigen::Matrix<float, 3, 1>::Zero().eval()) == ckpt::dims{3});
-  BOOST_TEST(ckpt::leaf_shape(Eigen::MatrixXf(4, 1)) == (ckpt::dims{4, 1}));
-  BOOST_TEST(ckpt::leaf_shape(Eigen::MatrixXf(1, 4)) == (ckpt::dims{1, 4}));
-  BOOST_TEST(ckpt::leaf_shape(Eigen::ArrayXXd(0, 3)) == (ckpt::dims{0, 3}));
-  BOOST_TEST(ckpt::leaf_shape(2.0f) == ckpt::dims{});
+  BOOST_TEST(ckpt::detail::leaf_shape(Eigen::VectorXf(4)) == ckpt::dims{4});
+  BOOST_TEST(ckpt::detail::leaf_shape(Eigen::RowVectorXf(4)) == ckpt::dims{4});
+  BOOST_TEST(ckpt::detail::leaf_shape(Eigen::Matrix<float, 3, 1>::Zero().eval()) == ckpt::dims{3});
+  BOOST_TEST(ckpt::detail::leaf_shape(Eigen::MatrixXf(4, 1)) == (ckpt::dims{4, 1}));
+  BOOST_TEST(ckpt::detail::leaf_shape(Eigen::MatrixXf(1, 4)) == (ckpt::dims{1, 4}));
+  BOOST_TEST(ckpt::detail::leaf_shape(Eigen::ArrayXXd(0, 3)) == (ckpt::dims{0, 3}));
+  BOOST_TEST(ckpt::detail::leaf_shape(2.0f) == ckpt::dims{});
 }
 
 BOOST_AUTO_TEST_CASE(column_major_tensors_are_written_in_c_order) {
@@ -200,10 +201,10 @@ BOOST_AUTO_TEST_CASE(column_major_tensors_are_written_in_c_order) {
         row(i, j, k) = v;
         c_order.push_back(v);
       }
-  BOOST_TEST(elements<int>(ckpt::of_tensor("t", col).get("t")) == c_order);
-  BOOST_TEST(elements<int>(ckpt::of_tensor("t", row).get("t")) == c_order);
+  BOOST_TEST(elements<int>(ckpt::of_params(col, "t").get("t")) == c_order);
+  BOOST_TEST(elements<int>(ckpt::of_params(row, "t").get("t")) == c_order);
 
-  const auto t = ckpt::of_tensor("t", row);
+  const auto t = ckpt::of_params(row, "t");
   Eigen::Tensor<int, 3> col_back = ckpt::to_params(t, Eigen::Tensor<int, 3>(2, 3, 4).setZero(), {.prefix = "t"});
   BOOST_TEST(same_tensor(col_back, col));
   Eigen::TensorFixedSize<int, Eigen::Sizes<2, 3, 4>> fixed_back =
@@ -265,8 +266,8 @@ BOOST_AUTO_TEST_CASE(ptree_leaves_are_named_by_path_as_in_the_seed) {
 BOOST_AUTO_TEST_CASE(to_params_with_a_ptree_gives_the_files_values) {
   const ckpt::ptree like = ckpt::ptree::dict({{"a", ckpt::ptree::tensor(0.0f)},
                                               {"b", ckpt::ptree::list({ckpt::ptree::tensor(Eigen::Vector2d(0, 0))})}});
-  const auto t = ckpt::concat({ckpt::of_tensor("p.a", 5.0f), ckpt::of_tensor("p.b.0", Eigen::Vector2d(1, 2)),
-                               ckpt::of_tensor("unrelated", 1.0f)});
+  const auto t = ckpt::concat({ckpt::of_params(5.0f, "p.a"), ckpt::of_params(Eigen::Vector2d(1, 2), "p.b.0"),
+                               ckpt::of_params(1.0f, "unrelated")});
   const ckpt::ptree got = ckpt::to_params(t, like, {.prefix = "p"});
   BOOST_TEST(got.at("a").as_tensor().as<float>()[0] == 5.0f);
   BOOST_TEST(elements<double>(got.at("b").at(0).as_tensor()) == (std::vector<double>{1, 2}));
@@ -290,9 +291,9 @@ BOOST_AUTO_TEST_CASE(pretrained_bare_tensors_load_into_a_struct) {
   // Tensors saved one by one under the names a struct will have, as another tool would.
   Eigen::MatrixXf w(3, 2);
   w << 1, 2, 3, 4, 5, 6;
-  const auto t = ckpt::concat({ckpt::of_tensor("l1.w", w), ckpt::of_tensor("l1.b", Eigen::VectorXf::Ones(3).eval()),
-                               ckpt::of_tensor("l2.w", Eigen::MatrixXf::Zero(1, 3).eval()),
-                               ckpt::of_tensor("l2.b", Eigen::VectorXf::Constant(1, 9).eval())});
+  const auto t = ckpt::concat({ckpt::of_params(w, "l1.w"), ckpt::of_params(Eigen::VectorXf::Ones(3).eval(), "l1.b"),
+                               ckpt::of_params(Eigen::MatrixXf::Zero(1, 3).eval(), "l2.w"),
+                               ckpt::of_params(Eigen::VectorXf::Constant(1, 9).eval(), "l2.b")});
   const mlp m = ckpt::to_params(t, make_mlp(100));
   BOOST_TEST((m.l1.w == w));
   BOOST_TEST(m.l2.b(0) == 9.0f);
@@ -332,7 +333,7 @@ BOOST_AUTO_TEST_CASE(extraction_errors_name_the_entry_and_both_sides) {
 
 BOOST_AUTO_TEST_CASE(cast_converts_integers_and_halves) {
   const Eigen::Vector3f values(1.5f, -2.75f, 65504.0f);
-  const auto t = ckpt::of_tensor("v", values);
+  const auto t = ckpt::of_params(values, "v");
   const auto as_int = ckpt::to_params(t, Eigen::Vector3i::Zero().eval(), {.prefix = "v", .cast = true});
   BOOST_TEST((as_int == Eigen::Vector3i(1, -2, 65504)));
   const auto as_half = ckpt::to_params(t, Eigen::Matrix<Eigen::half, 3, 1>::Zero().eval(), {.prefix = "v", .cast = true});
@@ -411,16 +412,16 @@ BOOST_AUTO_TEST_CASE(duplicate_leaf_names_are_refused) {
 BOOST_AUTO_TEST_CASE(views_read_entries_in_place) {
   Eigen::MatrixXf m(2, 3);
   m << 1, 2, 3, 4, 5, 6;
-  const auto t = ckpt::of_tensor("w", m);
+  const auto t = ckpt::of_params(m, "w");
   const auto view = ckpt::matrix_view<float>(t.get("w"));
   BOOST_TEST((view == m));
   BOOST_TEST(view.data() == t.get("w").as<float>().data());
-  BOOST_TEST(ckpt::matrix_view<float>(ckpt::of_tensor("v", Eigen::Vector3f(1, 2, 3)).get("v")).rows() == 3);
-  BOOST_TEST(ckpt::matrix_view<double>(ckpt::of_tensor("s", 2.0).get("s"))(0, 0) == 2.0);
+  BOOST_TEST(ckpt::matrix_view<float>(ckpt::of_params(Eigen::Vector3f(1, 2, 3), "v").get("v")).rows() == 3);
+  BOOST_TEST(ckpt::matrix_view<double>(ckpt::of_params(2.0, "s").get("s"))(0, 0) == 2.0);
 
   Eigen::Tensor<int, 3> cube(2, 3, 4);
   cube.setRandom();
-  const auto u = ckpt::of_tensor("u", cube);
+  const auto u = ckpt::of_params(cube, "u");
   const auto tv = ckpt::tensor_view<int, 3>(u.get("u"));
   BOOST_TEST(tv(1, 2, 3) == cube(1, 2, 3));
   BOOST_TEST(tv(0, 1, 2) == cube(0, 1, 2));
@@ -514,7 +515,8 @@ BOOST_AUTO_TEST_CASE(strict_read_params_changes_nothing_and_names_the_caller) {
 
 BOOST_AUTO_TEST_CASE(a_wrong_prefix_is_answered_with_the_prefixes_there_are) {
   std::vector<ckpt::checkpoint> parts;
-  for (const char* prefix : {"a", "b", "c", "d", "e", "f"}) parts.push_back(ckpt::of_tensor(prefix, Eigen::Vector2f(1, 2)));
+  for (const char* prefix : {"a", "b", "c", "d", "e", "f"})
+    parts.push_back(ckpt::of_params(Eigen::Vector2f(1, 2), prefix));
   parts.push_back(ckpt::of_params(make_mlp(0), "model"));
   const auto t = ckpt::concat(parts);
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, make_mlp(0), {.prefix = "modle"}); }) ==
@@ -662,3 +664,164 @@ static_assert(ckpt::detail::reads_only_its_leaf<std::mt19937>);
 static_assert(ckpt::detail::reads_only_its_leaf<ckpt::frozen<Eigen::MatrixXf>>);
 static_assert(!ckpt::detail::reads_only_its_leaf<ckpt::frozen<thread_probe<false>>>);
 static_assert(!ckpt::detail::reads_only_its_leaf<thread_probe<false>>);
+
+// Leaf types of one's own with fewer hooks than the four: the others derived (ckpt::leaf_traits).
+namespace {
+// Shape and elements: everything else derived.
+struct grid {
+  std::vector<double> values;
+  std::int64_t rows = 0, cols = 0;
+};
+// Elements of a const leaf only, and a `read` of its own: `read` is not derived, nor
+// reads_only_its_leaf.
+struct counted_ids {
+  std::vector<std::int32_t> ids;
+  int reads = 0;
+};
+// dtype, shape, write_rows and read: `write` is all the rows.
+struct by_rows {
+  Eigen::MatrixXf m;  // column-major: the rows are written one element at a time
+};
+// Three elements for a shape of four.
+struct short_grid {
+  std::vector<float> values{1, 2, 3};
+};
+// Bools, which an entry may hold as bytes other than 0 and 1.
+struct flags {
+  std::array<bool, 4> bits{};
+};
+}  // namespace
+
+template <>
+struct ckpt::leaf_traits<grid> {
+  static ckpt::dims shape(const grid& g) { return {g.rows, g.cols}; }
+  static auto elements(auto& g) { return std::span(g.values); }
+};
+
+template <>
+struct ckpt::leaf_traits<counted_ids> {
+  static ckpt::dims shape(const counted_ids& c) { return {static_cast<std::int64_t>(c.ids.size())}; }
+  static std::span<const std::int32_t> elements(const counted_ids& c) { return c.ids; }
+  static void read(counted_ids& c, const ckpt::tensor& in) {
+    ++c.reads;
+    std::memcpy(c.ids.data(), in.bytes().data(), in.nbytes());
+  }
+};
+
+template <>
+struct ckpt::leaf_traits<by_rows> {
+  static ckpt::dtype dtype(const by_rows&) { return ckpt::dtype::f32; }
+  static ckpt::dims shape(const by_rows& r) { return {r.m.rows(), r.m.cols()}; }
+  static void write_rows(const by_rows& r, std::size_t first, std::size_t count, std::byte* out) {
+    for (auto i = static_cast<Eigen::Index>(first); i < static_cast<Eigen::Index>(first + count); ++i)
+      for (Eigen::Index j = 0; j < r.m.cols(); ++j, out += sizeof(float)) std::memcpy(out, &r.m(i, j), sizeof(float));
+  }
+  static void read(by_rows& r, const ckpt::tensor& in) { r.m = ckpt::matrix_view<float>(in); }
+};
+
+template <>
+struct ckpt::leaf_traits<short_grid> {
+  static ckpt::dims shape(const short_grid&) { return {4}; }
+  static auto elements(auto& g) { return std::span(g.values); }
+};
+
+template <>
+struct ckpt::leaf_traits<flags> {
+  static ckpt::dims shape(const flags&) { return {4}; }
+  static auto elements(auto& f) { return std::span(f.bits); }
+};
+
+static_assert(ckpt::leaf<grid> && ckpt::leaf<counted_ids> && ckpt::leaf<by_rows> && ckpt::leaf<flags>);
+static_assert(ckpt::detail::reads_only_its_leaf<grid>);
+static_assert(ckpt::detail::reads_only_its_leaf<ckpt::frozen<grid>>);
+static_assert(!ckpt::detail::reads_only_its_leaf<counted_ids>);
+static_assert(!ckpt::detail::reads_only_its_leaf<by_rows>);
+static_assert(ckpt::detail::has_contiguous<grid> && !ckpt::detail::has_write_rows<grid>);
+static_assert(ckpt::detail::has_contiguous<counted_ids>);
+static_assert(!ckpt::detail::has_contiguous<by_rows> && ckpt::detail::has_write_rows<by_rows>);
+// Elements that are not scalars of a dtype, or no elements and no `read`: not a leaf.
+namespace {
+struct no_read {
+  std::vector<float> values;
+};
+struct string_elements {
+  std::vector<std::string> values;
+};
+}  // namespace
+template <>
+struct ckpt::leaf_traits<no_read> {
+  static ckpt::dtype dtype(const no_read&) { return ckpt::dtype::f32; }
+  static ckpt::dims shape(const no_read& x) { return {static_cast<std::int64_t>(x.values.size())}; }
+  static void write(const no_read&, std::span<std::byte>) {}
+};
+template <>
+struct ckpt::leaf_traits<string_elements> {
+  static ckpt::dims shape(const string_elements& x) { return {static_cast<std::int64_t>(x.values.size())}; }
+  static auto elements(auto& x) { return std::span(x.values); }
+};
+static_assert(!ckpt::leaf<no_read> && !ckpt::leaf<string_elements>);
+
+BOOST_AUTO_TEST_CASE(a_leaf_of_shape_and_elements_is_saved_extracted_and_cast) {
+  const grid g{{1, 2, 3, 4, 5, 6}, 2, 3};
+  const ckpt::checkpoint t = ckpt::of_params(g, "g");
+  BOOST_TEST(t.get("g").dtype() == ckpt::dtype::f64);
+  BOOST_TEST(shape_of(t.get("g")) == (std::vector<std::int64_t>{2, 3}));
+  BOOST_TEST(elements<double>(t.get("g")) == g.values);
+  const grid like{std::vector<double>(6), 2, 3};
+  BOOST_TEST(ckpt::to_params(t, like, {.prefix = "g"}).values == g.values);
+  grid in_place = like;
+  ckpt::read_params(t, in_place, {.prefix = "g"});
+  BOOST_TEST(in_place.values == g.values);
+  // From F32, with cast; frozen; a ptree leaf; zeros.
+  const Eigen::Matrix<float, 2, 3, Eigen::RowMajor> f = Eigen::Matrix<float, 2, 3, Eigen::RowMajor>::Constant(0.5f);
+  BOOST_TEST(ckpt::to_params(ckpt::of_params(f, "g"), like, {.prefix = "g", .cast = true}).values ==
+             std::vector<double>(6, 0.5));
+  const ckpt::frozen<grid> kept{g};
+  BOOST_TEST((ckpt::of_params(kept, "g").get("g") == t.get("g")));
+  BOOST_TEST(ckpt::to_params(t, ckpt::frozen<grid>{like}, {.prefix = "g"}).value.values == g.values);
+  BOOST_TEST((ckpt::ptree::tensor(g).as_tensor() == t.get("g")));
+  BOOST_TEST(ckpt::zeros_like(g).values == std::vector<double>(6, 0.0));
+  // The save of sections writes the file from the elements.
+  const ckpt_test::temp_dir d;
+  ckpt::save(d.path() / "g.safetensors", {{g, "g"}});
+  BOOST_TEST((ckpt::load(d.path() / "g.safetensors").get("g") == t.get("g")));
+}
+
+BOOST_AUTO_TEST_CASE(a_hook_the_traits_give_is_called_and_write_is_made_of_rows) {
+  const counted_ids c{{7, -1, 3}, 0};
+  const ckpt::checkpoint ids = ckpt::of_params(c, "ids");
+  BOOST_TEST(elements<std::int32_t>(ids.get("ids")) == c.ids);
+  const counted_ids back = ckpt::to_params(ids, counted_ids{std::vector<std::int32_t>(3), 0}, {.prefix = "ids"});
+  BOOST_TEST(back.ids == c.ids);
+  BOOST_TEST(back.reads == 1);
+
+  by_rows r{Eigen::MatrixXf(2, 3)};
+  r.m << 1, 2, 3, 4, 5, 6;
+  const ckpt::checkpoint t = ckpt::of_params(r, "r");  // write_rows, a band of rows at a time
+  BOOST_TEST(elements<float>(t.get("r")) == (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  BOOST_TEST((ckpt::ptree::tensor(r).as_tensor() == t.get("r")));  // `write`: all the rows
+  BOOST_TEST((ckpt::to_params(t, by_rows{Eigen::MatrixXf(2, 3)}, {.prefix = "r"}).m == r.m));
+}
+
+BOOST_AUTO_TEST_CASE(elements_of_another_size_than_the_shape_are_refused) {
+  BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::of_params(short_grid{}, "g"); }) ==
+             "ckpt: of_params: leaf_traits::contiguous gave 12 bytes for entry 'g' of 16 bytes");
+  BOOST_TEST(message_of<std::invalid_argument>([] { (void)ckpt::ptree::tensor(short_grid{}); }) ==
+             "ckpt: leaf_traits::elements gave 12 bytes for an entry of 16 bytes");
+  const ckpt::checkpoint four = ckpt::of_params(Eigen::Vector4f(1, 2, 3, 4), "g");
+  short_grid target;
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(four, target, {.prefix = "g"}); }) ==
+             "ckpt: leaf_traits::elements gave 12 bytes for an entry of 16 bytes");
+  BOOST_TEST(target.values == (std::vector<float>{1, 2, 3}));
+}
+
+BOOST_AUTO_TEST_CASE(bool_elements_are_read_as_zero_or_one) {
+  const std::array<unsigned char, 4> raw{0, 2, 1, 255};
+  const ckpt::checkpoint t = ckpt::of_tensor(
+      "f", ckpt::tensor::copy_of(ckpt::dtype::boolean, {4}, std::as_bytes(std::span(raw))));
+  const flags f = ckpt::to_params(t, flags{}, {.prefix = "f"});
+  std::array<unsigned char, 4> bytes{};
+  std::memcpy(bytes.data(), f.bits.data(), bytes.size());
+  BOOST_TEST((bytes == std::array<unsigned char, 4>{0, 1, 1, 1}));
+  BOOST_TEST(ckpt::of_params(f, "f").get("f").dtype() == ckpt::dtype::boolean);
+}

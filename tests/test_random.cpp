@@ -74,13 +74,13 @@ BOOST_AUTO_TEST_CASE(every_standard_engine_round_trips_mid_stream) {
 
 BOOST_AUTO_TEST_CASE(the_documented_shapes) {
 #if defined(__GLIBCXX__)
-  BOOST_TEST(ckpt::leaf_shape(std::mt19937{}) == (ckpt::dims{625}));
-  BOOST_TEST(ckpt::leaf_shape(std::mt19937_64{}) == (ckpt::dims{313}));
-  BOOST_TEST(ckpt::leaf_shape(std::minstd_rand{}) == (ckpt::dims{1}));
+  BOOST_TEST(ckpt::detail::leaf_shape(std::mt19937{}) == (ckpt::dims{625}));
+  BOOST_TEST(ckpt::detail::leaf_shape(std::mt19937_64{}) == (ckpt::dims{313}));
+  BOOST_TEST(ckpt::detail::leaf_shape(std::minstd_rand{}) == (ckpt::dims{1}));
 #endif
-  BOOST_TEST(ckpt::leaf_dtype(std::mt19937{}) == ckpt::dtype::u64);
+  BOOST_TEST(ckpt::leaf_traits<std::mt19937>::dtype(std::mt19937{}) == ckpt::dtype::u64);
   // The first word of a freshly seeded mt19937 is its seed.
-  const ckpt::tensor x = ckpt::to_tensor(std::mt19937(42u));
+  const ckpt::tensor x = ckpt::detail::to_tensor(std::mt19937(42u));
   BOOST_TEST(x.as<std::uint64_t>()[0] == 42u);
 }
 

@@ -229,7 +229,7 @@ BOOST_AUTO_TEST_CASE(names_are_checked_across_sections) {
   const temp_dir s;
   const Eigen::Vector2f v(1, 2);
   try {
-    ckpt::save(s.path() / "x.safetensors", {{v, "a"}, {ckpt::of_tensor("a", v)}});
+    ckpt::save(s.path() / "x.safetensors", {{v, "a"}, {ckpt::of_params(v, "a")}});
     BOOST_FAIL("no exception");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()) == "ckpt: save: two leaves are named 'a'");

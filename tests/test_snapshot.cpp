@@ -75,7 +75,7 @@ BOOST_AUTO_TEST_CASE(a_large_snapshot_copied_on_several_threads_is_whole) {
   const ckpt::checkpoint snap = arena.snapshot({{live, "model"}});
   BOOST_TEST(snap.size() == 6u * 4u);
   // Leaf by leaf against a copy of each (no second copy of the whole).
-  const auto entry = [](const auto& leaf) { return ckpt::of_tensor("x", leaf).get("x"); };
+  const auto entry = [](const auto& leaf) { return ckpt::of_params(leaf, "x").get("x"); };
   for (std::size_t i = 0; i < live.size(); ++i) {
     const std::string prefix = "model." + std::to_string(i) + ".";
     BOOST_TEST((snap.get(prefix + "w") == entry(live[i].w)), prefix << "w");

@@ -23,17 +23,17 @@ BOOST_AUTO_TEST_CASE(every_dtype_spelling_round_trips) {
 }
 
 BOOST_AUTO_TEST_CASE(bit_widths_and_classes) {
-  BOOST_TEST(ckpt::bit_width(ckpt::dtype::boolean) == 8u);
-  BOOST_TEST(ckpt::bit_width(ckpt::dtype::bf16) == 16u);
-  BOOST_TEST(ckpt::bit_width(ckpt::dtype::c64) == 64u);
-  BOOST_TEST(ckpt::bit_width(ckpt::dtype::f6_e3m2) == 6u);
-  BOOST_TEST(ckpt::bit_width(ckpt::dtype::f4) == 4u);
-  BOOST_TEST(ckpt::has_scalar(ckpt::dtype::c64));
-  BOOST_TEST(!ckpt::has_scalar(ckpt::dtype::f8_e4m3));
-  BOOST_TEST(ckpt::is_floating(ckpt::dtype::f8_e5m2fnuz));
-  BOOST_TEST(!ckpt::is_floating(ckpt::dtype::i64));
-  BOOST_TEST(ckpt::is_sub_byte(ckpt::dtype::f4));
-  BOOST_TEST(!ckpt::is_sub_byte(ckpt::dtype::f8_e8m0));
+  BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::boolean) == 8u);
+  BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::bf16) == 16u);
+  BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::c64) == 64u);
+  BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::f6_e3m2) == 6u);
+  BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::f4) == 4u);
+  BOOST_TEST(ckpt::detail::has_scalar(ckpt::dtype::c64));
+  BOOST_TEST(!ckpt::detail::has_scalar(ckpt::dtype::f8_e4m3));
+  BOOST_TEST(ckpt::detail::is_floating(ckpt::dtype::f8_e5m2fnuz));
+  BOOST_TEST(!ckpt::detail::is_floating(ckpt::dtype::i64));
+  BOOST_TEST(ckpt::detail::is_sub_byte(ckpt::dtype::f4));
+  BOOST_TEST(!ckpt::detail::is_sub_byte(ckpt::dtype::f8_e8m0));
   static_assert(ckpt::dtype_of<Eigen::bfloat16> == ckpt::dtype::bf16);
   static_assert(ckpt::dtype_of<std::int64_t> == ckpt::dtype::i64);
   static_assert(ckpt::dtype_of<long long> == ckpt::dtype::i64);
@@ -45,16 +45,16 @@ BOOST_AUTO_TEST_CASE(bit_widths_and_classes) {
 }
 
 BOOST_AUTO_TEST_CASE(sizes_are_checked) {
-  BOOST_TEST(ckpt::numel_of(ckpt::dims{}) == 1);
-  BOOST_TEST(ckpt::numel_of(ckpt::dims{3, 0, 5}) == 0);
-  BOOST_TEST(ckpt::numel_of(ckpt::dims{2, 3, 4}) == 24);
-  BOOST_CHECK_THROW((void)ckpt::numel_of(ckpt::dims{-1}), std::invalid_argument);
-  BOOST_CHECK_THROW((void)ckpt::numel_of(ckpt::dims{std::int64_t{1} << 40, std::int64_t{1} << 40}),
+  BOOST_TEST(ckpt::detail::numel_of(ckpt::dims{}) == 1);
+  BOOST_TEST(ckpt::detail::numel_of(ckpt::dims{3, 0, 5}) == 0);
+  BOOST_TEST(ckpt::detail::numel_of(ckpt::dims{2, 3, 4}) == 24);
+  BOOST_CHECK_THROW((void)ckpt::detail::numel_of(ckpt::dims{-1}), std::invalid_argument);
+  BOOST_CHECK_THROW((void)ckpt::detail::numel_of(ckpt::dims{std::int64_t{1} << 40, std::int64_t{1} << 40}),
                     std::invalid_argument);
-  BOOST_TEST(ckpt::nbytes_of(ckpt::dtype::f4, 4) == 2u);
-  BOOST_TEST(ckpt::nbytes_of(ckpt::dtype::f6_e2m3, 4) == 3u);
-  BOOST_CHECK_THROW((void)ckpt::nbytes_of(ckpt::dtype::f4, 3), std::invalid_argument);
-  BOOST_CHECK_THROW((void)ckpt::nbytes_of(ckpt::dtype::f64, std::numeric_limits<std::int64_t>::max()),
+  BOOST_TEST(ckpt::detail::nbytes_of(ckpt::dtype::f4, 4) == 2u);
+  BOOST_TEST(ckpt::detail::nbytes_of(ckpt::dtype::f6_e2m3, 4) == 3u);
+  BOOST_CHECK_THROW((void)ckpt::detail::nbytes_of(ckpt::dtype::f4, 3), std::invalid_argument);
+  BOOST_CHECK_THROW((void)ckpt::detail::nbytes_of(ckpt::dtype::f64, std::numeric_limits<std::int64_t>::max()),
                     std::invalid_argument);
   BOOST_TEST(ckpt::to_string(ckpt::dims{2, 3}) == "[2, 3]");
   BOOST_TEST(ckpt::to_string(ckpt::dims{}) == "[]");

@@ -21,9 +21,9 @@ namespace {
 ckpt::checkpoint torch_like(int d) {
   const Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> qkv =
       Eigen::MatrixXf::Random(3 * d, d).cast<Eigen::bfloat16>();
-  return ckpt::concat({ckpt::of_tensor("encoder.layers.0.self_attn.in_proj_weight", qkv),
-                       ckpt::of_tensor("encoder.layers.0.self_attn.in_proj_bias",
-                                        Eigen::VectorX<Eigen::bfloat16>::Zero(3 * d).eval()),
+  return ckpt::concat({ckpt::of_params(qkv, "encoder.layers.0.self_attn.in_proj_weight"),
+                       ckpt::of_params(Eigen::VectorX<Eigen::bfloat16>::Zero(3 * d).eval(),
+                                       "encoder.layers.0.self_attn.in_proj_bias"),
                        ckpt::of_int("global_step", 1000)})
       .with_metadata({{"format", "pt"}});
 }

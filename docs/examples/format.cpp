@@ -24,7 +24,7 @@ void flip_byte(const std::filesystem::path& path, std::uint64_t offset) {
 }
 
 ckpt::checkpoint weights() {
-  return ckpt::of_tensor("w", Eigen::MatrixXf::Constant(4, 4, 1.5f).eval());
+  return ckpt::of_params(Eigen::MatrixXf::Constant(4, 4, 1.5f).eval(), "w");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -70,6 +71,13 @@ class attention {
 };
 // [fields_class]
 
+// [leaf_type]
+struct grid {  // a tensor type of your own: values in C order, and the shape
+  std::vector<float> values;
+  std::int64_t rows = 0, cols = 0;
+};
+// [leaf_type]
+
 }  // namespace
 
 // [fields]
@@ -79,6 +87,14 @@ struct ckpt::fields<attention> {
   static auto tie(auto& self) { return std::tie(self.query_, self.key_); }
 };
 // [fields]
+
+// [leaf_traits]
+template <>
+struct ckpt::leaf_traits<grid> {
+  static ckpt::dims shape(const grid& g) { return {g.rows, g.cols}; }
+  static auto elements(auto& g) { return std::span(g.values); }  // const or not
+};
+// [leaf_traits]
 
 BOOST_AUTO_TEST_SUITE(guide_structures)
 
@@ -110,6 +126,17 @@ BOOST_AUTO_TEST_CASE(fields_names_the_members_of_a_class) {
   attention a(3);
   BOOST_TEST(ckpt::leaf_names(a) == (std::vector<std::string>{"q", "k"}));
   BOOST_TEST(ckpt::of_params(a, "attn").names() == (std::vector<std::string>{"attn.k", "attn.q"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_type_with_shape_and_elements_is_a_leaf) {
+  static_assert(ckpt::leaf<grid>);
+  const grid g{{1, 2, 3, 4, 5, 6}, 2, 3};
+  const ckpt::checkpoint t = ckpt::of_params(g, "g");
+  BOOST_TEST(t.get("g").dtype() == ckpt::dtype::f32);
+  BOOST_TEST(ckpt::to_string(t.get("g").shape()) == "[2, 3]");
+  BOOST_TEST((std::vector<float>(t.get("g").as<float>().begin(), t.get("g").as<float>().end()) == g.values));
+  const grid back = ckpt::to_params(t, grid{std::vector<float>(6), 2, 3}, {.prefix = "g"});
+  BOOST_TEST(back.values == g.values);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

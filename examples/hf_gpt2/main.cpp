@@ -492,9 +492,9 @@ int run(const fs::path& data, const fs::path& work) {
 
   // For make_checkpoint.py --check: the fine-tuned logits, the losses, the settings.
   ckpt::save(work / "finetuned.safetensors",
-             ckpt::concat({ckpt::of_tensor("logits", tuned_logits), ckpt::of_tensor("losses", losses),
+             ckpt::concat({ckpt::of_params(tuned_logits, "logits"), ckpt::of_params(losses, "losses"),
                            ckpt::of_int("steps", fine_tune_steps),
-                           ckpt::of_tensor("lr", learning_rate)}));
+                           ckpt::of_params(learning_rate, "lr")}));
   return 0;
 }
 

@@ -77,7 +77,8 @@ class checkpoint {
   std::shared_ptr<const contents> contents_;
 };
 
-/// A checkpoint with the single entry `name` holding `x`.
+/// A checkpoint with the single entry `name` holding `x` (its bytes shared). For an Eigen object
+/// or another leaf, `of_params(leaf, name)` (ckpt/params.hpp) makes the one entry `name`.
 /// \throws std::invalid_argument if `name` is empty or `__metadata__`.
 [[nodiscard]] checkpoint of_tensor(std::string_view name, const tensor& x);
 

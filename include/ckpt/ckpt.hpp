@@ -7,7 +7,6 @@
 /// - ckpt/tensor.hpp      one immutable entry
 /// - ckpt/checkpoint.hpp  the immutable collection of entries (no templates: the small core)
 /// - ckpt/file.hpp        save and load
-/// - ckpt/cast.hpp        dtype conversion
 /// - ckpt/leaf.hpp        Eigen objects and scalars as entries
 /// - ckpt/ptree.hpp       run-time parameter trees
 /// - ckpt/named.hpp       walking and naming structures; the ckpt::fields customization point
@@ -19,13 +18,12 @@
 /// - ckpt/adam.hpp        the Adam optimizer and its training-state sections
 /// - ckpt/manager.hpp     a folder of step-numbered checkpoints for training loops
 /// - ckpt/sharded.hpp     Hugging Face sharded checkpoints (index + shards)
-/// - ckpt/adapt.hpp       adapters for foreign checkpoints: rename, transpose, split, cast
+/// - ckpt/adapt.hpp       adapters for foreign checkpoints: rename, transpose, split; cast and its rules
 /// - ckpt/torch.hpp       PyTorch torch.save files (pytorch_model.bin, *.pt) read without Python
 /// - ckpt/version.hpp     CKPT_VERSION_MAJOR, _MINOR, _PATCH and CKPT_VERSION_STRING (generated)
 
 #include <ckpt/adam.hpp>
 #include <ckpt/adapt.hpp>
-#include <ckpt/cast.hpp>
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/dtype.hpp>
 #include <ckpt/error.hpp>

@@ -51,22 +51,10 @@ enum class dtype : std::uint8_t {
 namespace detail {
 // The number of dtypes in `ckpt::dtype` (the library's tables and tests run over all of them).
 inline constexpr std::size_t dtype_count = 22;
-}  // namespace detail
 
-/// The file's spelling of `t` ("F32", "BOOL", "F8_E4M3", ...).
-/// \throws nothing
-[[nodiscard]] std::string_view to_string(dtype t) noexcept;
+// Properties of the dtypes, for the library, its tools and tests.
 
-/// The dtype spelled `s` in a file, or `std::nullopt` if the format does not define it.
-/// \throws nothing
-[[nodiscard]] std::optional<dtype> dtype_from_string(std::string_view s) noexcept;
-
-/// Writes the file's spelling of `t`.
-/// \throws whatever the stream throws
-std::ostream& operator<<(std::ostream& out, dtype t);
-
-/// Bits per element of `t` (1 byte = 8 bits; F6 is 6, F4 is 4).
-/// \throws nothing
+// Bits per element of `t` (1 byte = 8 bits; F6 is 6, F4 is 4).
 [[nodiscard]] constexpr std::size_t bit_width(dtype t) noexcept {
   switch (t) {
     case dtype::boolean: case dtype::u8: case dtype::i8:
@@ -81,19 +69,30 @@ std::ostream& operator<<(std::ostream& out, dtype t);
   return 0;
 }
 
-/// True for the dtypes whose elements are whole bytes and have a C++ scalar in ckpt.
-/// \throws nothing
+// True for the dtypes whose elements are whole bytes and have a C++ scalar in ckpt.
 [[nodiscard]] constexpr bool has_scalar(dtype t) noexcept { return t <= dtype::c64; }
 
-/// True for F16, BF16, F32, F64 and the F8/F6/F4 formats.
-/// \throws nothing
+// True for F16, BF16, F32, F64 and the F8/F6/F4 formats.
 [[nodiscard]] constexpr bool is_floating(dtype t) noexcept {
   return (t >= dtype::f16 && t <= dtype::f64) || t >= dtype::f8_e4m3;
 }
 
-/// True for the sub-byte formats (F6, F4), which are readable as raw bytes only.
-/// \throws nothing
+// True for the sub-byte formats (F6, F4), which are readable as raw bytes only.
 [[nodiscard]] constexpr bool is_sub_byte(dtype t) noexcept { return bit_width(t) % 8 != 0; }
+
+}  // namespace detail
+
+/// The file's spelling of `t` ("F32", "BOOL", "F8_E4M3", ...).
+/// \throws nothing
+[[nodiscard]] std::string_view to_string(dtype t) noexcept;
+
+/// The dtype spelled `s` in a file, or `std::nullopt` if the format does not define it.
+/// \throws nothing
+[[nodiscard]] std::optional<dtype> dtype_from_string(std::string_view s) noexcept;
+
+/// Writes the file's spelling of `t`.
+/// \throws whatever the stream throws
+std::ostream& operator<<(std::ostream& out, dtype t);
 
 namespace detail {
 template <class T> struct dtype_of_scalar {};

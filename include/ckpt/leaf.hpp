@@ -15,19 +15,34 @@
 
 #include <array>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <locale>
+#include <functional>
+#include <istream>
+#include <ostream>
 #include <random>
-#include <sstream>
-#include <stdexcept>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace ckpt {
 
-/// How a leaf type becomes entry bytes and back. Specialize it for a tensor type of your own:
+/// How a leaf type becomes an entry and back: specialize it for a tensor type of your own. A
+/// type that keeps its elements in one array, in C (row-major) order, needs two hooks:
+/// \code
+/// template <> struct ckpt::leaf_traits<my_tensor> {
+///   static ckpt::dims shape(const my_tensor& x) { return {x.rows, x.cols}; }  // C-order extents
+///   static auto elements(auto& x) { return std::span(x.values); }             // C-order elements
+/// };
+/// \endcode
+/// `elements(x)` returns the leaf's elements as a `std::span` of a `ckpt::scalar` (of const
+/// elements for a const leaf, of mutable ones for a mutable leaf), as many as the shape has. The
+/// entry's dtype is that scalar's; saving reads the elements where they stand (the span is the
+/// leaf's `contiguous` bytes), and extraction copies the entry into them.
+///
+/// Any other type gives its bytes itself, in four hooks:
 /// \code
 /// template <> struct ckpt::leaf_traits<my_tensor> {
 ///   static ckpt::dtype dtype(const my_tensor&);                    // the entry's dtype
@@ -41,6 +56,12 @@ namespace ckpt {
 ///   static constexpr bool reads_only_its_leaf = true;
 /// };
 /// \endcode
+/// A hook the traits give is the one called; one they leave out is derived where it can be:
+/// - from `elements`: `dtype`, `write`, `contiguous`, and, when the span of a mutable leaf is
+///   mutable, `read` and `reads_only_its_leaf = true`;
+/// - `write` from `write_rows`: the bytes of `contiguous` if it gives them, else every row at once
+///   (`write_rows(x, 0, d0, out)`, and `write_rows(x, 0, 1, out)` for shape []).
+///
 /// `read` receives an entry whose dtype and shape already match the leaf's. It is called on the
 /// thread that extracts (`to_params`, `read_params`), unless the traits declare
 /// `reads_only_its_leaf = true`: `read` touches nothing but the leaf it fills, so that
@@ -50,13 +71,13 @@ namespace ckpt {
 ///
 /// The two optional hooks let the save of sections write a leaf without a copy of it:
 /// - `contiguous` returns the leaf's C-order bytes where they already stand in memory (all of
-///   them, `nbytes_of(dtype, numel)` bytes), or an empty span to decline (say, for a
+///   them, as many as the dtype and shape need), or an empty span to decline (say, for a
 ///   column-major storage); the file is written straight from them.
 /// - `write_rows` writes the outermost rows `[first, first + count)` in C order to `out` (row
 ///   `i` of a leaf of shape `[d0, d1, ...]` is its `d1 * ...` elements of index `i`); the writer
 ///   calls it a bounded band of rows at a time, so that reordering needs no copy of the whole
-///   leaf. It is called only when `contiguous` is absent or declined, and never for shape `[]`.
-///   The calls may come from helper threads (a save with 2 MiB or more to reorder makes its
+///   leaf. The writer calls it only when `contiguous` is absent or declined, and never for shape
+///   `[]`. The calls may come from helper threads (a save with 2 MiB or more to reorder makes its
 ///   bands one ahead of the writer; `of_params` and snapshots of 128 MiB or more copy on several
 ///   threads), all before the call that made them returns: the hook must only read the leaf.
 ///   What it throws abandons that call.
@@ -65,27 +86,10 @@ namespace ckpt {
 template <class T, class Enable = void>
 struct leaf_traits {};
 
-/// A type that `leaf_traits` describes: an Eigen matrix, array or tensor, a scalar, a
-/// `ckpt::tensor`, or a type of your own with a `leaf_traits` specialization.
-template <class T>
-concept leaf = requires(const T& x, T& y, std::span<std::byte> out, const tensor& in) {
-  { leaf_traits<T>::dtype(x) } -> std::same_as<dtype>;
-  { leaf_traits<T>::shape(x) } -> std::same_as<dims>;
-  leaf_traits<T>::write(x, out);
-  leaf_traits<T>::read(y, in);
-};
-
 namespace detail {
 
 template <class>
 inline constexpr bool always_false = false;
-
-// Whether leaf_traits<L> declares that its `read` touches nothing but its leaf.
-template <class L>
-inline constexpr bool reads_only_its_leaf = [] {
-  if constexpr (requires { leaf_traits<L>::reads_only_its_leaf; }) return bool{leaf_traits<L>::reads_only_its_leaf};
-  else return false;
-}();
 
 // Emits the diagnostic for an arithmetic type the format has no dtype for; the instantiation
 // context names the type.
@@ -154,15 +158,23 @@ inline std::size_t outer_rows(const dims& shape) {
   return shape.empty() ? 1 : static_cast<std::size_t>(shape.front());
 }
 
-// `write` of a leaf whose traits have both hooks: its contiguous bytes copied, or all its rows
-// written, so that a layout is encoded once, in `contiguous` and `write_rows`.
+// Throws std::invalid_argument unless a leaf's hook `hook` gave (or took) `given` bytes for an
+// entry of `needed` bytes (src/leaf.cpp).
+void check_leaf_bytes(const char* hook, std::size_t given, std::size_t needed);
+
+// `write` of a leaf through its hooks `contiguous` (if `Traits` has it) and `write_rows`: its
+// contiguous bytes copied, or all its rows written, so that a layout is encoded once.
 template <class Traits, class T>
 void write_through_rows(const T& x, std::span<std::byte> out) {
   if (out.empty()) return;
-  if (const std::span<const std::byte> bytes = Traits::contiguous(x); !bytes.empty())
-    std::memcpy(out.data(), bytes.data(), out.size());
-  else
-    Traits::write_rows(x, 0, outer_rows(Traits::shape(x)), out.data());
+  if constexpr (requires { Traits::contiguous(x); }) {
+    if (const std::span<const std::byte> bytes = Traits::contiguous(x); !bytes.empty()) {
+      check_leaf_bytes("contiguous", bytes.size(), out.size());
+      std::memcpy(out.data(), bytes.data(), out.size());
+      return;
+    }
+  }
+  Traits::write_rows(x, 0, outer_rows(Traits::shape(x)), out.data());
 }
 
 // C-order rows [first, first + count) of a column-major rows x cols matrix: columns of its
@@ -179,6 +191,126 @@ template <class S>
 std::span<const std::byte> bytes_of(const S* data, std::size_t count) {
   return {reinterpret_cast<const std::byte*>(data), count * sizeof(S)};
 }
+
+// Which hooks leaf_traits<L> gives.
+template <class L>
+concept gives_dtype = requires(const L& x) {
+  { leaf_traits<L>::dtype(x) } -> std::same_as<dtype>;
+};
+template <class L>
+concept gives_shape = requires(const L& x) {
+  { leaf_traits<L>::shape(x) } -> std::same_as<dims>;
+};
+template <class L>
+concept gives_write = requires(const L& x, std::span<std::byte> out) { leaf_traits<L>::write(x, out); };
+template <class L>
+concept gives_read = requires(L& y, const tensor& in) { leaf_traits<L>::read(y, in); };
+template <class L>
+concept gives_contiguous = requires(const L& x) {
+  { leaf_traits<L>::contiguous(x) } -> std::convertible_to<std::span<const std::byte>>;
+};
+template <class L>
+concept gives_write_rows = requires(const L& x, std::size_t n, std::byte* out) {
+  leaf_traits<L>::write_rows(x, n, n, out);
+};
+// `elements` of a const (X = const L) or mutable (X = L) leaf, as a span; its scalar type.
+template <class X>
+using elements_span = decltype(std::span(leaf_traits<std::remove_const_t<X>>::elements(std::declval<X&>())));
+template <class L>
+using elements_scalar = std::remove_const_t<typename elements_span<const L>::element_type>;
+template <class L>
+concept gives_elements = requires { typename elements_span<const L>; } && scalar<elements_scalar<L>>;
+template <class L>
+concept gives_mutable_elements = gives_elements<L> && requires { typename elements_span<L>; } &&
+                                 std::same_as<typename elements_span<L>::element_type, elements_scalar<L>>;
+
+// The hooks the library calls for a leaf of type L: those leaf_traits<L> gives, and the ones it
+// leaves out derived from them (see leaf_traits). A hook that neither is nor can be derived is
+// absent (its constraint fails), and then L is not a `leaf`.
+template <class L>
+struct leaf_hooks {
+  using traits = leaf_traits<L>;
+
+  static ckpt::dtype dtype(const L& x)
+    requires gives_dtype<L> || gives_elements<L>
+  {
+    if constexpr (gives_dtype<L>) return traits::dtype(x);
+    else return dtype_of<elements_scalar<L>>;
+  }
+  static dims shape(const L& x)
+    requires gives_shape<L>
+  {
+    return traits::shape(x);
+  }
+  static void write(const L& x, std::span<std::byte> out)
+    requires gives_write<L> || gives_elements<L> || gives_write_rows<L>
+  {
+    if constexpr (gives_write<L>) {
+      traits::write(x, out);
+    } else if constexpr (gives_elements<L>) {
+      const std::span<const std::byte> bytes = std::as_bytes(std::span(traits::elements(x)));
+      check_leaf_bytes("elements", bytes.size(), out.size());
+      if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size());
+    } else {
+      write_through_rows<leaf_hooks>(x, out);
+    }
+  }
+  static void read(L& y, const tensor& in)
+    requires gives_read<L> || gives_mutable_elements<L>
+  {
+    if constexpr (gives_read<L>) {
+      traits::read(y, in);
+    } else {
+      const auto values = std::span(traits::elements(y));
+      check_leaf_bytes("elements", values.size_bytes(), in.nbytes());
+      copy_in(values.data(), in, values.size());
+    }
+  }
+  static std::span<const std::byte> contiguous(const L& x)
+    requires gives_contiguous<L> || gives_elements<L>
+  {
+    if constexpr (gives_contiguous<L>) return traits::contiguous(x);
+    else return std::as_bytes(std::span(traits::elements(x)));
+  }
+  static void write_rows(const L& x, std::size_t first, std::size_t count, std::byte* out)
+    requires gives_write_rows<L>
+  {
+    traits::write_rows(x, first, count, out);
+  }
+  // Whether `read` touches nothing but the leaf it fills (see leaf_traits).
+  static constexpr bool reads_only_its_leaf = [] {
+    if constexpr (requires { traits::reads_only_its_leaf; }) return bool{traits::reads_only_its_leaf};
+    else return !gives_read<L> && gives_mutable_elements<L>;
+  }();
+};
+
+// Whether a leaf's read touches nothing but its leaf, and whether it has the optional hooks of
+// the save of sections (given or derived).
+template <class L>
+inline constexpr bool reads_only_its_leaf = leaf_hooks<L>::reads_only_its_leaf;
+template <class L>
+concept has_contiguous = requires(const L& x) {
+  { leaf_hooks<L>::contiguous(x) } -> std::convertible_to<std::span<const std::byte>>;
+};
+template <class L>
+concept has_write_rows = requires(const L& x, std::size_t n, std::byte* out) {
+  leaf_hooks<L>::write_rows(x, n, n, out);
+};
+
+}  // namespace detail
+
+/// A type that `leaf_traits` describes: an Eigen matrix, array or tensor, a scalar, a
+/// `ckpt::tensor`, or a type of your own with a `leaf_traits` specialization (`shape` and
+/// `elements`, or `dtype`, `shape`, `write` and `read`).
+template <class T>
+concept leaf = requires(const T& x, T& y, std::span<std::byte> out, const tensor& in) {
+  { detail::leaf_hooks<T>::dtype(x) } -> std::same_as<dtype>;
+  { detail::leaf_hooks<T>::shape(x) } -> std::same_as<dims>;
+  detail::leaf_hooks<T>::write(x, out);
+  detail::leaf_hooks<T>::read(y, in);
+};
+
+namespace detail {
 
 // Matrix and Array share everything: a plain object with contiguous storage.
 template <class T>
@@ -342,17 +474,18 @@ struct is_std_engine<std::independent_bits_engine<E, w, U>> : is_std_engine<E> {
 template <class E, std::size_t k>
 struct is_std_engine<std::shuffle_order_engine<E, k>> : is_std_engine<E> {};
 
+// The numbers `print` writes to a stream in the classic locale, in order (src/leaf.cpp).
+std::vector<std::uint64_t> printed_numbers(const std::function<void(std::ostream&)>& print);
+// Runs `scan` on a stream holding `numbers`, in the classic locale; false if the stream failed
+// (src/leaf.cpp).
+bool scan_numbers(std::span<const std::uint64_t> numbers, const std::function<void(std::istream&)>& scan);
+// Throws std::invalid_argument: the entry does not hold a state of the random engine.
+[[noreturn]] void throw_not_engine_state();
+
 // The numbers of an engine's textual representation (operator<<), in order.
 template <class E>
 std::vector<std::uint64_t> engine_words(const E& e) {
-  std::ostringstream text;
-  text.imbue(std::locale::classic());
-  text << e;
-  std::istringstream in(text.str());
-  in.imbue(std::locale::classic());
-  std::vector<std::uint64_t> words;
-  for (std::uint64_t w = 0; in >> w;) words.push_back(w);
-  return words;
+  return printed_numbers([&e](std::ostream& out) { out << e; });
 }
 }  // namespace detail
 
@@ -379,15 +512,10 @@ struct leaf_traits<E, std::enable_if_t<detail::is_std_engine<E>::value>> {
   static void read(E& e, const tensor& in) {
     std::vector<std::uint64_t> words(static_cast<std::size_t>(in.numel()));
     detail::copy_in(words.data(), in, words.size());
-    std::ostringstream text;
-    text.imbue(std::locale::classic());
-    for (const std::uint64_t w : words) text << w << ' ';
-    std::istringstream parse(text.str());
-    parse.imbue(std::locale::classic());
     E restored;
-    parse >> restored;
-    if (!parse || detail::engine_words(restored) != words)
-      throw std::invalid_argument("ckpt: the entry does not hold a state of this random engine");
+    if (!detail::scan_numbers(words, [&restored](std::istream& text) { text >> restored; }) ||
+        detail::engine_words(restored) != words)
+      detail::throw_not_engine_state();
     e = restored;
   }
   static constexpr bool reads_only_its_leaf = true;
@@ -405,16 +533,6 @@ struct leaf_traits<tensor> {
   static void read(tensor& x, const tensor& in) { x = in; }
   static constexpr bool reads_only_its_leaf = true;
 };
-
-namespace detail {
-// Whether a leaf's traits have the optional hooks of the save of sections (see leaf_traits).
-template <class L>
-concept has_contiguous = requires(const L& x) {
-  { leaf_traits<L>::contiguous(x) } -> std::convertible_to<std::span<const std::byte>>;
-};
-template <class L>
-concept has_write_rows = requires(const L& x, std::size_t n, std::byte* out) { leaf_traits<L>::write_rows(x, n, n, out); };
-}  // namespace detail
 
 /// A leaf that is saved and restored with the model but not trained: a frozen embedding, a
 /// running mean the training loop updates itself (a buffer, in PyTorch's words). It is saved as
@@ -460,43 +578,43 @@ frozen<T> unfilled_like(const frozen<T>& x) {
 /// A `frozen<T>` is written and read as its `value`, through `T`'s traits and their hooks.
 template <class T>
 struct leaf_traits<frozen<T>> {
-  static ckpt::dtype dtype(const frozen<T>& x) { return leaf_traits<T>::dtype(x.value); }
-  static dims shape(const frozen<T>& x) { return leaf_traits<T>::shape(x.value); }
+  using hooks = detail::leaf_hooks<T>;
+  static ckpt::dtype dtype(const frozen<T>& x) { return hooks::dtype(x.value); }
+  static dims shape(const frozen<T>& x) { return hooks::shape(x.value); }
   static std::span<const std::byte> contiguous(const frozen<T>& x)
     requires detail::has_contiguous<T>
   {
-    return leaf_traits<T>::contiguous(x.value);
+    return hooks::contiguous(x.value);
   }
   static void write_rows(const frozen<T>& x, std::size_t first, std::size_t count, std::byte* out)
     requires detail::has_write_rows<T>
   {
-    leaf_traits<T>::write_rows(x.value, first, count, out);
+    hooks::write_rows(x.value, first, count, out);
   }
-  static void write(const frozen<T>& x, std::span<std::byte> out) { leaf_traits<T>::write(x.value, out); }
-  static void read(frozen<T>& x, const tensor& in) { leaf_traits<T>::read(x.value, in); }
-  static constexpr bool reads_only_its_leaf = detail::reads_only_its_leaf<T>;
+  static void write(const frozen<T>& x, std::span<std::byte> out) { hooks::write(x.value, out); }
+  static void read(frozen<T>& x, const tensor& in) { hooks::read(x.value, in); }
+  static constexpr bool reads_only_its_leaf = hooks::reads_only_its_leaf;
 };
 
-/// The dtype of the entry `x` becomes.
-/// \throws nothing for Eigen leaves and scalars.
-template <leaf L>
-[[nodiscard]] dtype leaf_dtype(const L& x) { return leaf_traits<L>::dtype(x); }
+namespace detail {
 
-/// The shape of the entry `x` becomes.
-/// \throws std::bad_alloc
+// The shape of the entry `x` becomes.
 template <leaf L>
-[[nodiscard]] dims leaf_shape(const L& x) { return leaf_traits<L>::shape(x); }
+[[nodiscard]] dims leaf_shape(const L& x) {
+  return leaf_hooks<L>::shape(x);
+}
 
-/// A tensor holding a C-order copy of `x` (a `ckpt::tensor` is returned as is).
-/// \throws std::bad_alloc
+// A tensor holding a C-order copy of `x` (a `ckpt::tensor` is returned as is).
 template <leaf L>
 [[nodiscard]] tensor to_tensor(const L& x) {
   if constexpr (std::is_same_v<L, tensor>) {
     return x;
   } else {
-    return tensor::make(leaf_traits<L>::dtype(x), leaf_traits<L>::shape(x),
-                        [&x](std::span<std::byte> out) { leaf_traits<L>::write(x, out); });
+    return tensor::make(leaf_hooks<L>::dtype(x), leaf_hooks<L>::shape(x),
+                        [&x](std::span<std::byte> out) { leaf_hooks<L>::write(x, out); });
   }
 }
+
+}  // namespace detail
 
 }  // namespace ckpt

@@ -63,11 +63,11 @@ void set_leaf_zero(L& x) {
                      });
   } else {
     // A leaf of the caller's own type: its leaf_traits know how to read an all-zero entry.
-    const tensor zero = tensor::make(leaf_traits<L>::dtype(x), leaf_traits<L>::shape(x),
+    const tensor zero = tensor::make(leaf_hooks<L>::dtype(x), leaf_hooks<L>::shape(x),
                                      [](std::span<std::byte> out) {
                                        if (!out.empty()) std::memset(out.data(), 0, out.size());
                                      });
-    leaf_traits<L>::read(x, zero);
+    leaf_hooks<L>::read(x, zero);
   }
 }
 

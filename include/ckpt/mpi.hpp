@@ -155,7 +155,7 @@ class slice {
   [[nodiscard]] std::int64_t first() const noexcept { return first_; }
   /// The number of elements held.
   /// \throws nothing
-  [[nodiscard]] std::int64_t count() const noexcept { return numel_of(local_.shape); }
+  [[nodiscard]] std::int64_t count() const noexcept { return ckpt::detail::numel_of(local_.shape); }
   /// What the writer needs of the local leaf (not part of the API).
   /// \throws nothing
   [[nodiscard]] const ckpt::detail::entry_source& local() const noexcept { return local_; }
@@ -227,8 +227,8 @@ namespace detail {
 /// \throws io_error, format_error if the file cannot be read.
 template <leaf L>
 void read_flat(const checkpoint& t, std::string_view name, std::int64_t first, L& local) {
-  using traits = leaf_traits<L>;
-  leaf_traits<L>::read(local, detail::part_of(t, name, first, traits::dtype(local), traits::shape(local), "read_flat"));
+  using traits = ckpt::detail::leaf_hooks<L>;
+  traits::read(local, detail::part_of(t, name, first, traits::dtype(local), traits::shape(local), "read_flat"));
 }
 
 /// Reads rows [first_row, first_row + r) of entry `name` of `t` into `local`, of shape
@@ -238,10 +238,10 @@ void read_flat(const checkpoint& t, std::string_view name, std::int64_t first, L
 /// \throws io_error, format_error if the file cannot be read.
 template <leaf L>
 void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_row, L& local) {
-  using traits = leaf_traits<L>;
+  using traits = ckpt::detail::leaf_hooks<L>;
   const dims shape = traits::shape(local);
-  leaf_traits<L>::read(local, detail::part_of(t, name, detail::first_of_rows(t, name, first_row, shape),
-                                              traits::dtype(local), shape, "read_rows"));
+  traits::read(local, detail::part_of(t, name, detail::first_of_rows(t, name, first_row, shape),
+                                      traits::dtype(local), shape, "read_rows"));
 }
 
 /// Loads step `step` collectively: every rank gets a lazily mapped view of the whole step (every

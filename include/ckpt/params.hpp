@@ -1,9 +1,9 @@
 #pragma once
 /// \file
-/// Typed structures into checkpoints and back: `of_params`, `to_params`, `of_tensor` of a leaf.
+/// Typed structures into checkpoints and back: `of_params`, `to_params`, `read_params`.
 
-#include <ckpt/cast.hpp>
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/cast.hpp>
 #include <ckpt/detail/live_source.hpp>
 #include <ckpt/named.hpp>
 
@@ -22,7 +22,8 @@ namespace ckpt {
 struct extract_options {
   /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf).
   std::string_view prefix = {};
-  /// Convert entries whose dtype differs from the leaf's instead of raising.
+  /// Convert entries whose dtype differs from the leaf's instead of raising (by the rules of
+  /// `ckpt::cast`, ckpt/adapt.hpp).
   bool cast = false;
   /// Strict, as PyTorch's `load_state_dict(strict=True)`: entries under `prefix` (named `prefix`
   /// or `prefix + "."`..., every entry when `prefix` is empty) that no leaf consumes are an error,
@@ -99,9 +100,9 @@ std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string
 // Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another.
 template <leaf L>
 void read_leaf(L& x, const tensor& entry) {
-  const dtype type = leaf_traits<L>::dtype(x);
-  if (entry.dtype() != type) leaf_traits<L>::read(x, cast(entry, type));
-  else leaf_traits<L>::read(x, entry);
+  const dtype type = leaf_hooks<L>::dtype(x);
+  if (entry.dtype() != type) leaf_hooks<L>::read(x, cast_tensor(entry, type));
+  else leaf_hooks<L>::read(x, entry);
 }
 
 // Appends to `leaves` every leaf of `params`, named under `prefix`, and how to fill it.
@@ -110,8 +111,8 @@ void add_leaf_reads(std::vector<leaf_read>& leaves, P& params, std::string_view 
   for_each_leaf(
       [&](std::string_view leaf_name, auto& x) {
         using leaf_type = std::remove_cvref_t<decltype(x)>;
-        leaves.push_back({join_name(prefix, leaf_name), leaf_traits<leaf_type>::dtype(x),
-                          leaf_traits<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); },
+        leaves.push_back({join_name(prefix, leaf_name), leaf_hooks<leaf_type>::dtype(x),
+                          leaf_hooks<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); },
                           !std::is_same_v<leaf_type, tensor>, reads_only_its_leaf<leaf_type>});
       },
       params);
@@ -138,7 +139,8 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
 /// and prefixed by `prefix` (`prefix + "." + name`, or `prefix` alone for a bare root leaf).
 /// Each entry is a C-order snapshot of its leaf, in memory of its own: later changes to `params`
 /// do not affect it. A copy of 128 MiB or more is made on up to four threads (runs of whole
-/// leaves), since one core does not use all of the memory bandwidth.
+/// leaves), since one core does not use all of the memory bandwidth. A bare leaf gives one entry:
+/// `of_params(w, "l1.w")` holds `w` under the name `l1.w`.
 /// \throws std::invalid_argument if the names are not distinct and non-empty (the message
 /// quotes the offending name), or name `__metadata__`, before anything is copied; if a
 /// `leaf_traits::contiguous` gives a span of another size than the entry's.
@@ -153,14 +155,6 @@ template <class P>
       },
       params);
   return detail::copy_entries(entries, "of_params");
-}
-
-/// A checkpoint with the single entry `name` holding a C-order copy of the leaf `x`.
-/// \throws std::invalid_argument if `name` is empty or `__metadata__`.
-template <leaf L>
-  requires(!std::is_same_v<L, tensor>)
-[[nodiscard]] checkpoint of_tensor(std::string_view name, const L& x) {
-  return of_tensor(name, to_tensor(x));
 }
 
 /// The entries of `t` under `prefix` (named `prefix` or starting with `prefix + "."`; all of

@@ -55,7 +55,7 @@ class ptree {
   /// \throws std::bad_alloc
   template <leaf L>
   [[nodiscard]] static ptree tensor(const L& x) {
-    return ptree(node(to_tensor(x)));
+    return ptree(node(detail::to_tensor(x)));
   }
 
   /// True for a dict node.

@@ -22,15 +22,15 @@ using dims = std::vector<std::int64_t>;
 /// \throws std::bad_alloc
 [[nodiscard]] std::string to_string(std::span<const std::int64_t> shape);
 
-/// The number of elements of `shape` (1 for a scalar).
-/// \throws std::invalid_argument if an extent is negative or the product overflows 63 bits.
+namespace detail {
+// The number of elements of `shape` (1 for a scalar) (a tensor's `numel()`).
+// Throws std::invalid_argument if an extent is negative or the product overflows 63 bits.
 [[nodiscard]] std::int64_t numel_of(std::span<const std::int64_t> shape);
 
-/// The number of bytes `numel` elements of `type` occupy.
-/// \throws std::invalid_argument if that is not a whole number of bytes or overflows.
+// The number of bytes `numel` elements of `type` occupy (a tensor's `nbytes()`).
+// Throws std::invalid_argument if that is not a whole number of bytes or overflows.
 [[nodiscard]] std::size_t nbytes_of(dtype type, std::int64_t numel);
 
-namespace detail {
 // Not part of the API: a loaded file's mapping, which a tensor's bytes may view, and the
 // library's access to it (ckpt/detail/pages.hpp, compiled in src/): the tensor only keeps the
 // handle, and does no I/O.
@@ -66,7 +66,7 @@ class tensor {
   /// \throws std::invalid_argument on a bad shape; whatever `fill` throws.
   template <class Fill>
   [[nodiscard]] static tensor make(dtype type, dims shape, Fill&& fill) {
-    const std::size_t size = nbytes_of(type, numel_of(shape));
+    const std::size_t size = detail::nbytes_of(type, detail::numel_of(shape));
     std::shared_ptr<std::byte[]> storage = allocate(size);
     const std::span<std::byte> bytes(storage.get(), size);
     std::forward<Fill>(fill)(bytes);

@@ -14,39 +14,41 @@
 
 namespace ckpt {
 
-/// A row-major matrix view of an entry.
+namespace detail {
+// What matrix_view and tensor_view return.
 template <scalar T>
 using matrix_view_type = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-
-/// A row-major tensor view of an entry of rank N.
 template <scalar T, int N>
 using tensor_view_type = Eigen::TensorMap<const Eigen::Tensor<const T, N, Eigen::RowMajor, Eigen::Index>>;
 
-namespace detail {
 [[noreturn]] void throw_rank_mismatch(const tensor& x, int wanted);
-}
+}  // namespace detail
 
-/// `x` as a row-major matrix: rank 2 as is, rank 1 as a column (n x 1), rank 0 as 1 x 1.
+/// `x` as a row-major matrix: rank 2 as is, rank 1 as a column (n x 1), rank 0 as 1 x 1. The
+/// view is an `Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>`
+/// of the tensor's bytes (read-only; `auto` holds it, `Eigen::MatrixXf m = ...` copies it).
 /// \throws std::invalid_argument if `T` is not `x`'s dtype or `x` has rank 3 or more.
 template <scalar T>
-[[nodiscard]] matrix_view_type<T> matrix_view(const tensor& x) {
+[[nodiscard]] detail::matrix_view_type<T> matrix_view(const tensor& x) {
   const auto elements = x.as<T>();
   const auto shape = x.shape();
   if (shape.size() > 2) detail::throw_rank_mismatch(x, 2);
   const Eigen::Index rows = shape.empty() ? 1 : static_cast<Eigen::Index>(shape[0]);
   const Eigen::Index cols = shape.size() == 2 ? static_cast<Eigen::Index>(shape[1]) : 1;
-  return matrix_view_type<T>(elements.data(), rows, cols);
+  return detail::matrix_view_type<T>(elements.data(), rows, cols);
 }
 
-/// `x` as a row-major Eigen tensor of rank `N`.
+/// `x` as a row-major Eigen tensor of rank `N`: an
+/// `Eigen::TensorMap<const Eigen::Tensor<const T, N, Eigen::RowMajor, Eigen::Index>>` of the
+/// tensor's bytes (read-only; `auto` holds it).
 /// \throws std::invalid_argument if `T` is not `x`'s dtype or `N` is not `x`'s rank.
 template <scalar T, int N>
-[[nodiscard]] tensor_view_type<T, N> tensor_view(const tensor& x) {
+[[nodiscard]] detail::tensor_view_type<T, N> tensor_view(const tensor& x) {
   const auto elements = x.as<T>();
   if (x.rank() != static_cast<std::size_t>(N)) detail::throw_rank_mismatch(x, N);
   std::array<Eigen::Index, N> extents{};
   for (int i = 0; i < N; ++i) extents[i] = static_cast<Eigen::Index>(x.shape()[i]);
-  return tensor_view_type<T, N>(elements.data(), extents);
+  return detail::tensor_view_type<T, N>(elements.data(), extents);
 }
 
 }  // namespace ckpt

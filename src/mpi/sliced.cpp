@@ -122,7 +122,7 @@ void check_coverage(const std::string& operation, const std::string& name, globa
     end = p.first + p.count;
     previous = &p;
   }
-  if (const std::int64_t numel = numel_of(t.shape); end < numel)
+  if (const std::int64_t numel = ckpt::detail::numel_of(t.shape); end < numel)
     throw std::invalid_argument(what + "the slices of '" + name + "' leave elements " + range(end, numel) + " out" +
                                 (previous ? ", after " + held(*previous) : " (no rank holds any)"));
 }
@@ -249,12 +249,12 @@ void keep_error(std::exception_ptr& error, F&& f) {
 
 slice::slice(std::string name, dims global_shape, std::int64_t first, ckpt::detail::entry_source local, bool rows)
     : name_(std::move(name)), global_shape_(std::move(global_shape)), local_(std::move(local)) {
-  const std::int64_t numel = numel_of(global_shape_);
+  const std::int64_t numel = ckpt::detail::numel_of(global_shape_);
   if (rows) {
     check_rows("slice::rows", name_, global_shape_, first, local_.shape);
     first_ = first * row_elements(global_shape_);
   } else {
-    check_flat("slice::flat", name_, numel, first, numel_of(local_.shape));
+    check_flat("slice::flat", name_, numel, first, ckpt::detail::numel_of(local_.shape));
     first_ = first;
   }
 }
@@ -267,9 +267,9 @@ tensor part_of(const checkpoint& t, std::string_view name, std::int64_t first, c
   if (x.dtype() != type)
     throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": the entry '" + std::string(name) +
                                 "' is " + describe_entry(x.dtype(), x.shape()) + ", not " + std::string(to_string(type)));
-  const std::int64_t count = numel_of(shape);
+  const std::int64_t count = ckpt::detail::numel_of(shape);
   check_flat(function, name, x.numel(), first, count);
-  const std::size_t element = nbytes_of(type, 1);
+  const std::size_t element = ckpt::detail::nbytes_of(type, 1);
   const auto owner = std::make_shared<const tensor>(x);  // keeps the file's mapping alive
   return ckpt::detail::tensor_access::view_of(
       type, shape, x.bytes().subspan(static_cast<std::size_t>(first) * element, static_cast<std::size_t>(count) * element),
@@ -326,7 +326,7 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
   layout.reserve(tensors.size());
   for (auto& [name, t] : tensors) {
     t.offset = plan.total_size;
-    const std::size_t nbytes = nbytes_of(t.type, numel_of(t.shape));
+    const std::size_t nbytes = ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape));
     plan.total_size += nbytes;
     layout.push_back({.name = name, .dtype = t.type, .shape = t.shape, .nbytes = nbytes, .contiguous = {}, .write_rows = {}, .keep_alive = {}});
   }
@@ -347,7 +347,8 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
       add_units(units, *e, data_start + t.offset);
   for (const slice& s : slices)
     add_units(units, s.local(),
-              data_start + tensors.find(s.name())->second.offset + static_cast<std::uint64_t>(s.first()) * nbytes_of(s.dtype(), 1));
+              data_start + tensors.find(s.name())->second.offset +
+                  static_cast<std::uint64_t>(s.first()) * ckpt::detail::nbytes_of(s.dtype(), 1));
   std::ranges::sort(units, {}, &unit::offset);
 
   const std::filesystem::path target = plan.dir / shard;

@@ -122,7 +122,7 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
       const auto [it, inserted] = placements.try_emplace(x.name, placement{r, &x});
       if (inserted) {
         ++written_by[static_cast<std::size_t>(r)];
-        plan.total_size += nbytes_of(x.type, numel_of(x.shape));
+        plan.total_size += ckpt::detail::nbytes_of(x.type, ckpt::detail::numel_of(x.shape));
       } else if (it->second.first->type != x.type || it->second.first->shape != x.shape) {
         throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": the entry '" + x.name + "' is " +
                                     describe_entry(it->second.first->type, it->second.first->shape) + " on rank " +

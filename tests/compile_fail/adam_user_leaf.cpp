@@ -9,14 +9,8 @@ struct lookup_table {
 
 template <>
 struct ckpt::leaf_traits<lookup_table> {
-  static ckpt::dtype dtype(const lookup_table&) { return ckpt::dtype::i32; }
   static ckpt::dims shape(const lookup_table& t) { return {static_cast<std::int64_t>(t.ids.size())}; }
-  static void write(const lookup_table& t, std::span<std::byte> out) {
-    if (!out.empty()) std::memcpy(out.data(), t.ids.data(), out.size());
-  }
-  static void read(lookup_table& t, const ckpt::tensor& in) {
-    if (!in.bytes().empty()) std::memcpy(t.ids.data(), in.bytes().data(), in.bytes().size());
-  }
+  static auto elements(auto& t) { return std::span(t.ids); }
 };
 
 struct model {

@@ -91,7 +91,8 @@ void require_same_elements(const Map& got, const View& want, const std::string& 
 // The entry as Eigen leaves: a double (rank 0), a vector (rank 1), a matrix (rank 2, which goes
 // through the C-order-to-column-major transposition) and a rank-3 tensor, converted to F64.
 inline void extract_as_eigen(const ckpt::checkpoint& t, const std::string& name, const ckpt::tensor& x) {
-  if (!ckpt::can_cast(x.dtype(), ckpt::dtype::f64) || x.numel() > max_like_elements) return;
+  // The packed dtypes (F6, F4) convert to nothing else.
+  if (ckpt::detail::is_sub_byte(x.dtype()) || x.numel() > max_like_elements) return;
   const ckpt::tensor as_f64 = ckpt::cast(x, ckpt::dtype::f64);
   require(std::ranges::equal(as_f64.shape(), x.shape()), "cast of '" + name + "' changed its shape");
   const ckpt::extract_options opts{.prefix = name, .cast = true};
@@ -160,7 +161,7 @@ inline ckpt::ptree like_of(const ckpt::checkpoint& t, std::vector<std::string>& 
     if (!fits) continue;
     auto& dict = node->as_dict();
     if (std::ranges::any_of(dict, [&](const auto& kv) { return kv.first == path.back(); })) continue;
-    const ckpt::dtype type = ckpt::can_cast(x.dtype(), ckpt::dtype::f32) ? ckpt::dtype::f32 : x.dtype();
+    const ckpt::dtype type = ckpt::detail::is_sub_byte(x.dtype()) ? x.dtype() : ckpt::dtype::f32;
     ckpt::dims shape(x.shape().begin(), x.shape().end());
     dict.emplace_back(std::string(path.back()), ckpt::ptree::tensor(ckpt::tensor::make(
                                                     type, std::move(shape), [](std::span<std::byte> out) {
@@ -201,7 +202,8 @@ inline void exercise_checkpoint(const ckpt::checkpoint& t) {
   for (const std::string& name : names) {
     const ckpt::tensor& x = t.get(name);
     require(t.find(name) == &x && t.contains(name), "find() and get() disagree on '" + name + "'");
-    require(x.nbytes() == ckpt::nbytes_of(x.dtype(), ckpt::numel_of(x.shape())), "'" + name + "' has a wrong byte count");
+    require(x.nbytes() == ckpt::detail::nbytes_of(x.dtype(), ckpt::detail::numel_of(x.shape())),
+            "'" + name + "' has a wrong byte count");
     sum += touch(x.bytes());
     if (x.dtype() == ckpt::dtype::i32 && x.numel() == 1) {
       require(ckpt::to_int(name, t) == x.as<std::int32_t>()[0], "to_int of '" + name + "' differs");

@@ -41,7 +41,8 @@ inline bool exercise_torch(std::span<const std::byte> bytes) {
   unsigned sum = 0;
   for (const auto& [name, x] : t) {
     if (name.empty()) throw torch_exercise_failure("an entry with an empty name");
-    if (x.nbytes() != ckpt::nbytes_of(x.dtype(), x.numel())) throw torch_exercise_failure("entry '" + name + "' has a wrong size");
+    if (x.nbytes() != ckpt::detail::nbytes_of(x.dtype(), x.numel()))
+      throw torch_exercise_failure("entry '" + name + "' has a wrong size");
     names += name.size();
     data += x.nbytes();
     for (const std::byte b : x.bytes()) sum += std::to_integer<unsigned>(b);  // every byte is readable

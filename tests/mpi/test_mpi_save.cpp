@@ -67,7 +67,7 @@ std::string shard(int k, int count) {
 }
 
 ckpt::tensor f32(ckpt::dims shape, float first) {
-  std::vector<float> values(static_cast<std::size_t>(ckpt::numel_of(shape)));
+  std::vector<float> values(static_cast<std::size_t>(ckpt::detail::numel_of(shape)));
   for (std::size_t k = 0; k < values.size(); ++k) values[k] = first + static_cast<float>(k);
   return ckpt::tensor::copy_of(ckpt::dtype::f32, std::move(shape), std::as_bytes(std::span(values)));
 }

@@ -80,8 +80,8 @@ ckpt::checkpoint whole_tensors() {
   Eigen::VectorXf mu(mu_size), big(big_size);
   for (Eigen::Index k = 0; k < mu_size; ++k) mu[k] = mu_at(k);
   for (Eigen::Index k = 0; k < big_size; ++k) big[k] = big_at(k);
-  return ckpt::concat({ckpt::of_tensor("w", w), ckpt::of_tensor("optim.mu", mu), ckpt::of_tensor("big", big),
-                       ckpt::of_tensor("b", Eigen::VectorXd(Eigen::VectorXd::LinSpaced(5, 1.0, 5.0)))});
+  return ckpt::concat({ckpt::of_params(w, "w"), ckpt::of_params(mu, "optim.mu"), ckpt::of_params(big, "big"),
+                       ckpt::of_params(Eigen::VectorXd(Eigen::VectorXd::LinSpaced(5, 1.0, 5.0)), "b")});
 }
 
 std::string file_bytes(const fs::path& path) {
@@ -120,9 +120,9 @@ void saved_file_is_saves_file(const fs::path& folder) {
   const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   const rank_state s = pieces_of(rank, size);
   const std::vector<ckpt::mpi::slice> slices = slices_of(s);
-  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 1, slices, {ckpt::of_tensor("b", s.b)},
+  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 1, slices, {ckpt::of_params(s.b, "b")},
                          {{"run", "a"}}, {.digest = false});
-  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 2, slices, {ckpt::of_tensor("b", s.b)}, {{"run", "a"}},
+  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 2, slices, {ckpt::of_params(s.b, "b")}, {{"run", "a"}},
                          {.digest = true});
   if (rank == 0) {
     CHECK_EQ(listing(ckpt::mpi::detail::step_folder(folder, 1)),
@@ -170,7 +170,7 @@ void check_resliced(MPI_Comm comm, const fs::path& folder, std::int64_t step) {
 void loads_as_other_slices(const fs::path& folder) {
   const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   const rank_state s = pieces_of(rank, size);
-  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 7, slices_of(s), {ckpt::of_tensor("b", s.b)});
+  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 7, slices_of(s), {ckpt::of_params(s.b, "b")});
   // The job's first 3, 2 and 1 ranks read the step as their own splits.
   for (const int ranks : {3, 2, 1}) {
     MPI_Comm sub = MPI_COMM_NULL;
@@ -241,7 +241,7 @@ void refusals(const fs::path& folder) {
     // Held whole by rank 0 and in part by the others.
     std::vector<ckpt::mpi::slice> parts;
     if (rank != 0) parts.push_back(ckpt::mpi::slice::flat("v", {10}, 0, ten));
-    const ckpt::checkpoint whole = rank == 0 ? ckpt::of_tensor("v", ten) : ckpt::checkpoint();
+    const ckpt::checkpoint whole = rank == 0 ? ckpt::of_params(ten, "v") : ckpt::checkpoint();
     CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 3, parts, {whole})),
              prefix + "the entry 'v' is held whole by rank 0 and in part by rank 1 (elements [0, 10))");
   }

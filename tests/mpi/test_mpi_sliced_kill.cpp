@@ -41,7 +41,6 @@ struct ckpt::leaf_traits<fatal_vector> {
     if (x.kill) std::raise(SIGKILL);
     std::memcpy(out, x.values.data() + first, count * sizeof(float));
   }
-  static void write(const fatal_vector& x, std::span<std::byte> out) { write_rows(x, 0, static_cast<std::size_t>(x.values.size()), out.data()); }
   static void read(fatal_vector& x, const ckpt::tensor& in) { std::memcpy(x.values.data(), in.bytes().data(), in.nbytes()); }
 };
 

@@ -3,8 +3,8 @@
 
 #include "common.hpp"
 
+#include <ckpt/adapt.hpp>
 #include <ckpt/detail/pages.hpp>
-#include <ckpt/cast.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/tensor.hpp>
 
@@ -52,17 +52,25 @@ std::string number(double x) {
   return text;
 }
 
-// `x` as a tensor whose elements convert to F64 with ckpt::convert: C64 as F32 pairs (real,
+// `x` as a tensor whose elements convert to F64 with ckpt::cast: C64 as F32 pairs (real,
 // imaginary), so that both parts are compared, and every other whole-byte dtype as itself.
 ckpt::tensor comparable(const ckpt::tensor& x, ckpt::dtype other) {
   // A C64 entry against a real one: the real one becomes C64 (imaginary part +0), by the rules
-  // of ckpt/cast.hpp, rather than dropping the other's imaginary part.
+  // of ckpt::cast, rather than dropping the other's imaginary part.
   const ckpt::tensor y = other == ckpt::dtype::c64 ? ckpt::cast(x, ckpt::dtype::c64) : x;
   if (y.dtype() != ckpt::dtype::c64) return y;
   return ckpt::tensor::view_of(ckpt::dtype::f32, {2 * y.numel()}, y.bytes(), std::make_shared<ckpt::tensor>(y));
 }
 
-// Element-wise, in double, after ckpt::convert (so F16, BF16, the F8 formats and the integers are
+// Elements [first, first + count) of `x` (a whole-byte dtype) in double, by ckpt::cast.
+ckpt::tensor as_doubles(const ckpt::tensor& x, std::size_t first, std::size_t count) {
+  const std::size_t element = x.nbytes() / static_cast<std::size_t>(x.numel());
+  const ckpt::tensor part = ckpt::tensor::view_of(x.dtype(), {static_cast<std::int64_t>(count)},
+                                                  x.bytes().subspan(first * element, count * element), nullptr);
+  return ckpt::cast(part, ckpt::dtype::f64);
+}
+
+// Element-wise, in double, after ckpt::cast (so F16, BF16, the F8 formats and the integers are
 // decoded by the library's rules; 64-bit integers beyond 2^53 are rounded). NaN against NaN
 // counts as equal, NaN against a number as an infinite difference; equal infinities are equal.
 value_diff compare(const ckpt::tensor& a_file, const ckpt::tensor& b_file, double atol, double rtol) {
@@ -71,7 +79,7 @@ value_diff compare(const ckpt::tensor& a_file, const ckpt::tensor& b_file, doubl
   // error naming it, not a SIGBUS.
   const ckpt::tensor a_in = ckpt::detail::tensor_access::in_memory(a_file);
   const ckpt::tensor b_in = ckpt::detail::tensor_access::in_memory(b_file);
-  if (ckpt::is_sub_byte(a_in.dtype()) || ckpt::is_sub_byte(b_in.dtype())) {
+  if (ckpt::detail::is_sub_byte(a_in.dtype()) || ckpt::detail::is_sub_byte(b_in.dtype())) {
     // Raw bytes only: no values to subtract, so byte for byte (dtypes differ: all differ).
     out.numeric = false;
     const auto x = a_in.bytes(), y = b_in.bytes();
@@ -84,15 +92,11 @@ value_diff compare(const ckpt::tensor& a_file, const ckpt::tensor& b_file, doubl
   }
   const ckpt::tensor a = comparable(a_in, b_in.dtype()), b = comparable(b_in, a_in.dtype());
   constexpr std::size_t chunk = 1 << 15;
-  std::vector<double> xs(chunk), ys(chunk);
   const auto n = static_cast<std::size_t>(a.numel());
-  const std::size_t a_size = ckpt::bit_width(a.dtype()) / 8, b_size = ckpt::bit_width(b.dtype()) / 8;
   for (std::size_t first = 0; first < n; first += chunk) {
     const std::size_t count = std::min(chunk, n - first);
-    ckpt::convert(a.dtype(), a.bytes().subspan(first * a_size, count * a_size), ckpt::dtype::f64,
-                  std::as_writable_bytes(std::span(xs)), count);
-    ckpt::convert(b.dtype(), b.bytes().subspan(first * b_size, count * b_size), ckpt::dtype::f64,
-                  std::as_writable_bytes(std::span(ys)), count);
+    const ckpt::tensor a_part = as_doubles(a, first, count), b_part = as_doubles(b, first, count);
+    const std::span<const double> xs = a_part.as<double>(), ys = b_part.as<double>();
     for (std::size_t i = 0; i < count; ++i) {
       const double x = xs[i], y = ys[i];
       if (x == y || (std::isnan(x) && std::isnan(y))) continue;

@@ -23,7 +23,7 @@ entry_source live_source(std::string name, const L& x, std::string_view function
     // temporary checkpoint (`{ckpt::of_int("optim.step", step)}`) stays valid as long as it does.
     return tensor_source(std::move(name), x);
   }
-  using traits = leaf_traits<L>;
+  using traits = leaf_hooks<L>;
   entry_source out;
   out.name = std::move(name);
   out.dtype = traits::dtype(x);
