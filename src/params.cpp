@@ -262,7 +262,7 @@ std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const
                              std::ranges::none_of(leaves, [](const leaf_read& l) { return l.name.empty(); });
   if (!names_checked) check_leaf_names(names(), function);
   const std::string prefix = "ckpt: " + std::string(function) + ": ";
-  if (opts.strict) {
+  if (opts.strict.value_or(false)) {
     // Architecture drift first, all of it at once: every entry missing and every one left over.
     std::vector<std::string> missing = caller_missing;
     for (std::size_t k = 0; k < leaves.size(); ++k)

@@ -35,7 +35,7 @@ constexpr double qnan = std::numeric_limits<double>::quiet_NaN();
 std::uint64_t bits(double d) { return std::bit_cast<std::uint64_t>(d); }
 std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
 
-/// `in` converted by ckpt::convert, read back as `To`s.
+/// `in` converted by ckpt::detail::convert, read back as `To`s.
 template <class To, class From>
 std::vector<To> conv(dtype from, const std::vector<From>& in, dtype to) {
   BOOST_REQUIRE_EQUAL(sizeof(From) * 8, ckpt::detail::bit_width(from));

@@ -369,8 +369,8 @@ struct adam {
 /// 'optim.nu.x' ({.strict = false} ignores them)`. `{.strict = false}` ignores the entries
 /// nothing reads; a missing entry is an error either way. `cast` converts entries of another
 /// dtype and `function` names the caller in the messages, as for `to_params`; `prefix` is not
-/// used (the four sections are fixed) and must be empty. Options given replace the default whole:
-/// `{.cast = true, .strict = true}` casts and stays strict, `{.cast = true}` alone is not strict.
+/// used (the four sections are fixed) and must be empty. Strict unless `strict` is set to false:
+/// `{.cast = true}` casts and stays strict.
 /// \throws std::invalid_argument if an entry is missing or has another shape, or another dtype
 /// than its leaf in `params` without `options.cast`, if (strict) entries under the four sections
 /// are not read, if `optim.step` is malformed or negative (the messages name the entries), or if
@@ -378,11 +378,12 @@ struct adam {
 /// \throws ckpt::io_error, ckpt::format_error as `read_params`.
 template <class P>
 void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state,
-                            const extract_options& options = {.strict = true}) {
+                            extract_options options = {}) {
   static_assert(named<P>, "ckpt: restore_training_state needs a named structure of parameters");
   // The moments are extracted into copies of the parameters (`state` may hold nothing yet); all
   // the leaves of the three sections and the step are checked in one pass before any is read.
   const std::string_view function = options.function.empty() ? "restore_training_state" : options.function;
+  options.strict = options.strict.value_or(true);
   if (!options.prefix.empty())
     throw std::invalid_argument("ckpt: " + std::string(function) + ": the sections are model, optim.mu, optim.nu "
                                 "and optim.step; extract_options::prefix ('" + std::string(options.prefix) +

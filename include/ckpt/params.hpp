@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <span>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,8 +31,10 @@ struct extract_options {
   /// and the error lists every missing and every unconsumed entry at once, sorted, with their
   /// counts. Not strict, entries the template does not name are ignored (Raven's
   /// `Kaun.Checkpoint` rule) and the first missing entry is reported. `unconsumed_entries` lists
-  /// them without failing.
-  bool strict = false;
+  /// them without failing. Unset, the function's default: not strict for `to_params` and
+  /// `read_params` (as Kaun), strict for `restore_training_state`; so `{.cast = true}` keeps
+  /// each default.
+  std::optional<bool> strict = {};
   /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the extracting
   /// function's own name. A function built on `to_params` or `read_params` reports its errors
   /// under its own name this way.
