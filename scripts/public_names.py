@@ -27,8 +27,8 @@ def classify(decl):
     decl = strip_template(' '.join(decl.split()))
     decl = re.sub(r'\[\[[^\]]*\]\]\s*', '', decl)
     if not decl or re.match(r'(namespace|friend|static_assert|extern|using namespace)\b', decl): return None
-    m = re.match(r'(?:struct|class|enum\s+class|enum|union)\s+(\w+)', decl)
-    if m: return 'type', m.group(1)
+    m = re.match(r'(?:struct|class|enum\s+class|enum|union)\s+(\w+)\s*(<?)', decl)
+    if m: return None if m.group(2) else ('type', m.group(1))  # a specialization names no new type
     m = re.match(r'using\s+(\w+)\s*=', decl)
     if m: return 'alias', m.group(1)
     m = re.match(r'using\s+([\w:]+)::(\w+)$', decl)
