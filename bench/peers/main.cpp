@@ -2,6 +2,7 @@
 // ckpt and by its C++ peers, side by side (issue 15). bench/peers/run.sh drives it.
 //
 //   ckpt_peers time --case=col|row|small [--count=64 --rows=2048 --cols=2048] [--reps=5] [--dir=D]
+//       [--churn=GiB] (allocate and free that much, in blocks of many sizes, before every save)
 //       every peer's save and load, --reps rounds in a rotating order; prints one RESULT line a
 //       peer: median save and load seconds, the ratios to the raw floor, the file size; each
 //       sample on stderr
@@ -19,8 +20,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <memory>
+#include <random>
 
 namespace peers {
 
@@ -114,6 +120,29 @@ std::string slug(const std::string& name) {
   return out;
 }
 
+// Issue 26 item 3: a program that has allocated and freed memory before it saves. Allocates
+// blocks of 64 KiB to 64 MiB (log-uniform sizes, each written whole) up to `gib` GiB, frees a
+// random half, allocates another half of `gib` in other sizes, then frees everything: the heap
+// is left with holes of many sizes and the kernel with pages to find again.
+void churn(double gib, std::mt19937_64& random) {
+  if (gib <= 0) return;
+  std::uniform_real_distribution<double> log_size(std::log(64.0 * 1024), std::log(64.0 * 1024 * 1024));
+  std::vector<std::unique_ptr<char[]>> blocks;
+  const auto fill = [&](double bytes) {
+    for (double total = 0; total < bytes;) {
+      const auto size = static_cast<std::size_t>(std::exp(log_size(random)));
+      blocks.push_back(std::make_unique_for_overwrite<char[]>(size));
+      std::memset(blocks.back().get(), static_cast<int>(blocks.size()), size);
+      total += static_cast<double>(size);
+    }
+  };
+  fill(gib * (1 << 30));
+  std::shuffle(blocks.begin(), blocks.end(), random);
+  blocks.resize(blocks.size() / 2);
+  fill(gib / 2 * (1 << 30));
+  blocks.clear();
+}
+
 template <class M>
 int run(const bench::args& a, long count, long rows, long cols) {
   const fs::path dir = a.str("dir", "/tmp/ckpt-peers");
@@ -144,11 +173,14 @@ int run(const bench::args& a, long count, long rows, long cols) {
   model<M> m = make_model<M>(count, rows, cols);
   model<M> target = make_model<M>(count, rows, cols);  // preallocated, overwritten by each load
   const long reps = a.num("reps", 5);
+  const double churn_gib = a.real("churn", 0);  // before every save: see churn()
+  std::mt19937_64 random(26);
   std::vector<std::vector<double>> saves(peers_list.size()), loads(peers_list.size());
   for (long rep = 0; rep < reps; ++rep) {
     for (std::size_t k = 0; k < peers_list.size(); ++k) {  // rotating order
       const std::size_t i = (k + static_cast<std::size_t>(rep)) % peers_list.size();
       const auto& p = peers_list[i];
+      churn(churn_gib, random);
       const fs::path file = dir / slug(p.about.name);
       double start = bench::now_s();
       p.save(m, file);
