@@ -50,7 +50,9 @@ void sort_by_name(std::vector<const entry_source*>& entries) {
 void order_entries(std::vector<const entry_source*>& entries, std::string_view function) {
   for (const auto* e : entries)
     if (e->name == metadata_key) entry_name_error(e->name, function);
-  sort_by_name(entries);
+  // A checkpoint's entries (the one-section save) come in name order already: checked in one pass.
+  if (!std::ranges::is_sorted(entries, {}, [](const entry_source* e) { return std::string_view(e->name); }))
+    sort_by_name(entries);
   // Sorted, an empty name comes first and a name given twice is next to itself.
   for (std::size_t i = 0; i < entries.size(); ++i)
     if (entries[i]->name.empty() || (i > 0 && entries[i]->name == entries[i - 1]->name))
