@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -266,6 +269,29 @@ inline void ratio_result(const std::string& row, const std::string& what, const 
 inline void log(const std::string& s) {
   std::fprintf(stderr, "%s\n", s.c_str());
   std::fflush(stderr);
+}
+
+// Issue 26 item 3: a program that has allocated and freed memory before it saves. Allocates
+// blocks of 64 KiB to 64 MiB (log-uniform sizes, each written whole) up to `gib` GiB, frees a
+// random half, allocates another half of `gib` in other sizes, then frees everything: the heap
+// is left with holes of many sizes and the kernel with pages to find again.
+inline void churn(double gib, std::mt19937_64& random) {
+  if (gib <= 0) return;
+  std::uniform_real_distribution<double> log_size(std::log(64.0 * 1024), std::log(64.0 * 1024 * 1024));
+  std::vector<std::unique_ptr<char[]>> blocks;
+  const auto fill = [&](double bytes) {
+    for (double total = 0; total < bytes;) {
+      const auto size = static_cast<std::size_t>(std::exp(log_size(random)));
+      blocks.push_back(std::make_unique_for_overwrite<char[]>(size));
+      std::memset(blocks.back().get(), static_cast<int>(blocks.size()), size);
+      total += static_cast<double>(size);
+    }
+  };
+  fill(gib * (1 << 30));
+  std::shuffle(blocks.begin(), blocks.end(), random);
+  blocks.resize(blocks.size() / 2);
+  fill(gib / 2 * (1 << 30));
+  blocks.clear();
 }
 
 }  // namespace bench

@@ -9,6 +9,13 @@
 //       a checkpoint_manager keeping 2 checkpoints of 256 MiB (64 row-major 1024 x 1024 float
 //       matrices) in DIR (emptied first), saved 8 times, PAUSE seconds of "training" apart; prints
 //       each save's seconds.
+//   fresh_memory_probe of_params MIB LEAVES REPS CHURN_GIB PAUSE
+//       LEAVES float matrices of MIB MiB each; REPS times: bench::churn(CHURN_GIB), PAUSE seconds
+//       of "training", then of_params of the matrices, timed, and the checkpoint dropped; prints
+//       each call's seconds with the huge pages the process holds (AnonHugePages) and the median.
+//       Issue 26 item 3: what the Kaun path's allocation costs after memory churn.
+
+#include "common.hpp"
 
 #include <ckpt/ckpt.hpp>
 
@@ -60,13 +67,43 @@ int manager(const std::string& dir, int pause) {
   return 0;
 }
 
+// AnonHugePages of /proc/self/smaps_rollup, in MiB (-1 if it cannot be read).
+long anon_huge_mib() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("AnonHugePages:", 0) == 0) return std::stol(line.substr(14)) / 1024;
+  return -1;
+}
+
+int of_params(long mib, long leaves, long reps, double churn_gib, double pause) {
+  const auto side = static_cast<Eigen::Index>(std::sqrt(static_cast<double>(mib << 20) / sizeof(float)));
+  const std::vector<Eigen::MatrixXf> layers(static_cast<std::size_t>(leaves), Eigen::MatrixXf::Random(side, side));
+  std::mt19937_64 random(26);
+  std::vector<double> seconds;
+  for (long rep = 0; rep < reps; ++rep) {
+    bench::churn(churn_gib, random);
+    std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+    const double start = now_s();
+    const ckpt::checkpoint copy = ckpt::of_params(layers, "model");
+    seconds.push_back(now_s() - start);
+    std::printf("of_params %ld x %ldx%ld floats: %.3f s, AnonHugePages %ld MiB\n", leaves, static_cast<long>(side),
+                static_cast<long>(side), seconds.back(), anon_huge_mib());
+    std::fflush(stdout);
+  }
+  std::printf("median of %ld: %.3f s\n", reps, bench::median(seconds));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   const std::string mode = argc == 4 ? argv[1] : "";
   if (mode == "touch") return touch(std::strtoul(argv[2], nullptr, 10), std::atoi(argv[3]));
   if (mode == "manager") return manager(argv[2], std::atoi(argv[3]));
-  std::fprintf(stderr, "usage: fresh_memory_probe touch MIB PAUSE | manager DIR PAUSE\n");
+  if (argc == 7 && std::string(argv[1]) == "of_params")
+    return of_params(std::atol(argv[2]), std::atol(argv[3]), std::atol(argv[4]), std::atof(argv[5]), std::atof(argv[6]));
+  std::fprintf(stderr,
+               "usage: fresh_memory_probe touch MIB PAUSE | manager DIR PAUSE | of_params MIB LEAVES REPS CHURN_GIB PAUSE\n");
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fresh_memory_probe: %s\n", e.what());

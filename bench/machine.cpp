@@ -1,8 +1,4 @@
-// ckpt_machine: the costs of this machine that ckpt's load and save speeds depend on (issue 26,
-// item 4), printed at the top of every table of bench/README.md so that each table says on what
-// kind of machine it was measured.
-//
-//   ckpt_machine [--dir=DIR] [--mib=256] [--reps=5] [--json]
+// The machine probe of bench/machine.hpp (ckpt_machine, and the top of ckpt_peers' output).
 //
 // Writes a temporary file of MIB MiB in DIR (default: the system's temporary folder), keeps it in
 // the page cache, and measures, each the median of REPS runs:
@@ -20,6 +16,8 @@
 // and reports the transparent-huge-page settings, the kernel, the CPU, its cores and vector
 // extensions, and whether it runs under a hypervisor. Without --json: one `key: value` line a
 // figure; with --json: one JSON object. The file is removed at the end.
+
+#include "machine.hpp"
 
 #include "common.hpp"
 
@@ -541,31 +539,10 @@ void print_json(const costs& c, const fs::path& dir, std::size_t bytes, int reps
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-  const bench::args a(argc, argv);
-  if (!a.positional.empty() || a.str("help", "") == "1") {
-    std::fprintf(stderr, "usage: ckpt_machine [--dir=DIR] [--mib=256] [--reps=5] [--json]\n");
-    return 2;
-  }
-  const fs::path dir = a.str("dir", fs::temp_directory_path().string());
-  long mib = 0, reps = 0;
-  try {
-    mib = a.num("mib", 256);
-    reps = a.num("reps", 5);
-  } catch (const std::logic_error&) {
-    throw std::invalid_argument("--mib and --reps take a whole number");
-  }
-  if (mib < 2 || mib > (1L << 20)) throw std::invalid_argument("--mib must be between 2 and 1048576");
-  if (reps < 1 || reps > 1000) throw std::invalid_argument("--reps must be between 1 and 1000");
-  if (!fs::is_directory(dir)) throw std::invalid_argument("--dir: " + dir.string() + " is not a folder");
-  const auto bytes = static_cast<std::size_t>(mib) << 20;
+void bench::print_machine(const fs::path& dir, std::size_t bytes, int reps, bool json) {
   costs c;
   describe_machine(c, dir);
-  measure(c, dir, bytes, static_cast<int>(reps));
-  if (a.str("json", "") == "1") print_json(c, dir, bytes, static_cast<int>(reps));
-  else print_text(c, dir, bytes, static_cast<int>(reps));
-  return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "ckpt_machine: %s\n", e.what());
-  return 1;
+  measure(c, dir, bytes, reps);
+  if (json) print_json(c, dir, bytes, reps);
+  else print_text(c, dir, bytes, reps);
 }

@@ -2,33 +2,106 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <array>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace ckpt::detail {
+
+std::byte* kept_buffers::take(std::size_t mapped) {
+  std::array<slot, slots> unmap{};
+  std::size_t n = 0;
+  {
+    const std::scoped_lock hold(lock_);
+    live_ += mapped;
+    for (std::size_t i = count_; i-- > 0;)
+      if (kept_[i].size == mapped) {
+        std::byte* reused = kept_[i].address;
+        remove(i);
+        kept_bytes_ -= mapped;
+        return reused;
+      }
+    peak_ = std::max(peak_, live_);
+    // Unmapping kept buffers of other sizes, oldest first, keeps the peak where it was.
+    while (count_ > 0 && live_ + kept_bytes_ > peak_) {
+      unmap[n++] = kept_[0];
+      kept_bytes_ -= kept_[0].size;
+      remove(0);
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) ::munmap(unmap[i].address, unmap[i].size);
+  void* address = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (address == MAP_FAILED) {
+    // Out of address space or of commit charge (vm.overcommit_memory=2 counts kept buffers too):
+    // unmap every kept buffer and try once more.
+    {
+      const std::scoped_lock hold(lock_);
+      n = count_;
+      std::copy_n(kept_.begin(), n, unmap.begin());
+      count_ = 0;
+      kept_bytes_ = 0;
+    }
+    for (std::size_t i = 0; i < n; ++i) ::munmap(unmap[i].address, unmap[i].size);
+    if (n > 0) address = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  if (address == MAP_FAILED) {
+    const std::scoped_lock hold(lock_);
+    live_ -= mapped;
+    throw std::bad_alloc();
+  }
+  // Advice only: without huge pages (THP "never", or none free) the buffer works the same.
+  static_cast<void>(::madvise(address, mapped, MADV_HUGEPAGE));
+  return static_cast<std::byte*>(address);
+}
+
+void kept_buffers::give(std::byte* address, std::size_t mapped) noexcept {
+  static_cast<void>(::madvise(address, mapped, MADV_FREE));
+  std::array<slot, 1> unmap{};
+  std::size_t n = 0;
+  {
+    const std::scoped_lock hold(lock_);
+    live_ -= mapped;
+    if (count_ == slots) {
+      unmap[n++] = kept_[0];
+      kept_bytes_ -= kept_[0].size;
+      remove(0);
+    }
+    kept_[count_++] = {address, mapped};
+    kept_bytes_ += mapped;
+  }
+  for (std::size_t i = 0; i < n; ++i) ::munmap(unmap[i].address, unmap[i].size);
+}
+
+void kept_buffers::remove(std::size_t i) noexcept {
+  std::copy(kept_.begin() + static_cast<std::ptrdiff_t>(i + 1), kept_.begin() + static_cast<std::ptrdiff_t>(count_),
+            kept_.begin() + static_cast<std::ptrdiff_t>(i));
+  --count_;
+}
+
 namespace {
 
-constexpr std::size_t huge_page = std::size_t{2} << 20;
-// Buffers below this come from the heap: once glibc has freed a block of their size, its mmap
-// threshold follows (up to 32 MiB) and later blocks reuse the heap's memory without new page
-// faults. Larger ones are mapped with huge pages asked for: 512 times fewer faults than 4 KiB
-// pages.
-constexpr std::size_t heap_limit = std::size_t{32} << 20;
+// Trivially destructible, so that tensors freed while the program exits still find it.
+static_assert(std::is_trivially_destructible_v<kept_buffers>);
+constinit kept_buffers mapped_buffers;
 
 }  // namespace
 
 std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
   if (size < heap_limit) return std::make_shared_for_overwrite<std::byte[]>(size);
   // Rounded up to whole huge pages, so the last one can be huge too; the slack is at most 2 MiB
-  // on a buffer of at least 2 MiB.
-  const std::size_t mapped = (size + huge_page - 1) / huge_page * huge_page;
-  void* address = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (address == MAP_FAILED) throw std::bad_alloc();
-  // Advice only: without huge pages (THP "never", or none free) the buffer works the same.
-  static_cast<void>(::madvise(address, mapped, MADV_HUGEPAGE));
-  return {static_cast<std::byte*>(address), [mapped](std::byte* p) { ::munmap(p, mapped); }};
+  // on a buffer of at least 32 MiB.
+  const std::size_t mapped = (size + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+  std::byte* address = mapped_buffers.take(mapped);
+  try {
+    return {address, [mapped](std::byte* p) { mapped_buffers.give(p, mapped); }};
+  } catch (...) {
+    mapped_buffers.give(address, mapped);
+    throw;
+  }
 }
 
 namespace {

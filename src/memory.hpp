@@ -1,15 +1,59 @@
 #pragma once
 // Uninitialized byte buffers for tensors and snapshots.
 
+#include <array>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 
 namespace ckpt::detail {
 
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+// Buffers below this come from the heap: once glibc has freed a block of their size, its mmap
+// threshold follows (up to 32 MiB, its maximum) and later blocks reuse the heap's memory without
+// new page faults. Larger ones, which glibc always maps on their own, are mapped with huge pages
+// asked for: 512 times fewer faults than 4 KiB pages.
+inline constexpr std::size_t heap_limit = std::size_t{32} << 20;
+
+// Mapped buffers given back, kept for the next allocation of the same size. Filling fresh
+// anonymous memory costs a page fault a page, and on a virtual machine that hands free memory
+// back to its host the host's fault too (bench/README.md, "Memory after churn"), so a
+// training loop that saves with `of_params` every few steps would pay it at every save. A kept
+// buffer's pages are marked MADV_FREE: the kernel takes them back under memory pressure without
+// writing them anywhere, and until then the next buffer of that size is written without faults.
+// What is kept never raises the peak: the bytes taken and kept stay within the most bytes ever
+// taken at once, the oldest kept buffers being unmapped first. Thread-safe; constinit-able.
+class kept_buffers {
+ public:
+  // A mapping of `mapped` bytes (a multiple of huge_page_bytes), uninitialized: a kept one of
+  // that size, or a new one advised MADV_HUGEPAGE. Throws std::bad_alloc if none can be mapped.
+  std::byte* take(std::size_t mapped);
+  // Gives back a mapping from take(): kept; if every slot is full, the oldest kept is unmapped.
+  void give(std::byte* address, std::size_t mapped) noexcept;
+
+ private:
+  struct slot {
+    std::byte* address = nullptr;
+    std::size_t size = 0;
+  };
+  static constexpr std::size_t slots = 256;
+  void remove(std::size_t i) noexcept;
+
+  std::mutex lock_;
+  std::array<slot, slots> kept_{};  // oldest first
+  std::size_t count_ = 0;
+  std::size_t kept_bytes_ = 0;
+  std::size_t live_ = 0;  // bytes taken and not given back
+  std::size_t peak_ = 0;  // the most bytes ever taken at once
+};
+
 // `size` bytes, uninitialized (every caller overwrites every byte, and zeroing a GiB is not free),
-// aligned to at least 16 bytes. Buffers of 2 MiB or more are anonymous mappings advised
-// MADV_HUGEPAGE: where the kernel grants transparent huge pages, filling a fresh GiB takes 512
-// page faults instead of 262,144.
+// aligned to at least 16 bytes. Buffers of heap_limit bytes or more are anonymous mappings
+// advised MADV_HUGEPAGE (where the kernel grants transparent huge pages, filling a fresh GiB
+// takes 512 page faults instead of 262,144), and a mapping given back is kept for the next
+// buffer of its size, its pages left for the kernel to take back (MADV_FREE), so that a loop
+// that allocates the same sizes again does not fault them in again; what is kept never raises
+// the peak of the bytes mapped at once (kept_buffers).
 // Throws std::bad_alloc if the memory cannot be had.
 std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size);
 

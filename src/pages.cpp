@@ -8,6 +8,8 @@
 #include "memory.hpp"
 #include "parallel.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -106,6 +108,14 @@ tensor tensor_access::in_memory(const tensor& x) {
   if (x.file_ == nullptr) return x;
   const std::span<const std::int64_t> shape = x.shape();
   return tensor::make(x.dtype(), dims(shape.begin(), shape.end()), [&](std::span<std::byte> out) { read_bytes(x, out); });
+}
+
+void advise_fresh(std::span<std::byte> bytes) noexcept {
+  if (bytes.size() < heap_limit) return;
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
+  const std::uintptr_t first = (begin + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+  const std::uintptr_t last = (begin + bytes.size()) / huge_page_bytes * huge_page_bytes;
+  static_cast<void>(::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE));
 }
 
 }  // namespace ckpt::detail

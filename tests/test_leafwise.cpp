@@ -1,5 +1,5 @@
-// Leaf-wise operations: zip_leaves and zeros_like (the API), and detail::map_leaves and
-// detail::flat_array (what the library and ckpt::adam use) over the kinds of structures the core names.
+// Leaf-wise operations: zip_leaves and zeros_like (the API), and detail::flat_array (what
+// ckpt::adam uses) over the kinds of structures the core names.
 #define BOOST_TEST_MODULE leafwise
 #include <boost/test/unit_test.hpp>
 
@@ -42,32 +42,6 @@ net make_net() {
 }
 
 }  // namespace
-
-BOOST_AUTO_TEST_CASE(map_leaves_builds_a_new_structure) {
-  const net n = make_net();
-  const net doubled = ckpt::detail::map_leaves(
-      [](const auto& x) {
-        if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(x)>>) return x * 2;
-        else return (x * 2).eval();
-      },
-      n);
-  BOOST_TEST(doubled.l1.w.isApproxToConstant(3.0f));
-  BOOST_TEST(doubled.l1.b(1) == 4.0f);
-  BOOST_TEST(doubled.extra.size() == 2u);
-  BOOST_TEST(doubled.extra[1](0) == -6.0);
-  BOOST_TEST(doubled.scales.at("b") == 8.0f);
-  BOOST_TEST(doubled.pair[1] == 4.0);
-  BOOST_TEST(n.l1.w(0, 0) == 1.5f);  // the source is untouched
-}
-
-BOOST_AUTO_TEST_CASE(map_leaves_accepts_eigen_expressions_and_several_structures) {
-  const linear a{Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
-  const linear b{Eigen::MatrixXf::Constant(2, 2, 3.0f), Eigen::VectorXf::Constant(2, 5.0f)};
-  // Returning the unevaluated expression is fine: it is assigned straight into the new leaf.
-  const linear sum = ckpt::detail::map_leaves([](const auto& x, const auto& y) { return x + y; }, a, b);
-  BOOST_TEST(sum.w.isApproxToConstant(4.0f));
-  BOOST_TEST(sum.b.isApproxToConstant(6.0f));
-}
 
 BOOST_AUTO_TEST_CASE(zip_leaves_updates_in_place) {
   linear p{Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(3)};
@@ -124,17 +98,6 @@ BOOST_AUTO_TEST_CASE(zeros_like_of_a_ptree_and_an_eigen_tensor) {
   const Eigen::Tensor<float, 3> tz = ckpt::zeros_like(t);
   BOOST_TEST(tz.dimension(2) == 4);
   BOOST_TEST(tz(1, 2, 3) == 0.0f);
-}
-
-BOOST_AUTO_TEST_CASE(map_leaves_over_a_ptree) {
-  const auto tree = ckpt::ptree::dict({{"w", ckpt::ptree::tensor(floats({1, 2}))}});
-  const ckpt::ptree out = ckpt::detail::map_leaves(
-      [](const ckpt::tensor& x) {
-        Eigen::ArrayXf a = Eigen::Map<const Eigen::ArrayXf>(x.as<float>().data(), x.numel()) + 1.0f;
-        return ckpt::detail::to_tensor(a);
-      },
-      tree);
-  BOOST_TEST(out.at("w").as_tensor().as<float>()[1] == 3.0f);
 }
 
 BOOST_AUTO_TEST_CASE(flat_array_views_any_storage_order) {

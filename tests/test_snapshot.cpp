@@ -1,8 +1,10 @@
 // snapshot_arena: snapshots of live structures into memory reused from one snapshot to the next,
-// and the manager's saves of live sections (straight from the leaves, or through its arena).
+// and the manager's saves of live sections (straight from the leaves, or through its arena); the
+// large buffers given back and kept for the next of their size (src/memory.hpp, kept_buffers).
 #define BOOST_TEST_MODULE snapshot
 #include <boost/test/unit_test.hpp>
 
+#include "memory.hpp"  // src/: detail::kept_buffers, detail::heap_limit
 #include "support.hpp"
 
 #include <ckpt/ckpt.hpp>
@@ -10,8 +12,13 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/CXX11/Tensor>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -40,6 +47,11 @@ layer make_layer(float seed, Eigen::Index rows = 5, Eigen::Index cols = 7) {
   l.scale = seed / 2;
   return l;
 }
+
+struct big_and_small {
+  Eigen::MatrixXf big;
+  Eigen::MatrixXf small;
+};
 
 bool same(const layer& a, const layer& b) {
   // Element by element: Eigen's Tensor operator== is ambiguous to C++20's reversed candidates.
@@ -110,6 +122,90 @@ BOOST_AUTO_TEST_CASE(a_released_snapshot_s_memory_serves_the_next_one) {
   BOOST_TEST(again.get("w").bytes().data() == first_address);
   BOOST_TEST(arena.capacity() == capacity);
   BOOST_TEST(same(ckpt::to_params(again, make_layer(0, 1024, 1024)), live));
+}
+
+// Whether [address, address + 4 KiB) is mapped in this process: msync refuses memory that is not.
+bool mapped(const std::byte* address) {
+  return ::msync(const_cast<std::byte*>(address), 4096, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+BOOST_AUTO_TEST_CASE(a_large_buffer_given_back_serves_the_next_of_params_of_its_size) {
+  // 4096 x 2048 floats, 32 MiB: a mapped buffer (detail::heap_limit).
+  static_assert(4096 * 2048 * sizeof(float) >= ckpt::detail::heap_limit);
+  layer live = make_layer(1, 4096, 2048);
+  const std::byte* first_address = nullptr;
+  {
+    const ckpt::checkpoint copy = ckpt::of_params(live);
+    first_address = copy.get("w").bytes().data();
+  }
+  BOOST_TEST(mapped(first_address));  // kept, not unmapped
+  live = make_layer(2, 4096, 2048);
+  const ckpt::checkpoint again = ckpt::of_params(live);
+  BOOST_TEST(again.get("w").bytes().data() == first_address);
+  BOOST_TEST(same(ckpt::to_params(again, make_layer(0, 4096, 2048)), live));  // the new values, all of them
+}
+
+BOOST_AUTO_TEST_CASE(kept_buffers_are_reused_by_size_and_never_raise_the_peak) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  ckpt::detail::kept_buffers buffers;
+  std::byte* a = buffers.take(64 * mib);
+  std::fill_n(a, 64 * mib, std::byte{1});
+  buffers.give(a, 64 * mib);
+  BOOST_TEST(mapped(a));
+  // Another size while the 64 MiB one is kept: 40 + 64 would exceed the 64 MiB peak, so the kept
+  // one is unmapped first.
+  std::byte* b = buffers.take(40 * mib);
+  // A page of the old 64 MiB that the new 40 MiB (the kernel may place it there) does not cover.
+  const std::byte* old_page = (a >= b && a < b + 40 * mib) ? b + 40 * mib : a;
+  BOOST_TEST(!mapped(old_page));
+  buffers.give(b, 40 * mib);
+  // The same size again: the kept buffer, writable.
+  std::byte* c = buffers.take(40 * mib);
+  BOOST_TEST(c == b);
+  std::fill_n(c, 40 * mib, std::byte{2});
+  BOOST_TEST((c[0] == std::byte{2} && c[40 * mib - 1] == std::byte{2}));
+  // Below the peak, two buffers may live and be kept at once: 40 taken + 16 new <= 64.
+  std::byte* d = buffers.take(16 * mib);
+  buffers.give(d, 16 * mib);
+  buffers.give(c, 40 * mib);
+  BOOST_TEST(mapped(c));
+  BOOST_TEST(mapped(d));
+  BOOST_TEST(buffers.take(16 * mib) == d);
+  BOOST_TEST(buffers.take(40 * mib) == c);
+  ::munmap(c, 40 * mib);  // this test's own instance: nothing else unmaps them
+  ::munmap(d, 16 * mib);
+}
+
+// The VmFlags of the mapping of this process that holds `address` (/proc/self/smaps), or "".
+std::string vm_flags_at(const void* address) {
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream range(line);
+    if (range >> std::hex >> begin >> dash >> end && dash == '-' && line.find(' ') != std::string::npos &&
+        line.find(':') > line.find(' ')) {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+BOOST_AUTO_TEST_CASE(large_leaves_to_params_allocates_are_advised_huge_pages) {
+  // "hg" in VmFlags: the range was advised MADV_HUGEPAGE. 48 MiB leaves: malloc maps each on its
+  // own, and the 2 MiB pages inside are advised before they are filled.
+  const big_and_small saved{Eigen::MatrixXf::Constant(4096, 3072, 1.5f), Eigen::MatrixXf::Constant(64, 64, 2.5f)};
+  const big_and_small loaded = ckpt::to_params(ckpt::of_params(saved), saved);
+  const std::string big_flags = vm_flags_at(loaded.big.data() + loaded.big.size() / 2);
+  BOOST_TEST_INFO("VmFlags: " << big_flags);
+  BOOST_TEST(big_flags.find(" hg") != std::string::npos);
+  BOOST_TEST((loaded.big == saved.big));
+  BOOST_TEST(vm_flags_at(loaded.small.data()).find(" hg") == std::string::npos);  // the heap's
+  BOOST_TEST((loaded.small == saved.small));
 }
 
 BOOST_AUTO_TEST_CASE(a_snapshot_still_in_use_is_never_overwritten) {

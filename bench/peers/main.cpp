@@ -3,6 +3,8 @@
 //
 //   ckpt_peers time --case=col|row|small [--count=64 --rows=2048 --cols=2048] [--reps=5] [--dir=D]
 //       [--churn=GiB] (allocate and free that much, in blocks of many sizes, before every save)
+//       [--fragment=GiB] (hold that much memory with every other 4 KiB page given back, for the run)
+//       [--machine=0] (without the machine's costs, bench/machine.hpp, printed first)
 //       every peer's save and load, --reps rounds in a rotating order; prints one RESULT line a
 //       peer: median save and load seconds, the ratios to the raw floor, the file size; each
 //       sample on stderr
@@ -14,10 +16,12 @@
 #include "peers.hpp"
 
 #include "../common.hpp"
+#include "../machine.hpp"
 
 #include <ckpt/ckpt.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,28 +124,61 @@ std::string slug(const std::string& name) {
   return out;
 }
 
-// Issue 26 item 3: a program that has allocated and freed memory before it saves. Allocates
-// blocks of 64 KiB to 64 MiB (log-uniform sizes, each written whole) up to `gib` GiB, frees a
-// random half, allocates another half of `gib` in other sizes, then frees everything: the heap
-// is left with holes of many sizes and the kernel with pages to find again.
-void churn(double gib, std::mt19937_64& random) {
-  if (gib <= 0) return;
-  std::uniform_real_distribution<double> log_size(std::log(64.0 * 1024), std::log(64.0 * 1024 * 1024));
-  std::vector<std::unique_ptr<char[]>> blocks;
-  const auto fill = [&](double bytes) {
-    for (double total = 0; total < bytes;) {
-      const auto size = static_cast<std::size_t>(std::exp(log_size(random)));
-      blocks.push_back(std::make_unique_for_overwrite<char[]>(size));
-      std::memset(blocks.back().get(), static_cast<int>(blocks.size()), size);
-      total += static_cast<double>(size);
+// Issue 26 item 3, the worst case for huge pages: physical memory cut into 4 KiB holes. Maps
+// `gib` GiB with 4 KiB pages, writes every page, then gives every other page back and holds the
+// rest until the run ends: each freed page's buddy stays in use, so the kernel has no free 2 MiB
+// block in that memory until it compacts (migrates the pages still held). Prints the free blocks
+// of 2 MiB and more (/proc/buddyinfo, orders 9 and 10) before and after.
+class fragmenter {
+ public:
+  explicit fragmenter(double gib) {
+    constexpr std::size_t page = 4096;
+    if (gib <= 0) return;
+    std::fprintf(stderr, "fragment: free blocks of 2 MiB and more before: %ld\n", huge_blocks());
+    size_ = static_cast<std::size_t>(gib * (1 << 30)) / page * page;
+    void* address = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (address == MAP_FAILED) throw std::runtime_error("fragment: mmap failed");
+    base_ = static_cast<char*>(address);
+    static_cast<void>(::madvise(base_, size_, MADV_NOHUGEPAGE));
+    for (std::size_t at = 0; at < size_; at += page) base_[at] = 1;
+    for (std::size_t at = page; at < size_; at += 2 * page) static_cast<void>(::madvise(base_ + at, page, MADV_DONTNEED));
+    std::fprintf(stderr, "fragment: %.1f GiB held in every other 4 KiB page; free blocks of 2 MiB and more after: %ld\n",
+                 gib / 2, huge_blocks());
+  }
+  fragmenter(const fragmenter&) = delete;
+  fragmenter& operator=(const fragmenter&) = delete;
+  ~fragmenter() {
+    if (base_ != nullptr) ::munmap(base_, size_);
+  }
+
+ private:
+  // Free blocks of order 9 and 10 (2 and 4 MiB) in every zone, a 4 MiB block counted as two.
+  static long huge_blocks() {
+    std::FILE* f = std::fopen("/proc/buddyinfo", "r");
+    if (f == nullptr) return -1;
+    long total = 0;
+    char line[512];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      std::vector<long> counts;
+      const char* p = std::strstr(line, "zone");
+      if (p == nullptr) continue;
+      p += 4;
+      while (*p == ' ') ++p;
+      while (*p != '\0' && *p != ' ') ++p;  // the zone's name
+      for (char* end = nullptr;; p = end) {
+        const long n = std::strtol(p, &end, 10);
+        if (end == p) break;
+        counts.push_back(n);
+      }
+      if (counts.size() > 9) total += counts[9];
+      if (counts.size() > 10) total += 2 * counts[10];
     }
-  };
-  fill(gib * (1 << 30));
-  std::shuffle(blocks.begin(), blocks.end(), random);
-  blocks.resize(blocks.size() / 2);
-  fill(gib / 2 * (1 << 30));
-  blocks.clear();
-}
+    std::fclose(f);
+    return total;
+  }
+  char* base_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 template <class M>
 int run(const bench::args& a, long count, long rows, long cols) {
@@ -170,17 +207,19 @@ int run(const bench::args& a, long count, long rows, long cols) {
     std::fprintf(stderr, "ckpt_peers: no peer named '%s'\n", name.c_str());
     return 2;
   }
+  if (a.num("machine", 1) != 0) bench::print_machine(dir, std::size_t{256} << 20, 5, false);
   model<M> m = make_model<M>(count, rows, cols);
   model<M> target = make_model<M>(count, rows, cols);  // preallocated, overwritten by each load
   const long reps = a.num("reps", 5);
-  const double churn_gib = a.real("churn", 0);  // before every save: see churn()
+  const double churn_gib = a.real("churn", 0);  // before every save: see bench::churn
+  const fragmenter held(a.real("fragment", 0));   // for the whole run
   std::mt19937_64 random(26);
   std::vector<std::vector<double>> saves(peers_list.size()), loads(peers_list.size());
   for (long rep = 0; rep < reps; ++rep) {
     for (std::size_t k = 0; k < peers_list.size(); ++k) {  // rotating order
       const std::size_t i = (k + static_cast<std::size_t>(rep)) % peers_list.size();
       const auto& p = peers_list[i];
-      churn(churn_gib, random);
+      bench::churn(churn_gib, random);
       const fs::path file = dir / slug(p.about.name);
       double start = bench::now_s();
       p.save(m, file);

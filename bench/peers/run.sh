@@ -24,18 +24,18 @@ done
 [ -z "$missing" ] || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing; }
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_BENCH=ON -DCKPT_BUILD_PEERS=ON \
   -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_EXAMPLES=OFF -DCKPT_BUILD_TOOLS=OFF >/dev/null
-cmake --build "$build" --target ckpt_peers ckpt_machine
+cmake --build "$build" --target ckpt_peers
 peers="$build/bench/peers/ckpt_peers"
-# The machine's costs the table depends on (bench/machine.cpp), printed above it.
 mkdir -p "$dir"
-"$build/bench/ckpt_machine" --dir="$dir"
 for c in col row; do
+  # The first run prints the machine's costs the table depends on (bench/machine.hpp) above it.
+  if [ $c = col ]; then machine=1; else machine=0; fi
   # shellcheck disable=SC2086
-  "$peers" time --case=$c --reps="$reps" --dir="$dir" $sizes
+  "$peers" time --case=$c --reps="$reps" --dir="$dir" --machine=$machine $sizes
 done
 if [ -n "$sizes" ]; then small="--count=1000"; else small=""; fi
 # shellcheck disable=SC2086
-"$peers" time --case=small --reps="$reps" --dir="$dir" $small
+"$peers" time --case=small --reps="$reps" --dir="$dir" --machine=0 $small
 # Peak RSS of one save and one load, each in a fresh process (column-major case).
 for p in raw ckpt_save_sections ckpt_save_of_params HDF5 cereal Boost libtorch; do
   for op in save load; do  # the save writes the file the load reads

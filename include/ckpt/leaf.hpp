@@ -289,13 +289,9 @@ struct leaf_hooks {
 template <class L>
 inline constexpr bool reads_only_its_leaf = leaf_hooks<L>::reads_only_its_leaf;
 template <class L>
-concept has_contiguous = requires(const L& x) {
-  { leaf_hooks<L>::contiguous(x) } -> std::convertible_to<std::span<const std::byte>>;
-};
+concept has_contiguous = gives_contiguous<L> || gives_elements<L>;
 template <class L>
-concept has_write_rows = requires(const L& x, std::size_t n, std::byte* out) {
-  leaf_hooks<L>::write_rows(x, n, n, out);
-};
+concept has_write_rows = gives_write_rows<L>;
 
 }  // namespace detail
 
@@ -561,12 +557,19 @@ L unfilled_like(const L& x) {
 template <template <class, int, int, int, int, int> class Dense, class S, int R, int C, int O, int MR, int MC>
   requires std::is_base_of_v<Eigen::PlainObjectBase<Dense<S, R, C, O, MR, MC>>, Dense<S, R, C, O, MR, MC>>
 Dense<S, R, C, O, MR, MC> unfilled_like(const Dense<S, R, C, O, MR, MC>& x) {
-  if constexpr (R == Eigen::Dynamic || C == Eigen::Dynamic) return Dense<S, R, C, O, MR, MC>(x.rows(), x.cols());
-  else return x;
+  if constexpr (R == Eigen::Dynamic || C == Eigen::Dynamic) {
+    Dense<S, R, C, O, MR, MC> out(x.rows(), x.cols());
+    advise_fresh(std::as_writable_bytes(std::span(out.data(), static_cast<std::size_t>(out.size()))));
+    return out;
+  } else {
+    return x;
+  }
 }
 template <class S, int N, int O, class I>
 Eigen::Tensor<S, N, O, I> unfilled_like(const Eigen::Tensor<S, N, O, I>& x) {
-  return Eigen::Tensor<S, N, O, I>(x.dimensions());
+  Eigen::Tensor<S, N, O, I> out(x.dimensions());
+  advise_fresh(std::as_writable_bytes(std::span(out.data(), static_cast<std::size_t>(out.size()))));
+  return out;
 }
 template <class T>
 frozen<T> unfilled_like(const frozen<T>& x) {

@@ -99,24 +99,6 @@ template <flat_leaf L>
   }
 }
 
-// A new structure like `s` whose every leaf is `f(leaf, leaves...)`, the leaves being those
-// of `s` and of `rest` (structures of `s`'s shape) at the same path. `f` returns something
-// assignable to the leaf (the leaf type itself, or an Eigen expression evaluating to it).
-// With one structure it is a map; with several, a zip into a new structure:
-// `map_leaves([](const auto& a, const auto& b) { return (a + b).eval(); }, x, y)`.
-// \throws std::invalid_argument if the structures' shapes differ (the message names the path);
-// whatever `f` or copying `s` throws.
-template <class S, class... Rest, class F>
-[[nodiscard]] S map_leaves(F&& f, const S& s, const Rest&... rest) {
-  static_assert(named<S>, "ckpt: map_leaves needs a named structure or a leaf");
-  // The result gets its structure (vector lengths, map keys, ptree nodes) without copying the
-  // leaves' values; each leaf is then assigned once.
-  S out = unfilled_structure(s);
-  for_each_leaf([&f](std::string_view, auto& o, const auto& x, const auto&... xs) { o = f(x, xs...); },
-                out, s, rest...);
-  return out;
-}
-
 }  // namespace detail
 
 /// Calls `f(leaf_a, leaf_b, leaves...)` for every leaf of `a` with the leaves of `b` and `rest`

@@ -142,7 +142,12 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
 /// and prefixed by `prefix` (`prefix + "." + name`, or `prefix` alone for a bare root leaf).
 /// Each entry is a C-order snapshot of its leaf, in memory of its own: later changes to `params`
 /// do not affect it. A copy of 128 MiB or more is made on up to four threads (runs of whole
-/// leaves), since one core does not use all of the memory bandwidth. A bare leaf gives one entry:
+/// leaves), since one core does not use all of the memory bandwidth. Entries of 32 MiB and more
+/// get memory mapped on its own and advised huge pages; when the checkpoint goes, that memory is
+/// kept (its pages left for the kernel to reclaim under pressure, `MADV_FREE`) for the next
+/// entry of the same size, so a loop that saves `of_params` every few steps does not fault the
+/// same memory in at every save; what is kept never raises the process's peak of such memory
+/// (it stays counted in the resident size until the kernel reclaims it). A bare leaf gives one entry:
 /// `of_params(w, "l1.w")` holds `w` under the name `l1.w`.
 /// \throws std::invalid_argument if the names are not distinct and non-empty (the message
 /// quotes the offending name), or name `__metadata__`, before anything is copied; if a
@@ -179,7 +184,8 @@ template <class P>
 /// Entries `like` does not name are ignored, unless `opts.strict`. Entries are copied once into
 /// the leaves, reordered for column-major leaves; `ckpt::tensor` leaves share the entry's bytes.
 /// `like`'s values are not copied: dynamic Eigen leaves are allocated at their shapes and filled
-/// (structures of your own through `ckpt::fields`, and leaves of your own, are copied first). To
+/// (those of 32 MiB and more advised huge pages before they are filled; structures of your own
+/// through `ckpt::fields`, and leaves of your own, are copied first). To
 /// fill existing parameters without allocating, use `read_params`.
 /// \throws std::invalid_argument if an entry named by `like` is missing, has another shape, or
 /// another dtype while `opts.cast` is false (each message names the entry and both shapes or

@@ -50,4 +50,10 @@ struct tensor_access {
   static tensor in_memory(const tensor& x);
 };
 
+// Advice for `bytes`, memory just allocated (by Eigen, through malloc) that a load is about to
+// fill: when it is 32 MiB or more (malloc then maps it on its own), the whole 2 MiB pages inside
+// it are advised MADV_HUGEPAGE, so that filling it takes one page fault a 2 MiB page instead of
+// 512. Advice only: nothing changes where the kernel grants no huge pages.
+void advise_fresh(std::span<std::byte> bytes) noexcept;
+
 }  // namespace ckpt::detail
