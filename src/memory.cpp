@@ -15,38 +15,33 @@ namespace ckpt::detail {
 std::byte* kept_buffers::take(std::size_t mapped) {
   std::array<slot, slots> unmap{};
   std::size_t n = 0;
+  const auto release = [&] {
+    for (std::size_t i = 0; i < n; ++i) ::munmap(unmap[i].address, unmap[i].size);
+  };
+  const auto map = [mapped] {
+    return ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  };
   {
     const std::scoped_lock hold(lock_);
     live_ += mapped;
     for (std::size_t i = count_; i-- > 0;)
-      if (kept_[i].size == mapped) {
-        std::byte* reused = kept_[i].address;
-        remove(i);
-        kept_bytes_ -= mapped;
-        return reused;
-      }
+      if (kept_[i].size == mapped) return remove(i).address;
     peak_ = std::max(peak_, live_);
     // Unmapping kept buffers of other sizes, oldest first, keeps the peak where it was.
-    while (count_ > 0 && live_ + kept_bytes_ > peak_) {
-      unmap[n++] = kept_[0];
-      kept_bytes_ -= kept_[0].size;
-      remove(0);
-    }
+    while (count_ > 0 && live_ + kept_bytes_ > peak_) unmap[n++] = remove(0);
   }
-  for (std::size_t i = 0; i < n; ++i) ::munmap(unmap[i].address, unmap[i].size);
-  void* address = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  release();
+  void* address = map();
   if (address == MAP_FAILED) {
     // Out of address space or of commit charge (vm.overcommit_memory=2 counts kept buffers too):
     // unmap every kept buffer and try once more.
+    n = 0;
     {
       const std::scoped_lock hold(lock_);
-      n = count_;
-      std::copy_n(kept_.begin(), n, unmap.begin());
-      count_ = 0;
-      kept_bytes_ = 0;
+      while (count_ > 0) unmap[n++] = remove(0);
     }
-    for (std::size_t i = 0; i < n; ++i) ::munmap(unmap[i].address, unmap[i].size);
-    if (n > 0) address = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    release();
+    if (n > 0) address = map();
   }
   if (address == MAP_FAILED) {
     const std::scoped_lock hold(lock_);
@@ -60,26 +55,24 @@ std::byte* kept_buffers::take(std::size_t mapped) {
 
 void kept_buffers::give(std::byte* address, std::size_t mapped) noexcept {
   static_cast<void>(::madvise(address, mapped, MADV_FREE));
-  std::array<slot, 1> unmap{};
-  std::size_t n = 0;
+  slot evicted{};
   {
     const std::scoped_lock hold(lock_);
     live_ -= mapped;
-    if (count_ == slots) {
-      unmap[n++] = kept_[0];
-      kept_bytes_ -= kept_[0].size;
-      remove(0);
-    }
+    if (count_ == slots) evicted = remove(0);
     kept_[count_++] = {address, mapped};
     kept_bytes_ += mapped;
   }
-  for (std::size_t i = 0; i < n; ++i) ::munmap(unmap[i].address, unmap[i].size);
+  if (evicted.address != nullptr) ::munmap(evicted.address, evicted.size);
 }
 
-void kept_buffers::remove(std::size_t i) noexcept {
+kept_buffers::slot kept_buffers::remove(std::size_t i) noexcept {
+  const slot out = kept_[i];
+  kept_bytes_ -= out.size;
   std::copy(kept_.begin() + static_cast<std::ptrdiff_t>(i + 1), kept_.begin() + static_cast<std::ptrdiff_t>(count_),
             kept_.begin() + static_cast<std::ptrdiff_t>(i));
   --count_;
+  return out;
 }
 
 namespace {

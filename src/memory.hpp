@@ -37,7 +37,8 @@ class kept_buffers {
     std::size_t size = 0;
   };
   static constexpr std::size_t slots = 256;
-  void remove(std::size_t i) noexcept;
+  // Takes kept_[i] out of the kept ones (the lock held) and returns it.
+  slot remove(std::size_t i) noexcept;
 
   std::mutex lock_;
   std::array<slot, slots> kept_{};  // oldest first
