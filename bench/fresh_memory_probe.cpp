@@ -9,10 +9,11 @@
 //       a checkpoint_manager keeping 2 checkpoints of 256 MiB (64 row-major 1024 x 1024 float
 //       matrices) in DIR (emptied first), saved 8 times, PAUSE seconds of "training" apart; prints
 //       each save's seconds.
-//   fresh_memory_probe of_params MIB LEAVES REPS CHURN_GIB PAUSE
+//   fresh_memory_probe of_params MIB LEAVES REPS CHURN_GIB PAUSE [FILE]
 //       LEAVES float matrices of MIB MiB each; REPS times: bench::churn(CHURN_GIB), PAUSE seconds
-//       of "training", then of_params of the matrices, timed, and the checkpoint dropped; prints
-//       each call's seconds with the huge pages the process holds (AnonHugePages) and the median.
+//       of "training", then of_params of the matrices, timed, with FILE: the checkpoint saved to
+//       FILE (the Kaun path's save), timed, then the checkpoint dropped, timed; prints each
+//       call's seconds with the huge pages the process holds (AnonHugePages) and the medians.
 //       Issue 26 item 3: what the Kaun path's allocation costs after memory churn.
 
 #include "common.hpp"
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,22 +77,40 @@ long anon_huge_mib() {
   return -1;
 }
 
-int of_params(long mib, long leaves, long reps, double churn_gib, double pause) {
+int of_params(long mib, long leaves, long reps, double churn_gib, double pause, const std::string& file) {
   const auto side = static_cast<Eigen::Index>(std::sqrt(static_cast<double>(mib << 20) / sizeof(float)));
-  const std::vector<Eigen::MatrixXf> layers(static_cast<std::size_t>(leaves), Eigen::MatrixXf::Random(side, side));
+  // Each matrix allocated on its own, as a model's are (copies of one made in a single
+  // constructor call leave glibc's heap in another state).
+  std::vector<Eigen::MatrixXf> layers;
+  for (long i = 0; i < leaves; ++i) layers.push_back(Eigen::MatrixXf::Random(side, side));
   std::mt19937_64 random(26);
-  std::vector<double> seconds;
+  // Reserved: a vector that grew between of_params and the drop would sit above the checkpoint's
+  // memory in glibc's heap and decide whether the drop hands that memory back to the kernel.
+  std::vector<double> seconds, saves, drops;
+  for (auto* v : {&seconds, &saves, &drops}) v->reserve(static_cast<std::size_t>(reps));
   for (long rep = 0; rep < reps; ++rep) {
     bench::churn(churn_gib, random);
     std::this_thread::sleep_for(std::chrono::duration<double>(pause));
     const double start = now_s();
-    const ckpt::checkpoint copy = ckpt::of_params(layers, "model");
+    std::optional<ckpt::checkpoint> copy = ckpt::of_params(layers, "model");
     seconds.push_back(now_s() - start);
-    std::printf("of_params %ld x %ldx%ld floats: %.3f s, AnonHugePages %ld MiB\n", leaves, static_cast<long>(side),
+    std::printf("of_params %ld x %ldx%ld floats: %.3f s, AnonHugePages %ld MiB", leaves, static_cast<long>(side),
                 static_cast<long>(side), seconds.back(), anon_huge_mib());
+    if (!file.empty()) {
+      const double saving = now_s();
+      ckpt::save(file, *copy);
+      const double dropping = now_s();
+      copy.reset();
+      saves.push_back(dropping - saving);
+      drops.push_back(now_s() - dropping);
+      std::printf("; save %.3f s; drop %.3f s", saves.back(), drops.back());
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
-  std::printf("median of %ld: %.3f s\n", reps, bench::median(seconds));
+  std::printf("median of %ld: %.3f s", reps, bench::median(seconds));
+  if (!file.empty()) std::printf("; save %.3f s; drop %.3f s", bench::median(saves), bench::median(drops));
+  std::printf("\n");
   return 0;
 }
 
@@ -100,10 +120,11 @@ int main(int argc, char** argv) try {
   const std::string mode = argc == 4 ? argv[1] : "";
   if (mode == "touch") return touch(std::strtoul(argv[2], nullptr, 10), std::atoi(argv[3]));
   if (mode == "manager") return manager(argv[2], std::atoi(argv[3]));
-  if (argc == 7 && std::string(argv[1]) == "of_params")
-    return of_params(std::atol(argv[2]), std::atol(argv[3]), std::atol(argv[4]), std::atof(argv[5]), std::atof(argv[6]));
+  if ((argc == 7 || argc == 8) && std::string(argv[1]) == "of_params")
+    return of_params(std::atol(argv[2]), std::atol(argv[3]), std::atol(argv[4]), std::atof(argv[5]), std::atof(argv[6]),
+                     argc == 8 ? argv[7] : "");
   std::fprintf(stderr,
-               "usage: fresh_memory_probe touch MIB PAUSE | manager DIR PAUSE | of_params MIB LEAVES REPS CHURN_GIB PAUSE\n");
+               "usage: fresh_memory_probe touch MIB PAUSE | manager DIR PAUSE | of_params MIB LEAVES REPS CHURN_GIB PAUSE [FILE]\n");
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fresh_memory_probe: %s\n", e.what());

@@ -101,25 +101,68 @@ checkpoint snapshot_arena::snapshot(std::span<const section> sections, const met
   return checkpoint(std::move(entries), metadata);
 }
 
+namespace {
+
+// The memory of copy_entries' entries. Entries of heap_limit bytes or more each have a mapping
+// of their own (allocate_bytes). Smaller ones, when they add up to packed_bytes or more, are
+// packed (64-byte aligned, in order) into slabs of heap_limit bytes, which allocate_bytes maps
+// and keeps when they are freed: a loop that copies the same model every few steps then writes
+// into memory it already has. Each on the heap, glibc would hand them back to the kernel after
+// each copy and the next copy would fault every page in afresh (bench/README.md, "Memory after
+// churn"). A tensor kept from the checkpoint keeps its slab.
+class entry_memory {
+ public:
+  explicit entry_memory(std::size_t small_bytes) : packed_(small_bytes >= packed_bytes) {}
+
+  // `size` bytes: their owner and their first byte.
+  std::pair<std::shared_ptr<std::byte[]>, std::byte*> take(std::size_t size) {
+    if (!packed_ || size >= detail::heap_limit) {
+      std::shared_ptr<std::byte[]> own = detail::allocate_bytes(std::max<std::size_t>(size, 1));
+      std::byte* const first = own.get();
+      return {std::move(own), first};
+    }
+    if (!slab_ || used_ + aligned(size) > detail::heap_limit) {
+      slab_ = detail::allocate_bytes(detail::heap_limit);
+      used_ = 0;
+    }
+    std::byte* const first = slab_.get() + used_;
+    used_ += aligned(size);
+    return {slab_, first};
+  }
+
+ private:
+  // Less than this in small entries stays on the heap: a slab would map 32 MiB for them.
+  static constexpr std::size_t packed_bytes = std::size_t{1} << 20;
+  bool packed_;
+  std::shared_ptr<std::byte[]> slab_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace
+
 checkpoint detail::copy_entries(const std::vector<entry_source>& entries, std::string_view function) {
   std::vector<const entry_source*> order;
   order.reserve(entries.size());
   for (const entry_source& e : entries) order.push_back(&e);
   order_entries(order, function);
-  // Each entry in memory of its own, so that a tensor kept from the checkpoint keeps only its own
-  // bytes. Bytes the source already holds as a tensor (a tensor leaf, a snapshotted one) are shared.
+  // Bytes the source already holds as a tensor (a tensor leaf, a snapshotted one) are shared.
+  const auto shared = [](const entry_source& e) { return e.nbytes > 0 && e.keep_alive.nbytes() == e.nbytes; };
+  std::size_t small_bytes = 0;
+  for (const entry_source* e : order)
+    if (!shared(*e) && e->nbytes < heap_limit) small_bytes += aligned(e->nbytes);
+  entry_memory memory(small_bytes);
   std::vector<checkpoint::entry> out;
   out.reserve(order.size());
   std::vector<std::byte*> targets(order.size(), nullptr);
   for (std::size_t i = 0; i < order.size(); ++i) {
     const entry_source& e = *order[i];
-    if (e.nbytes > 0 && e.keep_alive.nbytes() == e.nbytes) {
+    if (shared(e)) {
       out.emplace_back(e.name, e.keep_alive);
       continue;
     }
-    const std::shared_ptr<std::byte[]> bytes = detail::allocate_bytes(std::max<std::size_t>(e.nbytes, 1));
-    if (e.nbytes > 0) targets[i] = bytes.get();
-    out.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {bytes.get(), e.nbytes}, bytes));
+    auto [owner, first] = memory.take(e.nbytes);
+    if (e.nbytes > 0) targets[i] = first;
+    out.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {first, e.nbytes}, std::move(owner)));
   }
   copy_in_parallel(order, targets);
   return checkpoint(std::move(out));

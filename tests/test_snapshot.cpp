@@ -208,6 +208,48 @@ BOOST_AUTO_TEST_CASE(large_leaves_to_params_allocates_are_advised_huge_pages) {
   BOOST_TEST((loaded.small == saved.small));
 }
 
+BOOST_AUTO_TEST_CASE(small_leaves_share_a_kept_slab_that_serves_the_next_of_params) {
+  // 64 leaves of 64 KiB, 4 MiB in all: packed into one slab of heap_limit bytes.
+  struct many {
+    std::vector<Eigen::MatrixXf> layers;
+  };
+  const auto make = [](float seed) {
+    many m;
+    for (int i = 0; i < 64; ++i) m.layers.push_back(Eigen::MatrixXf::Constant(128, 128, seed + static_cast<float>(i)));
+    return m;
+  };
+  // The entries' first bytes, lowest first.
+  const auto starts = [](const ckpt::checkpoint& c) {
+    std::vector<std::uintptr_t> out;
+    for (const auto& [name, t] : c) out.push_back(reinterpret_cast<std::uintptr_t>(t.bytes().data()));
+    std::ranges::sort(out);
+    return out;
+  };
+  many live = make(1);
+  std::vector<std::uintptr_t> first;
+  {
+    const ckpt::checkpoint copy = ckpt::of_params(live);
+    first = starts(copy);
+    BOOST_TEST_REQUIRE(first.size() == 64U);
+    // ckpt's own mapping (advised huge pages), not the heap's.
+    BOOST_TEST(vm_flags_at(reinterpret_cast<const void*>(first.front())).find(" hg") != std::string::npos);
+    BOOST_TEST(first.back() + 128 * 128 * sizeof(float) <= first.front() + ckpt::detail::heap_limit);
+    for (std::size_t i = 0; i < first.size(); ++i) {
+      BOOST_TEST(first[i] % 64 == 0U);
+      if (i > 0) BOOST_TEST(first[i] >= first[i - 1] + 128 * 128 * sizeof(float));  // no two overlap
+    }
+  }
+  BOOST_TEST(mapped(reinterpret_cast<const std::byte*>(first.front())));  // kept, not unmapped
+  live = make(100);
+  const ckpt::checkpoint again = ckpt::of_params(live);
+  BOOST_TEST(starts(again) == first, boost::test_tools::per_element());
+  const many back = ckpt::to_params(again, make(0));
+  for (std::size_t i = 0; i < 64; ++i) BOOST_TEST((back.layers[i] == live.layers[i]));
+  // Under a mebibyte of small leaves, each stays on the heap, alone.
+  const ckpt::checkpoint tiny = ckpt::of_params(make_layer(1));
+  BOOST_TEST(vm_flags_at(tiny.get("w").bytes().data()).find(" hg") == std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(a_snapshot_still_in_use_is_never_overwritten) {
   ckpt::snapshot_arena arena;
   const layer one = make_layer(1);

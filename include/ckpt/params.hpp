@@ -140,13 +140,15 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
 
 /// A checkpoint with one entry per leaf of `params`, named by the leaf's path (see named.hpp)
 /// and prefixed by `prefix` (`prefix + "." + name`, or `prefix` alone for a bare root leaf).
-/// Each entry is a C-order snapshot of its leaf, in memory of its own: later changes to `params`
-/// do not affect it. A copy of 128 MiB or more is made on up to four threads (runs of whole
-/// leaves), since one core does not use all of the memory bandwidth. Entries of 32 MiB and more
-/// get memory mapped on its own and advised huge pages; when the checkpoint goes, that memory is
-/// kept (its pages left for the kernel to reclaim under pressure, `MADV_FREE`) for the next
-/// entry of the same size, so a loop that saves `of_params` every few steps does not fault the
-/// same memory in at every save; what is kept never raises the process's peak of such memory
+/// Each entry is a C-order snapshot of its leaf, in memory of the checkpoint's own: later changes
+/// to `params` do not affect it. A copy of 128 MiB or more is made on up to four threads (runs of
+/// whole leaves), since one core does not use all of the memory bandwidth. Entries of 32 MiB and
+/// more each get memory mapped on its own; smaller ones, when they add up to 1 MiB or more, are
+/// packed into mappings of 32 MiB shared by the entries they hold (a tensor kept from the
+/// checkpoint keeps its mapping); both are advised huge pages. When the checkpoint goes, that
+/// memory is kept (its pages left for the kernel to reclaim under pressure, `MADV_FREE`) for the
+/// next mapping of the same size, so a loop that saves `of_params` every few steps does not fault
+/// the same memory in at every save; what is kept never raises the process's peak of such memory
 /// (it stays counted in the resident size until the kernel reclaims it). A bare leaf gives one entry:
 /// `of_params(w, "l1.w")` holds `w` under the name `l1.w`.
 /// \throws std::invalid_argument if the names are not distinct and non-empty (the message

@@ -57,8 +57,9 @@ entry_source live_source(std::string name, const L& x, std::string_view function
 // `function` names the caller in the error messages.
 void order_entries(std::vector<const entry_source*>& entries, std::string_view function);
 
-// A checkpoint of a C-order copy of every entry, each in memory of its own (a tensor's bytes are
-// shared, not copied); a copy of 128 MiB or more is made on up to four threads.
+// A checkpoint of a C-order copy of every entry (a tensor's bytes are shared, not copied): large
+// entries each in memory of its own, small ones packed together (src/snapshot.cpp,
+// entry_memory); a copy of 128 MiB or more is made on up to four threads.
 checkpoint copy_entries(const std::vector<entry_source>& entries, std::string_view function);
 
 }  // namespace ckpt::detail
