@@ -13,6 +13,9 @@
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -175,6 +178,59 @@ BOOST_AUTO_TEST_CASE(kept_buffers_are_reused_by_size_and_never_raise_the_peak) {
   ::munmap(c, 40 * mib);  // this test's own instance: nothing else unmaps them
   ::munmap(d, 16 * mib);
 }
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CKPT_SNAPSHOT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CKPT_SNAPSHOT_SANITIZED 1
+#endif
+#endif
+
+// A sanitizer's shadow memory cannot run under an address-space limit: the test is left to the
+// plain build.
+#ifndef CKPT_SNAPSHOT_SANITIZED
+// The address space this process has mapped (VmSize in /proc/self/status), in bytes.
+std::size_t address_space_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0) return std::stoul(line.substr(7)) * 1024;
+  return 0;
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_map_unmaps_every_kept_buffer_and_tries_again) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  // In a child process, which the address-space limit does not outlive.
+  const pid_t child = ::fork();
+  BOOST_TEST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ckpt::detail::kept_buffers buffers;
+    std::byte* a = buffers.take(40 * mib);
+    std::byte* b = buffers.take(40 * mib);  // the peak: 80 MiB
+    buffers.give(a, 40 * mib);
+    buffers.give(b, 40 * mib);
+    // 30 MiB below what is mapped now: unmapping `a` (the oldest, to stay within the peak) leaves
+    // room for 10 MiB, so mapping 16 fails until `b` goes too, which the peak alone would keep.
+    const auto limit = static_cast<rlim_t>(address_space_bytes() - 30 * mib);
+    const rlimit as{limit, limit};
+    if (::setrlimit(RLIMIT_AS, &as) != 0) ::_exit(3);
+    std::byte* c = nullptr;
+    try {
+      c = buffers.take(16 * mib);
+    } catch (const std::bad_alloc&) {
+      ::_exit(2);  // not tried again
+    }
+    std::fill_n(c, 16 * mib, std::byte{7});
+    // A page of `b` that the new mapping (the kernel may place it there) does not cover.
+    const std::byte* b_page = (b >= c && b < c + 16 * mib) ? c + 16 * mib : b;
+    ::_exit(!mapped(b_page) && c[16 * mib - 1] == std::byte{7} ? 0 : 1);
+  }
+  int status = 0;
+  BOOST_TEST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_TEST_REQUIRE(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0);  // 1: `b` still mapped; 2: bad_alloc; 3: no limit set
+}
+#endif
 
 // The VmFlags of the mapping of this process that holds `address` (/proc/self/smaps), or "".
 std::string vm_flags_at(const void* address) {
