@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 namespace ckpt::detail {
 
@@ -100,38 +100,48 @@ std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
 namespace {
 
 // The bands given back, at most one for each of a few threads at a time (a load reads on two).
-struct band_pool {
-  static constexpr std::size_t kept = 4;
-  band_pool() { free.reserve(kept); }  // giving a band back allocates nothing
-  std::mutex lock;
-  std::vector<std::shared_ptr<std::byte[]>> free;
+// Constinit and trivially destructible, as the kept buffers: a band whose last owner goes while
+// the program exits still finds it.
+class band_pool {
+ public:
+  // A band given back, or null if there is none.
+  std::byte* take() noexcept {
+    const std::scoped_lock hold(lock_);
+    return count_ == 0 ? nullptr : free_[--count_];
+  }
+  // Keeps `band` for the next staging_band, or frees it if enough are kept.
+  void give(std::byte* band) noexcept {
+    {
+      const std::scoped_lock hold(lock_);
+      if (count_ < free_.size()) {
+        free_[count_++] = band;
+        return;
+      }
+    }
+    std::free(band);
+  }
+
+ private:
+  std::mutex lock_;
+  std::array<std::byte*, 4> free_{};
+  std::size_t count_ = 0;
 };
 
-band_pool& pool() {
-  static band_pool bands;
-  return bands;
-}
+static_assert(std::is_trivially_destructible_v<band_pool>);
+constinit band_pool bands;
 
 }  // namespace
 
 staging_band::staging_band() {
-  {
-    band_pool& bands = pool();
-    const std::scoped_lock hold(bands.lock);
-    if (!bands.free.empty()) {
-      buffer_ = std::move(bands.free.back());
-      bands.free.pop_back();
-      return;
-    }
+  std::byte* band = bands.take();
+  if (band == nullptr) band = static_cast<std::byte*>(std::aligned_alloc(64, staging_bytes));
+  if (band == nullptr) throw std::bad_alloc();
+  try {
+    buffer_ = std::shared_ptr<std::byte[]>(band, [](std::byte* p) { bands.give(p); });
+  } catch (...) {
+    bands.give(band);
+    throw;
   }
-  buffer_ = std::make_shared_for_overwrite<std::byte[]>(staging_bytes);
-}
-
-staging_band::~staging_band() {
-  if (buffer_.use_count() != 1) return;  // a tensor still views it: it goes with that tensor
-  band_pool& bands = pool();
-  const std::scoped_lock hold(bands.lock);
-  if (bands.free.size() < band_pool::kept) bands.free.push_back(std::move(buffer_));
 }
 
 }  // namespace ckpt::detail

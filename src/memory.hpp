@@ -62,18 +62,18 @@ std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size);
 // transposed, converted or hashed while it is still there.
 inline constexpr std::size_t staging_bytes = std::size_t{1} << 20;
 
-// A staging band of staging_bytes bytes (aligned as allocate_bytes' buffers) for the time this
-// object lives: bytes of a file are read into it with pread and reordered, converted or hashed
-// from it. Bands are taken from a small pool of the process's and given back to it, so that
-// the helper threads of a load do not fault fresh pages in for every band. `owner()` keeps the
-// band alive: a band still shared when this object goes is not given back.
+// A staging band of staging_bytes bytes (64-byte aligned) for the time this object lives: bytes
+// of a file are read into it with pread and reordered, converted or hashed from it. Bands are
+// taken from a small pool of the process's and go back to it with their last owner, so that the
+// helper threads of a load do not fault fresh pages in for every band. `owner()` shares the
+// band: a tensor that views it keeps it out of the pool.
 // Throws std::bad_alloc if a band cannot be had.
 class staging_band {
  public:
   staging_band();
   staging_band(const staging_band&) = delete;
   staging_band& operator=(const staging_band&) = delete;
-  ~staging_band();
+  ~staging_band() = default;
   [[nodiscard]] std::byte* data() const noexcept { return buffer_.get(); }
   [[nodiscard]] const std::shared_ptr<std::byte[]>& owner() const noexcept { return buffer_; }
 
