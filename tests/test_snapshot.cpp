@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <fstream>
@@ -177,6 +178,28 @@ BOOST_AUTO_TEST_CASE(kept_buffers_are_reused_by_size_and_never_raise_the_peak) {
   BOOST_TEST(buffers.take(40 * mib) == c);
   ::munmap(c, 40 * mib);  // this test's own instance: nothing else unmaps them
   ::munmap(d, 16 * mib);
+}
+
+BOOST_AUTO_TEST_CASE(a_staging_band_goes_back_to_the_pool_with_its_last_owner) {
+  using ckpt::detail::staging_band;
+  // Four bands held for the whole test: the pool (which keeps four) is empty meanwhile.
+  const std::array<staging_band, 4> held{};
+  std::shared_ptr<std::byte[]> view;  // what a tensor viewing the band holds
+  const std::byte* first = nullptr;
+  {
+    const staging_band band;
+    first = band.data();
+    BOOST_TEST(reinterpret_cast<std::uintptr_t>(first) % 64 == 0U);
+    view = band.owner();
+  }
+  {
+    const staging_band next;  // the first band is still viewed: not in the pool
+    BOOST_TEST(next.data() != first);
+  }
+  view.reset();  // its last owner: the band goes back, the newest in the pool
+  const staging_band again;
+  BOOST_TEST(again.data() == first);
+  for (const staging_band& b : held) BOOST_TEST(b.data() != first);
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
