@@ -88,13 +88,8 @@ std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
   // Rounded up to whole huge pages, so the last one can be huge too; the slack is at most 2 MiB
   // on a buffer of at least 32 MiB.
   const std::size_t mapped = (size + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
-  std::byte* address = mapped_buffers.take(mapped);
-  try {
-    return {address, [mapped](std::byte* p) { mapped_buffers.give(p, mapped); }};
-  } catch (...) {
-    mapped_buffers.give(address, mapped);
-    throw;
-  }
+  // Should the control block not be had, shared_ptr's constructor gives the buffer back itself.
+  return {mapped_buffers.take(mapped), [mapped](std::byte* p) { mapped_buffers.give(p, mapped); }};
 }
 
 namespace {
@@ -136,12 +131,8 @@ staging_band::staging_band() {
   std::byte* band = bands.take();
   if (band == nullptr) band = static_cast<std::byte*>(std::aligned_alloc(64, staging_bytes));
   if (band == nullptr) throw std::bad_alloc();
-  try {
-    buffer_ = std::shared_ptr<std::byte[]>(band, [](std::byte* p) { bands.give(p); });
-  } catch (...) {
-    bands.give(band);
-    throw;
-  }
+  // Should the control block not be had, shared_ptr's constructor gives the band back itself.
+  buffer_ = std::shared_ptr<std::byte[]>(band, [](std::byte* p) { bands.give(p); });
 }
 
 }  // namespace ckpt::detail

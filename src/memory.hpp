@@ -9,10 +9,11 @@
 namespace ckpt::detail {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
-// Buffers below this come from the heap: once glibc has freed a block of their size, its mmap
-// threshold follows (up to 32 MiB, its maximum) and later blocks reuse the heap's memory without
-// new page faults. Larger ones, which glibc always maps on their own, are mapped with huge pages
-// asked for: 512 times fewer faults than 4 KiB pages.
+// Buffers below this come from the heap. Whether glibc serves a freed block's memory again or
+// hands it back to the kernel depends on the program's history, so copies that add up to more
+// pack their small entries into buffers of this size (src/snapshot.cpp, entry_memory). Buffers of
+// this size and more, which glibc always maps on their own, are mapped here with huge pages
+// asked for (512 times fewer faults than 4 KiB pages) and kept when given back (kept_buffers).
 inline constexpr std::size_t heap_limit = std::size_t{32} << 20;
 
 // Mapped buffers given back, kept for the next allocation of the same size. Filling fresh
