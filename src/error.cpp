@@ -25,6 +25,9 @@ integrity_error::integrity_error(std::filesystem::path path, const std::string& 
                        " but its __metadata__ entry '" + key + "' records " + expected),
       expected_(expected),
       computed_(computed) {}
+integrity_error::integrity_error(std::filesystem::path path, std::string expected, std::string computed, std::string rule,
+                                 const std::string& what)
+    : format_error(std::move(path), std::move(rule), what), expected_(std::move(expected)), computed_(std::move(computed)) {}
 integrity_error::~integrity_error() = default;
 
 lock_error::lock_error(const std::filesystem::path& folder, const std::filesystem::path& lock_file)

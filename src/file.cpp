@@ -114,14 +114,14 @@ std::string to_hex(XXH64_hash_t value) {
   return out;
 }
 
-// digest_key's digest of a file whose header hashes to `header` and whose data section is
-// `data`: the chunks of each half hashed on a thread of their own from parallel_hash_bytes (one
-// core hashes below the memory's bandwidth). When `data` is part of the mapping of `file`, each
-// chunk is read with pread into the thread's staging band and hashed there: no page of the
-// mapping is touched (a file truncated meanwhile is a format_error, not a SIGBUS). Progress is
-// reported by this thread after each 64 chunks, counting both halves.
-XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> data, const detail::mapped_file* file,
-                             const progress_function& progress) {
+// The hashes of digest_key's digest of a file whose header hashes to `header` and whose data
+// section is `data`: `header`, then each chunk's, hashed on a thread of their own from
+// parallel_hash_bytes (one core hashes below the memory's bandwidth). When `data` is part of the
+// mapping of `file`, each chunk is read with pread into the thread's staging band and hashed
+// there: no page of the mapping is touched (a file truncated meanwhile is a format_error, not a
+// SIGBUS). Progress is reported by this thread after each 64 chunks, counting both halves.
+std::vector<XXH64_hash_t> chunk_hashes_of(XXH64_hash_t header, std::span<const std::byte> data,
+                                          const detail::mapped_file* file, const progress_function& progress) {
   static_assert(digest_chunk_bytes <= detail::staging_bytes, "a chunk is read into one staging band");
   constexpr std::size_t report_chunks = 64;
   const std::size_t chunks = (data.size() + digest_chunk_bytes - 1) / digest_chunk_bytes;
@@ -157,35 +157,50 @@ XXH64_hash_t chunked_hash_of(XXH64_hash_t header, std::span<const std::byte> dat
     }
   });
   if (progress && (!any_report || reported != data.size())) report(data.size());
-  return combined(hashes);
+  return hashes;
 }
 
 // Checks the digest `parsed` records (if any, and if `options` ask for it) against the bytes of
-// `file` (the mapping of `mapped`, or bytes in memory if that is null). The parser checked the
-// entry's form.
-void verify_digest(const detail::parsed_file& parsed, std::span<const std::byte> file, const detail::mapped_file* mapped,
-                   const std::filesystem::path& origin, const load_options& options) {
-  if (!parsed.digest_at || !options.verify_digest) return;
+// `file` (the mapping of `mapped`, or bytes in memory if that is null), the chunks hashed anew or,
+// if `verified` holds them (the header's hash first, as this returns them: another process read
+// the file), only the header. The parser checked the entry's form. A mapped file is then told
+// the hashes of its chunks, against which it checks every later read (mapped_file::verified).
+// Returns the hashes, the header's first; none if nothing was checked.
+std::vector<std::uint64_t> verify_digest(const detail::parsed_file& parsed, std::span<const std::byte> file,
+                                        detail::mapped_file* mapped, const std::filesystem::path& origin,
+                                        const load_options& options, std::span<const std::uint64_t> verified) {
+  if (!parsed.digest_at || !options.verify_digest) return {};
   const std::size_t at = *parsed.digest_at;
   // The header as it was hashed when written: its digits still the placeholder's zeros.
   const xxh3_state state = new_xxh3_state();
   XXH3_64bits_update(state.get(), file.data(), at);
   XXH3_64bits_update(state.get(), std::string(digest_digits, '0').data(), digest_digits);
   XXH3_64bits_update(state.get(), file.data() + at + digest_digits, parsed.data_start - at - digest_digits);
-  const XXH64_hash_t value =
-      chunked_hash_of(XXH3_64bits_digest(state.get()), file.subspan(parsed.data_start), mapped, options.progress);
+  const XXH64_hash_t header = XXH3_64bits_digest(state.get());
+  std::vector<XXH64_hash_t> hashes;
+  if (verified.empty()) {
+    hashes = chunk_hashes_of(header, file.subspan(parsed.data_start), mapped, options.progress);
+  } else {
+    hashes.assign(verified.begin(), verified.end());
+    hashes[0] = header;
+  }
   const std::string& expected = parsed.contents.metadata().find(detail::digest_key)->second;
-  if (const std::string computed = to_hex(value); computed != expected)
+  const std::size_t chunks = (file.size() - parsed.data_start + digest_chunk_bytes - 1) / digest_chunk_bytes;
+  if (const std::string computed = to_hex(combined(hashes)); computed != expected || hashes.size() != 1 + chunks)
     throw integrity_error(origin, std::string(detail::digest_key), expected, computed);
+  std::vector<std::uint64_t> out(hashes.begin(), hashes.end());
+  if (mapped != nullptr) mapped->verified(parsed.data_start, {out.begin() + 1, out.end()});
+  return out;
 }
 
 }  // namespace
 
 namespace detail {
 
-file_contents map_file(const std::filesystem::path& path) {
+file_contents map_file(const file_at& file) {
+  const std::filesystem::path path = file.path();
   struct stat info {};
-  file_descriptor fd = detail::open_to_read(path, info);
+  file_descriptor fd = file.folder.open_to_read(file.name, info);
   if (!S_ISREG(info.st_mode)) throw format_error(path, "it is not a regular file");
   const auto size = static_cast<std::size_t>(info.st_size);
 
@@ -194,9 +209,12 @@ file_contents map_file(const std::filesystem::path& path) {
     // No read-ahead: loading reads the header alone through the mapping; entries are copied out
     // with pread (ckpt/detail/pages.hpp), and only the views a user asks for read the mapping.
     ::madvise(address, size, MADV_RANDOM);
-    std::shared_ptr<const mapped_file> owner;
+    std::shared_ptr<mapped_file> owner;
     try {
-      owner = std::make_shared<const mapped_file>(address, size, std::move(fd), path);
+      // A path of the working directory is opened again (mapped_file) by its absolute path.
+      file_at where = file;
+      if (where.folder.fd() == AT_FDCWD) where.name = std::filesystem::absolute(path).string();
+      owner = std::make_shared<mapped_file>(address, size, std::move(fd), info, std::move(where), path);
     } catch (...) {
       ::munmap(address, size);  // no owner took the mapping
       throw;
@@ -208,11 +226,19 @@ file_contents map_file(const std::filesystem::path& path) {
   return {{buffer.get(), size}, buffer, nullptr};
 }
 
-checkpoint load_file(const std::filesystem::path& path, const load_options& options) {
-  const file_contents file = map_file(path);
-  parsed_file parsed = parse_file(file.bytes, path, file.owner, file.file, options.skipped);
-  verify_digest(parsed, file.bytes, file.file, path, options);
+checkpoint load_file(const file_at& file, const load_options& options, std::span<const std::uint64_t> verified) {
+  const file_contents contents = map_file(file);
+  const std::filesystem::path path = file.path();
+  parsed_file parsed = parse_file(contents.bytes, path, contents.owner, contents.file, options.skipped);
+  static_cast<void>(verify_digest(parsed, contents.bytes, contents.file, path, options, verified));
   return std::move(parsed.contents);
+}
+
+std::vector<std::uint64_t> verify_file(const file_at& file, const load_options& options) {
+  const file_contents contents = map_file(file);
+  const std::filesystem::path path = file.path();
+  const parsed_file parsed = parse_file(contents.bytes, path, contents.owner, contents.file, options.skipped);
+  return verify_digest(parsed, contents.bytes, contents.file, path, options, {});
 }
 
 checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
@@ -221,7 +247,7 @@ checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesys
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
   detail::parsed_file parsed =
       detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, nullptr, options.skipped);
-  verify_digest(parsed, {copy.get(), file_bytes.size()}, nullptr, origin, options);
+  static_cast<void>(verify_digest(parsed, {copy.get(), file_bytes.size()}, nullptr, origin, options, {}));
   return std::move(parsed.contents);
 }
 
@@ -313,12 +339,12 @@ file_header make_file_header(std::span<const entry_source> entries, const metada
   return out;
 }
 
-void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata, const save_options& options) {
+void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
+                const save_options& options) {
   const file_header prepared = make_file_header(entries, metadata, options.digest ? digest_key : std::string_view());
   const std::string& header = prepared.bytes;
   const std::size_t digest_at = prepared.digest_at;
-  atomic_file file(path);
+  atomic_file file(target);
   std::uint64_t total = header.size();
   for (const entry_source& e : entries) total += e.nbytes;
   data_writer out(file, options, total, std::as_bytes(std::span(header)));

@@ -6,20 +6,38 @@
 #include <ckpt/detail/entry_source.hpp>
 #include <ckpt/file.hpp>
 
+#include "folder.hpp"
+
+#include <cstdint>
 #include <filesystem>
 #include <span>
+#include <vector>
 
 namespace ckpt::detail {
 
 // Writes a safetensors file of `entries` (already in the order they should be laid out, names
-// valid and distinct) and `metadata` at `path`, atomically, as `options` say; see ckpt::save.
-void write_file(const std::filesystem::path& path, std::span<const entry_source> entries,
-                const metadata_map& metadata, const save_options& options);
+// valid and distinct) and `metadata` at `target`, atomically, as `options` say; see ckpt::save.
+void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
+                const save_options& options);
 
-// One safetensors file: mapped, parsed, its digest verified as `options` says (src/file.cpp).
+// ckpt::save of a checkpoint, to a file in a folder held by its descriptor: the one-section case
+// of save_sections (src/section.hpp), defined with it in src/section.cpp.
+void save_to(const file_at& target, const checkpoint& t, const save_options& options);
+
+// One safetensors file: mapped, parsed, its digest verified as `options` says (src/file.cpp),
+// after which every copy out of it is checked against what was verified (mapped_file). With
+// `verified` (what verify_file returned for this file in another process), only the header is
+// hashed: the chunks' hashes are taken as given, combined with it and compared with the digest.
 // `ckpt::load` (src/load.cpp) calls it for a file, `load_sharded` (src/sharded.hpp) for each
-// shard.
-checkpoint load_file(const std::filesystem::path& path, const load_options& options);
+// shard, the managers for a step.
+// \throws as ckpt::load.
+checkpoint load_file(const file_at& file, const load_options& options, std::span<const std::uint64_t> verified = {});
+
+// Verifies the digest of the safetensors file `file` (if it records one and `options` ask for
+// it), for another process to load it with load_file(file, options, <these>): the hash of its
+// header, then each 1 MiB chunk's of its data. None if nothing was checked.
+// \throws as ckpt::load.
+[[nodiscard]] std::vector<std::uint64_t> verify_file(const file_at& file, const load_options& options);
 
 // The bytes of one safetensors file in memory: copied, parsed, their digest verified as
 // `options` says. `ckpt::parse` (src/load.cpp) calls it for bytes that are not a torch.save file.

@@ -1,7 +1,8 @@
 #pragma once
 // The Hugging Face sharded-checkpoint index (`*.safetensors.index.json`), written byte for byte as
-// transformers writes it and read with every check, for save_sharded and load_sharded
-// (src/sharded.cpp) and ckpt::mpi (src/mpi/step_folders.cpp).
+// transformers writes it (src/sharded.cpp) and read with every check (src/hf_index.cpp), for
+// save_sharded and load_sharded (src/sharded.cpp), ckpt::load (src/load.cpp) and ckpt::mpi
+// (src/mpi/step_folders.cpp).
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
@@ -39,19 +40,38 @@ std::string python_json_string(std::string_view s);
 /// \throws std::invalid_argument if a name or file name is not valid UTF-8.
 std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map);
 
-/// The index file `index`'s weight_map: for each shard file (a plain file name in the index's
-/// folder), the names of its entries.
-/// \throws index_error naming `index` if it is not an index (not JSON, no weight_map, a bad name
-/// or shard file name); io_error if it cannot be read.
+/// Whether `name` is a plain file name, of a file in the folder it is taken in: not empty, not
+/// `.` or `..`, without '/' or NUL.
+bool is_plain_file_name(std::string_view name);
+
+/// The weight_map of the index file open as `fd` (read with pread from its start, the descriptor
+/// left open), `shown` naming it in messages: for each shard file (a plain file name in the
+/// index's folder), the names of its entries, in the index's order. The text is parsed as it is
+/// read, 1 MiB at a time, into the map directly: the parse takes memory in proportion to the
+/// map, never the text or a DOM of it. Members of the index other than `metadata` (an object,
+/// its content not read) and `weight_map` are skipped.
+/// \throws index_error naming `shown` if it is not a regular file, is larger than
+///   max_header_size, or is not an index: not JSON (nested deeper than 32), not an object,
+///   `metadata` or `weight_map` given twice, `metadata` not an object, no `weight_map` or not an
+///   object, a name that is not an entry name, a shard that is not a plain file name, a name
+///   given twice (`the weight_map entry '<name>' appears twice, in '<shard>' and '<shard>'`);
+///   io_error naming `shown` if it cannot be examined or read.
+std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(int fd,
+                                                                             const std::filesystem::path& shown);
+
+/// The weight_map of the index file `index`, opened with open_to_read: read_weight_map(fd, index).
+/// \throws index_error naming `index` if it is not an index (see above); io_error if it cannot
+///   be opened or read.
 std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(const std::filesystem::path& index);
 
 /// The checkpoint of the index `index` whose weight_map is `by_shard` (read_weight_map's): each
-/// shard, in the index's folder, loaded once by `load_shard`, and of it the entries the map
-/// names; the metadata common to every shard (same key, same value), without digests.
+/// shard, a file name in the index's folder, loaded once by `load_shard(name)`, and of it the
+/// entries the map names; the metadata common to every shard (same key, same value), without
+/// digests.
 /// \throws index_error naming `index` if a shard lacks an entry the map gives it; whatever
 ///   `load_shard` throws.
 checkpoint assemble_shards(const std::filesystem::path& index,
                            const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
-                           const std::function<checkpoint(const std::filesystem::path& shard)>& load_shard);
+                           const std::function<checkpoint(const std::string& shard)>& load_shard);
 
 }  // namespace ckpt::detail

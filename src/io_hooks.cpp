@@ -1,5 +1,6 @@
 #include "io_hooks.hpp"
 
+#include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -8,7 +9,7 @@
 namespace ckpt::detail {
 
 io_hooks system_hooks() noexcept {
-  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .rename = ::rename, .unlink = ::unlink, .pread = ::pread};
+  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .renameat = ::renameat, .unlinkat = ::unlinkat, .pread = ::pread};
 }
 
 io_hooks& hooks() noexcept {

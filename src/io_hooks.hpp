@@ -20,9 +20,12 @@ struct io_hooks {
   ssize_t (*pwrite)(int fd, const void* data, std::size_t size, off_t offset);
   // Both the temporary file's fsync and the folder's (tell them apart with fstat).
   int (*fsync)(int fd);
-  int (*rename)(const char* from, const char* to);
-  // The manager's deletion of checkpoints its retention rules drop.
-  int (*unlink)(const char* path);
+  // Every rename that commits a file (the temporary over its target; a shard moved into place),
+  // names relative to folders held by their descriptor (folder.hpp).
+  int (*renameat)(int from_folder, const char* from, int to_folder, const char* to);
+  // Every removal of the managers (the retention rules, a step folder's contents): a file, a
+  // link, or with AT_REMOVEDIR an empty folder.
+  int (*unlinkat)(int folder, const char* name, int flags);
   // Every read of a file's bytes after it is opened (read_fully, posix_file.hpp): a loaded
   // file's entries, its digest, the shards' index.
   ssize_t (*pread)(int fd, void* out, std::size_t size, off_t offset);

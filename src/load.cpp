@@ -46,14 +46,14 @@ bool is_torch_file(const std::filesystem::path& path) {
 checkpoint load_file_by_content(const std::filesystem::path& path, const load_options& options,
                                 const torch_options& torch) {
   if (is_torch_file(path)) return detail::load_torch(path, torch);
-  return detail::load_file(path, options);
+  return detail::load_file(detail::file_at_path(path), options);
 }
 
 // A sharded checkpoint whose shards are recognized by content (a .bin index's torch.save files).
 checkpoint load_index_by_content(const std::filesystem::path& index, const load_options& options,
                                  const torch_options& torch) {
-  return detail::assemble_shards(index, detail::read_weight_map(index), [&](const std::filesystem::path& shard) {
-    return load_file_by_content(shard, options, torch);
+  return detail::assemble_shards(index, detail::read_weight_map(index), [&](const std::string& shard) {
+    return load_file_by_content(index.parent_path() / shard, options, torch);
   });
 }
 

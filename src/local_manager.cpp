@@ -6,33 +6,37 @@
 #include <ckpt/snapshot.hpp>
 
 #include "atomic_file.hpp"
+#include "file.hpp"
+#include "folder.hpp"
 #include "io_hooks.hpp"
 #include "manager_core.hpp"
 #include "posix_file.hpp"
+#include "section.hpp"
 #include "sharded.hpp"
-#include "file.hpp"
 #include "temporary_name.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <map>
 #include <cerrno>
+#include <map>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
-
-#include <unistd.h>
 
 namespace ckpt {
 
 namespace {
 
-constexpr std::string_view file_prefix = "ckpt-";
-constexpr std::string_view file_suffix = ".safetensors";
+using detail::file_step_prefix;
+using detail::file_step_suffix;
 constexpr std::string_view lock_name = ".ckpt-manager.lock";
 constexpr std::string_view who = "checkpoint_manager";
 
 std::optional<std::int64_t> step_of(std::string_view name) {
-  return detail::step_in_name(name, file_prefix, file_suffix);
+  return detail::step_in_name(name, file_step_prefix, file_step_suffix);
 }
 
 // A leftover of a crashed ckpt::save of one of our own files.
@@ -41,46 +45,59 @@ bool is_own_temporary(std::string_view name) {
   return target && step_of(*target).has_value();
 }
 
-// A file per step, written by this process.
+// A file per step, written by this process, in a folder held by its descriptor from open to close
+// (src/folder.hpp): every listing, write, rename and deletion is relative to it.
 class local_state final : public detail::manager_state {
  public:
   local_state(std::filesystem::path folder, checkpoint_manager::options opts)
       : manager_state(std::string(who), std::move(folder), std::move(opts)) {}
   ~local_state() override {
     static_cast<void>(background.join());  // settled by checkpoint_manager_base already
-    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
-  }
+  }  // lock_ closes: releases the flock
 
-  // Takes the lock, lists our checkpoints and removes leftover temporaries of our own saves; or,
-  // read-only, lists the committed steps of either layout and touches nothing.
+  // Opens the folder and takes the lock, lists our checkpoints, removes leftover temporaries of
+  // our own saves and applies the retention rules; or, read-only, lists the committed steps of
+  // either layout and touches nothing.
   void open() {
     if (core.options().read_only) {
+      folder_ = detail::folder_handle::open(core.folder());
       open_read_only();
       return;
     }
-    lock_fd_ = detail::lock_exclusively(core.folder(), lock_name);
+    folder_ = detail::folder_handle::open(core.folder(), /*create=*/true);
+    lock_ = folder_.lock(lock_name);
     std::vector<std::int64_t> steps;
-    std::vector<std::filesystem::path> leftovers;
-    detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
+    std::vector<std::string> leftovers;
+    for (std::string& name : folder_.names()) {
       if (const auto step = step_of(name)) steps.push_back(*step);
-      else if (is_own_temporary(name)) leftovers.push_back(path);
-      else note_set_aside(name, path);
-    });
+      else if (is_own_temporary(name)) leftovers.push_back(std::move(name));
+      else note_set_aside(name);
+    }
     // We hold the lock, so no save of ours is writing them: they are debris of a crash. Failing
-    // to remove one is harmless (it is ignored when listing), so that is not an error.
-    std::error_code ec;
-    for (const auto& path : leftovers) std::filesystem::remove(path, ec);
+    // to remove one is harmless (it is ignored when listing), so that is not an error; a folder of
+    // that name is not ours.
+    for (const std::string& name : leftovers) {
+      try {
+        if (const auto info = folder_.status(name); info && !S_ISDIR(info->st_mode)) static_cast<void>(folder_.remove(name));
+      } catch (const io_error&) {
+      }
+    }
     // Only the headers are needed: verifying digests here would read every checkpoint whole.
     const auto unreadable = core.add_existing(steps, [this](std::int64_t step) {
       return load_step(step, {.verify_digest = false}).metadata();
     });
     for (const auto& [step, reason] : unreadable) static_cast<void>(set_aside(step, reason));
+    // Finishes the retention of a save that a crash interrupted between its rename and its
+    // deletions (or applies stricter options than the last run's), so that repeated crashes do
+    // not pile up checkpoints: the folder never holds more than one checkpoint beyond what the
+    // rules keep, as the MPI manager's.
+    retain();
   }
 
   [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const override {
     core.check_not_negative(step);
-    if (const auto it = step_folders_.find(step); it != step_folders_.end()) return it->second;
-    return core.folder() / detail::step_name(file_prefix, step, file_suffix);
+    if (const auto it = step_folders_.find(step); it != step_folders_.end()) return core.folder() / it->second;
+    return core.folder() / name_of(step);
   }
 
   void settle() override {
@@ -94,18 +111,12 @@ class local_state final : public detail::manager_state {
     merged.insert_or_assign("step", std::to_string(step));
     merged.insert_or_assign("wall_time", detail::wall_time_now());
     if (!core.admit(step, merged, force)) return std::nullopt;
-    // Finishes the retention of a save that a crash interrupted between its rename and its
-    // deletions, before adding a file, so that repeated crashes do not pile up checkpoints: the
-    // folder never holds more than one checkpoint beyond what the rules keep. It deletes only
-    // what the retention after this save would delete too, so without such a crash (or stricter
-    // options than the last run's) it deletes nothing.
-    retain();
     return merged;
   }
 
   void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
     release_pages_of_dropped(step, metadata);
-    ckpt::save(path_of(step), sections, metadata, save_options{.digest = core.options().digest});
+    detail::save_sections({folder_, name_of(step)}, sections, metadata, save_options{.digest = core.options().digest});
     commit(step, metadata);
   }
 
@@ -114,31 +125,38 @@ class local_state final : public detail::manager_state {
     release_pages_of_dropped(step, metadata);
     pending_step_ = step;
     pending_metadata_ = metadata;
-    // The job owns its snapshot and its path; the state is only touched by settle(), on the
-    // caller's thread, after the job is joined.
-    background.start([path = path_of(step), snapshot = arena.snapshot(sections, metadata), digest = core.options().digest] {
-      ckpt::save(path, snapshot, save_options{.digest = digest});
+    // The job owns its snapshot and its target (the folder held); the state is only touched by
+    // settle(), on the caller's thread, after the job is joined.
+    background.start([target = detail::file_at{folder_, name_of(step)}, snapshot = arena.snapshot(sections, metadata),
+                      digest = core.options().digest] {
+      detail::save_to(target, snapshot, save_options{.digest = digest});
     });
   }
 
   // A step is what a manager writes: a safetensors file, or (read-only) an MPI step folder, never
   // another format under a step's name (ckpt::load would read a torch.save file by its content).
+  // Read through a symbolic link if the step is one (a forked run's step may point at another's).
   checkpoint load_step(std::int64_t step, const load_options& options) override {
-    const std::filesystem::path path = path_of(step);
-    if (step_folders_.contains(step)) return detail::load_sharded(path, options);
-    return detail::load_file(path, options);
+    if (const auto it = step_folders_.find(step); it != step_folders_.end())
+      return detail::load_sharded(folder_.subfolder_to_read(it->second), detail::mpi_step_index, options);
+    return detail::load_file({folder_, name_of(step)}, options);
   }
 
+  std::vector<detail::step_status> remove_damaged() override { return core.remove_set_aside(folder_); }
+
   detail::step_status set_aside(std::int64_t step, const std::string& reason) override {
-    return core.set_aside(step, path_of(step), reason);
+    const auto it = step_folders_.find(step);
+    return core.set_aside(step, folder_, it != step_folders_.end() ? it->second : name_of(step), reason);
   }
 
  private:
+  static std::string name_of(std::int64_t step) { return detail::step_name(file_step_prefix, step, file_step_suffix); }
+
   // The checkpoints the retention will delete once `step` is saved give their cached pages back
   // before it is written, so that its file reuses them (see detail::drop_cached_pages). They stay
   // whole and readable: only the cache is dropped.
   void release_pages_of_dropped(std::int64_t step, const metadata_map& metadata) const {
-    for (const std::int64_t old : core.to_drop_after(step, metadata)) detail::drop_cached_pages(path_of(old));
+    for (const std::int64_t old : core.to_drop_after(step, metadata)) detail::drop_cached_pages({folder_, name_of(old)});
   }
 
   // Records `step`'s new file and applies the retention rules.
@@ -147,16 +165,23 @@ class local_state final : public detail::manager_state {
     retain();
   }
 
+  // Deletes what the rules drop, only after the new checkpoint is durable (save fsyncs it and the
+  // folder), so a crash leaves at worst an old checkpoint too many. The unlink is not fsynced: if
+  // power loss undoes it, the next manager lists the old file again and drops it. A step file
+  // that is a folder is not a checkpoint: it is set aside as damaged. What cannot be deleted
+  // stays, reported by status() (manager_core::retain).
   void retain() {
-    for (const std::int64_t step : core.to_drop()) {
-      // Only after the new checkpoint is durable (save fsyncs it and the folder), so a crash
-      // leaves at worst an old checkpoint too many. The unlink is not fsynced: if power loss
-      // undoes it, the next manager lists the old file again and the next save drops it.
-      const std::filesystem::path path = path_of(step);
-      if (detail::hooks().unlink(path.c_str()) != 0 && errno != ENOENT)
-        throw io_error(path, "remove", detail::last_error());
-      core.forget(step);
-    }
+    core.retain([this](std::int64_t step) {
+      const std::string name = name_of(step);
+      const std::optional<struct stat> info = folder_.status(name);
+      if (!info) return;
+      if (S_ISDIR(info->st_mode)) {
+        static_cast<void>(core.set_aside(step, folder_, name, "a folder, not a checkpoint file, under the step's name"));
+        return;
+      }
+      if (detail::hooks().unlinkat(folder_.fd(), name.c_str(), 0) != 0 && errno != ENOENT)
+        throw io_error(folder_.path_of(name), "remove", detail::last_error());
+    });
   }
 
   // Read-only: a step file of ours, or a committed step folder of ckpt::mpi::checkpoint_manager
@@ -164,18 +189,17 @@ class local_state final : public detail::manager_state {
   // ambiguous: it is listed as damaged, with a reason naming both.
   void open_read_only() {
     std::vector<std::int64_t> steps;
-    std::error_code ignored;
-    detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
+    for (std::string& name : folder_.names()) {
       if (const auto step = step_of(name)) {
         steps.push_back(*step);
       } else if (const auto mpi_step = detail::step_in_name(name, detail::mpi_step_prefix);
-                 mpi_step && std::filesystem::exists(path / detail::mpi_step_index, ignored)) {
+                 mpi_step && is_committed_step_folder(name)) {
         steps.push_back(*mpi_step);
-        step_folders_.emplace(*mpi_step, path);
+        step_folders_.emplace(*mpi_step, std::move(name));
       } else {
-        note_set_aside(name, path);
+        note_set_aside(name);
       }
-    });
+    }
     std::ranges::sort(steps);
     std::vector<std::int64_t> unique;
     for (std::size_t i = 0, j = 0; i < steps.size(); i = j) {
@@ -184,26 +208,33 @@ class local_state final : public detail::manager_state {
         unique.push_back(steps[i]);
         continue;
       }
-      const std::filesystem::path file = core.folder() / detail::step_name(file_prefix, steps[i], file_suffix);
-      core.mark_damaged(steps[i], file,
-                        "step " + std::to_string(steps[i]) + " is both the file '" + file.filename().string() +
-                            "' and the MPI step folder '" + step_folders_.at(steps[i]).filename().string() +
-                            "': remove or rename one of them");
+      const std::string file = name_of(steps[i]);
+      core.mark_damaged(steps[i], core.folder() / file,
+                        "step " + std::to_string(steps[i]) + " is both the file '" + file +
+                            "' and the MPI step folder '" + step_folders_.at(steps[i]) + "': remove or rename one of them");
       step_folders_.erase(steps[i]);
     }
     static_cast<void>(core.add_existing(unique, [](std::int64_t) { return metadata_map{}; }));
   }
 
-  // A step of either layout set aside as damaged by an earlier run: listed as damaged.
-  void note_set_aside(const std::string& name, const std::filesystem::path& path) {
-    std::optional<std::int64_t> step = detail::step_set_aside(name, file_prefix, file_suffix);
-    if (!step) step = detail::step_set_aside(name, detail::mpi_step_prefix);
-    if (step) core.mark_damaged(*step, path, "set aside as damaged by an earlier run");
+  // Whether the folder `name` holds its index, read through a link if it is one.
+  [[nodiscard]] bool is_committed_step_folder(const std::string& name) const {
+    struct stat info {};
+    return ::fstatat(folder_.fd(), (name + "/" + std::string(detail::mpi_step_index)).c_str(), &info, 0) == 0 &&
+           S_ISREG(info.st_mode);
   }
 
-  int lock_fd_ = -1;
-  // The steps a read-only manager found as MPI step folders.
-  std::map<std::int64_t, std::filesystem::path> step_folders_;
+  // A step of either layout set aside as damaged by an earlier run: listed as damaged.
+  void note_set_aside(const std::string& name) {
+    std::optional<std::int64_t> step = detail::step_set_aside(name, file_step_prefix, file_step_suffix);
+    if (!step) step = detail::step_set_aside(name, detail::mpi_step_prefix);
+    if (step) core.mark_damaged(*step, folder_.path_of(name), "set aside as damaged by an earlier run");
+  }
+
+  detail::folder_handle folder_;
+  detail::file_descriptor lock_{-1};
+  // The steps a read-only manager found as MPI step folders, and their names.
+  std::map<std::int64_t, std::string> step_folders_;
   // The step the background write is writing, and its metadata.
   std::int64_t pending_step_ = 0;
   metadata_map pending_metadata_;

@@ -48,31 +48,6 @@ std::optional<std::int64_t> step_in_name(std::string_view name, std::string_view
   return step;
 }
 
-void for_each_in_folder(const std::filesystem::path& folder,
-                        const std::function<void(const std::string& name, const std::filesystem::path& path)>& visit) {
-  std::error_code ec;
-  std::filesystem::directory_iterator it(folder, ec);
-  if (ec) throw io_error(folder, "list", ec);
-  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) visit(it->path().filename().string(), it->path());
-  if (ec) throw io_error(folder, "list", ec);
-}
-
-namespace {
-
-// The first of `<path>.damaged`, `<path>.damaged-2`, ... that does not exist.
-std::filesystem::path set_aside_path(const std::filesystem::path& path) {
-  std::filesystem::path out = path;
-  out += ".damaged";
-  std::error_code ec;
-  for (int k = 2; std::filesystem::symlink_status(out, ec).type() != std::filesystem::file_type::not_found; ++k) {
-    out = path;
-    out += ".damaged-" + std::to_string(k);
-  }
-  return out;
-}
-
-}  // namespace
-
 std::optional<std::int64_t> step_set_aside(std::string_view name, std::string_view prefix, std::string_view suffix) {
   constexpr std::string_view mark = ".damaged";
   const std::size_t at = name.rfind(mark);
@@ -89,13 +64,13 @@ std::optional<std::int64_t> step_set_aside(std::string_view name, std::string_vi
   return step_in_name(name.substr(0, at), prefix, suffix);
 }
 
-bool is_damage(const error& e) noexcept {
+bool is_damage(const std::exception& e) noexcept {
+  if (dynamic_cast<const format_error*>(&e) != nullptr) return true;
   const auto* io = dynamic_cast<const io_error*>(&e);
-  if (io == nullptr) return true;
+  if (io == nullptr) return false;
   const std::error_code code = io->code();
-  return code != std::errc::too_many_files_open && code != std::errc::too_many_files_open_in_system &&
-         code != std::errc::not_enough_memory && code != std::errc::resource_unavailable_try_again &&
-         code != std::errc::interrupted;
+  return code == std::errc::no_such_file_or_directory || code == std::errc::too_many_symbolic_link_levels ||
+         code == std::errc::not_a_directory;
 }
 
 std::string wall_time_now() {
@@ -194,30 +169,76 @@ void manager_core::mark_damaged(std::int64_t step, std::filesystem::path path, s
   damaged_.push_back({.step = step, .state = step_state::damaged, .path = std::move(path), .reason = std::move(reason)});
 }
 
-const step_status& manager_core::set_aside(std::int64_t step, std::filesystem::path path, std::string reason) {
+const step_status& manager_core::set_aside(std::int64_t step, const folder_handle& folder, const std::string& name,
+                                           std::string reason) {
+  std::string now = name;
   if (!options_.read_only) {
-    const std::filesystem::path aside = set_aside_path(path);
-    std::error_code ec;
-    std::filesystem::rename(path, aside, ec);
-    if (!ec) path = aside;
-    else if (ec != std::errc::no_such_file_or_directory) throw io_error(path, "set aside (rename)", ec);
+    // The first of `<name>.damaged`, `<name>.damaged-2`, ... that is free: never over another.
+    std::string aside = name + ".damaged";
+    try {
+      for (int k = 2; !folder.rename_unless_taken(name, aside); ++k) aside = name + ".damaged-" + std::to_string(k);
+      now = aside;
+    } catch (const io_error& e) {
+      if (e.code() != std::errc::no_such_file_or_directory) throw io_error(folder.path_of(name), "set aside (rename)", e.code());
+    }
   }
-  mark_damaged(step, std::move(path), std::move(reason));
+  mark_damaged(step, folder.path_of(now), std::move(reason));
   return damaged_.back();
+}
+
+std::vector<step_status> manager_core::remove_set_aside(const folder_handle& folder) {
+  std::vector<step_status> removed;
+  // What stays: the rows not set aside here, and (after a failure) those not tried yet.
+  std::vector<step_status> kept;
+  std::size_t i = 0;
+  try {
+    for (; i < damaged_.size(); ++i) {
+      const step_status& s = damaged_[i];
+      const std::string name = s.path.filename().string();
+      if (s.path.parent_path() == folder.path() &&
+          (step_set_aside(name, file_step_prefix, file_step_suffix) || step_set_aside(name, mpi_step_prefix))) {
+        static_cast<void>(folder.remove(name));
+        removed.push_back(s);
+      } else {
+        kept.push_back(s);
+      }
+    }
+  } catch (...) {
+    kept.insert(kept.end(), damaged_.begin() + static_cast<std::ptrdiff_t>(i), damaged_.end());
+    damaged_ = std::move(kept);
+    throw;
+  }
+  damaged_ = std::move(kept);
+  return removed;
 }
 
 std::vector<step_status> manager_core::status(const std::function<std::filesystem::path(std::int64_t)>& path_of) const {
   std::vector<step_status> out = damaged_;
-  for (const auto& [step, metric] : steps_)
+  for (const auto& [step, metric] : steps_) {
+    const auto stuck = undeletable_.find(step);
     out.push_back({.step = step,
-                   .state = intact_.contains(step) ? step_state::intact : step_state::unchecked,
+                   .state = stuck != undeletable_.end() ? step_state::undeletable
+                            : intact_.contains(step)    ? step_state::intact
+                                                        : step_state::unchecked,
                    .path = path_of(step),
-                   .reason = {}});
+                   .reason = stuck != undeletable_.end() ? stuck->second : std::string()});
+  }
   // A damaged step before a later save of the same number.
   std::ranges::stable_sort(out, [](const step_status& a, const step_status& b) {
     return a.step != b.step ? a.step < b.step : a.state == step_state::damaged && b.state != step_state::damaged;
   });
   return out;
+}
+
+void manager_core::retain(const std::function<void(std::int64_t step)>& remove) {
+  for (const std::int64_t step : to_drop()) {
+    try {
+      remove(step);
+      forget(step);
+    } catch (const io_error& e) {
+      undeletable_.insert_or_assign(step, std::string("the retention rules drop it, but it could not be deleted: ") + e.what());
+    }
+  }
 }
 
 std::vector<std::int64_t> manager_core::to_drop_after(std::int64_t step, const metadata_map& metadata) const {
@@ -373,13 +394,20 @@ checkpoint load_committed(manager_state& state, std::int64_t step, const load_op
     checkpoint t = state.load_step(step, options);
     state.core.mark_intact(step);
     return t;
-  } catch (const error& e) {
-    if (detail::is_damage(e)) static_cast<void>(state.set_aside(step, e.what()));
+  } catch (const std::exception& e) {
+    if (state.damaged_by(e)) static_cast<void>(state.set_aside(step, e.what()));
     throw;
   }
 }
 
 }  // namespace
+
+std::vector<step_status> checkpoint_manager_base::remove_damaged() {
+  if (state_->core.options().read_only)
+    throw std::invalid_argument(state_->core.message("remove_damaged: the folder '" + state_->core.folder().string() +
+                                                     "' was opened read-only"));
+  return state_->remove_damaged();
+}
 
 checkpoint checkpoint_manager_base::load(std::int64_t step, const load_options& opts) {
   state_->settle();
@@ -395,8 +423,8 @@ checkpoint_manager_base::latest checkpoint_manager_base::load_latest(const load_
       out.data = load_committed(*state_, *step, opts);
       out.step = *step;
       break;
-    } catch (const error& e) {
-      if (!detail::is_damage(e)) throw;
+    } catch (const std::exception& e) {
+      if (!state_->damaged_by(e)) throw;
       out.skipped.push_back(state_->core.damaged().back());
     }
   }

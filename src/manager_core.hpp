@@ -11,6 +11,8 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/snapshot.hpp>
 
+#include "folder.hpp"
+
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -41,10 +43,9 @@ using metric_mode = checkpoint_manager_base::metric_mode;
 [[nodiscard]] std::optional<std::int64_t> step_in_name(std::string_view name, std::string_view prefix,
                                                        std::string_view suffix = {});
 
-// Calls `visit(name, path)` for every entry of `folder`.
-// \throws io_error naming `folder` if it cannot be listed (a missing folder included).
-void for_each_in_folder(const std::filesystem::path& folder,
-                        const std::function<void(const std::string& name, const std::filesystem::path& path)>& visit);
+// The names of the step files of ckpt::checkpoint_manager ("ckpt-0000000042.safetensors").
+inline constexpr std::string_view file_step_prefix = "ckpt-";
+inline constexpr std::string_view file_step_suffix = ".safetensors";
 
 // The names of the step folders of ckpt::mpi::checkpoint_manager ("step-0000000042"), which a
 // read-only ckpt::checkpoint_manager also reads.
@@ -57,9 +58,11 @@ inline constexpr std::string_view mpi_step_index = "model.safetensors.index.json
 [[nodiscard]] std::optional<std::int64_t> step_set_aside(std::string_view name, std::string_view prefix,
                                                          std::string_view suffix = {});
 
-// Whether an error of loading a step says that the step itself is damaged (see "Damaged steps" in
-// include/ckpt/manager.hpp), rather than that this process ran out of a resource.
-[[nodiscard]] bool is_damage(const error& e) noexcept;
+// Whether an error of loading a step says that the step's bytes are wrong (see "Damaged steps" in
+// include/ckpt/manager.hpp): a format_error (a broken rule, a digest that does not match), or an
+// io_error saying that the step's name leads to no file (ENOENT: a symlink to nowhere; ELOOP,
+// ENOTDIR). Any other failure (a permission, a resource, a read error) is not.
+[[nodiscard]] bool is_damage(const std::exception& e) noexcept;
 
 // Now, in UTC, as ISO 8601 with milliseconds: the `wall_time` metadata of a manager's checkpoint.
 [[nodiscard]] std::string wall_time_now();
@@ -107,23 +110,38 @@ class manager_core {
   void mark_intact(std::int64_t step) { intact_.insert(step); }
   // `step` is damaged: no longer a committed step; `path` is where it is now.
   void mark_damaged(std::int64_t step, std::filesystem::path path, std::string reason);
-  // Committed `step`, whose checkpoint is `path`, is damaged: a writing manager renames it aside
-  // (a missing `path` is only recorded), then it is marked damaged. Returns its status.
+  // Committed `step`, whose checkpoint is `name` in `folder`, is damaged: a writing manager renames
+  // it aside (`<name>.damaged`, or `.damaged-K` if that is taken; a missing `name` is only
+  // recorded), then it is marked damaged. Returns its status.
   // \throws io_error if the rename fails.
-  const step_status& set_aside(std::int64_t step, std::filesystem::path path, std::string reason);
+  const step_status& set_aside(std::int64_t step, const folder_handle& folder, const std::string& name,
+                               std::string reason);
   [[nodiscard]] const std::vector<step_status>& damaged() const noexcept { return damaged_; }
+  // Deletes the damaged steps set aside in `folder` (a name `step_set_aside` reads; a step whose
+  // set-aside failed keeps its own name and is left alone), never through a link, and forgets
+  // them. Returns those deleted.
+  // \throws io_error naming one that cannot be deleted; those deleted before are forgotten.
+  std::vector<step_status> remove_set_aside(const folder_handle& folder);
   void replace_damaged(std::vector<step_status> damaged) { damaged_ = std::move(damaged); }
   // Every step with its state, ascending; `path_of` gives a committed step's path.
   [[nodiscard]] std::vector<step_status> status(const std::function<std::filesystem::path(std::int64_t)>& path_of) const;
 
-  // The retention decision: the steps no rule keeps, oldest first. The caller deletes each one's
-  // files and `forget`s it.
+  // The retention decision: the steps no rule keeps, oldest first.
   [[nodiscard]] std::vector<std::int64_t> to_drop() const;
+  // Applies it: `remove(step)` deletes each step to_drop() names (returning once the step is no
+  // longer committed), which is then forgotten. A step whose removal throws an io_error stays a
+  // step, marked undeletable with the error's message (status()), and the others are still
+  // removed: a step that cannot be deleted never blocks a save (include/ckpt/manager.hpp).
+  void retain(const std::function<void(std::int64_t step)>& remove);
+  // The steps the retention rules drop but could not delete, with why.
+  [[nodiscard]] const std::map<std::int64_t, std::string>& undeletable() const noexcept { return undeletable_; }
+  void replace_undeletable(std::map<std::int64_t, std::string> undeletable) { undeletable_ = std::move(undeletable); }
   // What to_drop() would answer once `step` is added with `metadata`.
   [[nodiscard]] std::vector<std::int64_t> to_drop_after(std::int64_t step, const metadata_map& metadata) const;
   void forget(std::int64_t step) {
     steps_.erase(step);
     intact_.erase(step);
+    undeletable_.erase(step);
   }
 
   [[nodiscard]] const step_map& all() const noexcept { return steps_; }
@@ -139,6 +157,7 @@ class manager_core {
   step_map steps_;
   std::set<std::int64_t> intact_;     // committed steps this manager loaded
   std::vector<step_status> damaged_;  // in the order they were found
+  std::map<std::int64_t, std::string> undeletable_;  // committed steps retention failed to delete
 };
 
 // At most one write on a background thread, whose error is handed over once.
@@ -201,6 +220,11 @@ class manager_state {
   // Committed `step` was found damaged (`reason`): sets it aside (a writing manager renames it)
   // and records it in the core as damaged. Returns its status.
   virtual step_status set_aside(std::int64_t step, const std::string& reason) = 0;
+  // Deletes the damaged steps set aside (manager_core::remove_set_aside); returns those deleted.
+  virtual std::vector<step_status> remove_damaged() = 0;
+  // Whether `e`, thrown by load_step, says the step is damaged (is_damage; the MPI manager's
+  // load agrees on it across the ranks).
+  [[nodiscard]] virtual bool damaged_by(const std::exception& e) const { return is_damage(e); }
 
   // settle(), its error written to stderr: what a destructor does.
   void settle_quietly() noexcept;

@@ -1,14 +1,14 @@
 #pragma once
 // The POSIX file plumbing the compiled parts share: the errno of the last call as an error_code,
-// an owned file descriptor, the folder lock, the one EINTR retry loop and a whole read. Atomic
-// writes are atomic_file.hpp's.
+// an owned file descriptor, opening a file to read, the one EINTR retry loop and a whole read.
+// Folders held by their descriptor (and their lock) are folder.hpp's, atomic writes
+// atomic_file.hpp's.
 
 #include <ckpt/error.hpp>
 
 #include "io_hooks.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +29,13 @@ class file_descriptor {
  public:
   explicit file_descriptor(int fd) noexcept : fd_(fd) {}
   file_descriptor(file_descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  file_descriptor& operator=(file_descriptor&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
   file_descriptor(const file_descriptor&) = delete;
   file_descriptor& operator=(const file_descriptor&) = delete;
   ~file_descriptor() {
@@ -37,45 +44,34 @@ class file_descriptor {
   [[nodiscard]] int get() const noexcept { return fd_; }
   /// Closes now, reporting the error close() gives (a failed close may mean lost writes).
   int close() noexcept { return ::close(std::exchange(fd_, -1)); }
+  /// Gives the descriptor up to the caller, who closes it.
+  [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
 
  private:
   int fd_;
 };
 
-/// Opens the file at `path` for reading and fills `info` with its status. The open does not
-/// wait: a FIFO (or a device) opens at once, non-blocking, for the caller to refuse by its type
+/// Opens `name` (a path, or a name in the folder `dir` when `dir` is a folder's descriptor) for
+/// reading and fills `info` with its status; `shown` names it in errors. The open does not wait:
+/// a FIFO (or a device) opens at once, non-blocking, for the caller to refuse by its type
 /// (`S_ISREG`); a regular file is then switched back to blocking reads. Symlinks are followed.
-/// \throws io_error naming `path` if it cannot be opened or examined.
-[[nodiscard]] inline file_descriptor open_to_read(const std::filesystem::path& path, struct stat& info) {
-  file_descriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) throw io_error(path, "open", last_error());
-  if (::fstat(fd.get(), &info) != 0) throw io_error(path, "stat", last_error());
+/// \throws io_error naming `shown` if it cannot be opened or examined.
+[[nodiscard]] inline file_descriptor open_to_read(int dir, const char* name, const std::filesystem::path& shown,
+                                                  struct stat& info) {
+  file_descriptor fd(::openat(dir, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) throw io_error(shown, "open", last_error());
+  if (::fstat(fd.get(), &info) != 0) throw io_error(shown, "stat", last_error());
   if (S_ISREG(info.st_mode)) {
     const int flags = ::fcntl(fd.get(), F_GETFL);
-    if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) throw io_error(path, "open", last_error());
+    if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) throw io_error(shown, "open", last_error());
   }
   return fd;
 }
 
-/// Creates `folder` if needed, opens (creating it) the lock file `lock_name` in it and takes its
-/// exclusive `flock`, which the returned descriptor holds until it is closed. flock, not fcntl
-/// locks: it belongs to the open file description, so a second holder in this very process,
-/// which opens the file anew, is refused as well.
-/// \throws lock_error if another open description holds it; io_error on any other failure.
-[[nodiscard]] inline int lock_exclusively(const std::filesystem::path& folder, std::string_view lock_name) {
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) throw io_error(folder, "create the folder", ec);
-  const std::filesystem::path lock_path = folder / lock_name;
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) throw io_error(lock_path, "open the lock file", last_error());
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int code = errno;
-    ::close(fd);
-    if (code == EWOULDBLOCK) throw lock_error(folder, lock_path);
-    throw io_error(lock_path, "lock", {code, std::system_category()});
-  }
-  return fd;
+/// The file at `path`, opened as `open_to_read(AT_FDCWD, path, path, info)`.
+/// \throws io_error naming `path`.
+[[nodiscard]] inline file_descriptor open_to_read(const std::filesystem::path& path, struct stat& info) {
+  return open_to_read(AT_FDCWD, path.c_str(), path, info);
 }
 
 /// Calls `call` again while it fails with EINTR (a signal arrived first): the one retry loop of

@@ -2,6 +2,7 @@
 
 #include "file.hpp"
 #include "safetensors.hpp"
+#include "section.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -21,14 +22,34 @@ std::vector<const entry_source*> ordered_entries(std::span<const section> sectio
 
 }  // namespace detail
 
-void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,
-          const save_options& options) {
+namespace {
+
+// The entries of `sections`, checked, their descriptors (not the bytes) laid out in name order.
+std::vector<detail::entry_source> laid_out(std::span<const section> sections) {
   const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "save");
-  // Lay out the descriptors (not the bytes) in name order.
   std::vector<detail::entry_source> entries;
   entries.reserve(order.size());
   for (const auto* e : order) entries.push_back(*e);
-  detail::write_file(path, entries, metadata, options);
+  return entries;
+}
+
+}  // namespace
+
+void detail::save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
+                           const save_options& options) {
+  write_file(target, laid_out(sections), metadata, options);
+}
+
+void detail::save_to(const file_at& target, const checkpoint& t, const save_options& options) {
+  const section whole(t);
+  save_sections(target, std::span<const section>(&whole, 1), t.metadata(), options);
+}
+
+void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,
+          const save_options& options) {
+  // The entries are checked before the folder is opened: a bad name is refused as such.
+  const std::vector<detail::entry_source> entries = laid_out(sections);
+  detail::write_file(detail::target_in_folder(path), entries, metadata, options);
 }
 
 // Declared in ckpt/file.hpp (Raven's `Kaun.Checkpoint.save`), defined here as the one-section case

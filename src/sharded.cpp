@@ -1,19 +1,14 @@
 #include <ckpt/sharded.hpp>
 
 #include "atomic_file.hpp"
+#include "folder.hpp"
 #include "hf_index.hpp"
 #include "io_hooks.hpp"
 #include "posix_file.hpp"
-#include "entry_name.hpp"
 #include "file.hpp"
 #include "safetensors.hpp"
 #include "sharded.hpp"
 #include "utf8.hpp"
-
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
-#include <boost/json/string_view.hpp>
-#include <boost/json/value.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -85,6 +80,7 @@ namespace {
 
 using detail::file_descriptor;
 using detail::index_error;
+using detail::is_plain_file_name;
 using detail::last_error;
 using detail::python_json_string;
 
@@ -111,74 +107,50 @@ bool is_shard_name(std::string_view name, std::string_view base) {
   return digits("-") && digits("-of-") && rest.empty();
 }
 
-std::string json_string(std::string_view s) { return boost::json::serialize(boost::json::string_view(s.data(), s.size())); }
-
-std::string read_index(const std::filesystem::path& path) {
-  struct stat info {};
-  const file_descriptor fd = detail::open_to_read(path, info);
-  if (!S_ISREG(info.st_mode)) throw index_error(path, "it is not a regular file");
-  // An index lists names only; one larger than the format's header cap is no index.
-  if (static_cast<std::uint64_t>(info.st_size) > detail::max_header_size)
-    throw index_error(path, "it is " + std::to_string(info.st_size) + " bytes, more than the " +
-                                std::to_string(detail::max_header_size) + " an index may have");
-  std::string text(static_cast<std::size_t>(info.st_size), '\0');
-  const std::size_t done =
-      detail::read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0, path);
-  text.resize(done);
-  return text;
-}
-
 // The index in `folder`: its one `*.safetensors.index.json`.
-std::filesystem::path index_in(const std::filesystem::path& folder) {
+std::string index_in(const detail::folder_handle& folder) {
   std::vector<std::string> found;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() > index_suffix.size() && name.ends_with(index_suffix)) found.push_back(name);
-  }
-  if (ec) throw io_error(folder, "list the folder", ec);
+  for (std::string& name : folder.names())
+    if (name.size() > index_suffix.size() && name.ends_with(index_suffix)) found.push_back(std::move(name));
   std::sort(found.begin(), found.end());
+  const std::filesystem::path& path = folder.path();
   if (found.empty())
-    throw error(folder, "ckpt: the folder '" + folder.string() + "' holds no sharded checkpoint index (*" +
-                            std::string(index_suffix) + ")");
+    throw error(path, "ckpt: the folder '" + path.string() + "' holds no sharded checkpoint index (*" +
+                          std::string(index_suffix) + ")");
   if (found.size() > 1)
-    throw error(folder, "ckpt: the folder '" + folder.string() + "' holds " + std::to_string(found.size()) +
-                            " sharded checkpoint indexes ('" + found[0] + "', '" + found[1] +
-                            (found.size() > 2 ? "', ...)" : "')") + "; load the one you mean");
-  return folder / found.front();
+    throw error(path, "ckpt: the folder '" + path.string() + "' holds " + std::to_string(found.size()) +
+                          " sharded checkpoint indexes ('" + found[0] + "', '" + found[1] +
+                          (found.size() > 2 ? "', ...)" : "')") + "; load the one you mean");
+  return found.front();
 }
 
 // A fresh hidden folder `.ckpt-staging-XXXXXX` in `folder`, removed with what it holds when
 // the guard goes (the shards of a failed save; empty once they are moved into place).
 class staging_folder {
  public:
-  explicit staging_folder(const std::filesystem::path& folder) {
-    std::string pattern = (folder / ".ckpt-staging-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw io_error(folder, "create a staging folder in", last_error());
-    path_ = pattern;
+  explicit staging_folder(const detail::folder_handle& folder) : parent_(folder) {
+    for (int attempt = 0; attempt < 100 && held_.fd() == AT_FDCWD; ++attempt) {
+      name_ = ".ckpt-staging-" + detail::random_suffix();
+      if (::mkdirat(folder.fd(), name_.c_str(), 0700) == 0) held_ = folder.subfolder(name_);
+      else if (errno != EEXIST) throw io_error(folder.path(), "create a staging folder in", last_error());
+    }
+    if (held_.fd() == AT_FDCWD) throw io_error(folder.path(), "create a staging folder in", {EEXIST, std::system_category()});
   }
   staging_folder(const staging_folder&) = delete;
   staging_folder& operator=(const staging_folder&) = delete;
   ~staging_folder() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    try {
+      static_cast<void>(parent_.remove(name_));
+    } catch (const error&) {  // a staging folder left behind is only wasted space
+    }
   }
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  [[nodiscard]] const detail::folder_handle& folder() const noexcept { return held_; }
 
  private:
-  std::filesystem::path path_;
+  detail::folder_handle parent_;
+  std::string name_;
+  detail::folder_handle held_;
 };
-
-void sync_folder(const std::filesystem::path& folder) {
-  const file_descriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() < 0) throw io_error(folder, "open folder", last_error());
-  if (detail::hooks().fsync(dir.get()) != 0) throw io_error(folder, "fsync folder", last_error());
-}
-
-bool is_plain_file_name(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
-         name.find('\0') == std::string_view::npos;
-}
 
 }  // namespace
 
@@ -189,9 +161,7 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
     throw std::invalid_argument("ckpt: save_sharded: the base name '" + options.base_name +
                                 "' is not a plain file name part");
   static_cast<void>(python_json_string(options.base_name));  // valid UTF-8, before anything is written
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) throw io_error(folder, "create the folder", ec);
+  const detail::folder_handle held = detail::folder_handle::open(folder, /*create=*/true);
 
   // huggingface_hub's split_state_dict_into_shards_factory, in name order: an entry over the
   // limit is appended as a shard of its own at once; the others fill the current shard, which is
@@ -222,14 +192,14 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   weight_map.reserve(t.size());
   // Every shard is written into a staging folder first: a save that fails part-way (a name that
   // is not UTF-8, a full disk) removes it and leaves the folder as it was.
-  staging_folder staging(folder);
+  staging_folder staging(held);
   std::vector<std::string> names;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const std::string name = shard_name(options.base_name, i + 1, groups.size());
     for (const auto& e : groups[i]) weight_map.emplace_back(e.first, name);
     files.shards.push_back(folder / name);
     names.push_back(name);
-    save(staging.path() / name, checkpoint(std::move(groups[i]), t.metadata()), options.save);
+    detail::save_to({staging.folder(), name}, checkpoint(std::move(groups[i]), t.metadata()), options.save);
   }
   // Sorted by name, as transformers' json.dumps(sort_keys=True) writes it.
   std::sort(weight_map.begin(), weight_map.end());
@@ -237,32 +207,27 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   // Then the shards move into place. If one replaces a shard of the previous save, that save's
   // index goes first: an interruption from here on leaves a folder without an index (which
   // `load` refuses), never an index naming shards of two saves.
-  const bool replaces = std::ranges::any_of(names, [&](const std::string& name) {
-    std::error_code ignored;
-    return std::filesystem::exists(folder / name, ignored);
-  });
-  if (replaces && ::unlink(files.index.c_str()) != 0 && errno != ENOENT)
+  const std::string index_name = files.index.filename().string();
+  const bool replaces = std::ranges::any_of(names, [&](const std::string& name) { return held.status(name).has_value(); });
+  if (replaces && ::unlinkat(held.fd(), index_name.c_str(), 0) != 0 && errno != ENOENT)
     throw io_error(files.index, "remove the previous index", last_error());
   for (const std::string& name : names)
-    if (detail::hooks().rename((staging.path() / name).c_str(), (folder / name).c_str()) != 0)
+    if (detail::hooks().renameat(staging.folder().fd(), name.c_str(), held.fd(), name.c_str()) != 0)
       throw io_error(folder / name, "move a new shard into place as", last_error());
-  sync_folder(folder);
+  held.sync();
   // Last: until the index names the new shards, readers of the folder see the previous save.
-  detail::write_atomically(files.index, index);
+  detail::write_atomically({held, index_name}, index);
 
   if (options.remove_stale_shards) {
     // Best effort: the save is complete once the index is in place, and a shard left behind is
     // only wasted space (no index names it).
-    std::vector<std::filesystem::path> stale;
-    for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (is_shard_name(name, options.base_name) &&
-          std::find(files.shards.begin(), files.shards.end(), folder / name) == files.shards.end())
-        stale.push_back(it->path());
-    }
-    for (const auto& path : stale) {
-      std::error_code ignored;
-      std::filesystem::remove(path, ignored);
+    try {
+      for (const std::string& name : held.names())
+        if (const auto info = held.status(name); info && !S_ISDIR(info->st_mode) &&
+                                                  is_shard_name(name, options.base_name) &&
+                                                  std::ranges::find(names, name) == names.end())
+          static_cast<void>(held.remove(name));
+    } catch (const error&) {
     }
   }
   return files;
@@ -270,46 +235,13 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
 
 namespace detail {
 
-std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(const std::filesystem::path& index) {
-  const std::string text = read_index(index);
-  boost::json::error_code json_error;
-  const boost::json::value root = boost::json::parse(text, json_error);
-  if (json_error) throw index_error(index, "it is not JSON: " + json_error.message());
-  const boost::json::object* object = root.if_object();
-  if (object == nullptr) throw index_error(index, "it is not a JSON object");
-  if (const boost::json::value* metadata = object->if_contains("metadata");
-      metadata != nullptr && !metadata->is_object())
-    throw index_error(index, "its 'metadata' is not an object");
-  const boost::json::value* map_value = object->if_contains("weight_map");
-  if (map_value == nullptr) throw index_error(index, "it has no 'weight_map'");
-  const boost::json::object* map = map_value->if_object();
-  if (map == nullptr) throw index_error(index, "its 'weight_map' is not an object");
-
-  std::map<std::string, std::vector<std::string>, std::less<>> by_shard;
-  for (const auto& [key, value] : *map) {
-    const std::string name(key);
-    if (!detail::is_entry_name(name))
-      throw index_error(index, "the weight_map entry '" + name + "' is not a valid entry name");
-    const boost::json::string* shard = value.if_string();
-    if (shard == nullptr)
-      throw index_error(index, "the weight_map entry '" + name + "' is " + boost::json::serialize(value) +
-                                   ", not a shard file name");
-    if (!is_plain_file_name(*shard))
-      throw index_error(index, "the weight_map entry '" + name + "' names the shard " + json_string(*shard) +
-                                   ", which is not a file name in the index's folder");
-    by_shard[std::string(*shard)].push_back(name);
-  }
-  return by_shard;
-}
-
 checkpoint assemble_shards(const std::filesystem::path& index,
                            const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
-                           const std::function<checkpoint(const std::filesystem::path& shard)>& load_shard) {
-  const std::filesystem::path folder = index.has_parent_path() ? index.parent_path() : ".";
+                           const std::function<checkpoint(const std::string& shard)>& load_shard) {
   std::vector<checkpoint::entry> entries;
   std::optional<metadata_map> common;
   for (const auto& [shard, names] : by_shard) {
-    const checkpoint part = load_shard(folder / shard);
+    const checkpoint part = load_shard(shard);
     for (const std::string& name : names) {
       const tensor* x = part.find(name);
       if (x == nullptr)
@@ -333,12 +265,30 @@ checkpoint assemble_shards(const std::filesystem::path& index,
   return checkpoint(std::move(entries), std::move(metadata));
 }
 
+checkpoint load_sharded(const folder_handle& folder, std::string_view index, const load_options& options) {
+  struct stat info {};
+  const file_descriptor fd = folder.open_to_read(index, info);
+  const std::filesystem::path shown = folder.path_of(index);
+  // Entry names by shard, each shard loaded once, from the folder held.
+  return detail::assemble_shards(shown, detail::read_weight_map(fd.get(), shown), [&](const std::string& shard) {
+    return detail::load_file({folder, shard}, options);
+  });
+}
+
 checkpoint load_sharded(const std::filesystem::path& path, const load_options& options) {
   std::error_code ec;
-  const std::filesystem::path index = std::filesystem::is_directory(path, ec) ? index_in(path) : path;
-  // Entry names by shard, each shard loaded once.
-  return detail::assemble_shards(index, detail::read_weight_map(index),
-                                 [&options](const std::filesystem::path& shard) { return detail::load_file(shard, options); });
+  if (std::filesystem::is_directory(path, ec)) {
+    const folder_handle folder = folder_handle::open(path);
+    return load_sharded(folder, index_in(folder), options);
+  }
+  // The index's folder, held for its shards (and their reopening: mapped_file).
+  folder_handle folder;
+  try {
+    folder = folder_handle::open(path.parent_path());
+  } catch (const io_error& e) {
+    throw io_error(path, "open", e.code());
+  }
+  return load_sharded(folder, path.filename().string(), options);
 }
 
 }  // namespace detail

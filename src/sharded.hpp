@@ -6,7 +6,10 @@
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/file.hpp>
 
+#include "folder.hpp"
+
 #include <filesystem>
+#include <string_view>
 
 namespace ckpt::detail {
 
@@ -18,5 +21,9 @@ namespace ckpt::detail {
 ///   no `*.safetensors.index.json` or several (naming the folder, and the first two indexes);
 ///   io_error if the index or a shard cannot be read; format_error or integrity_error for a shard.
 [[nodiscard]] checkpoint load_sharded(const std::filesystem::path& path, const load_options& options);
+
+/// The sharded checkpoint whose index is the file `index` of `folder`, its shards read from that
+/// folder as held (a manager's step folder): the rules and errors above.
+[[nodiscard]] checkpoint load_sharded(const folder_handle& folder, std::string_view index, const load_options& options);
 
 }  // namespace ckpt::detail

@@ -889,7 +889,7 @@ bool looks_like_torch(std::span<const std::byte> file_bytes) noexcept {
 checkpoint load_torch(const std::filesystem::path& path, const torch_options& options) {
   detail::file_contents file;
   try {
-    file = detail::map_file(path);
+    file = detail::map_file(detail::file_at_path(path));
   } catch (const torch_format_error&) {
     throw;
   } catch (const format_error& e) {  // not a regular file: said of a PyTorch file

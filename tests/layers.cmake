@@ -47,6 +47,7 @@ set(layer_detail/live_source 3)   # entries streamed from live leaves (section.h
 set(layer_memory 1)
 set(layer_parallel 1)
 set(layer_temporary_name 1)
+set(layer_folder 1)             # a folder held by its descriptor: every name the library creates, renames or removes
 set(layer_entry_name 1)        # the format's rule for entry names and its messages
 set(layer_utf8 1)              # UTF-8 read, checked and quoted for messages
 set(layer_digest 1)            # the whole-file digest's parts (src/digest.hpp), below the file writer

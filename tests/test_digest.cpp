@@ -629,3 +629,77 @@ BOOST_AUTO_TEST_CASE(verification_reports_its_progress_per_file) {
   BOOST_CHECK_THROW((void)ckpt::load(path, {.progress = [](std::uint64_t, std::uint64_t) { throw cancelled{}; }}),
                     cancelled);
 }
+
+namespace {
+
+struct three {
+  Eigen::VectorXf a_small;                                                 // staged with its neighbours
+  Eigen::MatrixXf b_col;                                                   // column-major: read in bands
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> c_row;  // read straight into place
+};
+
+three three_of(float seed) {
+  three x{Eigen::VectorXf(64), Eigen::MatrixXf(1024, 1024), decltype(three::c_row)(512, 512)};
+  for (Eigen::Index i = 0; i < x.a_small.size(); ++i) x.a_small(i) = seed + static_cast<float>(i);
+  for (Eigen::Index i = 0; i < x.b_col.size(); ++i) x.b_col.data()[i] = seed * 2 + static_cast<float>(i % 4099);
+  for (Eigen::Index i = 0; i < x.c_row.size(); ++i) x.c_row.data()[i] = seed * 3 - static_cast<float>(i % 1021);
+  return x;
+}
+
+bool same(const three& x, const three& y) { return x.a_small == y.a_small && x.b_col == y.b_col && x.c_row == y.c_row; }
+
+// Writes `bytes` over the file at `offset`, in place (same inode, same size), as `dd
+// conv=notrunc` does.
+void rewrite_in_place(const fs::path& path, std::size_t offset, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  BOOST_TEST_REQUIRE(fd >= 0);
+  BOOST_TEST_REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+}  // namespace
+
+// Issue 35, finding 5: the digest was checked when the file was opened and the data read later,
+// so a same-size rewrite in place between the two (`load`, then `dd conv=notrunc`, then
+// `to_params`) handed out bytes that were never verified, and `ckpt convert` wrote them into a
+// file with a fresh, valid digest. Every copy out of a verified load is checked against the
+// hashes the verification computed.
+BOOST_AUTO_TEST_CASE(bytes_rewritten_in_place_after_a_verified_load_are_never_handed_out) {
+  const temp_dir s;
+  const fs::path path = s.path() / "m.safetensors";
+  const three original = three_of(1);
+  ckpt::save(path, ckpt::of_params(original, "m"), {.digest = true});
+  const std::string bytes = read_bytes(path);
+  const std::size_t start = data_start(bytes);
+  // Two MiB into the data: inside b_col (the entries lie in name order), chunk 2 of the digest.
+  const std::size_t at = start + (std::size_t{2} << 20) + 100;
+  const ckpt::checkpoint verified = ckpt::load(path);
+  const ckpt::checkpoint unverified = ckpt::load(path, {.verify_digest = false});
+
+  rewrite_in_place(path, at, std::string(64, '\x7f'));
+  const std::string expected_start = "ckpt: '" + path.string() + "' is corrupted: it changed after its digest was verified: chunk 2 of its data";
+  BOOST_TEST(message_of<ckpt::integrity_error>([&] { static_cast<void>(ckpt::to_params(verified, three_of(0), {.prefix = "m"})); })
+                 .starts_with(expected_start));
+  three into = three_of(0);
+  BOOST_TEST(message_of<ckpt::integrity_error>([&] { ckpt::read_params(verified, into, {.prefix = "m"}); })
+                 .starts_with(expected_start));
+  // A save of the loaded entries (what `ckpt convert` does) writes nothing.
+  const fs::path out = s.path() / "converted.safetensors";
+  BOOST_TEST(message_of<ckpt::integrity_error>([&] { ckpt::save(out, verified, {.digest = true}); }).starts_with(expected_start));
+  BOOST_TEST(folder_listing(s.path()) == (std::vector<std::string>{"m.safetensors"}));
+  // Entries in chunks that did not change still come out (the check is a chunk's, 1 MiB).
+  Eigen::VectorXf small(64);
+  ckpt::read_params(verified, small, {.prefix = "m.a_small"});
+  BOOST_TEST(small == original.a_small);
+  // A load without verification promises nothing: it reads what the file holds now.
+  const three now = ckpt::to_params(unverified, three_of(0), {.prefix = "m"});
+  BOOST_TEST(!same(now, original));
+  // And a new verified load refuses the file as it is now.
+  BOOST_CHECK_THROW(static_cast<void>(ckpt::load(path)), ckpt::integrity_error);
+
+  // The bytes put back: what was verified comes out again.
+  rewrite_in_place(path, at, bytes.substr(at, 64));
+  BOOST_TEST(same(ckpt::to_params(verified, three_of(0), {.prefix = "m"}), original));
+  ckpt::save(out, verified, {.digest = true});
+  BOOST_TEST(same(ckpt::to_params(ckpt::load(out), three_of(0), {.prefix = "m"}), original));
+}

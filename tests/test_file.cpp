@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(loaded_tensors_outlive_the_checkpoint_and_the_file) {
 BOOST_AUTO_TEST_CASE(a_failed_rename_leaves_no_temporary_file) {
   const temp_dir s;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
-  hooks.rename = [](const char*, const char*) {
+  hooks.renameat = [](int, const char*, int, const char*) {
     errno = EXDEV;
     return -1;
   };
@@ -606,4 +606,29 @@ BOOST_AUTO_TEST_CASE(an_exception_from_the_progress_callback_abandons_the_save) 
                     cancelled);
   BOOST_TEST((read_bytes(path) == before));
   BOOST_TEST(folder_listing(s.path()) == std::vector<std::string>{"c.safetensors"});
+}
+
+// Issue 35, finding 7: a valid file name of 244 to 255 bytes could not be saved: the temporary's
+// name (`.<name>.tmp-XXXXXX`) was 12 bytes longer than a folder takes. It is cut in the
+// temporary (at a character's start), never in the target.
+BOOST_AUTO_TEST_CASE(a_file_name_as_long_as_a_folder_takes_is_saved) {
+  const temp_dir s;
+  const std::string ascii(255, 'a');
+  // 2-byte characters, so that the cut falls inside one unless it is made at a character's start.
+  std::string accents;
+  while (accents.size() + 2 <= 254) accents += "\xc3\xa9";  // é
+  accents += "x";
+  for (const std::string& name : {ascii, accents}) {
+    BOOST_TEST_REQUIRE(name.size() == 255u);
+    ckpt::save(s.path() / name, ckpt::of_int("v", 7));
+    BOOST_TEST(ckpt::to_int("v", ckpt::load(s.path() / name)) == 7);
+    ckpt::save(s.path() / name, ckpt::of_int("v", 8));  // replaced, as any file
+    BOOST_TEST(ckpt::to_int("v", ckpt::load(s.path() / name)) == 8);
+  }
+  BOOST_TEST(folder_listing(s.path()) == (std::vector<std::string>{ascii, accents}));
+  // One byte more is the file system's refusal, naming the file.
+  const std::string too_long(256, 'b');
+  BOOST_TEST(ckpt_test::message_of<ckpt::io_error>([&] { ckpt::save(s.path() / too_long, ckpt::of_int("v", 1)); }) ==
+             "ckpt: cannot rename a temporary file over '" + (s.path() / too_long).string() + "': File name too long");
+  BOOST_TEST(folder_listing(s.path()).size() == 2u);
 }

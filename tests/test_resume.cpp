@@ -211,6 +211,88 @@ BOOST_AUTO_TEST_CASE(example_binary_resume_from_empty_folder_starts_fresh) {
   BOOST_TEST(fs::exists(s.path() / "a" / checkpoint_name(50)));
 }
 
+// Issue 35, finding 3: a folder under the name of step 100's file, keep 2: `mlp_trainer --resume`
+// exited 1 at its second save on every attempt. Retention never blocks a save: the folder is set
+// aside (it is not a checkpoint) and the run goes on, run after run.
+BOOST_AUTO_TEST_CASE(example_binary_resumes_past_a_step_it_cannot_delete) {
+  const temp_dir s;
+  const fs::path b = s.path() / "b";
+  BOOST_REQUIRE(trainer(flags(b, 300), s.path() / "b1.log") == 0);
+  fs::create_directory(b / checkpoint_name(100));
+  std::ofstream(b / checkpoint_name(100) / "notes.txt") << "mine";
+  for (const std::int64_t steps : {500, 700}) {
+    const int status = trainer(flags(b, steps) + " --resume", s.path() / "b2.log");
+    BOOST_TEST(status == 0, read_bytes(s.path() / "b2.log"));
+  }
+  BOOST_TEST(read_bytes(b / (checkpoint_name(100) + ".damaged") / "notes.txt") == "mine");
+  BOOST_TEST(fs::exists(b / checkpoint_name(700)));
+}
+
+// Issue 35, finding 4: steps owned by root with mode 0600, resumed by user nobody, were set aside
+// and the trainer printed "starting fresh" and wrote new steps from a fresh model over the run.
+// Steps that exist but cannot be read are an error: the trainer exits non-zero with it, and
+// every step stays in place.
+BOOST_AUTO_TEST_CASE(example_binary_never_starts_fresh_over_steps_it_cannot_read) {
+  const temp_dir s;
+  const fs::path b = s.path() / "b";
+  BOOST_REQUIRE(trainer(flags(b, 300), s.path() / "b1.log") == 0);
+  const std::vector<std::string> before = ckpt_test::folder_listing(b);
+  const bool root = ::geteuid() == 0;
+  for (const std::string& name : before)
+    if (name.starts_with("ckpt-"))
+      fs::permissions(b / name, root ? fs::perms::owner_read | fs::perms::owner_write : fs::perms::none);
+  fs::permissions(s.path(), fs::perms::all);
+  fs::permissions(b, fs::perms::all);
+  for (const std::string& name : {std::string(".ckpt-manager.lock"), std::string("loss.csv")})
+    fs::permissions(b / name, fs::perms::all);
+  const fs::path log = s.path() / "b2.log";
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    if (root && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(126);
+    if (std::freopen(log.c_str(), "w", stdout) == nullptr || ::dup2(STDOUT_FILENO, STDERR_FILENO) < 0) ::_exit(125);
+    const std::string folder = b.string();
+    ::execl(CKPT_MLP_TRAINER, CKPT_MLP_TRAINER, "--seed", "3", "--batch", "48", "--lr", "0.02", "--save-every", "100",
+            "--keep", "2", "--log-every", "1000", "--ckpt-dir", folder.c_str(), "--steps", "500", "--resume",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_REQUIRE(WIFEXITED(status));
+  const std::string out = read_bytes(log);
+  BOOST_TEST(WEXITSTATUS(status) == 1, out);
+  BOOST_TEST(out.find("mlp_trainer: ckpt: cannot open '" + (b / checkpoint_name(300)).string() + "': Permission denied") !=
+                 std::string::npos,
+             out);
+  BOOST_TEST(out.find("starting fresh") == std::string::npos, out);
+  BOOST_TEST(ckpt_test::folder_listing(b) == before);  // nothing set aside, nothing written
+}
+
+// A resume that finds only damaged steps would start a fresh run over them: it stops instead,
+// naming them and the way on; once they are pruned (ckpt prune --damaged), it starts fresh.
+BOOST_AUTO_TEST_CASE(example_binary_never_starts_fresh_over_damaged_steps) {
+  const temp_dir s;
+  const fs::path b = s.path() / "b";
+  BOOST_REQUIRE(trainer(flags(b, 200), s.path() / "b1.log") == 0);
+  for (const std::int64_t step : {100, 200}) {
+    const fs::path file = b / checkpoint_name(step);
+    fs::resize_file(file, fs::file_size(file) / 2);
+  }
+  BOOST_TEST(trainer(flags(b, 300) + " --resume", s.path() / "b2.log") == 1);
+  const std::string out = read_bytes(s.path() / "b2.log");
+  BOOST_TEST(out.find("mlp_trainer: no step of " + b.string() + " loads, but it holds damaged steps: 100 (" +
+                      checkpoint_name(100) + ".damaged), 200 (" + checkpoint_name(200) +
+                      ".damaged); nothing was trained") != std::string::npos,
+             out);
+  BOOST_TEST(out.find("starting fresh") == std::string::npos, out);
+  BOOST_TEST(!fs::exists(b / checkpoint_name(300)));
+  ckpt::checkpoint_manager(b, {.max_to_keep = 0}).remove_damaged();
+  BOOST_TEST(trainer(flags(b, 100) + " --resume", s.path() / "b3.log") == 0);
+  BOOST_TEST(read_bytes(s.path() / "b3.log").find("starting fresh") != std::string::npos);
+}
+
 namespace {
 
 // Runs the example trainer into `dir` up to `steps` and sends it SIGTERM once its first

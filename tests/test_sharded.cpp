@@ -1,19 +1,24 @@
 // Hugging Face sharded checkpoints: save_sharded and ckpt::load of an index or a
-// folder, their exact file names and index text, laziness, errors and atomicity.
+// folder, their exact file names and index text, laziness, errors and atomicity, and the memory
+// the index's reader takes.
 #define BOOST_TEST_MODULE sharded
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
 
+#include "allocation_watch.hpp"  // this executable's operator new, counting the heap's peak
+#include "hf_index.hpp"  // read_weight_map and index_text (src/)
 #include "io_hooks.hpp"  // the build's private seam (src/)
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -375,12 +380,12 @@ ssize_t failing_index_writev(int fd, const iovec* pieces, int count) {
   }
   return ckpt::detail::system_hooks().writev(fd, pieces, count);
 }
-int failing_index_rename(const char* from, const char* to) {
+int failing_index_rename(int from_folder, const char* from, int to_folder, const char* to) {
   if (std::string_view(to).ends_with(".index.json")) {
     errno = EIO;
     return -1;
   }
-  return ckpt::detail::system_hooks().rename(from, to);
+  return ckpt::detail::system_hooks().renameat(from_folder, from, to_folder, to);
 }
 
 ckpt::checkpoint second_version() {
@@ -429,14 +434,13 @@ BOOST_AUTO_TEST_CASE(a_name_that_fails_the_third_shard_leaves_the_previous_save_
   for (const auto& [name, x] : sample()) BOOST_TEST((previous.get(name) == x), name);
 }
 
-int failing_third_shard_rename(const char* from, const char* to) {
-  // The move out of the staging folder, not the save's own rename inside it.
-  if (std::string_view(to).ends_with("model-00003-of-00003.safetensors") &&
-      std::string_view(to).find(".ckpt-staging-") == std::string_view::npos) {
+int failing_third_shard_rename(int from_folder, const char* from, int to_folder, const char* to) {
+  // The move out of the staging folder (into another folder), not the save's own rename inside it.
+  if (std::string_view(to) == "model-00003-of-00003.safetensors" && from_folder != to_folder) {
     errno = EIO;
     return -1;
   }
-  return ckpt::detail::system_hooks().rename(from, to);
+  return ckpt::detail::system_hooks().renameat(from_folder, from, to_folder, to);
 }
 
 // Once the shards are written, moving them into place replaces the previous save's shards of
@@ -447,7 +451,7 @@ BOOST_AUTO_TEST_CASE(an_interrupted_move_into_place_leaves_no_index_rather_than_
   const auto files = ckpt::save_sharded(dir.path(), sample(), 32);
   {
     ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
-    hooks.rename = failing_third_shard_rename;
+    hooks.renameat = failing_third_shard_rename;
     const ckpt::detail::io_hooks_guard guard(hooks);
     BOOST_TEST(message_of<ckpt::io_error>([&] { ckpt::save_sharded(dir.path(), second_version(), 32); }) ==
                "ckpt: cannot move a new shard into place as '" + files.shards[2].string() + "': Input/output error");
@@ -468,7 +472,7 @@ BOOST_AUTO_TEST_CASE(a_failing_index_write_leaves_the_previous_index_in_place) {
   ckpt::detail::io_hooks failing_write = ckpt::detail::system_hooks();
   failing_write.writev = failing_index_writev;
   ckpt::detail::io_hooks failing_rename = ckpt::detail::system_hooks();
-  failing_rename.rename = failing_index_rename;
+  failing_rename.renameat = failing_index_rename;
   for (const auto& [hooks, operation] : {std::pair{failing_write, "write"},
                                          std::pair{failing_rename, "rename a temporary file over"}}) {
     BOOST_TEST_CONTEXT(operation) {
@@ -498,3 +502,103 @@ BOOST_AUTO_TEST_CASE(a_failing_index_write_leaves_the_previous_index_in_place) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The weight_map's names are keys of a JSON object: one given twice (which a DOM reader would
+// merge, the last one winning) is refused, naming both shards it is given to, as a safetensors
+// header refuses a name given twice.
+BOOST_AUTO_TEST_CASE(duplicate_weight_map_keys_are_refused_naming_both_shards) {
+  const temp_dir dir;
+  const auto files = ckpt::save_sharded(dir.path(), sample(), 32);
+  const auto message = [&](const std::string& text) {
+    write_text(files.index, text);
+    return message_of<ckpt::format_error>([&] { static_cast<void>(ckpt::load(files.index)); });
+  };
+  const std::string prefix = "ckpt: '" + files.index.string() + "' is not a valid sharded checkpoint index: ";
+  BOOST_TEST(message(R"({"weight_map": {"a": "model-00002-of-00003.safetensors",
+                        "c": "model-00001-of-00003.safetensors", "a": "model-00003-of-00003.safetensors"}})") ==
+             prefix + "the weight_map entry 'a' appears twice, in 'model-00002-of-00003.safetensors' and "
+                      "'model-00003-of-00003.safetensors'");
+  BOOST_TEST(message(R"({"weight_map": {"b": "model-00002-of-00003.safetensors",
+                        "a": "model-00002-of-00003.safetensors", "b": "model-00002-of-00003.safetensors"}})") ==
+             prefix + "the weight_map entry 'b' appears twice, both times in 'model-00002-of-00003.safetensors'");
+  // The same name, spelled with an escape the second time.
+  BOOST_TEST(message(R"({"weight_map": {"d": "model-00003-of-00003.safetensors",
+                        "\u0064": "model-00001-of-00003.safetensors", "d": "model-00002-of-00003.safetensors"}})") ==
+             prefix + "the weight_map entry 'd' appears 3 times, the first two in 'model-00003-of-00003.safetensors' "
+                      "and 'model-00001-of-00003.safetensors'");
+  BOOST_TEST(message(R"({"weight_map": {"b": "model-00002-of-00003.safetensors",
+                        "b": "model-00002-of-00003.safetensors", "b": "model-00002-of-00003.safetensors"}})") ==
+             prefix + "the weight_map entry 'b' appears 3 times, the first two both in 'model-00002-of-00003.safetensors'");
+  // `metadata` and `weight_map` themselves may appear once each.
+  BOOST_TEST(message(R"({"weight_map": {"a": "model-00002-of-00003.safetensors"}, "weight_map": {}})") ==
+             prefix + "its 'weight_map' appears twice");
+  BOOST_TEST(message(R"({"metadata": {}, "weight_map": {}, "metadata": {"total_size": 3}})") ==
+             prefix + "its 'metadata' appears twice");
+}
+
+// Members of the index other than `weight_map` are skipped, whatever they hold, and so is the
+// content of `metadata`; a weight_map value that is not a string is shown as JSON, compactly.
+BOOST_AUTO_TEST_CASE(other_members_are_skipped_and_a_value_that_is_not_a_shard_is_shown) {
+  const temp_dir dir;
+  const auto files = ckpt::save_sharded(dir.path(), sample(), 32);
+  write_text(files.index, R"({"format": ["pt", {"weight_map": 5, "a": [[], {}]}], "metadata": {"total_size": 80,
+    "weight_map": {"x": 1}, "nested": [1, 2.5, null, {"metadata": true}]}, "weight_map": {
+    "a": "model-00002-of-00003.safetensors", "b": "model-00002-of-00003.safetensors",
+    "c": "model-00001-of-00003.safetensors", "d": "model-00003-of-00003.safetensors"}, "zzz": "\u00e9"})");
+  check_same(ckpt::load(files.index), sample());
+  write_text(files.index, R"({"weight_map": {"a": [1, {"k": "v\n", "w": [true, null]}, 2.5, -3], "b": 5}})");
+  BOOST_TEST(message_of<ckpt::format_error>([&] { static_cast<void>(ckpt::load(files.index)); }) ==
+             "ckpt: '" + files.index.string() + "' is not a valid sharded checkpoint index: "
+             R"(the weight_map entry 'a' is [1,{"k":"v\n","w":[true,null]},2.5E0,-3], not a shard file name)");
+}
+
+// The parse keeps a nesting limit without recursing: JSON nested 100,000 levels deep, as the
+// whole index or as a weight_map value, is refused as not JSON.
+BOOST_AUTO_TEST_CASE(deeply_nested_json_is_refused_as_not_json) {
+  const temp_dir dir;
+  const std::filesystem::path index = dir.path() / "model.safetensors.index.json";
+  for (const std::string& text : {std::string(100'000, '['), R"({"weight_map": {"a": )" + std::string(100'000, '[')}) {
+    write_text(index, text);
+    BOOST_TEST(message_of<ckpt::format_error>([&] { static_cast<void>(ckpt::load(index)); }) ==
+               "ckpt: '" + index.string() + "' is not a valid sharded checkpoint index: it is not JSON: too deep");
+  }
+}
+
+// The index is parsed as it is read, a piece at a time, into the weight_map directly: the heap
+// holds neither its text nor a DOM of it (the DOM reader it replaced peaked at 4 times this
+// index's size). Some 300,000 names over 4 shards, as transformers writes them: at the heap's
+// peak, read_weight_map holds at most 3 times the index's size (1.5 when this was written), and
+// it reads every name, across the pieces' seams.
+BOOST_AUTO_TEST_CASE(reading_a_large_index_takes_at_most_three_times_its_size) {
+  const temp_dir dir;
+  const std::filesystem::path index = dir.path() / "model.safetensors.index.json";
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  std::map<std::string, std::vector<std::string>, std::less<>> expected;
+  for (int layer = 0; layer < 64; ++layer) {
+    const std::string shard = "model-0000" + std::to_string(layer / 16 + 1) + "-of-00004.safetensors";
+    for (int expert = 0; expert < 512; ++expert)
+      for (const char* projection : {"gate_proj", "up_proj", "down_proj"})
+        for (const char* part : {"weight", "scales", "biases"})
+          weight_map.emplace_back("model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) +
+                                      "." + projection + "." + part,
+                                  shard);
+  }
+  std::sort(weight_map.begin(), weight_map.end());
+  for (const auto& [name, shard] : weight_map) expected[shard].push_back(name);
+  write_text(index, ckpt::detail::index_text(123'456'789, weight_map));
+  const std::uintmax_t size = std::filesystem::file_size(index);
+  BOOST_TEST_REQUIRE(size > 20'000'000u);
+
+  std::map<std::string, std::vector<std::string>, std::less<>> by_shard;
+  std::size_t peak = 0;
+  {
+    const ckpt_test::peak_watch watch;
+    by_shard = ckpt::detail::read_weight_map(index);
+    peak = watch.peak();
+  }
+  BOOST_TEST_MESSAGE("an index of " << size << " bytes, " << weight_map.size() << " names: read_weight_map's peak "
+                                    << peak << " bytes, " << static_cast<double>(peak) / static_cast<double>(size)
+                                    << " times its size");
+  BOOST_TEST(peak <= 3 * size);
+  BOOST_TEST((by_shard == expected));
+}

@@ -100,12 +100,17 @@ int run(options o) {
   ckpt::checkpoint_manager::latest restored;
   if (o.resume) {
     // The newest step that loads: a damaged newer step is set aside (renamed, not deleted) and
-    // the run goes on from the one before, which the same seed replays bit for bit.
+    // the run goes on from the one before, which the same seed replays bit for bit. A step that
+    // cannot be read for another reason (a permission, no descriptor left) is an error: the
+    // trainer stops with it, and nothing is set aside.
     restored = manager.load_latest();
     for (const ckpt::checkpoint_manager::step_status& s : restored.skipped)
       std::cout << "skipped damaged step " << s.step << " (set aside as " << s.path.filename().string()
                 << "): " << s.reason << '\n';
-    if (!restored) std::cout << "no checkpoint in " << o.ckpt_dir.string() << ": starting fresh\n";
+    if (!restored) {
+      refuse_fresh_start_over(manager.status(), o.ckpt_dir);
+      std::cout << "no checkpoint in " << o.ckpt_dir.string() << ": starting fresh\n";
+    }
   }
   // The data set, initial parameters and batch order all come from the seed and the batch
   // size: a resumed run takes them from the checkpoint, so that it continues the same run.

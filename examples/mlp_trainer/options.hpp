@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
 
 #include <charconv>
 #include <cstddef>
@@ -18,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace mlp_example {
 
@@ -97,6 +99,22 @@ inline void report_end(const std::filesystem::path& params_out, const mlp& param
                        const std::filesystem::path& last_checkpoint) {
   if (!params_out.empty()) ckpt::save(params_out, ckpt::of_params(params, "model"));
   std::cout << "accuracy " << exact(accuracy(params, data)) << "; last checkpoint: " << last_checkpoint.string() << '\n';
+}
+
+// A resume that found no step to load: starting fresh is right only where the run has never saved
+// a step. If the folder holds steps that are all damaged, or steps an earlier run set aside, a
+// fresh start would quietly replace a run: the trainer stops instead, and says how to go on.
+// `status` is the manager's status() after load_latest (the same member in both managers).
+// \throws std::runtime_error naming the folder and the steps found.
+inline void refuse_fresh_start_over(const std::vector<ckpt::checkpoint_manager::step_status>& status,
+                                    const std::filesystem::path& folder) {
+  if (status.empty()) return;
+  std::string steps;
+  for (const ckpt::checkpoint_manager::step_status& s : status)
+    steps += (steps.empty() ? "" : ", ") + std::to_string(s.step) + " (" + s.path.filename().string() + ")";
+  throw std::runtime_error("no step of " + folder.string() + " loads, but it holds damaged steps: " + steps +
+                           "; nothing was trained. Move them away or remove them (ckpt prune --damaged " +
+                           folder.string() + ") to start a new run there, or choose another --ckpt-dir");
 }
 
 }  // namespace mlp_example

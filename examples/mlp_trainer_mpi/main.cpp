@@ -143,6 +143,7 @@ int run_sharded(MPI_Comm comm, options o) {
     latest = manager.latest_step();
     if (refuse_to_overwrite(o, latest, rank)) return 2;
     if (latest) restored = manager.load_latest();
+    if (o.resume && !restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);
     if (restored) last_step = manager.path_of(restored.step);
   }
   report_skipped(rank, restored);
@@ -190,6 +191,7 @@ int run(MPI_Comm comm, options o) {
     // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
     restored = manager.load_latest();
     report_skipped(rank, restored);
+    if (!restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);  // every rank alike
   }
   if (restored) continue_run(o, *restored);
   auto [data, order, opt, params] = start_of(o);

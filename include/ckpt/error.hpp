@@ -94,6 +94,13 @@ class integrity_error : public format_error {
   /// \throws nothing
   [[nodiscard]] const std::string& computed() const noexcept { return computed_; }
 
+ protected:
+  /// For the library's subclass with a message of its own (bytes that changed after the file's
+  /// digest was verified): \param path the file; \param expected and \param computed the hashes
+  /// as verified and as read; \param rule the broken rule alone; \param what the full message.
+  integrity_error(std::filesystem::path path, std::string expected, std::string computed, std::string rule,
+                  const std::string& what);
+
  private:
   std::string expected_;
   std::string computed_;

@@ -19,7 +19,8 @@
 /// (atomic), and the lock file `<folder>/.ckpt-manager.lock`. Other files in the folder
 /// are never touched; leftover temporaries of an interrupted save of its own checkpoints
 /// (`.ckpt-<step>.safetensors.tmp-XXXXXX`) are ignored and removed when the manager opens. A step
-/// found damaged is set aside as `<its name>.damaged` (`.damaged-2`, ... if taken), never deleted.
+/// found damaged is set aside as `<its name>.damaged` (`.damaged-2`, ... if taken), never deleted
+/// (unless you ask: `remove_damaged`).
 ///
 /// The manager's types are its members, the same in both managers (`ckpt::checkpoint_manager` and
 /// `ckpt::mpi::checkpoint_manager`): `options` (the constructor's), `metric_mode` (of keep-best),
@@ -54,6 +55,15 @@ class manager_state;  // src/manager_core.hpp
 /// but `folder`, `should_save`, `path_of`, `steps` and `latest_step` is collective: call it on
 /// every rank, in the same order, with the same step; its errors are thrown on every rank alike.
 ///
+/// **The folder is held, not its path.** A manager opens its folder once, when it is constructed
+/// (symbolic links in the path followed then), and from then on lists, writes, renames and
+/// deletes only relative to the folder it opened: if the path comes to name another folder (a
+/// link switched to another run, the folder moved away and a new run started at its path), the
+/// manager goes on in the folder it locked and never touches the other. In its folder, a step
+/// that is a symbolic link (a forked run's step pointing at another run's) is read through, but
+/// only ever renamed or deleted as a link: nothing it points at is written or deleted, and the
+/// lock file is never opened through a link.
+///
 /// **Saving a step again.** A saved step is never rewritten: `save` and `save_async` refuse a
 /// step that is not newer than `latest_step()`. So a reader (a tool listing the folder, another
 /// process loading the latest checkpoint, a job restarting on another number of ranks) never
@@ -61,19 +71,29 @@ class manager_state;  // src/manager_core.hpp
 /// by an index, which could not be replaced atomically anyway. A resumed run saves the steps
 /// after the one it loaded.
 ///
-/// **Damaged steps.** A step whose checkpoint cannot be loaded (a file cut short, a header or data
-/// that do not match the digest, a file replaced by a folder or an empty file, a symlink to
-/// nowhere, a disk read error, a file of another format under a step's name: a step is read as
-/// safetensors, never by its content as `ckpt::load` reads a path) never blocks the run: `load_latest` skips it and returns the newest
+/// **Damaged steps.** A step whose bytes are wrong (a file cut short, a header or data that do not
+/// match the digest, a file replaced by a folder or an empty file, a symlink to nowhere, a file
+/// of another format under a step's name: a step is read as safetensors, never by its content as
+/// `ckpt::load` reads a path) never blocks the run: `load_latest` skips it and returns the newest
 /// step that loads, and opening a folder never fails because of one. A writing manager sets a
 /// damaged step aside (renames it to `<name>.damaged`, never deletes it), so the step number can
 /// be saved again; a read-only manager only stops listing it. `status()` lists damaged steps with
-/// their reason, and so do `ckpt inspect` and `ckpt verify` for a run folder. What counts as
-/// damage: any `ckpt::error` of the load (`format_error`, of a file or an index, `integrity_error`,
-/// `io_error`, and in the MPI manager `collective_error`), except an `io_error` that says this
-/// process ran out of a resource (`EMFILE`, `ENFILE`, `ENOMEM`, `EAGAIN`, `EINTR`), which is
-/// thrown. Opening reads no checkpoint data: a step is checked when it is loaded (the digest
-/// with it, by default), or, with keep-best, its header when the manager opens.
+/// their reason, and so do `ckpt inspect` and `ckpt verify` for a run folder; `remove_damaged`
+/// (or `ckpt prune --damaged`) deletes the set-aside ones once you have looked at them. Damage
+/// means the bytes are wrong, nothing else: a `format_error` of the load (of a file or an index,
+/// `integrity_error` included), or an `io_error` saying that the step's name leads to no file
+/// (`ENOENT`, `ELOOP`, `ENOTDIR`); in the MPI manager, such a failure on any rank. Any other
+/// failure (`EACCES`, `EPERM`, `EMFILE`, `ENFILE`, `ENOMEM`, `EIO`, `std::bad_alloc`; a rank that
+/// failed for such a reason) is thrown as it is, naming the file and the cause, and every step
+/// stays in place under its own name. Opening reads no checkpoint data: a step is checked when it
+/// is loaded (the digest with it, by default), or, with keep-best, its header when the manager
+/// opens.
+///
+/// **Retention never blocks a save.** The retention rules run when the folder opens (finishing
+/// what a crash interrupted) and after each save. A step they drop that cannot be deleted (a
+/// permission, a folder under a step file's name, which is set aside as damaged instead) stays,
+/// listed by `steps()` and by `status()` as `undeletable` with the error; the new step is written
+/// all the same, and deleting it is tried again after each save.
 ///
 /// **Background saves.** `save` writes before returning; `save_async` copies and writes on a
 /// background thread (in the MPI manager, each rank its own shard). At most one background write
@@ -131,9 +151,11 @@ class checkpoint_manager_base {
 
   /// What a manager knows of one step of its folder (see `status()`).
   enum class step_state {
-    unchecked,  ///< listed, not loaded by this manager yet
-    intact,     ///< loaded by this manager: the format's rules held, and the digest if it was checked
-    damaged,    ///< could not be loaded (unreadable, malformed, corrupted); set aside, no longer a step
+    unchecked,    ///< listed, not loaded by this manager yet
+    intact,       ///< loaded by this manager: the format's rules held, and the digest if it was checked
+    damaged,      ///< its bytes are wrong (malformed, corrupted, missing); set aside, no longer a step
+    undeletable,  ///< the retention rules drop it but deleting it failed (`reason` says why): still
+                  ///< a step, deleting it is tried again after each save; it never blocks one
   };
 
   /// One step of a manager's folder and its state.
@@ -202,16 +224,15 @@ class checkpoint_manager_base {
   ///
   /// Then applies the retention rules: old steps are deleted only once the new one is durable;
   /// the deletions are not fsynced, so after a power loss an old step may reappear, to be deleted
-  /// by the next save. Before writing, it also deletes what the rules drop among the steps
-  /// already there (a crash between a save and its deletions leaves one too many), so the folder
-  /// never holds more than one step beyond what the rules keep. Skips (returning false) a step
-  /// that is not `should_save` unless `force` is true.
+  /// by the next save. A step that cannot be deleted does not fail the save (see "Retention never
+  /// blocks a save"). Skips (returning false) a step that is not `should_save` unless `force` is
+  /// true.
   /// \return true if the step was written.
   /// \throws std::invalid_argument if `step` is negative, not newer than `latest_step()` or (MPI)
   /// differs between ranks, if the keep-best metric in `metadata` is not a number, or if a leaf
   /// name is empty, `__metadata__` or appears twice (MPI: `collective_error` naming the rank).
-  /// \throws io_error (MPI: `collective_error`) if writing or deleting an old step fails (the new
-  /// step is either whole or absent); also a pending error of an earlier `save_async`.
+  /// \throws io_error (MPI: `collective_error`) if writing fails (the new step is then absent); also
+  /// a pending error of an earlier `save_async`.
   bool save(std::int64_t step, std::span<const section> sections, const metadata_map& metadata = {},
             bool force = false);
   /// \copydoc save(std::int64_t, std::span<const section>, const metadata_map&, bool)
@@ -240,7 +261,7 @@ class checkpoint_manager_base {
 
   /// Blocks until a background write, if any, is on disk, and commits it.
   /// \throws the background write's error (io_error, std::bad_alloc...; MPI: `collective_error`),
-  /// once; io_error (MPI: `collective_error`) if a deletion of the retention rules fails.
+  /// once.
   void wait();
 
   /// The committed steps, ascending (a background save is listed once committed).
@@ -271,9 +292,19 @@ class checkpoint_manager_base {
   ///   ckpt::restore_training_state(*latest, params, state);
   /// }
   /// \endcode
-  /// \throws io_error if a damaged step cannot be renamed, or the load failed for want of a
-  /// resource (see the class notes); std::bad_alloc; a pending background error.
+  /// \throws io_error if a damaged step cannot be renamed, or a step could not be read for another
+  /// reason than damage (a permission, a resource, a read error: see the class notes; MPI:
+  /// `collective_error`); std::bad_alloc; a pending background error.
   [[nodiscard]] latest load_latest(const load_options& opts = {});
+
+  /// Deletes the steps set aside as damaged (the `damaged` rows of `status()` whose checkpoint is
+  /// a set-aside `<name>.damaged`, by this manager or an earlier run's), once you have looked at
+  /// them: the managers never delete them otherwise. A set-aside MPI step folder goes with what it
+  /// holds; a symbolic link is deleted, never what it points at. `ckpt prune --damaged RUN` calls
+  /// this. Returns the rows deleted (they leave `status()`).
+  /// \throws std::invalid_argument if the folder was opened read-only.
+  /// \throws io_error (MPI: `collective_error`) if one cannot be deleted (those before it are).
+  std::vector<step_status> remove_damaged();
 
  protected:
   /// \throws nothing
@@ -309,13 +340,15 @@ class checkpoint_manager_base {
 class checkpoint_manager : public detail::checkpoint_manager_base {
  public:
   /// Opens (creating it and its parents if needed) `folder` for writing, takes its lock, lists
-  /// the checkpoints already there and removes leftover temporaries of interrupted saves.
+  /// the checkpoints already there, removes leftover temporaries of interrupted saves and applies
+  /// the retention rules (a crash may have left a step they drop).
   /// \throws std::invalid_argument if an option is out of range (`save_interval_steps` < 1,
   /// `keep_every_n_steps` < 0, `keep_best` > 0 with an empty `best_metric`).
   /// \throws lock_error if another manager holds the folder.
-  /// \throws io_error if the folder or lock file cannot be created or listed.
-  /// A checkpoint whose header cannot be read when keep-best needs its metric is damaged: it is
-  /// set aside (see "Damaged steps"), not an error.
+  /// \throws io_error if the folder or lock file cannot be created or listed (`ELOOP`: the lock
+  /// file is a symbolic link), or, with keep-best, a checkpoint's header cannot be read for
+  /// another reason than damage. A checkpoint whose header is damaged when keep-best needs its
+  /// metric is set aside (see "Damaged steps"), not an error.
   explicit checkpoint_manager(std::filesystem::path folder, options opts = {});
 };
 

@@ -96,7 +96,10 @@ class collective_error : public error {
 /// If anything fails on any rank (disk full, an exception), every rank throws, each rank removes
 /// the shard it wrote, and no index is written: the step does not exist, and earlier steps are
 /// untouched. Leftover files of a step that was never committed (a crashed job) are replaced or
-/// removed when the step is saved again.
+/// removed when the step is saved again. Each rank opens `folder` once for the call and works
+/// relative to it; the step folder is created, written and tidied without following a symbolic
+/// link: a link (or a file) under the step folder's name fails the save on that rank, and
+/// nothing is written or deleted where it points.
 /// \returns the step folder.
 /// \throws std::invalid_argument on every rank if `step` is negative or differs between ranks,
 ///   if the step is already committed (a committed step is never rewritten in place, so that
@@ -250,6 +253,11 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 ///
 /// If `options.verify_digest` is set, the shards' digests are checked, each shard by one rank
 /// (shard k by rank k mod n), so the step is read once in all, not once per rank.
+/// Each rank's copies out of the result are then checked against the hashes the verifying rank
+/// computed (see "Verified bytes" in the guide): a shard rewritten in place afterwards is an
+/// `integrity_error`, never bytes that do not match its digest. A rank holds a bounded number of
+/// the shards' descriptors at once (a quarter of its descriptor limit, at most 1024), not one
+/// each.
 /// \throws collective_error on every rank if the step is not committed, or a rank failed to map
 ///   or verify it (the cause is then an `io_error`, a `format_error` of a shard or the index, or an
 ///   `integrity_error` message naming the file).
@@ -266,7 +274,11 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// Rank 0 takes the advisory lock `<folder>/.ckpt-mpi-manager.lock` (refusing a second manager
 /// with `lock_error`), lists the folder, removes the step folders left uncommitted by a crashed
 /// job, and applies the retention rules, then again after each commit: it deletes what the rules
-/// drop, index first, so a step never appears half-deleted.
+/// drop, index first, so a step never appears half-deleted. Every rank then opens the folder
+/// once and checks that it is the one rank 0 locked (a token rank 0 writes into the lock file);
+/// from then on every rank works relative to the folder it opened, as the single-process manager
+/// does ("The folder is held, not its path" in ckpt/manager.hpp): a step folder that is a link is
+/// read through but only ever renamed or unlinked, never written into or emptied.
 ///
 /// **Saving a step again** is refused, as in the single-process manager: a step is several files
 /// committed by an index, which cannot be replaced atomically, and readers (other jobs, tools, a

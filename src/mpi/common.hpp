@@ -174,23 +174,30 @@ inline void broadcast(MPI_Comm comm, std::string& bytes, int root) {
   if (n > 0) MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, comm);
 }
 
-// A failure agreed on by every rank: the lowest failing rank and its message.
+// A failure agreed on by every rank: the lowest failing rank and its message, and whether it
+// was one of the failures `agree` was told to prefer.
 struct failure {
   int rank;
   std::string message;
+  bool preferred = false;
 };
 
 // Collective: nothing if no rank passes an error, else the lowest failing rank's message, on
-// every rank. One MPI_Allreduce when all went well, and a broadcast of the message otherwise.
-inline std::optional<failure> agree(MPI_Comm comm, const std::exception_ptr& local) {
+// every rank; a rank whose failure is `preferred` (say, damage rather than a missing resource)
+// goes before the others. One MPI_Allreduce when all went well, and a broadcast of the message
+// otherwise.
+inline std::optional<failure> agree(MPI_Comm comm, const std::exception_ptr& local, bool preferred = false) {
   const int size = size_of(comm);
-  const int mine = local ? rank_of(comm) : size;
-  int lowest = size;
+  const int rank = rank_of(comm);
+  // Preferred failures sort before the others, each by rank; no failure sorts last.
+  const int mine = !local ? 2 * size : preferred ? rank : size + rank;
+  int lowest = 2 * size;
   MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm);
-  if (lowest == size) return std::nullopt;
-  std::string message = lowest == mine ? message_of(local) : std::string();
-  broadcast(comm, message, lowest);
-  return failure{lowest, std::move(message)};
+  if (lowest == 2 * size) return std::nullopt;
+  const int winner = lowest % size;
+  std::string message = winner == rank ? message_of(local) : std::string();
+  broadcast(comm, message, winner);
+  return failure{winner, std::move(message), lowest < size};
 }
 
 // Throws `f` as a collective_error, with this rank's own exception nested if it is the one

@@ -27,12 +27,11 @@ inline std::string shard_name(std::size_t number, std::size_t count) {
   return digits;
 }
 
-// What one rank brings to a save: its step, what it holds, and (rank 0) the step's metadata and
-// whether the step is committed already. `error` is set instead if the rank could not even say.
+// What one rank brings to a save: its step, what it holds, and (rank 0) the step's metadata.
+// `error` is set instead if the rank could not even say.
 struct holding {
   std::string error;
   std::int64_t step = 0;
-  bool committed = false;
   metadata_map metadata;
   // An entry (`count` < 0), or elements [first, first + count) of one in C order (a slice).
   struct entry {
@@ -79,10 +78,12 @@ inline std::string describe_entry(ckpt::dtype type, std::span<const std::int64_t
 // Collective: the part of planning a step that every save shares. Every rank's holding, this
 // rank's entries described by `describe_mine` (an exception there is reported on every rank as a
 // collective_error), after checking that the ranks agree on the step and that it is not
-// committed; fills `plan`'s folder, step, dir, operation and metadata (rank 0's `metadata`, then
-// `step`). `function` names the caller in messages.
+// committed; fills `plan`'s folder, run (`held`, the folder a manager holds, or `folder` opened
+// by each rank, created if need be, once the step is agreed), step, dir, operation and metadata
+// (rank 0's `metadata`, then `step`). `function` names the caller in messages.
 std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
-                                     std::int64_t step, const metadata_map& metadata, std::string_view function,
+                                     const ckpt::detail::folder_handle* held, std::int64_t step,
+                                     const metadata_map& metadata, std::string_view function,
                                      const std::function<void(std::vector<holding::entry>&)>& describe_mine);
 
 }  // namespace ckpt::mpi::detail

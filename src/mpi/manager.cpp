@@ -2,13 +2,20 @@
 #include <ckpt/snapshot.hpp>
 
 #include "../atomic_file.hpp"
+#include "../folder.hpp"
+#include "../io_hooks.hpp"
 #include "../manager_core.hpp"
 #include "../posix_file.hpp"
 #include "../sharded.hpp"
 #include "common.hpp"
 #include "step.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <map>
 
 #include <optional>
 #include <stdexcept>
@@ -23,13 +30,16 @@ constexpr std::string_view who = "mpi::checkpoint_manager";
 
 using step_map = ckpt::detail::manager_core::step_map;
 
-// The core's steps and damaged steps, as rank 0 shares them.
+// The core's steps, damaged steps and undeletable ones, as rank 0 shares them.
 struct shared_steps {
   step_map steps;
   std::vector<ckpt::detail::step_status> damaged;
+  std::map<std::int64_t, std::string> undeletable;
 };
 
-// A folder of shards per step, committed by its index, written by the ranks together.
+// A folder of shards per step, committed by its index, written by the ranks together. Every rank
+// holds the folder by its descriptor from open to close (src/folder.hpp); rank 0 checks that
+// they all hold the folder it locked.
 class mpi_state final : public ckpt::detail::manager_state {
  public:
   mpi_state(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts)
@@ -38,13 +48,28 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
   ~mpi_state() override {
     static_cast<void>(background.join());  // settled by checkpoint_manager_base, unless MPI is gone
-    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+    lock_ = ckpt::detail::file_descriptor(-1);  // releases the flock
     if (!finalized()) MPI_Comm_free(&comm_);
   }
 
-  // Collective: rank 0 opens the folder, every rank learns its steps.
+  // Collective: rank 0 opens and locks the folder, then every rank opens it, checks that it is
+  // the one rank 0 locked, and learns its steps.
   void open() {
     on_rank_0_then_share([this] { open_on_rank_0(); }, "checkpoint_manager");
+    std::exception_ptr local_error;
+    std::string token = rank() == 0 ? token_ : std::string();
+    detail::broadcast(comm_, token, 0);
+    if (rank() != 0) {
+      try {
+        folder_ = ckpt::detail::folder_handle::open(core.folder());
+        if (!core.options().read_only && read_token() != token)
+          throw std::runtime_error("ckpt: mpi::checkpoint_manager: the folder '" + core.folder().string() +
+                                   "' is another folder on this rank than the one rank 0 opened and locked");
+      } catch (...) {
+        local_error = std::current_exception();
+      }
+    }
+    detail::settle(comm_, local_error, core.folder(), "checkpoint_manager");
   }
 
   [[nodiscard]] std::filesystem::path path_of(std::int64_t step) const override {
@@ -121,7 +146,23 @@ class mpi_state final : public ckpt::detail::manager_state {
 
   // Collective.
   checkpoint load_step(std::int64_t step, const load_options& options) override {
-    return mpi::load(comm_, core.folder(), step, options);
+    last_load_damaged_ = false;
+    return detail::load_step(comm_, folder_, step, options, &last_load_damaged_);
+  }
+
+  // What every rank agreed on in load_step: some rank found the step's bytes wrong.
+  [[nodiscard]] bool damaged_by(const std::exception& e) const override {
+    return dynamic_cast<const collective_error*>(&e) != nullptr && last_load_damaged_;
+  }
+
+  // Collective: rank 0 deletes them, every rank learns what is left.
+  std::vector<ckpt::detail::step_status> remove_damaged() override {
+    const std::vector<ckpt::detail::step_status> before = core.damaged();
+    on_rank_0_then_share([this] { static_cast<void>(core.remove_set_aside(folder_)); }, "remove_damaged");
+    std::vector<ckpt::detail::step_status> removed;
+    for (const ckpt::detail::step_status& s : before)
+      if (std::ranges::none_of(core.damaged(), [&](const auto& d) { return d.path == s.path; })) removed.push_back(s);
+    return removed;
   }
 
   // Collective: rank 0 sets the step folder aside, every rank learns of it.
@@ -144,24 +185,29 @@ class mpi_state final : public ckpt::detail::manager_state {
   void open_on_rank_0() {
     if (core.options().read_only) {
       // No lock, no clean-up: the committed steps as they are now.
+      folder_ = ckpt::detail::folder_handle::open(core.folder());
       note_set_aside();
-      static_cast<void>(core.add_existing(detail::committed_steps(core.folder()), [](std::int64_t) { return metadata_map{}; }));
+      static_cast<void>(core.add_existing(detail::committed_steps(folder_), [](std::int64_t) { return metadata_map{}; }));
       return;
     }
-    lock_fd_ = ckpt::detail::lock_exclusively(core.folder(), lock_name);
-    std::vector<std::filesystem::path> debris;
-    ckpt::detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
-      std::error_code ignored;
-      if (ckpt::detail::step_in_name(name, detail::step_prefix) && std::filesystem::is_directory(path, ignored) &&
-          !std::filesystem::exists(path / detail::index_file_name, ignored))
-        debris.push_back(path);
-    });
-    std::error_code ec;
-    for (const auto& path : debris) std::filesystem::remove_all(path, ec);
+    folder_ = ckpt::detail::folder_handle::open(core.folder(), /*create=*/true);
+    lock_ = folder_.lock(lock_name);
+    write_token();
+    // Debris: a step folder without its index (a link so named is only unlinked, never followed).
+    for (const std::string& name : folder_.names()) {
+      if (!ckpt::detail::step_in_name(name, detail::step_prefix) || detail::is_committed(folder_, name)) continue;
+      try {
+        if (const auto info = folder_.status(name); info && (S_ISDIR(info->st_mode) || S_ISLNK(info->st_mode)))
+          static_cast<void>(folder_.remove(name));
+      } catch (const io_error&) {  // debris left is only wasted space
+      }
+    }
     note_set_aside();
     // Only the headers are needed for the metrics.
-    const auto unreadable = core.add_existing(detail::committed_steps(core.folder()), [this](std::int64_t step) {
-      return ckpt::detail::load_sharded(path_of(step) / detail::index_file_name, {.verify_digest = false}).metadata();
+    const auto unreadable = core.add_existing(detail::committed_steps(folder_), [this](std::int64_t step) {
+      return ckpt::detail::load_sharded(folder_.subfolder_to_read(detail::step_folder_name(step)), detail::index_file_name,
+                                        {.verify_digest = false})
+          .metadata();
     });
     for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);
     // Finishes the retention of a job that died between a commit and its deletions, so that
@@ -171,29 +217,60 @@ class mpi_state final : public ckpt::detail::manager_state {
 
   // Rank 0: step folders set aside as damaged by an earlier run, listed as damaged.
   void note_set_aside() {
-    ckpt::detail::for_each_in_folder(core.folder(), [&](const std::string& name, const std::filesystem::path& path) {
+    for (const std::string& name : folder_.names())
       if (const auto step = ckpt::detail::step_set_aside(name, detail::step_prefix))
-        core.mark_damaged(*step, path, "set aside as damaged by an earlier run");
-    });
+        core.mark_damaged(*step, folder_.path_of(name), "set aside as damaged by an earlier run");
   }
 
-  // Rank 0: sets a damaged step's folder aside.
+  // Rank 0: sets a damaged step's folder aside (a link is renamed as a link).
   void set_aside_on_rank_0(std::int64_t step, const std::string& reason) {
-    static_cast<void>(core.set_aside(step, path_of(step), reason));
+    static_cast<void>(core.set_aside(step, folder_, detail::step_folder_name(step), reason));
   }
 
   // Rank 0: deletes what the rules drop, the index first, so that a step is either committed and
-  // whole or not there at all, even if this stops half-way.
+  // whole or not there at all, even if this stops half-way. A step that is a link (a forked
+  // run's) is unlinked: nothing it points at is touched. A step whose index cannot be deleted
+  // stays, reported by status() (manager_core::retain); the folder of a step whose index is gone
+  // is debris, removed as far as it can be (and by the next manager if not).
   void retain() {
-    for (const std::int64_t step : core.to_drop()) {
-      const std::filesystem::path dir = path_of(step);
-      const std::filesystem::path index = dir / detail::index_file_name;
-      std::error_code ec;
-      if (!std::filesystem::remove(index, ec) && ec) throw io_error(index, "remove", ec);
-      core.forget(step);
-      std::filesystem::remove_all(dir, ec);
-      if (ec) throw io_error(dir, "remove", ec);
-    }
+    core.retain([this](std::int64_t step) {
+      const std::string name = detail::step_folder_name(step);
+      const std::optional<struct stat> info = folder_.status(name);
+      if (!info) return;
+      if (!S_ISDIR(info->st_mode)) {
+        if (ckpt::detail::hooks().unlinkat(folder_.fd(), name.c_str(), 0) != 0 && errno != ENOENT)
+          throw io_error(folder_.path_of(name), "remove", ckpt::detail::last_error());
+        return;
+      }
+      const ckpt::detail::folder_handle dir = folder_.subfolder(name);
+      const std::string index(detail::index_file_name);
+      if (ckpt::detail::hooks().unlinkat(dir.fd(), index.c_str(), 0) != 0 && errno != ENOENT)
+        throw io_error(dir.path_of(index), "remove", ckpt::detail::last_error());
+      try {
+        static_cast<void>(folder_.remove(name));
+      } catch (const io_error&) {
+      }
+    });
+  }
+
+  // Rank 0, holding the lock: writes a random token into the lock file, which every other rank
+  // reads through the folder it opened, to prove it is the one rank 0 locked.
+  void write_token() {
+    token_ = ckpt::detail::random_suffix() + ckpt::detail::random_suffix() + " " + std::to_string(::getpid());
+    if (::ftruncate(lock_.get(), 0) != 0 ||
+        ::pwrite(lock_.get(), token_.data(), token_.size(), 0) != static_cast<ssize_t>(token_.size()))
+      throw io_error(folder_.path_of(lock_name), "write the lock file", ckpt::detail::last_error());
+  }
+
+  // Another rank: the token in the lock file of the folder it opened.
+  [[nodiscard]] std::string read_token() const {
+    const ckpt::detail::file_descriptor fd(
+        ::openat(folder_.fd(), std::string(lock_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) throw io_error(folder_.path_of(lock_name), "open the lock file", ckpt::detail::last_error());
+    std::string text(64, '\0');
+    text.resize(ckpt::detail::read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0,
+                                         folder_.path_of(lock_name)));
+    return text;
   }
 
   // Collective: rank 0 runs `work`, then every rank gets rank 0's list of steps, and every rank
@@ -208,12 +285,14 @@ class mpi_state final : public ckpt::detail::manager_state {
         local_error = std::current_exception();
       }
     }
-    std::string bytes = rank() == 0 ? detail::encode(shared_steps{core.all(), core.damaged()}) : std::string();
+    std::string bytes =
+        rank() == 0 ? detail::encode(shared_steps{core.all(), core.damaged(), core.undeletable()}) : std::string();
     detail::broadcast(comm_, bytes, 0);
     if (rank() != 0) {
       shared_steps shared = detail::decode<shared_steps>(bytes);
       core.replace_all(std::move(shared.steps));
       core.replace_damaged(std::move(shared.damaged));
+      core.replace_undeletable(std::move(shared.undeletable));
     }
     detail::settle(comm_, local_error, core.folder(), operation);
   }
@@ -225,7 +304,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   void release_pages_of_dropped(const detail::step_plan& plan) const {
     if (plan.shard.empty()) return;
     for (const std::int64_t old : core.to_drop_after(plan.step, plan.metadata))
-      ckpt::detail::drop_cached_pages(path_of(old) / plan.shard);
+      ckpt::detail::drop_cached_pages({folder_, detail::step_folder_name(old) + "/" + plan.shard});
   }
 
   // Collective: commits `plan`'s step once every rank's shard is written (`local_error` is this
@@ -239,11 +318,15 @@ class mpi_state final : public ckpt::detail::manager_state {
   // The step's plan, named after the calling member.
   detail::step_plan plan_of(std::int64_t step, std::span<const section> sections, const metadata_map& metadata,
                             std::string_view member) {
-    return detail::plan_step(comm_, core.folder(), step, sections, metadata, "checkpoint_manager::" + std::string(member));
+    return detail::plan_step(comm_, core.folder(), &folder_, step, sections, metadata,
+                             "checkpoint_manager::" + std::string(member));
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int lock_fd_ = -1;  // rank 0 only
+  ckpt::detail::folder_handle folder_;  // every rank's own descriptor of the folder
+  ckpt::detail::file_descriptor lock_{-1};  // rank 0 only
+  std::string token_;                        // rank 0: what it wrote into the lock file
+  bool last_load_damaged_ = false;
   // The step this rank's background write belongs to.
   detail::step_plan pending_;
 };

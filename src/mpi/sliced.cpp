@@ -6,6 +6,7 @@
 
 #include "../atomic_file.hpp"
 #include "../digest.hpp"
+#include "../folder.hpp"
 #include "../posix_file.hpp"
 #include "../safetensors.hpp"
 #include "common.hpp"
@@ -289,10 +290,11 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
                                   const metadata_map& metadata, const save_options& options) {
   const int rank = detail::rank_of(comm);
   const int size = detail::size_of(comm);
+  // Each rank opens the folder once, in the plan; the step folder is made and used relative to it.
   detail::step_plan plan;
   std::vector<const ckpt::detail::entry_source*> wholes;
   const std::vector<detail::holding> all = detail::gather_holdings(
-      comm, plan, folder, step, metadata, "save_sliced", [&](std::vector<detail::holding::entry>& entries) {
+      comm, plan, folder, nullptr, step, metadata, "save_sliced", [&](std::vector<detail::holding::entry>& entries) {
         wholes = ckpt::detail::ordered_entries(whole, "mpi::save_sliced");
         for (const auto* e : wholes) entries.push_back({e->name, e->dtype, e->shape, 0, -1});
         for (const slice& s : slices) {
@@ -353,6 +355,7 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
 
   const std::filesystem::path target = plan.dir / shard;
   std::exception_ptr error;
+  std::optional<ckpt::detail::folder_handle> dir;
   std::optional<ckpt::detail::atomic_file> file;
   std::string temporary;
   // A failure so far, on any rank: the temporary goes (rank 0), the step folder too, and every
@@ -363,11 +366,9 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
     detail::commit_step(comm, plan, error);
   };
   keep_error(error, [&] {
-    std::error_code ec;
-    std::filesystem::create_directories(plan.dir, ec);
-    if (ec) throw io_error(plan.dir, "create the folder", ec);
+    dir = detail::open_step_folder(plan);  // never through a link
     if (rank == 0) {
-      file.emplace(target);
+      file.emplace(ckpt::detail::file_at{*dir, shard});
       temporary = file->temporary();
     }
   });
@@ -395,7 +396,7 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
     std::vector<std::uint64_t> mine(static_cast<std::size_t>(counts[static_cast<std::size_t>(rank)]));
     keep_error(error, [&] {
       struct stat info {};
-      const ckpt::detail::file_descriptor fd = ckpt::detail::open_to_read(temporary, info);
+      const ckpt::detail::file_descriptor fd = dir->open_to_read(std::filesystem::path(temporary).filename().string(), info);
       std::vector<std::byte> buffer(chunk);
       for (std::size_t i = 0; i < mine.size(); ++i) {
         const std::uint64_t at = static_cast<std::uint64_t>(displacements[static_cast<std::size_t>(rank)] + static_cast<int>(i)) * chunk;

@@ -2,16 +2,21 @@
 // ckpt/mpi.hpp), on the helpers of src/mpi/ that every collective function shares.
 #include <ckpt/mpi.hpp>
 
-#include "../hf_index.hpp"
-#include "../manager_core.hpp"
 #include "../atomic_file.hpp"
 #include "../file.hpp"
+#include "../folder.hpp"
+#include "../hf_index.hpp"
+#include "../manager_core.hpp"
 #include "../posix_file.hpp"
 #include "../safetensors.hpp"
 #include "../sharded.hpp"
 #include "common.hpp"
 #include "holding.hpp"
 #include "step.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -36,12 +41,17 @@ using detail::step_prefix;
 
 // After a failed save: each rank removes its shard, then rank 0 the step folder if nothing else
 // is left in it (a folder the failed save created; debris of other jobs stays). Every rank
-// returns once all that is done, so that the folder is as the caller will find it.
+// returns once all that is done, so that the folder is as the caller will find it. Nothing is
+// followed through a link: a step "folder" that is a link was never written into.
 void undo(MPI_Comm comm, const detail::step_plan& plan) {
-  std::error_code ignored;
-  if (!plan.shard.empty()) std::filesystem::remove(plan.dir / plan.shard, ignored);
+  if (!plan.shard.empty()) {
+    try {
+      static_cast<void>(plan.run.subfolder(plan.dir_name).remove(plan.shard));
+    } catch (const error&) {
+    }
+  }
   MPI_Barrier(comm);
-  if (detail::rank_of(comm) == 0) std::filesystem::remove(plan.dir, ignored);
+  if (detail::rank_of(comm) == 0) static_cast<void>(::unlinkat(plan.run.fd(), plan.dir_name.c_str(), AT_REMOVEDIR));
   MPI_Barrier(comm);
 }
 
@@ -49,13 +59,18 @@ void undo(MPI_Comm comm, const detail::step_plan& plan) {
 
 namespace detail {
 
-std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step) {
+std::string step_folder_name(std::int64_t step) {
   if (step < 0) throw std::invalid_argument("ckpt: mpi: negative step " + std::to_string(step));
-  return folder / ckpt::detail::step_name(step_prefix, step);
+  return ckpt::detail::step_name(step_prefix, step);
+}
+
+std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step) {
+  return folder / step_folder_name(step);
 }
 
 std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
-                                     std::int64_t step, const metadata_map& metadata, std::string_view function,
+                                     const ckpt::detail::folder_handle* held, std::int64_t step,
+                                     const metadata_map& metadata, std::string_view function,
                                      const std::function<void(std::vector<holding::entry>&)>& describe_mine) {
   const int size = size_of(comm);
   plan.folder = folder;
@@ -68,13 +83,7 @@ std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::
   try {
     mine.step = step;
     describe_mine(mine.entries);
-    if (rank_of(comm) == 0) {
-      mine.metadata = metadata;
-      if (step >= 0) {
-        std::error_code ec;
-        mine.committed = std::filesystem::exists(step_folder(folder, step) / index_file_name, ec);
-      }
-    }
+    if (rank_of(comm) == 0) mine.metadata = metadata;
   } catch (...) {
     local_error = std::current_exception();
     mine = holding{};
@@ -92,8 +101,23 @@ std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::
       throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": the ranks disagree on the step: rank 0 saves step " +
                                   std::to_string(all[0].step) + ", rank " + std::to_string(r) + " step " +
                                   std::to_string(all[static_cast<std::size_t>(r)].step));
-  plan.dir = step_folder(folder, step);  // throws on every rank alike
-  if (all[0].committed)
+  plan.dir_name = step_folder_name(step);  // throws on every rank alike
+  plan.dir = folder / plan.dir_name;
+  // The folder, once the step is agreed: held already, or opened by each rank (created if need be).
+  if (held != nullptr) {
+    plan.run = *held;
+  } else {
+    std::exception_ptr open_error;
+    try {
+      plan.run = ckpt::detail::folder_handle::open(folder, /*create=*/true);
+    } catch (...) {
+      open_error = std::current_exception();
+    }
+    settle(comm, open_error, folder, plan.operation);
+  }
+  int committed = rank_of(comm) == 0 && is_committed(plan.run, plan.dir_name) ? 1 : 0;
+  MPI_Bcast(&committed, 1, MPI_INT, 0, comm);
+  if (committed != 0)
     throw std::invalid_argument("ckpt: mpi::" + std::string(function) + ": step " + std::to_string(step) +
                                 " is already committed in '" + folder.string() + "' ('" +
                                 (plan.dir / index_file_name).string() + "' exists); a committed step is never rewritten");
@@ -102,12 +126,13 @@ std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::
   return all;
 }
 
-step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                    std::span<const section> sections, const metadata_map& metadata, std::string_view function) {
+step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, const ckpt::detail::folder_handle* held,
+                    std::int64_t step, std::span<const section> sections, const metadata_map& metadata,
+                    std::string_view function) {
   const int size = size_of(comm);
   step_plan plan;
   const std::vector<holding> all =
-      gather_holdings(comm, plan, folder, step, metadata, function, [&](std::vector<holding::entry>& entries) {
+      gather_holdings(comm, plan, folder, held, step, metadata, function, [&](std::vector<holding::entry>& entries) {
         for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + std::string(function)))
           entries.push_back({e->name, e->dtype, e->shape});
       });
@@ -146,16 +171,18 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, std::int
   return plan;
 }
 
+ckpt::detail::folder_handle open_step_folder(const step_plan& plan) {
+  return plan.run.subfolder(plan.dir_name, /*create=*/true);
+}
+
 void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options) {
-  std::error_code ec;
-  std::filesystem::create_directories(plan.dir, ec);
-  if (ec) throw io_error(plan.dir, "create the folder", ec);
+  const ckpt::detail::folder_handle dir = open_step_folder(plan);
   if (plan.shard.empty()) return;
   std::vector<ckpt::detail::entry_source> entries;
   entries.reserve(plan.mine.size());
   for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation))
     if (plan.mine.contains(e->name)) entries.push_back(*e);
-  ckpt::detail::write_file(plan.dir / plan.shard, entries, plan.metadata, options);
+  ckpt::detail::write_file({dir, plan.shard}, entries, plan.metadata, options);
 }
 
 void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr& local_error) {
@@ -169,19 +196,20 @@ void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr&
   // step may have left (files the index does not name); one broadcast tells every rank.
   if (rank_of(comm) == 0) {
     try {
+      const ckpt::detail::folder_handle dir = open_step_folder(plan);
       // If anything fails, the index is absent afterwards (even when only the folder's fsync
       // failed after the rename), so that the ranks can remove their shards without leaving a
       // committed step that names missing files.
-      ckpt::detail::write_atomically(plan.dir / index_file_name, ckpt::detail::index_text(plan.total_size, plan.weight_map),
+      ckpt::detail::write_atomically({dir, std::string(index_file_name)},
+                                     ckpt::detail::index_text(plan.total_size, plan.weight_map),
                                      ckpt::detail::on_folder_sync_failure::remove_new_file);
       std::set<std::string, std::less<>> keep(plan.shards.begin(), plan.shards.end());
       keep.emplace(index_file_name);
-      std::error_code ec;
-      for (std::filesystem::directory_iterator it(plan.dir, ec), end; !ec && it != end; it.increment(ec))
-        if (!keep.contains(it->path().filename().string())) {
-          std::error_code ignored;
-          std::filesystem::remove_all(it->path(), ignored);
-        }
+      try {
+        for (const std::string& name : dir.names())
+          if (!keep.contains(name)) static_cast<void>(dir.remove(name));
+      } catch (const ckpt::error&) {  // debris left is only wasted space: the index names what counts
+      }
     } catch (...) {
       error = std::current_exception();
     }
@@ -192,28 +220,105 @@ void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr&
   }
 }
 
-std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
+bool is_committed(const ckpt::detail::folder_handle& run, const std::string& name) {
+  struct stat info {};
+  return ::fstatat(run.fd(), (name + "/" + std::string(index_file_name)).c_str(), &info, 0) == 0 && S_ISREG(info.st_mode);
+}
+
+std::vector<std::int64_t> committed_steps(const ckpt::detail::folder_handle& run) {
   std::vector<std::int64_t> steps;
-  std::error_code ec;
-  if (!std::filesystem::exists(folder, ec)) return steps;
-  std::filesystem::directory_iterator it(folder, ec);
-  if (ec) throw io_error(folder, "list", ec);
-  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::optional<std::int64_t> step = ckpt::detail::step_in_name(it->path().filename().string(), step_prefix);
-    std::error_code ignored;
-    if (step && std::filesystem::is_regular_file(it->path() / index_file_name, ignored)) steps.push_back(*step);
-  }
-  if (ec) throw io_error(folder, "list", ec);
+  for (const std::string& name : run.names())
+    if (const std::optional<std::int64_t> step = ckpt::detail::step_in_name(name, step_prefix); step && is_committed(run, name))
+      steps.push_back(*step);
   std::ranges::sort(steps);
   return steps;
+}
+
+std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
+  std::error_code ec;
+  if (!std::filesystem::exists(folder, ec)) return {};
+  return committed_steps(ckpt::detail::folder_handle::open(folder));
+}
+
+checkpoint load_step(MPI_Comm comm, const ckpt::detail::folder_handle& run, std::int64_t step, const load_options& options,
+                     bool* damaged) {
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  checkpoint result;
+  std::exception_ptr local_error;
+  const std::string operation = "load of step " + std::to_string(step);
+  // Every rank maps every shard (headers only); the shards' digests are verified once in all,
+  // shard k (in name order) by rank k mod size, and the hashes shared, so that every rank's
+  // copies out of the step are checked against them.
+  std::filesystem::path index;
+  std::optional<ckpt::detail::folder_handle> dir;
+  std::map<std::string, std::vector<std::string>, std::less<>> by_shard;
+  std::vector<std::vector<std::uint64_t>> hashes;
+  try {
+    const std::string name = step_folder_name(step);
+    index = run.path_of(name) / index_file_name;
+    if (!is_committed(run, name))
+      throw std::invalid_argument("ckpt: mpi::load: step " + std::to_string(step) + " is not committed in '" +
+                                  run.path().string() + "' (there is no '" + index.string() + "')");
+    dir = run.subfolder_to_read(name);  // a forked run's step may be a link to another run's
+    struct stat info {};
+    const ckpt::detail::file_descriptor fd = dir->open_to_read(index_file_name, info);
+    by_shard = ckpt::detail::read_weight_map(fd.get(), index);
+    hashes.resize(by_shard.size());
+    if (options.verify_digest) {
+      std::size_t k = 0;
+      for (const auto& [shard, names] : by_shard) {
+        if (k % static_cast<std::size_t>(size) == static_cast<std::size_t>(rank))
+          hashes[k] = ckpt::detail::verify_file({*dir, shard}, {.verify_digest = true});
+        ++k;
+      }
+    }
+  } catch (...) {
+    local_error = std::current_exception();
+  }
+  const auto settle_load = [&] {
+    const bool mine = local_error && [&] {
+      try {
+        std::rethrow_exception(local_error);
+      } catch (const std::exception& e) {
+        return ckpt::detail::is_damage(e);
+      } catch (...) {
+        return false;
+      }
+    }();
+    if (const std::optional<failure> f = agree(comm, local_error, mine)) {
+      if (damaged != nullptr) *damaged = f->preferred;
+      throw_failure(comm, *f, local_error, run.path(), operation);
+    }
+  };
+  settle_load();
+  // Each shard's hashes from the rank that verified it (none: not verified, or no digest).
+  for (std::size_t k = 0; k < hashes.size(); ++k) {
+    std::string bytes = encode(hashes[k]);
+    broadcast(comm, bytes, static_cast<int>(k % static_cast<std::size_t>(size)));
+    hashes[k] = decode<std::vector<std::uint64_t>>(bytes);
+  }
+  try {
+    std::map<std::string, std::size_t, std::less<>> number;
+    for (const auto& [shard, names] : by_shard) number.emplace(shard, number.size());
+    result = ckpt::detail::assemble_shards(index, by_shard, [&](const std::string& shard) {
+      const std::vector<std::uint64_t>& known = hashes[number.at(shard)];
+      return ckpt::detail::load_file({*dir, shard}, {.verify_digest = !known.empty()}, known);
+    });
+  } catch (...) {
+    local_error = std::current_exception();
+  }
+  settle_load();
+  return result;
 }
 
 }  // namespace detail
 
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                            std::span<const section> local, const metadata_map& metadata, const save_options& options) {
-  // Rank 0's metadata count.
-  const detail::step_plan plan = detail::plan_step(comm, folder, step, local, metadata, "save");
+  // Each rank opens the folder once, in the plan; the step is written relative to it. Rank 0's
+  // metadata count.
+  const detail::step_plan plan = detail::plan_step(comm, folder, nullptr, step, local, metadata, "save");
   std::exception_ptr local_error;
   try {
     detail::write_shard(plan, local, options);
@@ -225,30 +330,15 @@ std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, s
 }
 
 checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step, const load_options& options) {
-  const int rank = detail::rank_of(comm);
-  const int size = detail::size_of(comm);
-  checkpoint result;
-  std::exception_ptr local_error;
+  std::exception_ptr open_error;
+  ckpt::detail::folder_handle run;
   try {
-    const std::filesystem::path index = step_folder(folder, step) / index_file_name;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(index, ec))
-      throw std::invalid_argument("ckpt: mpi::load: step " + std::to_string(step) + " is not committed in '" +
-                                  folder.string() + "' (there is no '" + index.string() + "')");
-    // Every rank maps every shard (headers only), through the one reader of sharded checkpoints.
-    result = ckpt::detail::load_sharded(index, {.verify_digest = false});
-    if (options.verify_digest) {
-      // Each shard's digest once in all: shard k (in name order) by rank k mod size.
-      std::size_t k = 0;
-      for (const auto& [shard, names] : ckpt::detail::read_weight_map(index))
-        if (k++ % static_cast<std::size_t>(size) == static_cast<std::size_t>(rank))
-          static_cast<void>(ckpt::load(index.parent_path() / shard, {.verify_digest = true}));
-    }
+    run = ckpt::detail::folder_handle::open(folder);
   } catch (...) {
-    local_error = std::current_exception();
+    open_error = std::current_exception();
   }
-  detail::settle(comm, local_error, folder, "load of step " + std::to_string(step));
-  return result;
+  detail::settle(comm, open_error, folder, "load of step " + std::to_string(step));
+  return detail::load_step(comm, run, step, options, nullptr);
 }
 
 }  // namespace ckpt::mpi

@@ -61,18 +61,18 @@ ssize_t disk_full_writev(int fd, const iovec* pieces, int count) {
 
 bool is_index(const char* path) { return std::string_view(path).ends_with(ckpt::mpi::detail::index_file_name); }
 
-int failing_rename(const char* from, const char* to) {
+int failing_rename(int from_folder, const char* from, int to_folder, const char* to) {
   if (is_index(to)) {
     errno = EIO;
     return -1;
   }
-  return ::rename(from, to);
+  return ::renameat(from_folder, from, to_folder, to);
 }
 
 // The index is renamed into place, then the folder's fsync fails: the commit is not durable.
 bool index_renamed = false;
-int rename_noting_index(const char* from, const char* to) {
-  const int result = ::rename(from, to);
+int rename_noting_index(int from_folder, const char* from, int to_folder, const char* to) {
+  const int result = ::renameat(from_folder, from, to_folder, to);
   if (result == 0 && is_index(to)) index_renamed = true;
   return result;
 }
@@ -153,7 +153,7 @@ void disk_full_on_rank_0(const fs::path& folder) {
 
 void index_cannot_be_renamed(const fs::path& folder) {
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
-  hooks.rename = failing_rename;
+  hooks.renameat = failing_rename;
   const fs::path index = ckpt::mpi::detail::step_folder(folder, 2) / ckpt::mpi::detail::index_file_name;
   check_failed_save(folder, 0, hooks,
                     "ckpt: cannot rename a temporary file over '" + index.string() + "': Input/output error");
@@ -162,7 +162,7 @@ void index_cannot_be_renamed(const fs::path& folder) {
 void index_not_durable(const fs::path& folder) {
   index_renamed = false;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
-  hooks.rename = rename_noting_index;
+  hooks.renameat = rename_noting_index;
   hooks.fsync = failing_folder_fsync;
   // The index was in place for a moment: it must be gone again, before the shards it names.
   check_failed_save(folder, 0, hooks,
@@ -225,7 +225,7 @@ void background_disk_full_on_rank_0_seen_at_the_next_save(const fs::path& folder
 
 void background_index_cannot_be_renamed(const fs::path& folder) {
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
-  hooks.rename = failing_rename;
+  hooks.renameat = failing_rename;
   const fs::path index = ckpt::mpi::detail::step_folder(folder, 2) / ckpt::mpi::detail::index_file_name;
   check_failed_background_save(folder, 0, hooks,
                                "ckpt: cannot rename a temporary file over '" + index.string() + "': Input/output error",
@@ -235,7 +235,7 @@ void background_index_cannot_be_renamed(const fs::path& folder) {
 void background_index_not_durable(const fs::path& folder) {
   index_renamed = false;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
-  hooks.rename = rename_noting_index;
+  hooks.renameat = rename_noting_index;
   hooks.fsync = failing_folder_fsync;
   check_failed_background_save(
       folder, 0, hooks, "ckpt: cannot fsync folder '" + ckpt::mpi::detail::step_folder(folder, 2).string() + "': Input/output error",

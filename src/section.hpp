@@ -1,0 +1,20 @@
+#pragma once
+// The save of sections (ckpt/section.hpp) to a file in a folder held by its descriptor, as the
+// managers save a step (src/section.cpp).
+
+#include <ckpt/file.hpp>
+#include <ckpt/section.hpp>
+
+#include "folder.hpp"
+
+#include <span>
+
+namespace ckpt::detail {
+
+// ckpt::save of sections, to `target`: what the managers call for a step, and ckpt::save for a
+// path.
+// \throws as ckpt::save.
+void save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
+                   const save_options& options);
+
+}  // namespace ckpt::detail
