@@ -204,9 +204,12 @@ void mapped_file::read(std::span<const std::byte> from, std::byte* out) const {
     out += part;
   }
   constexpr std::size_t chunk_bytes = file_digest_chunk_bytes;
-  const auto check = [&](std::size_t k, const std::byte* bytes, std::size_t n) {
-    if (const std::uint64_t hash = xxh3_of({bytes, n}); hash != chunk_hashes_.at(k))
+  // A chunk that no longer matches is not handed out: its bytes are cleared where they were read.
+  const auto check = [&](std::size_t k, std::byte* bytes, std::size_t n) {
+    if (const std::uint64_t hash = xxh3_of({bytes, n}); hash != chunk_hashes_.at(k)) {
+      std::memset(bytes, 0, n);
       throw changed_after_verification(path_, k, digest_hex(chunk_hashes_[k]), digest_hex(hash));
+    }
   };
   const std::size_t end = offset + size;
   for (std::size_t at = offset; at < end;) {

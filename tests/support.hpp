@@ -25,7 +25,11 @@
 #include <system_error>
 #include <vector>
 
-#include <stdlib.h>  // mkdtemp (POSIX)
+#include <functional>
+
+#include <stdlib.h>    // mkdtemp (POSIX)
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // fork, pipe
 
 namespace ckpt_test {
 
@@ -94,6 +98,36 @@ inline std::vector<std::string> folder_listing(const std::filesystem::path& dir)
 inline ckpt::tensor floats(std::initializer_list<float> values) {
   return ckpt::tensor::copy_of(ckpt::dtype::f32, {static_cast<std::int64_t>(values.size())},
                                std::as_bytes(std::span(values.begin(), values.size())));
+}
+
+// Runs `f` in a child process (for what must not outlive it: a lower limit, another user, a
+// signal disposition) and returns the string it returned, sent back through a pipe. An
+// exception escaping `f` fails the child, and so the test.
+inline std::string in_child(const std::function<std::string()>& f) {
+  int pipe_fds[2];
+  BOOST_REQUIRE(::pipe(pipe_fds) == 0);
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string out;
+    try {
+      out = f();
+    } catch (...) {
+      ::_exit(2);
+    }
+    const bool sent = ::write(pipe_fds[1], out.data(), out.size()) == static_cast<ssize_t>(out.size());
+    ::_exit(sent ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  std::string out;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) out.append(buffer, static_cast<std::size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  return out;
 }
 
 // Kibibytes of file-backed pages mapped into this process (RssFile of /proc/self/status), or -1.

@@ -225,33 +225,17 @@ namespace {
 // ignored: write() then fails with EFBIG once the file would pass the limit, as on a full disk.
 // Returns what the save threw ("" if it succeeded).
 std::string save_under_file_size_limit(const fs::path& path, const ckpt::checkpoint& t, bool digest, rlim_t limit) {
-  int pipe_fds[2];
-  BOOST_REQUIRE(::pipe(pipe_fds) == 0);
-  const pid_t child = ::fork();
-  BOOST_REQUIRE(child >= 0);
-  if (child == 0) {
-    ::close(pipe_fds[0]);
+  return ckpt_test::in_child([&] {
     std::signal(SIGXFSZ, SIG_IGN);
     const rlimit rl{limit, limit};
     ::setrlimit(RLIMIT_FSIZE, &rl);
-    std::string what;
     try {
       ckpt::save(path, t, {.digest = digest});
     } catch (const std::exception& e) {
-      what = e.what();
+      return std::string(e.what());
     }
-    const bool sent = ::write(pipe_fds[1], what.data(), what.size()) == static_cast<ssize_t>(what.size());
-    ::_exit(sent ? 0 : 1);
-  }
-  ::close(pipe_fds[1]);
-  std::string what;
-  char buffer[512];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) what.append(buffer, static_cast<std::size_t>(n));
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  return what;
+    return std::string();
+  });
 }
 }  // namespace
 

@@ -87,37 +87,16 @@ void point(const fs::path& link, const fs::path& target) {
   fs::rename(next, link);
 }
 
-// Runs `f` in a child process (for what must not outlive it: a lower limit, another user) and
-// returns what it returned, or "threw <type>: <what>".
+// Runs `f` in a child process (support.hpp's in_child), and returns what it returned, or
+// "threw <what>".
 std::string in_child(const std::function<std::string()>& f) {
-  int pipe_fds[2];
-  BOOST_REQUIRE(::pipe(pipe_fds) == 0);
-  const pid_t child = ::fork();
-  BOOST_REQUIRE(child >= 0);
-  if (child == 0) {
-    ::close(pipe_fds[0]);
-    std::string out;
+  return ckpt_test::in_child([&] {
     try {
-      out = f();
-    } catch (const ckpt::io_error& e) {
-      out = std::string("threw io_error: ") + e.what();
-    } catch (const std::bad_alloc&) {
-      out = "threw bad_alloc";
+      return f();
     } catch (const std::exception& e) {
-      out = std::string("threw exception: ") + e.what();
+      return std::string("threw ") + e.what();
     }
-    const bool sent = ::write(pipe_fds[1], out.data(), out.size()) == static_cast<ssize_t>(out.size());
-    ::_exit(sent ? 0 : 1);
-  }
-  ::close(pipe_fds[1]);
-  std::string out;
-  char buffer[512];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) out.append(buffer, static_cast<std::size_t>(n));
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  return out;
+  });
 }
 
 void set_limit(int resource, rlim_t value) {

@@ -293,7 +293,7 @@ checkpoint load_step(MPI_Comm comm, const ckpt::detail::folder_handle& run, std:
   };
   settle_load();
   // Each shard's hashes from the rank that verified it (none: not verified, or no digest).
-  for (std::size_t k = 0; k < hashes.size(); ++k) {
+  for (std::size_t k = 0; options.verify_digest && k < hashes.size(); ++k) {
     std::string bytes = encode(hashes[k]);
     broadcast(comm, bytes, static_cast<int>(k % static_cast<std::size_t>(size)));
     hashes[k] = decode<std::vector<std::uint64_t>>(bytes);
