@@ -32,7 +32,6 @@ namespace {
 
 using detail::file_step_prefix;
 using detail::file_step_suffix;
-constexpr std::string_view lock_name = ".ckpt-manager.lock";
 constexpr std::string_view who = "checkpoint_manager";
 
 std::optional<std::int64_t> step_of(std::string_view name) {
@@ -65,7 +64,7 @@ class local_state final : public detail::manager_state {
       return;
     }
     folder_ = detail::folder_handle::open(core.folder(), /*create=*/true);
-    lock_ = folder_.lock(lock_name);
+    lock_ = folder_.lock(detail::manager_lock_name);
     std::vector<std::int64_t> steps;
     std::vector<std::string> leftovers;
     for (std::string& name : folder_.names()) {
@@ -143,6 +142,18 @@ class local_state final : public detail::manager_state {
   }
 
   std::vector<detail::step_status> remove_damaged() override { return core.remove_set_aside(folder_); }
+
+  // A step file: no entry under its name at all (a dangling link is there, and damaged). An MPI
+  // step folder (read-only): no longer committed, as the MPI manager's retention leaves it while
+  // it deletes the step, index first.
+  bool gone(std::int64_t step) override {
+    if (const auto it = step_folders_.find(step); it != step_folders_.end()) return !is_committed_step_folder(it->second);
+    try {
+      return !folder_.status(name_of(step)).has_value();
+    } catch (const io_error&) {
+      return false;
+    }
+  }
 
   detail::step_status set_aside(std::int64_t step, const std::string& reason) override {
     const auto it = step_folders_.find(step);

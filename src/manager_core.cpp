@@ -389,13 +389,21 @@ namespace {
 
 // Loads committed `step`; if it is damaged, sets it aside (recorded in the core) and throws the
 // load's error.
-checkpoint load_committed(manager_state& state, std::int64_t step, const load_options& options) {
+// Loads committed `step`. If it is gone (deleted since it was listed, as a writer's retention
+// deletes a step a reader listed), forgets it, sets `*gone` and throws the load's error; if it is
+// damaged, sets it aside (recorded in the core) and throws the error.
+checkpoint load_committed(manager_state& state, std::int64_t step, const load_options& options, bool* gone = nullptr) {
   try {
     checkpoint t = state.load_step(step, options);
     state.core.mark_intact(step);
     return t;
   } catch (const std::exception& e) {
-    if (state.damaged_by(e)) static_cast<void>(state.set_aside(step, e.what()));
+    if (state.gone(step)) {
+      state.core.forget(step);
+      if (gone != nullptr) *gone = true;
+    } else if (state.damaged_by(e)) {
+      static_cast<void>(state.set_aside(step, e.what()));
+    }
     throw;
   }
 }
@@ -419,11 +427,13 @@ checkpoint_manager_base::latest checkpoint_manager_base::load_latest(const load_
   state_->settle();
   latest out;
   while (const std::optional<std::int64_t> step = latest_step()) {
+    bool gone = false;
     try {
-      out.data = load_committed(*state_, *step, opts);
+      out.data = load_committed(*state_, *step, opts, &gone);
       out.step = *step;
       break;
     } catch (const std::exception& e) {
+      if (gone) continue;  // deleted since it was listed: no longer a step, and not damage
       if (!state_->damaged_by(e)) throw;
       out.skipped.push_back(state_->core.damaged().back());
     }

@@ -43,6 +43,9 @@ using metric_mode = checkpoint_manager_base::metric_mode;
 [[nodiscard]] std::optional<std::int64_t> step_in_name(std::string_view name, std::string_view prefix,
                                                        std::string_view suffix = {});
 
+// The lock file of both managers: one name, so that neither writes a folder the other holds.
+inline constexpr std::string_view manager_lock_name = ".ckpt-manager.lock";
+
 // The names of the step files of ckpt::checkpoint_manager ("ckpt-0000000042.safetensors").
 inline constexpr std::string_view file_step_prefix = "ckpt-";
 inline constexpr std::string_view file_step_suffix = ".safetensors";
@@ -225,6 +228,10 @@ class manager_state {
   // Whether `e`, thrown by load_step, says the step is damaged (is_damage; the MPI manager's
   // load agrees on it across the ranks).
   [[nodiscard]] virtual bool damaged_by(const std::exception& e) const { return is_damage(e); }
+  // After a load of committed `step` failed: whether the step is simply gone, deleted since it was
+  // listed (by a writer's retention, while this manager reads), rather than damaged or unreadable.
+  // Collective in the MPI manager.
+  [[nodiscard]] virtual bool gone(std::int64_t step) = 0;
 
   // settle(), its error written to stderr: what a destructor does.
   void settle_quietly() noexcept;

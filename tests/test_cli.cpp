@@ -6,6 +6,7 @@
 
 #include "support.hpp"
 
+#include <ckpt/adapt.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/torch.hpp>
@@ -34,6 +35,7 @@
 #include <stdlib.h>  // posix_openpt, grantpt, unlockpt, ptsname
 #include <poll.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,9 +64,12 @@ struct result {
 };
 
 // Starts the tool with `args` in the working folder `cwd` (so that relative paths in messages
-// are short), its descriptors set up by `actions`, which this destroys.
-pid_t spawn_tool(const fs::path& cwd, const std::vector<std::string>& args, posix_spawn_file_actions_t& actions) {
-  std::vector<std::string> argv_strings{CKPT_TOOL};
+// are short), its descriptors set up by `actions`, which this destroys. With a `launcher` (a
+// program and its arguments), the launcher is started with the tool and `args` after its own.
+pid_t spawn_tool(const fs::path& cwd, const std::vector<std::string>& args, posix_spawn_file_actions_t& actions,
+                 const std::vector<std::string>& launcher = {}) {
+  std::vector<std::string> argv_strings = launcher;
+  argv_strings.push_back(CKPT_TOOL);
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_strings) argv.push_back(a.data());
@@ -102,20 +107,42 @@ int exit_status_of(pid_t pid, int seconds = 0) {
   return WEXITSTATUS(wstatus);
 }
 
-// Runs the tool with `args`, its stdout and stderr sent to files (no pipe to deadlock on), and
-// waits for it (at most `seconds`, if given: see exit_status_of).
-result run(const fs::path& cwd, const std::vector<std::string>& args, int seconds = 0) {
-  const fs::path out = cwd / ".stdout", err = cwd / ".stderr";
+// Where a tool started by `start` writes its stdout and stderr: files beside what it reads (no
+// pipe to deadlock on).
+fs::path stdout_file(const fs::path& cwd) { return cwd / ".stdout"; }
+fs::path stderr_file(const fs::path& cwd) { return cwd / ".stderr"; }
+
+// Starts the tool with `args` (through `launcher`, if given: see spawn_tool), its stdout and
+// stderr sent to files; `finish` waits for it.
+pid_t start(const fs::path& cwd, const std::vector<std::string>& args, const std::vector<std::string>& launcher = {}) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int status = exit_status_of(spawn_tool(cwd, args, actions), seconds);
-  result r{status, read_bytes(out), read_bytes(err)};
-  fs::remove(out);
-  fs::remove(err);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, stdout_file(cwd).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_file(cwd).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  return spawn_tool(cwd, args, actions, launcher);
+}
+
+// Waits for the tool `start` started (at most `seconds`, if given: see exit_status_of) and
+// returns what it did.
+result finish(const fs::path& cwd, pid_t pid, int seconds = 0) {
+  const int status = exit_status_of(pid, seconds);
+  result r{status, read_bytes(stdout_file(cwd)), read_bytes(stderr_file(cwd))};
+  fs::remove(stdout_file(cwd));
+  fs::remove(stderr_file(cwd));
   return r;
+}
+
+// Runs the tool with `args` and waits for it (at most `seconds`, if given: see exit_status_of).
+result run(const fs::path& cwd, const std::vector<std::string>& args, int seconds = 0) {
+  return finish(cwd, start(cwd, args), seconds);
+}
+
+// Runs the tool with `args` under a limit of `descriptors` open files (RLIMIT_NOFILE, set by the
+// shell before it becomes the tool), so that opening a file fails with EMFILE.
+result run_with_descriptors(const fs::path& cwd, int descriptors, const std::vector<std::string>& args) {
+  return finish(cwd, start(cwd, args, {"/bin/sh", "-c", "ulimit -n " + std::to_string(descriptors) + " && exec \"$0\" \"$@\""}),
+                20);
 }
 
 // Runs the tool with a terminal (a pseudo-terminal) as its stdout, and returns its exit status and
@@ -231,7 +258,7 @@ BOOST_AUTO_TEST_CASE(help_on_the_tool_and_on_every_subcommand) {
   BOOST_TEST(top.status == 0);
   BOOST_TEST(top.err == "");
   BOOST_TEST(top.out.starts_with("Inspect, verify, compare and convert safetensors checkpoints"));
-  for (const std::string sub : {"inspect", "verify", "diff", "convert"}) {
+  for (const std::string sub : {"inspect", "verify", "diff", "convert", "prune"}) {
     BOOST_TEST_CONTEXT(sub) {
       BOOST_TEST(top.out.find("\n  " + sub + " ") != std::string::npos);
       const result r = run(d.path(), {sub, "--help"});
@@ -434,12 +461,14 @@ BOOST_AUTO_TEST_CASE(a_damaged_step_is_a_row_not_an_exit_2) {
   BOOST_TEST(v.at("steps").at(1).at("state") == "damaged");
   BOOST_TEST(v.at("steps").at(1).at("reason").as_string() == header_problem);
 
-  // verify names each damaged step and exits 1; the latest step is the newest intact one.
+  // verify names each damaged step and exits 1 for the live one (step 2); the set-aside one says
+  // so; the latest step is the newest intact one.
   const result checked = run(d.path(), {"verify", "run"});
   BOOST_TEST(checked.status == 1);
   BOOST_TEST(checked.out.find("run/ckpt-0000000001.safetensors: ok, digest verified\n") == 0u);
   BOOST_TEST(checked.out.find("run/ckpt-0000000002.safetensors: " + header_problem) != std::string::npos);
-  BOOST_TEST(checked.out.find("run/ckpt-0000000003.safetensors.damaged: ckpt: ") != std::string::npos);
+  BOOST_TEST(checked.out.find("run/ckpt-0000000003.safetensors.damaged: set aside as damaged by an earlier run (ckpt "
+                              "prune --damaged deletes it): ckpt: ") != std::string::npos);
   BOOST_TEST(run(d.path(), {"inspect", "run", "--step", "1"}).status == 0);
 }
 
@@ -913,10 +942,17 @@ BOOST_AUTO_TEST_CASE(every_command_opens_manager_folders_of_both_kinds) {
   ckpt::save_sharded(d.path() / "mpi" / "step-0000000012", with(sample(), "step", ckpt::of_int("step", 12).get("step")), 16);
   fs::create_directories(d.path() / "mpi" / "step-0000000013");
 
+  // The step folder without its index is a leftover, listed after the steps.
+  const std::string uncommitted =
+      "leftover 'mpi/step-0000000013' (0 bytes): an MPI step folder without its index (a save not committed: a killed "
+      "job's, or one in progress; or a step being deleted); an mpi::checkpoint_manager removes it when it next opens "
+      "the folder for writing\n";
   for (const std::string folder : {"run", "mpi"}) {
     const result listed = run(d.path(), {"inspect", folder});
     BOOST_TEST(listed.status == 0, folder);
-    BOOST_TEST(listed.out.ends_with("checkpoint_manager folder: 2 steps, latest 12\n"), folder);
+    BOOST_TEST(listed.out.ends_with("checkpoint_manager folder: 2 steps, latest 12\n" +
+                                    (folder == "mpi" ? uncommitted : std::string())),
+               folder);
     const result step5 = run(d.path(), {"inspect", folder, "--step", "5"});
     BOOST_TEST(step5.status == 0, folder);
     BOOST_TEST(step5.out.find("step  I32    [1]") != std::string::npos, folder);
@@ -946,7 +982,8 @@ BOOST_AUTO_TEST_CASE(every_command_opens_manager_folders_of_both_kinds) {
              "run/ckpt-0000000005.safetensors: ok, digest verified\n"
              "run/ckpt-0000000012.safetensors: ok, digest verified\n"
              "mpi/step-0000000005: ok, format only: no digest\n"
-             "mpi/step-0000000012: ok, format only: no digest\n");
+             "mpi/step-0000000012: ok, format only: no digest\n" +
+                 uncommitted);
   // An MPI step folder alone is a sharded checkpoint (these were written without digests).
   BOOST_TEST(run(d.path(), {"verify", "mpi/step-0000000012"}).out == "mpi/step-0000000012: ok, format only: no digest\n");
 
@@ -977,6 +1014,425 @@ BOOST_AUTO_TEST_CASE(verify_counts_entries_of_an_unknown_dtype_and_fails_on_them
 
 BOOST_AUTO_TEST_SUITE_END()
 
+
+// What the tool says of a run folder (issue 35): a step set aside by a manager is not a step of
+// the run (a finding only with --strict), a step deleted while the tool listed it is not damage,
+// damage is a finding (1) and an error that is not damage is an error (2) that hides no other
+// step; the leftovers of interrupted saves are listed with their sizes and what removes them; and
+// `ckpt prune --damaged` deletes what a manager set aside, and nothing else.
+BOOST_AUTO_TEST_SUITE(run_folders)
+
+// The folder of MPI step `step` in `folder` (ckpt::mpi::checkpoint_manager::path_of).
+fs::path mpi_step(const fs::path& folder, std::int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%010lld", static_cast<long long>(step));
+  return folder / name;
+}
+
+// The bytes of the files in `folder` and its subfolders.
+std::uint64_t bytes_in(const fs::path& folder) {
+  std::uint64_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(folder))
+    if (e.is_regular_file()) total += e.file_size();
+  return total;
+}
+
+// The lines the tool prints for each kind of leftover, after `leftover 'PATH' (SIZE): `.
+const std::string manager_temporary =
+    "a checkpoint_manager's temporary file of an interrupted save (or one in progress); a checkpoint_manager removes "
+    "it when it next opens the folder for writing (so does ckpt prune --damaged)\n";
+const std::string uncommitted_step =
+    "an MPI step folder without its index (a save not committed: a killed job's, or one in progress; or a step being "
+    "deleted); an mpi::checkpoint_manager removes it when it next opens the folder for writing\n";
+const std::string staging_folder =
+    "the staging folder of an interrupted ckpt::save_sharded (or one in progress); no manager removes it: delete it "
+    "once no save is running\n";
+const std::string other_temporary =
+    "the temporary file of an interrupted ckpt::save (or one in progress); no manager removes it: delete it once no "
+    "save is running\n";
+const std::string set_aside = "set aside as damaged by an earlier run";
+
+BOOST_AUTO_TEST_CASE(verify_of_a_run_exits_0_with_set_aside_steps_unless_strict) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    for (const std::int64_t step : {1, 2, 3}) m.save(step, {sample()});
+  }
+  // Step 3 cut short, then set aside by the next manager that loads the latest step; a copy of
+  // step 1 set aside too (it verifies: no longer a step all the same).
+  fs::resize_file(step_file(d.path() / "run", 3), 100);
+  BOOST_TEST(ckpt::checkpoint_manager(d.path() / "run").load_latest().step == 2);
+  fs::copy_file(step_file(d.path() / "run", 1), d.path() / "run" / "ckpt-0000000001.safetensors.damaged-2");
+  const std::string cut = in_folder(d.path(), [] {
+    return message_of<ckpt::format_error>([] { (void)ckpt::load("run/ckpt-0000000003.safetensors.damaged"); });
+  });
+  const std::string lines =
+      "run/ckpt-0000000001.safetensors.damaged-2: " + set_aside +
+      " (ckpt prune --damaged deletes it); it verifies now, but is no longer a step of the run\n"
+      "run/ckpt-0000000001.safetensors: ok, digest verified\n"
+      "run/ckpt-0000000002.safetensors: ok, digest verified\n"
+      "run/ckpt-0000000003.safetensors.damaged: " + set_aside + " (ckpt prune --damaged deletes it): " + cut + "\n";
+  const result r = run(d.path(), {"verify", "run"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == lines);
+  const result strict = run(d.path(), {"verify", "--strict", "run"});
+  BOOST_TEST(strict.status == 1);
+  BOOST_TEST(strict.err == "");
+  BOOST_TEST(strict.out == lines);
+}
+
+BOOST_AUTO_TEST_CASE(verify_of_a_run_exits_1_on_live_damage_whatever_else_is_set_aside) {
+  const temp_dir d;
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    for (const std::int64_t step : {1, 2, 3}) m.save(step, {sample()});
+  }
+  // Step 2's header broken in place, step 3 a symbolic link to nowhere: both listed, both damaged.
+  {
+    std::fstream f(step_file(d.path() / "run", 2), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.put('[');
+  }
+  fs::remove(step_file(d.path() / "run", 3));
+  fs::create_symlink(d.path() / "nowhere.safetensors", step_file(d.path() / "run", 3));
+  std::ofstream(d.path() / "run" / "ckpt-0000000004.safetensors.damaged") << "set aside";
+  const auto message = [&]<class E>(const fs::path& file) {
+    return in_folder(d.path(), [&] { return message_of<E>([&] { (void)ckpt::load(file); }); });
+  };
+  const std::string header = message.operator()<ckpt::format_error>(step_file("run", 2));
+  const std::string nowhere = message.operator()<ckpt::io_error>(step_file("run", 3));
+  BOOST_TEST(nowhere == "ckpt: cannot open 'run/ckpt-0000000003.safetensors': No such file or directory");
+  const result r = run(d.path(), {"verify", "run"});
+  BOOST_TEST(r.status == 1);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == "run/ckpt-0000000001.safetensors: ok, digest verified\n"
+                      "run/ckpt-0000000002.safetensors: " + header + "\n"
+                      "run/ckpt-0000000003.safetensors: " + nowhere + "\n"
+                      "run/ckpt-0000000004.safetensors.damaged: " + set_aside + " (ckpt prune --damaged deletes it): " +
+                          message.operator()<ckpt::format_error>("run/ckpt-0000000004.safetensors.damaged") + "\n");
+}
+
+// The MPI manager deletes a step's index first, then its folder: a step folder without its index
+// is a step being deleted (or a save not committed), a leftover, never damage.
+BOOST_AUTO_TEST_CASE(an_mpi_step_folder_without_its_index_is_a_leftover_not_damage) {
+  const temp_dir d;
+  ckpt::save_sharded(mpi_step(d.path() / "mpi", 5), sample(), 16, {.save = {.digest = true}});
+  ckpt::save_sharded(mpi_step(d.path() / "mpi", 7), sample(), 16, {.save = {.digest = true}});
+  fs::remove(mpi_step(d.path() / "mpi", 7) / "model.safetensors.index.json");
+  const std::string leftover = "leftover 'mpi/step-0000000007' (" + std::to_string(bytes_in(mpi_step(d.path() / "mpi", 7))) +
+                               " bytes): " + uncommitted_step;
+  const std::size_t shards = folder_listing(mpi_step(d.path() / "mpi", 5)).size() - 1;
+  const result verified = run(d.path(), {"verify", "mpi"});
+  BOOST_TEST(verified.status == 0);
+  BOOST_TEST(verified.err == "");
+  BOOST_TEST(verified.out == "mpi/step-0000000005: ok, digests of " + std::to_string(shards) + " shards verified\n" + leftover);
+  const result listed = run(d.path(), {"inspect", "mpi"});
+  BOOST_TEST(listed.status == 0);
+  BOOST_TEST(listed.out.ends_with("checkpoint_manager folder: 1 step, latest 5\n" + leftover), listed.out);
+}
+
+// Whether the process `pid` has a file whose path holds `part` mapped (it is loading it). A
+// process that ended has no mapping: `ended` is then set.
+bool maps_a_file(pid_t pid, const std::string& part, bool& ended) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  ended = true;
+  while (std::getline(maps, line)) {
+    ended = false;
+    if (line.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+BOOST_AUTO_TEST_CASE(verify_of_a_run_says_which_steps_were_deleted_while_it_listed_them_and_exits_0) {
+  const temp_dir d;
+  // Step 1 large enough (32 MiB, digest included) that the tool is still checking it when the
+  // test, having seen it mapped, deletes the steps after it, as the retention rules of a manager
+  // training in the folder would: the files of ckpt::checkpoint_manager; the index of an MPI step
+  // (its folder stays, as while the MPI manager prunes it), and a whole MPI step folder.
+  const ckpt::checkpoint big({{"w", ckpt::tensor::make(ckpt::dtype::f32, {2048, 4096}, [](std::span<std::byte> bytes) {
+                                 for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 7 % 251);
+                               })}});
+  {
+    ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
+    m.save(1, {big});
+  }
+  ckpt::save_sharded(mpi_step(d.path() / "mpi", 1), big, std::uint64_t{1} << 30, {.save = {.digest = true}});
+  for (const std::string folder : {"run", "mpi"}) {
+    BOOST_TEST_CONTEXT(folder) {
+      const bool mpi = folder == "mpi";
+      const auto step_of = [&](std::int64_t step) { return mpi ? mpi_step(d.path() / folder, step) : step_file(d.path() / folder, step); };
+      const std::string expected = (mpi ? "mpi/step-0000000001: ok, digest verified\n"
+                                        : "run/ckpt-0000000001.safetensors: ok, digest verified\n") +
+                                   fs::relative(step_of(2), d.path()).string() +
+                                   ": deleted while it was being listed (a manager's retention)\n" +
+                                   fs::relative(step_of(3), d.path()).string() +
+                                   ": deleted while it was being listed (a manager's retention)\n";
+      // The tool may be past step 1 when the test sees it (a busy machine): then it tries again.
+      bool seen = false;
+      for (int attempt = 0; attempt < 20 && !seen; ++attempt) {
+        for (const std::int64_t step : {2, 3}) {
+          fs::remove_all(step_of(step));
+          if (mpi) ckpt::save_sharded(step_of(step), sample(), 16, {.save = {.digest = true}});
+          else ckpt::save(step_of(step), sample(), {.digest = true});
+        }
+        const pid_t pid = start(d.path(), {"verify", folder});
+        bool deleted = false, ended = false;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!deleted && !ended && std::chrono::steady_clock::now() < deadline) {
+          if (!maps_a_file(pid, fs::relative(step_of(1), d.path()).string(), ended)) continue;
+          ::kill(pid, SIGSTOP);
+          if (mpi) fs::remove(step_of(2) / "model.safetensors.index.json");
+          else fs::remove(step_of(2));
+          fs::remove_all(step_of(3));
+          ::kill(pid, SIGCONT);
+          deleted = true;
+        }
+        const result r = finish(d.path(), pid, 30);
+        if (!deleted || r.out != expected) {
+          BOOST_TEST_MESSAGE("attempt " << attempt << ": the tool was not seen checking step 1:\n" << r.out);
+          continue;
+        }
+        seen = true;
+        BOOST_TEST(r.status == 0);
+        BOOST_TEST(r.err == "");
+      }
+      BOOST_TEST(seen);
+    }
+  }
+}
+
+// EMFILE ("Too many open files") is not damage: exit 2, the message on stderr, and the other
+// steps are still checked (a broken one still a line). An MPI step of three shards holds them open
+// together: under the smallest limit at which a step of one shard loads, its second shard fails.
+BOOST_AUTO_TEST_CASE(an_error_that_is_not_damage_exits_2_and_hides_no_other_step) {
+  const temp_dir d;
+  const fs::path mpi = d.path() / "mpi";
+  ckpt::save_sharded(mpi_step(mpi, 1), sample(), 1 << 20, {.save = {.digest = true}});
+  ckpt::save_sharded(mpi_step(mpi, 2), sample(), 4, {.save = {.digest = true}});
+  ckpt::save_sharded(mpi_step(mpi, 3), sample(), 1 << 20, {.save = {.digest = true}});
+  ckpt::save_sharded(mpi_step(mpi, 4), sample(), 1 << 20, {.save = {.digest = true}});
+  BOOST_TEST_REQUIRE(folder_listing(mpi_step(mpi, 2)).size() == 4u);  // three shards and the index
+  flip_last_byte(mpi_step(mpi, 4) / "model-00001-of-00001.safetensors");
+  const std::string corrupted = in_folder(d.path(), [] {
+    return message_of<ckpt::integrity_error>([] { (void)ckpt::load("mpi/step-0000000004"); });
+  });
+  int limit = 3;
+  for (; limit < 64; ++limit)
+    if (run_with_descriptors(d.path(), limit, {"verify", "mpi"}).out.starts_with("mpi/step-0000000001: ok")) break;
+  BOOST_TEST_REQUIRE(limit < 64);
+  BOOST_TEST_MESSAGE("the smallest limit at which a step loads: " << limit << " descriptors");
+  const std::string too_many =
+      "ckpt: cannot open 'mpi/step-0000000002/model-00002-of-00003.safetensors': Too many open files\n";
+  const result r = run_with_descriptors(d.path(), limit, {"verify", "mpi"});
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.out == "mpi/step-0000000001: ok, digest verified\n"
+                      "mpi/step-0000000003: ok, digest verified\n"
+                      "mpi/step-0000000004: " + corrupted + "\n");
+  BOOST_TEST(r.err == too_many);
+  // The same for the step folder alone (no manager holds the run folder open: the third shard
+  // fails), and for inspect, which no longer calls the step damaged.
+  const result alone = run_with_descriptors(d.path(), limit, {"verify", "mpi/step-0000000002"});
+  BOOST_TEST(alone.status == 2);
+  BOOST_TEST(alone.out == "");
+  BOOST_TEST(alone.err == "ckpt: cannot open 'mpi/step-0000000002/model-00003-of-00003.safetensors': Too many open files\n");
+  const result listed = run_with_descriptors(d.path(), limit, {"inspect", "mpi"});
+  BOOST_TEST(listed.status == 2);
+  BOOST_TEST(listed.out == "");
+  BOOST_TEST(listed.err == too_many);
+  // With enough descriptors, step 2 is sound; a PATH that cannot be read hides no other PATH.
+  BOOST_TEST(run(d.path(), {"verify", "mpi/step-0000000002"}).out == "mpi/step-0000000002: ok, digests of 3 shards verified\n");
+  const result several = run(d.path(), {"verify", "mpi/step-0000000001", "missing.safetensors", "mpi/step-0000000003"});
+  BOOST_TEST(several.status == 2);
+  BOOST_TEST(several.out == "mpi/step-0000000001: ok, digest verified\n"
+                            "mpi/step-0000000003: ok, digest verified\n");
+  BOOST_TEST(several.err == "ckpt: cannot open 'missing.safetensors': No such file or directory\n");
+}
+
+BOOST_AUTO_TEST_CASE(inspect_and_verify_list_leftovers_with_their_sizes_and_what_removes_them) {
+  const temp_dir d;
+  const fs::path run_folder = d.path() / "run";
+  {
+    ckpt::checkpoint_manager m(run_folder, {.max_to_keep = 0});
+    m.save(1, {sample()});
+  }
+  // A 740 MiB temporary of a 1 GiB save killed (sparse: it costs no disk), the staging folder of
+  // an interrupted save_sharded, another save's temporary, an MPI step folder without its index.
+  std::ofstream(run_folder / ".ckpt-0000000002.safetensors.tmp-AbC123").close();
+  fs::resize_file(run_folder / ".ckpt-0000000002.safetensors.tmp-AbC123", std::uint64_t{740} << 20);
+  fs::create_directory(run_folder / ".ckpt-staging-Xy12Zq");
+  std::ofstream(run_folder / ".ckpt-staging-Xy12Zq" / "model-00001-of-00002.safetensors") << "0123456789";
+  std::ofstream(run_folder / ".notes.txt.tmp-abcdef") << "abc";
+  fs::create_directory(mpi_step(run_folder, 9));
+  // Not leftovers: the user's files, names that only look like a temporary.
+  std::ofstream(run_folder / "notes.txt") << "mine";
+  std::ofstream(run_folder / ".ckpt-0000000003.safetensors.tmp-abc") << "x";
+  const std::string leftovers =
+      "leftover 'run/.ckpt-0000000002.safetensors.tmp-AbC123' (775946240 bytes, 740.0 MiB): " + manager_temporary +
+      "leftover 'run/.ckpt-staging-Xy12Zq' (10 bytes): " + staging_folder +
+      "leftover 'run/.notes.txt.tmp-abcdef' (3 bytes): " + other_temporary +
+      "leftover 'run/step-0000000009' (0 bytes): " + uncommitted_step;
+  const std::string wall_time = ckpt::load(step_file(run_folder, 1)).metadata().at("wall_time");
+  const result listed = run(d.path(), {"inspect", "run"});
+  BOOST_TEST(listed.status == 0);
+  BOOST_TEST(listed.err == "");
+  BOOST_TEST(listed.out ==
+             "step  state  entries  parameters  bytes  wall_time                 file\n"
+             "   1  ok           3           9     36  " + wall_time + "  ckpt-0000000001.safetensors\n"
+             "checkpoint_manager folder: 1 step, latest 1\n" + leftovers);
+  const result verified = run(d.path(), {"verify", "run"});
+  BOOST_TEST(verified.status == 0);  // leftovers are never a finding
+  BOOST_TEST(verified.err == "");
+  BOOST_TEST(verified.out == "run/ckpt-0000000001.safetensors: ok, digest verified\n" + leftovers);
+  BOOST_TEST(run(d.path(), {"verify", "--strict", "run"}).status == 0);
+  const boost::json::value json = boost::json::parse(run(d.path(), {"inspect", "--json", "run"}).out);
+  BOOST_TEST_REQUIRE(json.at("leftovers").as_array().size() == 4u);
+  BOOST_TEST(json.at("leftovers").at(0).at("name") == ".ckpt-0000000002.safetensors.tmp-AbC123");
+  BOOST_TEST(json.at("leftovers").at(0).at("bytes") == 775946240);
+  BOOST_TEST(json.at("leftovers").at(3).at("what").as_string().starts_with("an MPI step folder without its index"));
+
+  // A run killed during its first save: the manager's lock file and a temporary, no step yet.
+  {
+    ckpt::checkpoint_manager m(d.path() / "fresh", {.max_to_keep = 0});
+  }
+  std::ofstream(d.path() / "fresh" / ".ckpt-0000000000.safetensors.tmp-Zz9Zz9").close();
+  fs::resize_file(d.path() / "fresh" / ".ckpt-0000000000.safetensors.tmp-Zz9Zz9", std::uint64_t{1} << 30);
+  const std::string first =
+      "leftover 'fresh/.ckpt-0000000000.safetensors.tmp-Zz9Zz9' (1073741824 bytes, 1.0 GiB): " + manager_temporary;
+  const result fresh = run(d.path(), {"inspect", "fresh"});
+  BOOST_TEST(fresh.status == 0);
+  BOOST_TEST(fresh.out == "step  state  entries  parameters  bytes  wall_time  file\n"
+                          "checkpoint_manager folder: 0 steps\n" + first);
+  const result fresh_verified = run(d.path(), {"verify", "fresh"});
+  BOOST_TEST(fresh_verified.status == 0);
+  BOOST_TEST(fresh_verified.out == "fresh: no step (a manager folder whose first step is not committed)\n" + first);
+}
+
+BOOST_AUTO_TEST_CASE(prune_deletes_what_a_manager_set_aside_and_its_temporaries_and_nothing_else) {
+  const temp_dir d;
+  const fs::path run_folder = d.path() / "run";
+  {
+    ckpt::checkpoint_manager m(run_folder, {.max_to_keep = 0});
+    for (const std::int64_t step : {1, 2, 3}) m.save(step, {sample()});
+  }
+  fs::resize_file(step_file(run_folder, 3), 100);
+  BOOST_TEST(ckpt::checkpoint_manager(run_folder, {.max_to_keep = 0}).load_latest().step == 2);  // sets step 3 aside
+  // A set-aside MPI step folder, a set-aside link to a file outside the run, a temporary of the
+  // manager's interrupted save; and what prune leaves: another save's temporary, the user's file.
+  ckpt::save_sharded(run_folder / "step-0000000004.damaged", sample(), 16);
+  const std::uint64_t step_4 = bytes_in(run_folder / "step-0000000004.damaged");
+  ckpt::save(d.path() / "outside.safetensors", sample());
+  fs::create_symlink(d.path() / "outside.safetensors", run_folder / "ckpt-0000000005.safetensors.damaged");
+  std::ofstream(run_folder / ".ckpt-0000000006.safetensors.tmp-AbC123") << "partial";
+  std::ofstream(run_folder / ".notes.txt.tmp-abcdef") << "x";
+  std::ofstream(run_folder / "notes.txt") << "mine";
+  const std::string left = "leftover 'run/.notes.txt.tmp-abcdef' (1 byte): " + other_temporary;
+
+  const result r = run(d.path(), {"prune", "--damaged", "run"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out ==
+             "deleted 'run/ckpt-0000000003.safetensors.damaged' (step 3, 100 bytes): " + set_aside + "\n"
+             "deleted 'run/step-0000000004.damaged' (step 4, " + std::to_string(step_4) + " bytes): " + set_aside + "\n"
+             "deleted 'run/ckpt-0000000005.safetensors.damaged' (step 5, a symbolic link: what it points at is kept): " +
+                 set_aside + "\n"
+             "removed 'run/.ckpt-0000000006.safetensors.tmp-AbC123' (7 bytes): a checkpoint_manager's temporary file of "
+             "an interrupted save (or one in progress)\n" +
+                 left + "pruned 'run': 3 damaged steps deleted, 1 leftover removed (" + std::to_string(100 + step_4 + 7) +
+                 " bytes)\n");
+  BOOST_TEST(folder_listing(run_folder) ==
+                 (std::vector<std::string>{".ckpt-manager.lock", ".notes.txt.tmp-abcdef", "ckpt-0000000001.safetensors",
+                                           "ckpt-0000000002.safetensors", "notes.txt"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(ckpt::load(d.path() / "outside.safetensors").names() == sample().names());  // only the link went
+  const result verified = run(d.path(), {"verify", "--strict", "run"});
+  BOOST_TEST(verified.status == 0);
+  BOOST_TEST(verified.out == "run/ckpt-0000000001.safetensors: ok, digest verified\n"
+                             "run/ckpt-0000000002.safetensors: ok, digest verified\n" + left);
+  // Nothing left to prune: said so, status 0.
+  const result again = run(d.path(), {"prune", "--damaged", "run"});
+  BOOST_TEST(again.status == 0);
+  BOOST_TEST(again.out == left + "pruned 'run': 0 damaged steps deleted, 0 leftovers removed (0 bytes)\n");
+}
+
+// A folder of ckpt::mpi::checkpoint_manager, pruned by a process without MPI: its set-aside step
+// folders go; its steps, and its step folders without an index (which only the MPI manager
+// removes), stay.
+BOOST_AUTO_TEST_CASE(prune_works_on_an_mpi_run_folder) {
+  const temp_dir d;
+  const fs::path mpi = d.path() / "mpi";
+  ckpt::save_sharded(mpi_step(mpi, 5), sample(), 16);
+  ckpt::save_sharded(mpi_step(mpi, 6), sample(), 16);
+  fs::rename(mpi_step(mpi, 6), mpi / "step-0000000006.damaged");  // as the MPI manager sets a step aside
+  const std::uint64_t step_6 = bytes_in(mpi / "step-0000000006.damaged");
+  fs::create_directory(mpi_step(mpi, 7));
+  std::ofstream(mpi / ".ckpt-manager.lock").close();
+  const result r = run(d.path(), {"prune", "--damaged", "mpi"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == "deleted 'mpi/step-0000000006.damaged' (step 6, " + std::to_string(step_6) + " bytes): " + set_aside +
+                          "\n"
+                          "leftover 'mpi/step-0000000007' (0 bytes): " + uncommitted_step +
+                          "pruned 'mpi': 1 damaged step deleted, 0 leftovers removed (" + std::to_string(step_6) + " bytes)\n");
+  BOOST_TEST(!fs::exists(mpi / "step-0000000006.damaged"));
+  BOOST_TEST(ckpt::checkpoint_manager(mpi, {.read_only = true}).steps() == std::vector<std::int64_t>{5},
+             boost::test_tools::per_element());
+  BOOST_TEST(fs::is_directory(mpi_step(mpi, 7)));
+}
+
+BOOST_AUTO_TEST_CASE(prune_refuses_while_a_manager_holds_the_folder) {
+  const temp_dir d;
+  const fs::path damaged = d.path() / "run" / "ckpt-0000000002.safetensors.damaged";
+  {
+    ckpt::checkpoint_manager trainer(d.path() / "run", {.max_to_keep = 0});
+    trainer.save(1, {sample()});
+    std::ofstream(damaged) << "set aside";
+    const std::string held = in_folder(d.path(), [] {
+      return message_of<ckpt::lock_error>([] { ckpt::checkpoint_manager("run", {.max_to_keep = 0}); });
+    });
+    const result r = run(d.path(), {"prune", "--damaged", "run"});
+    BOOST_TEST(r.status == 2);
+    BOOST_TEST(r.out == "");
+    BOOST_TEST(r.err == held + "\n");
+    BOOST_TEST(fs::exists(damaged));
+  }
+  // An MPI job's manager holds the same lock (one lock file for both managers).
+  fs::create_directory(d.path() / "mpi");
+  fs::rename(damaged, d.path() / "mpi" / "step-0000000002.damaged");
+  const int lock = ::open((d.path() / "mpi" / ".ckpt-manager.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  BOOST_TEST_REQUIRE(lock >= 0);
+  BOOST_TEST_REQUIRE(::flock(lock, LOCK_EX) == 0);
+  const result mpi = run(d.path(), {"prune", "--damaged", "mpi"});
+  ::close(lock);
+  BOOST_TEST(mpi.status == 2);
+  BOOST_TEST(mpi.out == "");
+  BOOST_TEST(mpi.err == std::string(ckpt::lock_error("mpi", "mpi/.ckpt-manager.lock").what()) + "\n");
+  BOOST_TEST(fs::exists(d.path() / "mpi" / "step-0000000002.damaged"));
+  BOOST_TEST(run(d.path(), {"prune", "--damaged", "mpi"}).status == 0);  // released
+  BOOST_TEST(!fs::exists(d.path() / "mpi" / "step-0000000002.damaged"));
+}
+
+BOOST_AUTO_TEST_CASE(prune_needs_damaged_and_an_existing_folder) {
+  const temp_dir d;
+  fs::create_directory(d.path() / "run");
+  ckpt::save(d.path() / "a.safetensors", sample());
+  check_usage_error(d, {"prune"}, "RUN is required\nRun with --help for more information.\n");
+  check_usage_error(d, {"prune", "run"},
+                    "ckpt prune: say what to prune: --damaged deletes the steps a manager set aside as damaged (see "
+                    "them with ckpt verify RUN)\n");
+  check_usage_error(d, {"prune", "--damaged", "missing"},
+                    "ckpt prune: there is no folder 'missing' (RUN is a checkpoint_manager folder)\n");
+  BOOST_TEST(!fs::exists(d.path() / "missing"));  // not created
+  check_usage_error(d, {"prune", "--damaged", "a.safetensors"},
+                    "ckpt prune: 'a.safetensors' is not a folder (RUN is a checkpoint_manager folder)\n");
+  BOOST_TEST(folder_listing(d.path() / "run").empty());
+  const result help = run(d.path(), {"prune", "--help"});
+  BOOST_TEST(help.out.find("Prune never deletes a step that loads") != std::string::npos, help.out);
+  BOOST_TEST(help.out.find("removes only what a manager set aside") != std::string::npos, help.out);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
 
 // Hostile inputs, round two (tests/RELIABILITY.md): every command ends within seconds with a
 // status below 128 and a message naming the file and the rule.

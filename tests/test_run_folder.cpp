@@ -318,3 +318,24 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_many_shards_loads_under_a_low_descriptor_li
   });
   BOOST_TEST(outcome == "200 of 200");
 }
+
+// A reader that listed steps a writer's retention deleted since: a step deleted is gone, not
+// damaged (the tool's review: evaluation jobs were told such steps were damaged).
+BOOST_AUTO_TEST_CASE(a_step_deleted_since_a_reader_listed_it_is_gone_not_damaged) {
+  const temp_dir s;
+  save_steps(s.path(), {1, 2, 3});
+  ckpt::checkpoint_manager reader(s.path(), {.read_only = true});
+  {
+    ckpt::checkpoint_manager writer(s.path(), {.max_to_keep = 1});  // drops 1 and 2 as it opens
+    const model x = model_at(4);
+    writer.save(4, {{x, "model"}});                                  // and 3 after this save
+  }
+  BOOST_TEST(reader.steps() == (std::vector<std::int64_t>{1, 2, 3}));
+  BOOST_TEST(message_of<ckpt::io_error>([&] { static_cast<void>(reader.load(2)); }) ==
+             "ckpt: cannot open '" + (s.path() / "ckpt-0000000002.safetensors").string() + "': No such file or directory");
+  const auto latest = reader.load_latest();
+  BOOST_TEST(!latest.has_value());
+  BOOST_TEST(latest.skipped.empty());
+  BOOST_TEST(reader.steps().empty());
+  BOOST_TEST(reader.status().empty());  // nothing damaged
+}

@@ -142,8 +142,9 @@ class checkpoint_manager_base {
     /// lock is taken (a trainer may be writing into the folder, and the folder may belong to
     /// another user), the folder is not created, leftovers are not cleaned up and nothing is ever
     /// deleted; `save` and `save_async` throw. The steps are those committed when the manager was
-    /// opened. A step deleted afterwards by the writer's retention rules fails to load with an
-    /// error naming its file. A read-only `ckpt::checkpoint_manager` also reads the folder of an
+    /// opened. A step deleted afterwards by the writer's retention rules is no longer listed once a
+    /// load finds it gone (`load_latest` goes on to the step before; `load` of it throws the
+    /// error naming its file): a step deleted is not a damaged step. A read-only `ckpt::checkpoint_manager` also reads the folder of an
     /// MPI job (`ckpt::mpi::checkpoint_manager`'s committed step folders), in a process without
     /// MPI. The retention options are not used.
     bool read_only = false;
@@ -334,9 +335,9 @@ class checkpoint_manager_base {
 /// `ckpt::mpi::checkpoint_manager` shares).
 ///
 /// Only one manager may write a folder at a time: the constructor takes an advisory lock
-/// (`flock` on `<folder>/.ckpt-manager.lock`) held until destruction, so a second manager on
-/// the same folder, in another process or in this one, is refused with `lock_error` instead of
-/// two writers deleting each other's files.
+/// (`flock` on `<folder>/.ckpt-manager.lock`, the MPI manager's lock file too) held until
+/// destruction, so a second manager on the same folder, of either kind, in another process or in
+/// this one, is refused with `lock_error` instead of two writers deleting each other's files.
 class checkpoint_manager : public detail::checkpoint_manager_base {
  public:
   /// Opens (creating it and its parents if needed) `folder` for writing, takes its lock, lists

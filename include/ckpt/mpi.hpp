@@ -271,8 +271,8 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// `latest_step` is collective: call it on every rank, in the same order, with the
 /// same step (the rest only reads the state every rank keeps alike).
 ///
-/// Rank 0 takes the advisory lock `<folder>/.ckpt-mpi-manager.lock` (refusing a second manager
-/// with `lock_error`), lists the folder, removes the step folders left uncommitted by a crashed
+/// Rank 0 takes the advisory lock `<folder>/.ckpt-manager.lock`, the single-process manager's
+/// lock file too (refusing a second manager of either kind with `lock_error`), lists the folder, removes the step folders left uncommitted by a crashed
 /// job, and applies the retention rules, then again after each commit: it deletes what the rules
 /// drop, index first, so a step never appears half-deleted. Every rank then opens the folder
 /// once and checks that it is the one rank 0 locked (a token rank 0 writes into the lock file);

@@ -25,7 +25,7 @@
 namespace ckpt::mpi {
 namespace {
 
-constexpr std::string_view lock_name = ".ckpt-mpi-manager.lock";
+using ckpt::detail::manager_lock_name;
 constexpr std::string_view who = "mpi::checkpoint_manager";
 
 using step_map = ckpt::detail::manager_core::step_map;
@@ -150,6 +150,14 @@ class mpi_state final : public ckpt::detail::manager_state {
     return detail::load_step(comm_, folder_, step, options, &last_load_damaged_);
   }
 
+  // Collective: rank 0 looks; a step folder no longer committed (its index deleted, as the
+  // writer's retention does first) is gone.
+  bool gone(std::int64_t step) override {
+    int answer = rank() == 0 && !detail::is_committed(folder_, detail::step_folder_name(step)) ? 1 : 0;
+    MPI_Bcast(&answer, 1, MPI_INT, 0, comm_);
+    return answer != 0;
+  }
+
   // What every rank agreed on in load_step: some rank found the step's bytes wrong.
   [[nodiscard]] bool damaged_by(const std::exception& e) const override {
     return dynamic_cast<const collective_error*>(&e) != nullptr && last_load_damaged_;
@@ -191,7 +199,7 @@ class mpi_state final : public ckpt::detail::manager_state {
       return;
     }
     folder_ = ckpt::detail::folder_handle::open(core.folder(), /*create=*/true);
-    lock_ = folder_.lock(lock_name);
+    lock_ = folder_.lock(manager_lock_name);
     write_token();
     // Debris: a step folder without its index (a link so named is only unlinked, never followed).
     for (const std::string& name : folder_.names()) {
@@ -259,17 +267,17 @@ class mpi_state final : public ckpt::detail::manager_state {
     token_ = ckpt::detail::random_suffix() + ckpt::detail::random_suffix() + " " + std::to_string(::getpid());
     if (::ftruncate(lock_.get(), 0) != 0 ||
         ::pwrite(lock_.get(), token_.data(), token_.size(), 0) != static_cast<ssize_t>(token_.size()))
-      throw io_error(folder_.path_of(lock_name), "write the lock file", ckpt::detail::last_error());
+      throw io_error(folder_.path_of(manager_lock_name), "write the lock file", ckpt::detail::last_error());
   }
 
   // Another rank: the token in the lock file of the folder it opened.
   [[nodiscard]] std::string read_token() const {
     const ckpt::detail::file_descriptor fd(
-        ::openat(folder_.fd(), std::string(lock_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (fd.get() < 0) throw io_error(folder_.path_of(lock_name), "open the lock file", ckpt::detail::last_error());
+        ::openat(folder_.fd(), std::string(manager_lock_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) throw io_error(folder_.path_of(manager_lock_name), "open the lock file", ckpt::detail::last_error());
     std::string text(64, '\0');
     text.resize(ckpt::detail::read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0,
-                                         folder_.path_of(lock_name)));
+                                         folder_.path_of(manager_lock_name)));
     return text;
   }
 

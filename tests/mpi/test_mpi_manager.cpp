@@ -69,7 +69,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 8, 9}));
     CHECK_EQ(manager.steps(), committed_steps(folder / "mpi"));
     std::vector<std::string> expected = step_folders(manager.steps());
-    expected.push_back(".ckpt-mpi-manager.lock");
+    expected.push_back(".ckpt-manager.lock");
     std::ranges::sort(expected);
     CHECK_EQ(listing(folder / "mpi"), expected);
     CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(9));
@@ -156,11 +156,11 @@ void opening_removes_uncommitted_steps(const fs::path& folder) {
   MPI_Barrier(comm);
   ckpt::mpi::checkpoint_manager manager(comm, folder, {});
   CHECK_EQ(manager.steps(), std::vector<std::int64_t>{3});
-  std::vector<std::string> expected{".ckpt-mpi-manager.lock", "step-0000000003", "step-7"};
+  std::vector<std::string> expected{".ckpt-manager.lock", "step-0000000003", "step-7"};
   CHECK_EQ(listing(folder), expected);
 
   // A second manager on the folder is refused while the first holds it, on every rank.
-  const fs::path lock = folder / ".ckpt-mpi-manager.lock";
+  const fs::path lock = folder / ".ckpt-manager.lock";
   CHECK_EQ(MESSAGE_OF(ckpt::mpi::collective_error, ckpt::mpi::checkpoint_manager(comm, folder, {})),
            "ckpt: mpi::checkpoint_manager in '" + folder.string() + "' failed on rank 0 of " + std::to_string(size) +
                ": ckpt: the checkpoint folder '" + folder.string() +
@@ -177,7 +177,7 @@ void opening_finishes_retention(const fs::path& folder) {
   for (std::int64_t step = 1; step <= 4; ++step) ckpt::mpi::save(comm, folder, step, {state_of(rank, step)});
   ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 2});
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{3, 4}));
-  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-mpi-manager.lock", "step-0000000003", "step-0000000004"}));
+  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", "step-0000000003", "step-0000000004"}));
 }
 
 void save_async_commits_at_the_next_call(const fs::path& folder) {

@@ -12,15 +12,21 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -76,9 +82,186 @@ std::vector<listed_step> steps_in(const std::filesystem::path& path) {
   if (!std::filesystem::is_directory(path, ec)) return {};
   const auto reader = std::make_shared<ckpt::checkpoint_manager>(path, ckpt::checkpoint_manager::options{.read_only = true});
   std::vector<listed_step> out;
-  for (const ckpt::checkpoint_manager::step_status& s : reader->status())
-    out.push_back({s.step, s.path, s.state == ckpt::checkpoint_manager::step_state::damaged ? std::optional(s.reason) : std::nullopt, reader});
+  for (const ckpt::checkpoint_manager::step_status& s : reader->status()) {
+    const bool damaged = s.state == ckpt::checkpoint_manager::step_state::damaged;
+    // Set aside: renamed by a writing manager, no longer where the step would be.
+    out.push_back({s.step, s.path, damaged ? std::optional(s.reason) : std::nullopt,
+                   damaged && s.path != reader->path_of(s.step), reader});
+  }
   return out;
+}
+
+namespace {
+
+// The names of ckpt/manager.hpp and ckpt/mpi.hpp: the managers' lock files, a step file of
+// ckpt::checkpoint_manager, a step folder of ckpt::mpi::checkpoint_manager and the index that
+// commits it, the temporaries of ckpt::save and the staging folders of ckpt::save_sharded.
+constexpr std::string_view lock_file = ".ckpt-manager.lock";  // both managers
+constexpr std::string_view file_step_prefix = "ckpt-", file_step_suffix = ".safetensors";
+constexpr std::string_view mpi_step_prefix = "step-", mpi_step_index = "model.safetensors.index.json";
+constexpr std::string_view temporary_marker = ".tmp-", staging_prefix = ".ckpt-staging-";
+constexpr std::size_t random_suffix_length = 6;  // the XXXXXX of a temporary or a staging folder
+
+// The step of a name `<prefix><step, zero-padded to 10 digits><suffix>`, spelled exactly as a
+// manager spells it (so "ckpt-7.safetensors" is nobody's step), or nothing.
+std::optional<std::int64_t> step_in_name(std::string_view name, std::string_view prefix, std::string_view suffix) {
+  if (name.size() < prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return std::nullopt;
+  const std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size() || step < 0) return std::nullopt;
+  char spelled[32];
+  std::snprintf(spelled, sizeof spelled, "%010lld", static_cast<long long>(step));
+  if (digits != spelled) return std::nullopt;
+  return step;
+}
+
+// The file a temporary `.<name>.tmp-XXXXXX` of ckpt::save was written for, or nothing.
+std::optional<std::string_view> target_of_temporary(std::string_view name) {
+  const std::size_t marker = name.rfind(temporary_marker);
+  if (!name.starts_with('.') || marker == std::string_view::npos || marker < 2 ||
+      name.size() - marker - temporary_marker.size() != random_suffix_length)
+    return std::nullopt;
+  return name.substr(1, marker - 1);
+}
+
+// What the entry `name` of a manager folder is, if it is a leftover. Looked at without following
+// a link, but for an MPI step folder's index, which the managers look for through a link too.
+std::optional<leftover_kind> leftover_kind_of(const std::filesystem::path& folder, const std::string& name) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::symlink_status(folder / name, ec);
+  if (ec) return std::nullopt;  // gone since the folder was listed
+  const bool is_folder = std::filesystem::is_directory(status);
+  if (step_in_name(name, mpi_step_prefix, {})) {
+    // As the MPI manager sees it: a folder (or a link) without its index is debris it removes;
+    // with its index, a step.
+    if (!is_folder && !std::filesystem::is_symlink(status)) return std::nullopt;
+    if (std::filesystem::is_regular_file(std::filesystem::status(folder / name / mpi_step_index, ec))) return std::nullopt;
+    return leftover_kind::uncommitted_step;
+  }
+  if (is_folder) {
+    if (name.starts_with(staging_prefix) && name.size() == staging_prefix.size() + random_suffix_length)
+      return leftover_kind::staging_folder;
+    return std::nullopt;
+  }
+  const std::optional<std::string_view> target = target_of_temporary(name);
+  if (!target) return std::nullopt;
+  // ckpt::checkpoint_manager removes the temporaries of its own step files only (and no folder).
+  return step_in_name(*target, file_step_prefix, file_step_suffix) ? leftover_kind::manager_temporary
+                                                                   : leftover_kind::temporary;
+}
+
+}  // namespace
+
+bool is_manager_folder(const std::filesystem::path& path, const std::vector<listed_step>& steps) {
+  if (!steps.empty()) return true;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return false;
+  const std::filesystem::file_type type = std::filesystem::symlink_status(path / lock_file, ec).type();
+  return type != std::filesystem::file_type::not_found && type != std::filesystem::file_type::none;
+}
+
+failed_load what_failed(const listed_step& s, const std::exception& e) {
+  if (s.set_aside) {
+    std::error_code ec;
+    if (std::filesystem::symlink_status(s.checkpoint, ec).type() == std::filesystem::file_type::not_found)
+      return failed_load::gone;
+    return dynamic_cast<const ckpt::error*>(&e) != nullptr ? failed_load::damaged : failed_load::error;
+  }
+  // The reader's load has sorted it: it forgets a step gone since it was listed, lists a damaged
+  // one as damaged (where it lies: a read-only manager renames nothing), and keeps listing a step
+  // it could not read for another reason.
+  if (std::ranges::binary_search(s.reader->steps(), s.step)) return failed_load::error;  // ascending
+  for (const ckpt::checkpoint_manager::step_status& row : s.reader->status())
+    if (row.state == ckpt::checkpoint_manager::step_state::damaged && row.path == s.checkpoint) return failed_load::damaged;
+  return failed_load::gone;
+}
+
+footprint footprint_of(const std::filesystem::path& path) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::symlink_status(path, ec);
+  if (ec) return {.known = false};
+  if (std::filesystem::is_symlink(status)) return {.link = true};
+  if (std::filesystem::is_regular_file(status)) {
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
+    return ec ? footprint{.known = false} : footprint{.bytes = size};
+  }
+  if (!std::filesystem::is_directory(status)) return {};
+  // The files of a folder and its subfolders; links inside are not followed (nor counted).
+  footprint out;
+  std::filesystem::recursive_directory_iterator it(path, ec);
+  for (const std::filesystem::recursive_directory_iterator end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::file_status entry = it->symlink_status(ec);
+    if (!ec && std::filesystem::is_regular_file(entry)) out.bytes += it->file_size(ec);
+    if (ec) break;
+  }
+  if (ec) out.known = false;
+  return out;
+}
+
+std::string to_string(const footprint& f) {
+  if (!f.known) return "size unknown";
+  if (f.link) return "a symbolic link";
+  std::string out = count_of(f.bytes, "byte", "bytes");
+  if (f.bytes >= 1024) {
+    static constexpr std::array<const char*, 6> units = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double value = static_cast<double>(f.bytes) / 1024;
+    std::size_t unit = 0;
+    for (; value >= 1024 && unit + 1 < units.size(); ++unit) value /= 1024;
+    char text[32];
+    std::snprintf(text, sizeof text, ", %.1f %s", value, units[unit]);
+    out += text;
+  }
+  return out;
+}
+
+std::vector<leftover> leftovers_in(const std::filesystem::path& folder) {
+  std::vector<leftover> out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(folder, ec);
+  for (const std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (const std::optional<leftover_kind> kind = leftover_kind_of(folder, name))
+      out.push_back({folder / name, *kind, footprint_of(folder / name)});
+  }
+  if (ec) throw ckpt::io_error(folder, "list", ec);
+  std::ranges::sort(out, {}, &leftover::path);
+  return out;
+}
+
+std::string what_is(const leftover& l) {
+  switch (l.kind) {
+    case leftover_kind::manager_temporary:
+      return "a checkpoint_manager's temporary file of an interrupted save (or one in progress)";
+    case leftover_kind::uncommitted_step:
+      return "an MPI step folder without its index (a save not committed: a killed job's, or one in progress; "
+             "or a step being deleted)";
+    case leftover_kind::staging_folder:
+      return "the staging folder of an interrupted ckpt::save_sharded (or one in progress)";
+    case leftover_kind::temporary:
+      break;
+  }
+  return "the temporary file of an interrupted ckpt::save (or one in progress)";
+}
+
+std::string what_removes(const leftover& l) {
+  switch (l.kind) {
+    case leftover_kind::manager_temporary:
+      return "a checkpoint_manager removes it when it next opens the folder for writing (so does ckpt prune --damaged)";
+    case leftover_kind::uncommitted_step:
+      return "an mpi::checkpoint_manager removes it when it next opens the folder for writing";
+    case leftover_kind::staging_folder:
+    case leftover_kind::temporary:
+      break;
+  }
+  return "no manager removes it: delete it once no save is running";
+}
+
+void print_leftovers(std::ostream& out, const std::vector<leftover>& leftovers) {
+  for (const leftover& l : leftovers)
+    out << "leftover '" << printable(l.path.string()) << "' (" << to_string(l.size) << "): " << what_is(l) << "; "
+        << what_removes(l) << '\n';
 }
 
 std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step) {
@@ -152,8 +335,8 @@ ckpt::torch_options torch_budget(std::size_t factor) noexcept {
 std::optional<ckpt::checkpoint> load_listed(const listed_step& s, const ckpt::load_options& options) {
   try {
     return s.reader->load(s.step, options);
-  } catch (const ckpt::io_error& e) {
-    if (e.code() == std::errc::no_such_file_or_directory) return std::nullopt;
+  } catch (const std::exception& e) {
+    if (what_failed(s, e) == failed_load::gone) return std::nullopt;
     throw;
   }
 }

@@ -1,6 +1,7 @@
 #pragma once
 // What the subcommands of the `ckpt` tool share: exit statuses, the error guard, the size parser,
-// aligned tables, the progress bar, and the registration of each subcommand with CLI11.
+// the listing of a manager folder (its steps, what counts as damage, its leftovers), aligned
+// tables, the progress bar, and the registration of each subcommand with CLI11.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/file.hpp>
@@ -11,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
@@ -27,9 +29,11 @@ namespace ckpt_tool {
 /// The exit statuses of every subcommand.
 enum status : int {
   success = 0,  ///< done; for verify and diff: nothing found
-  finding = 1,  ///< verify found a broken file, diff found a difference
+  finding = 1,  ///< verify found a broken file (a damaged step), diff found a difference
   failure = 2,  ///< a usage error, an I/O error, or an input that cannot be read
 };
+// The statuses are ordered: of several outcomes, the command exits with the largest (an error
+// over a finding over nothing found).
 
 /// What a subcommand does once its arguments are parsed; returns the exit status.
 using action = std::function<int()>;
@@ -44,6 +48,8 @@ void add_verify(CLI::App& app, action& chosen);
 void add_diff(CLI::App& app, action& chosen);
 /// \copydoc add_inspect
 void add_convert(CLI::App& app, action& chosen);
+/// \copydoc add_inspect
+void add_prune(CLI::App& app, action& chosen);
 
 /// What `ckpt NAME --help` says of a subcommand: its name, one line of help, and the text below its
 /// options.
@@ -93,6 +99,10 @@ struct listed_step {
   /// Set if the step is known to be damaged without reading it: set aside by a manager (the
   /// checkpoint is then the set-aside file), or ambiguous; the reason.
   std::optional<std::string> damaged = {};
+  /// True if a manager set the step aside as damaged: `checkpoint` is `<name>.damaged` (or
+  /// `.damaged-K`), no longer a step of the run, which `ckpt prune --damaged` deletes. A damaged
+  /// step that is not set aside (ambiguous: both a file and an MPI step folder) is live damage.
+  bool set_aside = false;
   /// The read-only manager that listed the step, which loads it as the managers do (a step is a
   /// safetensors file or an MPI step folder, whatever else `ckpt::load` would read there).
   std::shared_ptr<ckpt::checkpoint_manager> reader = {};
@@ -105,6 +115,73 @@ struct listed_step {
 /// \throws ckpt::io_error if the folder cannot be listed.
 [[nodiscard]] std::vector<listed_step> steps_in(const std::filesystem::path& path);
 
+/// Whether `path` is a manager folder for inspect and verify to list: it has steps (`steps` is
+/// `steps_in(path)`), or the lock file of either manager (a run whose first step is not
+/// committed yet: its leftovers are all there is to show).
+/// \throws std::bad_alloc
+[[nodiscard]] bool is_manager_folder(const std::filesystem::path& path, const std::vector<listed_step>& steps);
+
+/// What a load of listed step `s` that threw found, in the managers' words (ckpt/manager.hpp):
+/// the step was deleted since it was listed (a manager writing the folder: its reader no longer
+/// lists it), or its bytes are wrong (damage: its reader now lists it as damaged), or neither (an
+/// error of this run: a permission, a resource, which is no finding about the step). A set-aside
+/// step, already damaged, is gone if its name is, else damaged for any `ckpt::error`.
+enum class failed_load { gone, damaged, error };
+/// \throws std::bad_alloc
+[[nodiscard]] failed_load what_failed(const listed_step& s, const std::exception& e);
+
+/// What a leftover in a manager folder is, which says what removes it.
+enum class leftover_kind {
+  manager_temporary,  ///< `.ckpt-<step>.safetensors.tmp-XXXXXX`: a `ckpt::checkpoint_manager`'s save
+  uncommitted_step,   ///< `step-<step>` without its index: an MPI save not committed, or a step being deleted
+  staging_folder,     ///< `.ckpt-staging-XXXXXX`: the staging folder of a `ckpt::save_sharded`
+  temporary,          ///< `.<name>.tmp-XXXXXX`: any other `ckpt::save`'s temporary
+};
+
+/// What a file or folder takes, a symbolic link not followed: the bytes of a file, or of the files
+/// in a folder and its subfolders.
+struct footprint {
+  std::uint64_t bytes = 0;
+  bool link = false;   ///< a symbolic link (its target is not counted)
+  bool known = true;   ///< false if it could not be measured (a permission, a resource)
+};
+
+/// The footprint of `path` now.
+/// \throws std::bad_alloc
+[[nodiscard]] footprint footprint_of(const std::filesystem::path& path);
+
+/// `"36 bytes"`, `"775946240 bytes, 740.0 MiB"`, `"a symbolic link"`, `"size unknown"`.
+/// \throws std::bad_alloc
+[[nodiscard]] std::string to_string(const footprint& f);
+
+/// Something a save that did not finish (or has not finished yet) left in a manager folder.
+struct leftover {
+  std::filesystem::path path;
+  leftover_kind kind;
+  footprint size;
+};
+
+/// The leftovers in the manager folder `folder`, by name, measured: temporaries and staging
+/// folders of saves, and MPI step folders without their index. Steps, set-aside steps, lock
+/// files and the user's own files are not leftovers.
+/// \throws ckpt::io_error if the folder cannot be listed.
+[[nodiscard]] std::vector<leftover> leftovers_in(const std::filesystem::path& folder);
+
+/// What leftover `l` is, without its path: `"a checkpoint_manager's temporary file of an
+/// interrupted save (or one in progress)"`, ...
+/// \throws std::bad_alloc
+[[nodiscard]] std::string what_is(const leftover& l);
+
+/// What removes leftover `l`: `"a checkpoint_manager removes it when it next opens the folder for
+/// writing (so does ckpt prune --damaged)"`, or that nothing does.
+/// \throws std::bad_alloc
+[[nodiscard]] std::string what_removes(const leftover& l);
+
+/// Writes a line a leftover, `leftover 'PATH' (SIZE): WHAT; WHAT REMOVES IT`, through
+/// `printable`: what inspect, verify and prune show of a manager folder's leftovers.
+/// \throws whatever the stream throws
+void print_leftovers(std::ostream& out, const std::vector<leftover>& leftovers);
+
 /// The checkpoint a PATH argument names, with `--step`: a step of a manager folder (`step`, or
 /// the latest step not known to be damaged; for `step`, a damaged one if it is the only one), or
 /// PATH itself (a file, a sharded checkpoint, an MPI step folder).
@@ -112,6 +189,7 @@ struct listed_step {
 /// (the message lists the steps it has).
 [[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step);
 /// The same, for a caller that listed `path` already (`steps` is `steps_in(path)`).
+/// \throws usage_error as above.
 [[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std::vector<listed_step>& steps,
                                                   std::optional<std::int64_t> step);
 
@@ -123,10 +201,12 @@ struct listed_step {
 [[nodiscard]] bool names_sharded(const std::filesystem::path& path) noexcept;
 
 /// Adds the `--step N` option of the commands that open a manager folder's step.
+/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 
 /// Adds `--torch-budget FACTOR` (at least 1), which multiplies the budgets of the `.pt` reader
 /// (`ckpt::torch_options`), to a command that reads checkpoints.
+/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
 void add_torch_budget_option(CLI::App& sub, std::size_t& factor);
 
 /// `ckpt::torch_options` with every budget multiplied by `factor`.
@@ -134,9 +214,9 @@ void add_torch_budget_option(CLI::App& sub, std::size_t& factor);
 [[nodiscard]] ckpt::torch_options torch_budget(std::size_t factor) noexcept;
 
 /// Step `s` of a manager folder, loaded as its manager loads it (by default header only: no
-/// digest check), or nothing if its file is gone: a manager still training in the folder
-/// deletes old steps after listing them.
-/// \throws as `ckpt::checkpoint_manager::load`, except for a missing file.
+/// digest check), or nothing if it is gone since it was listed (`what_failed`): a manager still
+/// training in the folder deletes old steps after listing them.
+/// \throws as `ckpt::checkpoint_manager::load`, except for a step gone since it was listed.
 [[nodiscard]] std::optional<ckpt::checkpoint> load_listed(const listed_step& s,
                                                           const ckpt::load_options& options = {.verify_digest = false});
 

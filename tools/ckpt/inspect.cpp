@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -123,8 +124,10 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
 }
 
 // A row a step, damaged steps included (a manager set them aside, or their header cannot be
-// read): a damaged step is a finding to show, not a reason to stop.
+// read): a damaged step is a finding to show, not a reason to stop; an error that is not damage
+// (a permission, too many open files) is, as for a file. Then the folder's leftovers.
 int inspect_folder(const inspect_args& args, const std::vector<listed_step>& listed) {
+  const std::vector<leftover> leftovers = leftovers_in(args.path);
   struct step_row {
     std::int64_t step;
     std::filesystem::path file;
@@ -141,7 +144,8 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
     try {
       if (const auto t = load_listed(s))
         steps.push_back({s.step, s.checkpoint, sum(entries_with_prefix(*t, args.filter)), t->metadata(), {}});
-    } catch (const ckpt::error& e) {
+    } catch (const std::exception& e) {
+      if (what_failed(s, e) != failed_load::damaged) throw;
       steps.push_back({s.step, s.checkpoint, {}, {}, e.what()});
     }
   }
@@ -158,7 +162,17 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
       }
       rows.push_back(std::move(row));
     }
-    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())}, {"steps", std::move(rows)}})
+    boost::json::array leftover_rows;
+    for (const leftover& l : leftovers) {
+      boost::json::object row{{"name", valid_utf8(l.path.filename().string())}, {"what", what_is(l)},
+                              {"removed_by", what_removes(l)}};
+      if (l.size.known && !l.size.link) row["bytes"] = l.size.bytes;
+      else row["bytes"] = nullptr;
+      leftover_rows.push_back(std::move(row));
+    }
+    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())},
+                                                            {"steps", std::move(rows)},
+                                                            {"leftovers", std::move(leftover_rows)}})
               << '\n';
     return success;
   }
@@ -186,12 +200,13 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
   std::cout << '\n';
   for (const auto& s : steps)
     if (s.damaged) std::cout << "step " << s.step << " damaged: " << printable(*s.damaged) << '\n';
+  print_leftovers(std::cout, leftovers);
   return success;
 }
 
 int inspect(const inspect_args& args) {
   const std::vector<listed_step> steps = steps_in(args.path);
-  if (!args.step && !steps.empty()) return inspect_folder(args, steps);
+  if (!args.step && is_manager_folder(args.path, steps)) return inspect_folder(args, steps);
   return inspect_checkpoint(args, checkpoint_in(args.path, steps, args.step));
 }
 
@@ -202,11 +217,14 @@ constexpr command_text text{
 __metadata__, reading headers only. PATH is a .safetensors file, a sharded checkpoint (its
 *.safetensors.index.json or its folder, an MPI step folder) or a checkpoint_manager folder (of
 either manager, opened read-only), whose steps are listed, each with its state ('ok' if its
-header reads, 'damaged' with the reason if not, or if a manager set it aside), or whose step N
---step shows. Only headers are read: 'ok' does not check the digest (ckpt verify does).
+header reads, 'damaged' with the reason if not, or if a manager set it aside), then a line for
+each leftover of a save that did not finish (a temporary file, an MPI step folder without its
+index, a staging folder: 'leftover', its size and what removes it); or whose step N --step
+shows. Only headers are read: 'ok' does not check the digest (ckpt verify does).
 
-Exit status: 0 (a folder with damaged steps included: they are rows), or 2 if PATH cannot be
-read or is not a valid checkpoint.)"};
+Exit status: 0 (a folder with damaged steps or leftovers included: they are rows and lines), or
+2 if PATH cannot be read (for a folder, a step whose header cannot be read for another reason
+than its bytes: a permission, too many open files) or is not a valid checkpoint.)"};
 
 }  // namespace
 

@@ -1,4 +1,5 @@
-// ckpt: inspect, verify, compare and convert safetensors checkpoints (tools/README.md).
+// ckpt: inspect, verify, compare and convert safetensors checkpoints, and prune a run folder's
+// damaged steps (tools/README.md).
 
 #include "common.hpp"
 
@@ -10,7 +11,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Inspect, verify, compare and convert safetensors checkpoints (single files, sharded\n"
-               "checkpoints and checkpoint_manager folders).\n\n"
+               "checkpoints and checkpoint_manager folders); prune the steps a manager set aside as damaged.\n\n"
                "Exit status: 0 on success, 1 when verify or diff finds something, 2 on a usage or I/O\n"
                "error.",
                "ckpt"};
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   ckpt_tool::add_verify(app, chosen);
   ckpt_tool::add_diff(app, chosen);
   ckpt_tool::add_convert(app, chosen);
+  ckpt_tool::add_prune(app, chosen);
 
   try {
     app.parse(argc, argv);

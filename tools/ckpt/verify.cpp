@@ -7,8 +7,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -16,7 +18,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
 namespace ckpt_tool {
@@ -47,8 +48,10 @@ struct verdict {
 // Loads a checkpoint with `load` (`ckpt::load` of a path, or a manager's load of a step) with
 // these options, digest included, and says what it found. Loading maps the file and parses the
 // header only; nothing is extracted. The digest check draws a bar (on a terminal), one for each
-// shard of a sharded checkpoint. An I/O error (a missing file) is not a finding about the
-// checkpoint: it propagates, for exit status 2.
+// shard of a sharded checkpoint. A broken rule (a format_error, integrity_error included) is the
+// verdict; anything else (an io_error, std::bad_alloc) propagates: whether it is a finding
+// depends on what was checked (a step whose name leads nowhere is damaged; a file named on the
+// command line that cannot be opened is an error, exit status 2).
 verdict check(const std::filesystem::path& path,
               const std::function<ckpt::checkpoint(const ckpt::load_options&)>& load) {
   const bool sharded = names_sharded(path);
@@ -78,12 +81,22 @@ verdict check(const std::filesystem::path& path,
           out.earlier = std::string(key);
           break;
         }
-  } catch (const ckpt::io_error&) {
-    throw;
-  } catch (const ckpt::error& e) {
+  } catch (const ckpt::format_error& e) {
     out.problem = e.what();
   }
   return out;
+}
+
+// An error that is not a finding (the checkpoint could not be checked): its message on stderr,
+// after the lines already on stdout. The library's messages name the file; another one
+// (std::bad_alloc) is given the checkpoint's name.
+void report_error(const std::filesystem::path& checkpoint, const std::exception& e) {
+  std::cout.flush();
+  if (dynamic_cast<const ckpt::error*>(&e) != nullptr)
+    std::cerr << printable(e.what(), true) << '\n';
+  else
+    std::cerr << "ckpt verify: cannot check '" << printable(checkpoint.string()) << "': " << printable(e.what(), true)
+              << '\n';
 }
 
 // "ok, digest verified", "ok, format only: no digest" (or an earlier version's digest, which is
@@ -114,39 +127,94 @@ bool print_verdict(const std::string& label, const verdict& v, bool strict) {
   return v.problem.has_value() || skipped_fail;
 }
 
-int verify(const verify_args& args) {
-  // One line a checkpoint, so that one broken checkpoint does not hide the others.
-  int status = success;
-  for (const std::filesystem::path& path : args.paths) {
-    const std::vector<listed_step> steps = steps_in(path);
-    if (args.step || steps.empty()) {
-      const std::filesystem::path checkpoint = checkpoint_in(path, steps, args.step);
-      const verdict v = check(checkpoint, [&](const ckpt::load_options& options) {
-        return ckpt::load(checkpoint, options, torch_budget(args.torch_budget));
-      });
-      if (print_verdict(checkpoint.string(), v, args.strict)) status = finding;
-      continue;
-    }
-    // Every step, damaged ones included: each is a line, and a damaged one a finding.
-    for (const listed_step& s : steps) {
-      const std::filesystem::path& checkpoint = s.checkpoint;
-      verdict v;
-      try {
-        // A listed step loads as its manager loads it; one set aside (no longer a step) as a file.
-        v = check(checkpoint, [&](const ckpt::load_options& options) {
-          return s.damaged ? ckpt::load(checkpoint, options) : s.reader->load(s.step, options);
-        });
-      } catch (const ckpt::io_error& e) {
-        // Deleted since it was listed, by the retention rules of a manager still training here;
-        // anything else there that cannot be read (a symlink to nowhere) is a damaged step.
-        std::error_code ec;
-        if (e.code() == std::errc::no_such_file_or_directory && !std::filesystem::is_symlink(checkpoint, ec)) continue;
-        v.problem = e.what();
-      }
-      if (s.damaged && !v.problem) v.problem = *s.damaged + "; it verifies now, but is no longer a step of the run";
-      if (print_verdict(checkpoint.string(), v, args.strict)) status = finding;
+// A checkpoint named by PATH: a file, a sharded checkpoint, or --step N of a manager folder.
+int verify_checkpoint(const verify_args& args, const std::filesystem::path& checkpoint) {
+  verdict v;
+  try {
+    v = check(checkpoint, [&](const ckpt::load_options& options) {
+      return ckpt::load(checkpoint, options, torch_budget(args.torch_budget));
+    });
+  } catch (const ckpt::io_error& e) {
+    // Cannot be read (missing, a permission, a resource): nothing was checked.
+    report_error(checkpoint, e);
+    return failure;
+  } catch (const ckpt::error& e) {
+    // Not a checkpoint at all (a folder with neither a manager's steps nor an index): a finding.
+    v.problem = e.what();
+  } catch (const std::exception& e) {
+    report_error(checkpoint, e);
+    return failure;
+  }
+  return print_verdict(checkpoint.string(), v, args.strict) ? finding : success;
+}
+
+// A step of a manager folder, a line: its verdict (live damage is a finding), or that a manager
+// writing the folder deleted it after it was listed (not a finding), or, for a step a manager set
+// aside, that it was set aside and what is wrong with it (a finding only with --strict). An error
+// that is not damage (EMFILE, EACCES, ENOMEM, EIO, std::bad_alloc...) goes to stderr, exit status
+// 2: the step could not be checked.
+int verify_step(const verify_args& args, const listed_step& s) {
+  const std::string label = printable(s.checkpoint.string());
+  if (s.damaged && !s.set_aside) {
+    // Damaged as listed (a step both a file and an MPI step folder): nothing to load.
+    std::cout << label << ": " << printable(*s.damaged) << '\n';
+    return finding;
+  }
+  verdict v;
+  try {
+    // A listed step loads as its manager loads it; one set aside (no longer a step) as a path.
+    v = check(s.checkpoint, [&](const ckpt::load_options& options) {
+      return s.set_aside ? ckpt::load(s.checkpoint, options, torch_budget(args.torch_budget))
+                         : s.reader->load(s.step, options);
+    });
+  } catch (const std::exception& e) {
+    switch (what_failed(s, e)) {
+      case failed_load::gone:
+        std::cout << label << ": deleted while it was being listed ("
+                  << (s.set_aside ? "ckpt prune --damaged, or a manager's remove_damaged" : "a manager's retention")
+                  << ")\n";
+        return success;
+      case failed_load::error:
+        report_error(s.checkpoint, e);
+        return failure;
+      case failed_load::damaged:
+        v.problem = e.what();  // a name that leads nowhere (a symbolic link to nowhere, a loop)
+        break;
     }
   }
+  if (s.set_aside) {
+    std::cout << label << ": " << printable(*s.damaged) << " (ckpt prune --damaged deletes it)";
+    if (v.problem) std::cout << ": " << printable(*v.problem);
+    else std::cout << "; it verifies now, but is no longer a step of the run";
+    std::cout << '\n';
+    return args.strict ? finding : success;
+  }
+  return print_verdict(s.checkpoint.string(), v, args.strict) ? finding : success;
+}
+
+// Every step of a manager folder, damaged and set-aside ones included, a line each, then its
+// leftovers (never a finding: a manager or the user removes them).
+int verify_folder(const verify_args& args, const std::filesystem::path& folder, const std::vector<listed_step>& steps) {
+  const std::vector<leftover> leftovers = leftovers_in(folder);
+  if (steps.empty())
+    std::cout << printable(folder.string()) << ": no step (a manager folder whose first step is not committed)\n";
+  int status = success;
+  for (const listed_step& s : steps) status = std::max(status, verify_step(args, s));
+  print_leftovers(std::cout, leftovers);
+  return status;
+}
+
+int verify(const verify_args& args) {
+  // A line a checkpoint, so that one broken checkpoint, or one that cannot be read, does not hide
+  // the others; the status is the worst.
+  int status = success;
+  for (const std::filesystem::path& path : args.paths)
+    status = std::max(status, guarded([&] {
+                        const std::vector<listed_step> steps = steps_in(path);
+                        if (args.step || !is_manager_folder(path, steps))
+                          return verify_checkpoint(args, checkpoint_in(path, steps, args.step));
+                        return verify_folder(args, path, steps);
+                      }));
   return status;
 }
 
@@ -159,14 +227,21 @@ Prints a line a checkpoint: 'ok, digest verified', 'ok, format only: no digest' 
 rules could be checked; also said of the data-only digests of earlier ckpt versions,
 ckpt.xxh3_64_per_mib and ckpt.xxh3_64, which are not checked: save the file again to record the
 new one), or the broken rule naming the file; and the entries left out for a dtype this version
-does not know. Each PATH
-is a .safetensors file, a sharded checkpoint (index or folder, an MPI step folder included), or a
-checkpoint_manager folder (of either manager, opened read-only), whose steps are checked one by
-one (or only step N with --step), steps a manager set aside as damaged included: each damaged
-step is a line naming its file and why.
+does not know. Each PATH is a .safetensors file, a sharded checkpoint (index or folder, an MPI
+step folder included), or a checkpoint_manager folder (of either manager, opened read-only),
+whose steps are checked one by one (or only step N with --step). A step whose bytes are wrong is
+a line naming its file and the broken rule; a step that a manager still writing the folder
+deleted after it was listed says 'deleted while it was being listed'; a step a manager set aside
+as damaged (<name>.damaged) says so, and what is wrong with it ('ckpt prune --damaged' deletes
+those). Then a line for each leftover of a save that did not finish (a temporary file, an MPI
+step folder without its index, a staging folder): its size and what removes it.
 
-Exit status: 0 if sound, 1 if a checkpoint breaks a rule (or, with --strict, has entries of an
-unknown dtype), 2 if a file cannot be read.)"};
+Exit status: 0 if sound (steps set aside as damaged, steps deleted while listed and leftovers
+included: none is a step of the run any more); 1 if a checkpoint or a step breaks a rule (or,
+with --strict, has entries of an unknown dtype, or is a step set aside as damaged); 2 if a
+checkpoint cannot be read for another reason than its bytes (a missing file, a permission, too
+many open files, no memory; the message is on stderr, and the other checkpoints are still
+checked). Of several, the largest.)"};
 
 }  // namespace
 
@@ -175,7 +250,9 @@ void add_verify(CLI::App& app, action& chosen) {
   sub->add_option("PATH", args->paths, "checkpoint files, sharded indexes or folders, manager folders")
       ->required()->type_name("");
   add_step_option(*sub, args->step);
-  sub->add_flag("--strict", args->strict, "fail on entries of a dtype this version does not know (they are left out)");
+  sub->add_flag("--strict", args->strict,
+                "fail on entries of a dtype this version does not know (they are left out), and on steps a manager set "
+                "aside as damaged");
   add_torch_budget_option(*sub, args->torch_budget);
 }
 
