@@ -195,8 +195,7 @@ std::vector<step_status> manager_core::remove_set_aside(const folder_handle& fol
     for (; i < damaged_.size(); ++i) {
       const step_status& s = damaged_[i];
       const std::string name = s.path.filename().string();
-      if (s.path.parent_path() == folder.path() &&
-          (step_set_aside(name, file_step_prefix, file_step_suffix) || step_set_aside(name, mpi_step_prefix))) {
+      if (step_set_aside(name, file_step_prefix, file_step_suffix) || step_set_aside(name, mpi_step_prefix)) {
         static_cast<void>(folder.remove(name));
         removed.push_back(s);
       } else {

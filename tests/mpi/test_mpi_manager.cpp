@@ -285,7 +285,7 @@ void read_only_managers_open_a_folder_being_written(const fs::path& folder) {
 }
 
 // A damaged newest step (a shard cut short) is set aside on rank 0 and every rank resumes from
-// the step before it, alike; the step number is saved again.
+// the step before it, alike; the step number is saved again; remove_damaged deletes it.
 void a_damaged_step_is_set_aside_on_every_rank(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
@@ -310,6 +310,13 @@ void a_damaged_step_is_set_aside_on_every_rank(const fs::path& folder) {
   CHECK_EQ(manager.status().size(), 2u);
   CHECK(manager.save(2, {state_of(rank, 2)}));
   CHECK_EQ(ckpt::to_int("step", manager.load(2)), 2);
+  // Once looked at, the set-aside step is deleted on request, on every rank alike.
+  const std::vector<ckpt::mpi::checkpoint_manager::step_status> removed = manager.remove_damaged();
+  CHECK_EQ(removed.size(), 1u);
+  CHECK_EQ(removed.at(0).step, 2);
+  CHECK_EQ(manager.status().size(), 2u);  // steps 1 and 2, nothing damaged
+  MPI_Barrier(comm);
+  CHECK(!fs::exists(fs::symlink_status(fs::path(ckpt::mpi::detail::step_folder(folder, 2).string() + ".damaged"))));
   MPI_Barrier(comm);
 }
 
