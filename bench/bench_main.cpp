@@ -549,6 +549,11 @@ void row7(const config& c, const row_model& m) {
       s_to_skip{"load(verify_digest = false) + to_params"}, s_to_verify{"load (verifying) + to_params"},
       s_hash{"XXH3-64 of the data section, through a fresh mapping"};
   row_model buffers = make_row_model(c.tensors, c.rows, c.cols, true);  // preallocated, touched
+  // Column-major leaves read the file in bands of rows, each a part of a 1 MiB chunk: a verified
+  // load checks the whole chunk once and keeps it for the next bands (mapped_file).
+  col_model col_buffers = make_col_model(c.tensors, c.rows, c.cols, true);
+  series s_col_skip{"load(verify_digest = false) + read_params, column-major"},
+      s_col_verify{"load (verifying) + read_params, column-major"};
   float checksum = 0;
   auto save_once = [&] {
     remove_quietly(plain);
@@ -593,6 +598,16 @@ void row7(const config& c, const row_model& m) {
   auto to_verify_once = [&] {
     time_new_model(s_to_verify, checksum, [&] { return ckpt::to_params(ckpt::load(hashed), m, {.prefix = "model"}); });
   };
+  auto col_skip_once = [&] {
+    s_col_skip.add(measure([&] {
+      ckpt::read_params(ckpt::load(hashed, {.verify_digest = false}), col_buffers, {.prefix = "model"});
+    }));
+    checksum += col_buffers.layers[0](1, 2);
+  };
+  auto col_verify_once = [&] {
+    s_col_verify.add(measure([&] { ckpt::read_params(ckpt::load(hashed), col_buffers, {.prefix = "model"}); }));
+    checksum += col_buffers.layers[0](1, 2);
+  };
   // The verification alone: load() with the digest checked, minus nothing else (only the header
   // is parsed besides).
   auto hash_once = [&] { s_hash.add(measure([&] { checksum += static_cast<float>(ckpt::load(hashed).size()); })); };
@@ -600,6 +615,7 @@ void row7(const config& c, const row_model& m) {
   s_read_skip = series(s_read_skip.name);
   rotated(c.io_reps, read_skip_once, read_verify_once, hash_once);
   rotated(c.io_reps, to_skip_once, to_verify_once);
+  rotated(c.io_reps, col_skip_once, col_verify_once);
   // Cold (a resume after a reboot): the file dropped from the page cache before each call.
   series s_read_skip_cold{"load(verify_digest = false) + read_params, cold"},
       s_read_verify_cold{"load (verifying) + read_params, cold"};
@@ -616,7 +632,7 @@ void row7(const config& c, const row_model& m) {
   rotated(c.io_reps, read_skip_cold_once, read_verify_cold_once);
   log("  (checksum " + std::to_string(checksum) + ")");
   for (const auto* s : {&s_save, &s_save_digest, &s_hash_memory, &s_read_skip, &s_read_verify, &s_to_skip, &s_to_verify,
-                        &s_hash, &s_read_skip_cold, &s_read_verify_cold})
+                        &s_col_skip, &s_col_verify, &s_hash, &s_read_skip_cold, &s_read_verify_cold})
     log("  " + s->name + ": " + s->spread());
   log("  verification throughput: " + std::to_string(c.gib() / s_hash.med()) + " GiB/s");
   ratio_result("7", "save " + c.size_label() + " with the digest vs without (save(sections), live)", s_save_digest,
@@ -627,6 +643,8 @@ void row7(const config& c, const row_model& m) {
                s_read_verify, s_read_skip, 1.10, "+" + fmt_mib(s_read_verify.peak()));
   ratio_result("7", "load (digest verified) + to_params (returns a new struct) vs load(verify_digest = false) + to_params",
                s_to_verify, s_to_skip, 1.10, "+" + fmt_mib(s_to_verify.peak()));
+  ratio_result("7", "load (digest verified) + read_params into column-major leaves vs load(verify_digest = false) + read_params",
+               s_col_verify, s_col_skip, 0, "+" + fmt_mib(s_col_verify.peak()));
   ratio_result("7.c", "cold (file dropped from the page cache): load (digest verified) + read_params vs "
                "load(verify_digest = false) + read_params, cold",
                s_read_verify_cold, s_read_skip_cold, 0, "+" + fmt_mib(s_read_verify_cold.peak()));

@@ -3,6 +3,7 @@
 #include <ckpt/error.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -68,9 +69,11 @@ bool is_damage(const std::exception& e) noexcept {
   if (dynamic_cast<const format_error*>(&e) != nullptr) return true;
   const auto* io = dynamic_cast<const io_error*>(&e);
   if (io == nullptr) return false;
+  // The errno compared as a value (system and generic errors share them), not through the
+  // category's virtual `equivalent`: this runs where descriptors or memory ran out.
   const std::error_code code = io->code();
-  return code == std::errc::no_such_file_or_directory || code == std::errc::too_many_symbolic_link_levels ||
-         code == std::errc::not_a_directory;
+  if (code.category() != std::system_category() && code.category() != std::generic_category()) return false;
+  return code.value() == ENOENT || code.value() == ELOOP || code.value() == ENOTDIR;
 }
 
 std::string wall_time_now() {
