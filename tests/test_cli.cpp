@@ -140,7 +140,7 @@ result run(const fs::path& cwd, const std::vector<std::string>& args, int second
 
 // Runs the tool with `args` under a limit of `descriptors` open files (RLIMIT_NOFILE, set by the
 // shell before it becomes the tool), so that opening a file fails with EMFILE.
-result run_with_descriptors(const fs::path& cwd, int descriptors, const std::vector<std::string>& args) {
+[[maybe_unused]] result run_with_descriptors(const fs::path& cwd, int descriptors, const std::vector<std::string>& args) {
   return finish(cwd, start(cwd, args, {"/bin/sh", "-c", "ulimit -n " + std::to_string(descriptors) + " && exec \"$0\" \"$@\""}),
                 20);
 }
@@ -1203,6 +1203,19 @@ BOOST_AUTO_TEST_CASE(verify_of_a_run_says_which_steps_were_deleted_while_it_list
   }
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CKPT_CLI_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CKPT_CLI_SANITIZED 1
+#endif
+#endif
+
+// A sanitizer's runtime opens descriptors of its own while the tool runs (24 needed where the
+// plain build needs 7), so that no limit separates a step of one shard from one of 40: the case
+// is left to the plain build. The library's side (EMFILE is not damage) is tested in every build
+// (test_recovery, test_run_folder, test_mpi_folder).
+#ifndef CKPT_CLI_SANITIZED
 // EMFILE ("Too many open files") is not damage: exit 2, the message on stderr, and the other
 // steps are still checked (a broken one still a line). An MPI step of 40 shards holds 16 of them
 // open at least (ckpt's floor, whatever the limit): under the smallest limit at which a step of
@@ -1254,6 +1267,7 @@ BOOST_AUTO_TEST_CASE(an_error_that_is_not_damage_exits_2_and_hides_no_other_step
                             "mpi/step-0000000003: ok, digest verified\n");
   BOOST_TEST(several.err == "ckpt: cannot open 'missing.safetensors': No such file or directory\n");
 }
+#endif
 
 BOOST_AUTO_TEST_CASE(inspect_and_verify_list_leftovers_with_their_sizes_and_what_removes_them) {
   const temp_dir d;
