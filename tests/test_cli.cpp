@@ -269,9 +269,10 @@ BOOST_AUTO_TEST_CASE(help_on_the_tool_and_on_every_subcommand) {
     }
   }
   const result convert = run(d.path(), {"convert", "-h"});
-  for (const std::string option : {"--dtype", "--rename", "--keep", "--drop", "--shard-size", "--base-name",
-                                   "--no-digest"})
+  for (const std::string option : {"--dtype", "--rename", "--keep", "--drop", "--keep-matching", "--drop-matching",
+                                   "--shard-size", "--base-name", "--no-digest"})
     BOOST_TEST(convert.out.find(option) != std::string::npos, option);
+  BOOST_TEST(run(d.path(), {"diff", "-h"}).out.find("--metadata") != std::string::npos);
   const result version = run(d.path(), {"--version"});
   BOOST_TEST(version.status == 0);
   // The version of CMake's project(), through the generated ckpt/version.hpp.
@@ -316,7 +317,8 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_message_on_stderr) {
                     "ckpt convert: 'out' is a folder: give --shard-size to write a sharded checkpoint into it, or a "
                     "file name\n");
   check_usage_error(d, {"convert", "a.safetensors", "b.safetensors", "--keep", "l2."},
-                    "ckpt convert: no entry of 'a.safetensors' is left after --keep/--drop (it has 3)\n");
+                    "ckpt convert: no entry of 'a.safetensors' is left after --keep/--keep-matching/--drop/"
+                    "--drop-matching (it has 3)\n");
   BOOST_TEST(!fs::exists(d.path() / "b.safetensors"));
   BOOST_TEST(!fs::exists(d.path() / "b"));
 }
@@ -593,6 +595,13 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(diff)
 
+// The table `diff` prints for two checkpoints holding sample()'s entries.
+const std::string sample_table =
+    "name  max_abs  max_rel  beyond\n"
+    "l1.b        0        0       0\n"
+    "l1.w        0        0       0\n"
+    "step        0        0       0\n";
+
 BOOST_AUTO_TEST_CASE(two_steps_of_one_run) {
   const temp_dir d;
   {
@@ -614,15 +623,13 @@ BOOST_AUTO_TEST_CASE(identical_checkpoints) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample());
   ckpt::save(d.path() / "b.safetensors", sample().with_metadata({}), {.digest = true});
+  // B lacks A's note: without --metadata, a line and no finding.
   const result r = run(d.path(), {"diff", "a.safetensors", "b.safetensors"});
   BOOST_TEST(r.status == 0);
   BOOST_TEST(r.err == "");
-  BOOST_TEST(r.out ==
-             "name  max_abs  max_rel  beyond\n"
-             "l1.b        0        0       0\n"
-             "l1.w        0        0       0\n"
-             "step        0        0       0\n"
-             "same: 3 entries within atol 0, rtol 0\n");
+  BOOST_TEST(r.out == sample_table +
+                          "metadata differ (1 key; --metadata shows it)\n"
+                          "same: 3 entries within atol 0, rtol 0\n");
 }
 
 BOOST_AUTO_TEST_CASE(findings_and_tolerances) {
@@ -718,6 +725,98 @@ BOOST_AUTO_TEST_CASE(nan_and_infinities) {
              "same        0        0       0\n"
              "different: 0 only in A, 0 only in B, 0 dtype or shape mismatches, 2 of 3 compared entries beyond "
              "atol 1e+300, rtol 0\n");
+}
+
+BOOST_AUTO_TEST_CASE(metadata_differences_are_a_notice_by_default_and_findings_with_metadata) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample().with_metadata({{"note", "first"}, {"loss", "0.5"}}));
+  ckpt::save(d.path() / "b.safetensors", sample().with_metadata({{"note", "second"}, {"source", "hf"}}));
+  // The default compares the entries: the metadata are a line, not a finding.
+  const result quiet = run(d.path(), {"diff", "a.safetensors", "b.safetensors"});
+  BOOST_TEST(quiet.status == 0);
+  BOOST_TEST(quiet.err == "");
+  BOOST_TEST(quiet.out == sample_table +
+                              "metadata differ (3 keys; --metadata shows them)\n"
+                              "same: 3 entries within atol 0, rtol 0\n");
+  // With --metadata, a line a key (only in A, only in B, then values that differ) and status 1;
+  // format (save's "pt" in both) is compared and equal, the digests are not compared.
+  const result shown = run(d.path(), {"diff", "a.safetensors", "b.safetensors", "--metadata"});
+  BOOST_TEST(shown.status == 1);
+  BOOST_TEST(shown.err == "");
+  BOOST_TEST(shown.out == sample_table +
+                              "metadata only in A: loss: '0.5'\n"
+                              "metadata only in B: source: 'hf'\n"
+                              "metadata differs: note: 'first' in A, 'second' in B\n"
+                              "different: 0 only in A, 0 only in B, 0 dtype or shape mismatches, 0 of 3 compared "
+                              "entries beyond atol 0, rtol 0; 3 of 4 compared metadata keys differ\n");
+  // Equal metadata: --metadata says how many keys it compared.
+  const result same = run(d.path(), {"diff", "a.safetensors", "a.safetensors", "--metadata"});
+  BOOST_TEST(same.status == 0);
+  BOOST_TEST(same.out == sample_table + "same: 3 entries within atol 0, rtol 0; 3 metadata keys equal\n");
+  // A value from the file goes through printable, as names do.
+  ckpt::save(d.path() / "c.safetensors", sample().with_metadata({{"note", "first\x1b]0;title\x07"}, {"loss", "0.5"}}));
+  const result escaped = run(d.path(), {"diff", "a.safetensors", "c.safetensors", "--metadata"});
+  BOOST_TEST(escaped.status == 1);
+  BOOST_TEST(escaped.out == sample_table +
+                                "metadata differs: note: 'first' in A, 'first\\x1b]0;title\\x07' in B\n"
+                                "different: 0 only in A, 0 only in B, 0 dtype or shape mismatches, 0 of 3 compared "
+                                "entries beyond atol 0, rtol 0; 1 of 3 compared metadata keys differs\n");
+  BOOST_TEST(run(d.path(), {"diff", "a.safetensors", "c.safetensors"}).out ==
+             sample_table + "metadata differ (1 key; --metadata shows it)\nsame: 3 entries within atol 0, rtol 0\n");
+}
+
+BOOST_AUTO_TEST_CASE(entry_and_metadata_differences_are_reported_together) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample());  // note: first
+  ckpt::save(d.path() / "b.safetensors", ckpt::concat({sample(), ckpt::of_tensor("extra", f32({1}, {0}))})
+                                             .with_metadata({{"note", "second"}}));
+  const std::string entries = "only in B: extra\n" + sample_table;
+  const std::string counts =
+      "different: 0 only in A, 1 only in B, 0 dtype or shape mismatches, 0 of 3 compared entries beyond atol 0, rtol 0";
+  const result quiet = run(d.path(), {"diff", "a.safetensors", "b.safetensors"});
+  BOOST_TEST(quiet.status == 1);
+  BOOST_TEST(quiet.err == "");
+  BOOST_TEST(quiet.out == entries + "metadata differ (1 key; --metadata shows it)\n" + counts + "\n");
+  const result shown = run(d.path(), {"diff", "a.safetensors", "b.safetensors", "--metadata"});
+  BOOST_TEST(shown.status == 1);
+  BOOST_TEST(shown.err == "");
+  BOOST_TEST(shown.out == entries + "metadata differs: note: 'first' in A, 'second' in B\n" + counts +
+                              "; 1 of 2 compared metadata keys differs\n");
+  // --filter selects entries only: the metadata are compared whole.
+  const result filtered = run(d.path(), {"diff", "a.safetensors", "b.safetensors", "--metadata", "--filter", "l1."});
+  BOOST_TEST(filtered.status == 1);
+  BOOST_TEST(filtered.out ==
+             "name  max_abs  max_rel  beyond\n"
+             "l1.b        0        0       0\n"
+             "l1.w        0        0       0\n"
+             "metadata differs: note: 'first' in A, 'second' in B\n"
+             "different: 0 only in A, 0 only in B, 0 dtype or shape mismatches, 0 of 2 compared entries beyond "
+             "atol 0, rtol 0; 1 of 2 compared metadata keys differs\n");
+}
+
+BOOST_AUTO_TEST_CASE(digests_and_wall_time_are_never_compared) {
+  const temp_dir d;
+  // One file with ckpt's digest, one without; a manager's wall_time apart.
+  ckpt::save(d.path() / "a.safetensors", sample().with_metadata({{"note", "first"}, {"wall_time", "1700000000.5"}}),
+             {.digest = true});
+  ckpt::save(d.path() / "b.safetensors", sample().with_metadata({{"note", "first"}, {"wall_time", "1700000999.25"}}),
+             {.digest = false});
+  BOOST_REQUIRE(ckpt::load(d.path() / "a.safetensors").metadata().contains("ckpt.xxh3_64_file"));
+  const result quiet = run(d.path(), {"diff", "a.safetensors", "b.safetensors"});
+  BOOST_TEST(quiet.status == 0);
+  BOOST_TEST(quiet.out == sample_table + "same: 3 entries within atol 0, rtol 0\n");
+  const result shown = run(d.path(), {"diff", "a.safetensors", "b.safetensors", "--metadata"});
+  BOOST_TEST(shown.status == 0);
+  BOOST_TEST(shown.err == "");
+  BOOST_TEST(shown.out == sample_table + "same: 3 entries within atol 0, rtol 0; 2 metadata keys equal\n");
+  // The data-only digests of earlier versions: the same checkpoint, saved by two earlier commits
+  // (tests/fixtures/README.md), one recording ckpt.xxh3_64_per_mib, the other ckpt.xxh3_64.
+  const fs::path fixtures = fs::path(CKPT_FIXTURES_DIR) / "ckpt";
+  const result earlier = run(d.path(), {"diff", (fixtures / "per_mib_digest.safetensors").string(),
+                                        (fixtures / "whole_digest.safetensors").string(), "--metadata"});
+  BOOST_TEST(earlier.status == 0);
+  BOOST_TEST(earlier.err == "");
+  BOOST_TEST(earlier.out.ends_with("\nsame: 3 entries within atol 0, rtol 0; 1 metadata key equal\n"), earlier.out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -885,6 +984,121 @@ BOOST_AUTO_TEST_CASE(shard_sizes_in_decimal_and_binary_units) {
   check_usage_error(d, {"convert", "a.safetensors", "x", "--shard-size", "GB"},
                     "ckpt convert: --shard-size: ckpt: the size 'GB' does not start with a number (expected a byte "
                     "count such as 2GB, 500MB, 1GiB or 123456)\n");
+}
+
+// A checkpoint named as Hugging Face's GPT-2 (transformers' GPT2Model): 12 blocks h.0 ... h.11,
+// each with its causal mask attn.bias, which a conversion leaves out, beside attn.c_attn.bias,
+// a weight whose name also ends in "attn.bias"; one F32 element each.
+ckpt::checkpoint gpt2_shaped() {
+  std::vector<ckpt::checkpoint> parts{ckpt::of_tensor("wte.weight", f32({1}, {1})),
+                                      ckpt::of_tensor("ln_f.weight", f32({1}, {1}))};
+  for (int block = 0; block < 12; ++block)
+    for (const char* leaf : {"attn.bias", "attn.c_attn.bias", "attn.c_attn.weight", "mlp.c_fc.weight"})
+      parts.push_back(ckpt::of_tensor("h." + std::to_string(block) + "." + leaf, f32({1}, {0})));
+  return ckpt::concat(parts);
+}
+
+// The names of the checkpoint `convert` wrote, in name order.
+std::vector<std::string> names_in(const fs::path& file) { return ckpt::load(file).names(); }
+
+// `h.<block>.<leaf>` for each of `leaves`: names of a block of gpt2_shaped().
+std::vector<std::string> block_names(int block, const std::vector<std::string>& leaves) {
+  std::vector<std::string> out;
+  for (const auto& leaf : leaves) out.push_back("h." + std::to_string(block) + "." + leaf);
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(convert_drops_entries_matching_a_pattern_across_blocks) {
+  const temp_dir d;
+  ckpt::save(d.path() / "gpt2.safetensors", gpt2_shaped());
+  // One rule for the twelve masks, where --drop needs one a block.
+  const result r = run(d.path(), {"convert", "gpt2.safetensors", "out.safetensors", "--drop-matching", "\\.attn\\.bias$"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == "wrote 'out.safetensors': 38 entries, 152 bytes of data\n");
+  std::vector<std::string> expected;
+  for (int block : {0, 1, 10, 11, 2, 3, 4, 5, 6, 7, 8, 9}) {  // name order
+    const auto names = block_names(block, {"attn.c_attn.bias", "attn.c_attn.weight", "mlp.c_fc.weight"});
+    expected.insert(expected.end(), names.begin(), names.end());
+  }
+  expected.insert(expected.end(), {"ln_f.weight", "wte.weight"});
+  BOOST_TEST(names_in(d.path() / "out.safetensors") == expected, boost::test_tools::per_element());
+  // Unanchored, a pattern matches anywhere: "attn\.bias$" also takes attn.c_attn.bias.
+  BOOST_TEST(run(d.path(), {"convert", "gpt2.safetensors", "loose.safetensors", "--drop-matching", "attn\\.bias$"})
+                 .out == "wrote 'loose.safetensors': 26 entries, 104 bytes of data\n");
+}
+
+BOOST_AUTO_TEST_CASE(convert_keeps_entries_matching_a_pattern) {
+  const temp_dir d;
+  ckpt::save(d.path() / "gpt2.safetensors", gpt2_shaped());
+  // Anchored at the start: blocks 10 and 11, not block 1; a second pattern adds what it matches.
+  const result r = run(d.path(), {"convert", "gpt2.safetensors", "out.safetensors", "--keep-matching",
+                                  "^h\\.1[01]\\.mlp\\.", "--keep-matching", "wte"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == "wrote 'out.safetensors': 3 entries, 12 bytes of data\n");
+  BOOST_TEST(names_in(d.path() / "out.safetensors") ==
+                 (std::vector<std::string>{"h.10.mlp.c_fc.weight", "h.11.mlp.c_fc.weight", "wte.weight"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(convert_takes_prefixes_literally_and_patterns_as_regular_expressions) {
+  const temp_dir d;
+  ckpt::save(d.path() / "gpt2.safetensors", gpt2_shaped());
+  // The same text: as a prefix "h.1." is block 1; as a pattern its dots match any character, so
+  // blocks 10 and 11 too.
+  BOOST_TEST(run(d.path(), {"convert", "gpt2.safetensors", "prefix.safetensors", "--keep", "h.1."}).out ==
+             "wrote 'prefix.safetensors': 4 entries, 16 bytes of data\n");
+  BOOST_TEST(run(d.path(), {"convert", "gpt2.safetensors", "pattern.safetensors", "--keep-matching", "^h.1."}).out ==
+             "wrote 'pattern.safetensors': 12 entries, 48 bytes of data\n");
+  // Together: kept if a --keep prefix or a --keep-matching pattern covers it, then dropped if a
+  // --drop prefix or a --drop-matching pattern does.
+  const result r = run(d.path(), {"convert", "gpt2.safetensors", "out.safetensors", "--keep", "h.0.", "--keep-matching",
+                                  "^wte\\.", "--drop", "h.0.mlp.", "--drop-matching", "\\.attn\\.bias$"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  BOOST_TEST(r.out == "wrote 'out.safetensors': 3 entries, 12 bytes of data\n");
+  BOOST_TEST(names_in(d.path() / "out.safetensors") ==
+                 (std::vector<std::string>{"h.0.attn.c_attn.bias", "h.0.attn.c_attn.weight", "wte.weight"}),
+             boost::test_tools::per_element());
+  // The rules select on IN's names, before --rename.
+  const result renamed = run(d.path(), {"convert", "gpt2.safetensors", "renamed.safetensors", "--keep-matching",
+                                        "^h\\.0\\.mlp\\.", "--rename", "^h\\.=transformer.h."});
+  BOOST_TEST(renamed.status == 0);
+  BOOST_TEST(names_in(d.path() / "renamed.safetensors") == (std::vector<std::string>{"transformer.h.0.mlp.c_fc.weight"}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(convert_refuses_an_invalid_pattern_before_reading_anything) {
+  const temp_dir d;
+  ckpt::save(d.path() / "gpt2.safetensors", gpt2_shaped());
+  // The library's message (naming the pattern and RE2's reason) after the option and the pattern.
+  const auto refused = [](const std::string& pattern) {
+    return message_of<std::invalid_argument>([&] { static_cast<void>(ckpt::name_pattern(pattern)); });
+  };
+  check_usage_error(d, {"convert", "gpt2.safetensors", "out.safetensors", "--drop-matching", "(attn"},
+                    "ckpt convert: --drop-matching '(attn': " + refused("(attn") + "\n");
+  check_usage_error(d, {"convert", "gpt2.safetensors", "out.safetensors", "--keep-matching", "h.[0-"},
+                    "ckpt convert: --keep-matching 'h.[0-': " + refused("h.[0-") + "\n");
+  BOOST_TEST(refused("(attn").starts_with("ckpt: the regular expression '(attn' is invalid: "));
+  // Before IN is read: a missing IN is not what is reported.
+  check_usage_error(d, {"convert", "missing.safetensors", "out.safetensors", "--drop-matching", "(attn"},
+                    "ckpt convert: --drop-matching '(attn': " + refused("(attn") + "\n");
+  BOOST_TEST(!fs::exists(d.path() / "out.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(convert_refuses_rules_that_leave_no_entry_naming_its_flags) {
+  const temp_dir d;
+  ckpt::save(d.path() / "gpt2.safetensors", gpt2_shaped());
+  const std::string nothing_left =
+      "ckpt convert: no entry of 'gpt2.safetensors' is left after --keep/--keep-matching/--drop/--drop-matching (it "
+      "has 50)\n";
+  check_usage_error(d, {"convert", "gpt2.safetensors", "out.safetensors", "--keep-matching", "^lm_head\\."},
+                    nothing_left);
+  check_usage_error(d, {"convert", "gpt2.safetensors", "out.safetensors", "--drop-matching", "."}, nothing_left);
+  check_usage_error(d, {"convert", "gpt2.safetensors", "out.safetensors", "--keep", "h.", "--drop-matching", "^h\\."},
+                    nothing_left);
+  BOOST_TEST(!fs::exists(d.path() / "out.safetensors"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

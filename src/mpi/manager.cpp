@@ -311,8 +311,12 @@ class mpi_state final : public ckpt::detail::manager_state {
   // count) is left alone: advice only.
   void release_pages_of_dropped(const detail::step_plan& plan) const {
     if (plan.shard.empty()) return;
-    for (const std::int64_t old : core.to_drop_after(plan.step, plan.metadata))
-      ckpt::detail::drop_cached_pages({folder_, detail::step_folder_name(old) + "/" + plan.shard});
+    for (const std::int64_t old : core.to_drop_after(plan.step, plan.metadata)) {
+      try {
+        ckpt::detail::drop_cached_pages({folder_.subfolder(detail::step_folder_name(old)), plan.shard});
+      } catch (const io_error&) {  // a step that is a link (not ours to advise on), or gone
+      }
+    }
   }
 
   // Collective: commits `plan`'s step once every rank's shard is written (`local_error` is this

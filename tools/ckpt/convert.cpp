@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,11 +31,13 @@ struct convert_args {
   std::filesystem::path in, out;
   std::string dtype;
   std::vector<std::string> renames;
-  std::vector<std::string> keep;
+  std::vector<std::string> keep;           // name prefixes
+  std::vector<std::string> keep_matching;  // RE2 patterns, matched anywhere in a name
   bool drop_metadata = false;
   std::vector<std::string> keep_metadata;  // the metadata keys to carry over; empty: all
   std::vector<std::string> set_metadata;   // KEY=VALUE, written over what is carried over
-  std::vector<std::string> drop;
+  std::vector<std::string> drop;           // name prefixes
+  std::vector<std::string> drop_matching;  // RE2 patterns, matched anywhere in a name
   std::string shard_size;
   std::string base_name = "model";
   bool no_digest = false;
@@ -63,9 +66,33 @@ rename_rule parse_rename(const std::string& rule) {
   }
 }
 
-bool starts_with_any(std::string_view name, const std::vector<std::string>& prefixes) {
-  return std::ranges::any_of(prefixes, [&](const std::string& p) { return name.starts_with(p); });
+// The patterns of --keep-matching or --drop-matching (`option`), compiled here, before anything
+// is read, as --rename's are.
+std::vector<ckpt::name_pattern> parse_patterns(std::string_view option, const std::vector<std::string>& patterns) {
+  std::vector<ckpt::name_pattern> out;
+  for (const std::string& p : patterns) {
+    try {
+      out.emplace_back(p);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error("ckpt convert: " + std::string(option) + " '" + p + "': " + e.what());
+    }
+  }
+  return out;
 }
+
+// The entries a --keep or --drop rule names: those whose names start with one of `prefixes` or
+// that one of `patterns` matches. A prefix and a pattern have flags of their own because a
+// prefix such as "model.layers.0." is full of regular-expression metacharacters.
+struct name_rules {
+  std::vector<std::string> prefixes;
+  std::vector<ckpt::name_pattern> patterns;
+
+  [[nodiscard]] bool empty() const noexcept { return prefixes.empty() && patterns.empty(); }
+  [[nodiscard]] bool cover(std::string_view name) const noexcept {
+    return std::ranges::any_of(prefixes, [&](const std::string& p) { return name.starts_with(p); }) ||
+           std::ranges::any_of(patterns, [&](const ckpt::name_pattern& p) { return p.matches(name); });
+  }
+};
 
 int convert(const convert_args& args) {
   // Everything the arguments can get wrong, before reading anything.
@@ -77,6 +104,8 @@ int convert(const convert_args& args) {
       throw usage_error(std::string("ckpt convert: --shard-size: ") + e.what());
     }
   }
+  const name_rules keep{args.keep, parse_patterns("--keep-matching", args.keep_matching)};
+  const name_rules drop{args.drop, parse_patterns("--drop-matching", args.drop_matching)};
   std::vector<rename_rule> rules;
   for (const auto& r : args.renames) rules.push_back(parse_rename(r));
   ckpt::metadata_map set_metadata;
@@ -107,10 +136,11 @@ int convert(const convert_args& args) {
   const ckpt::checkpoint input = ckpt::load(in, {}, torch);
 
   const auto chosen = [&](const std::string& name) {
-    return (args.keep.empty() || starts_with_any(name, args.keep)) && !starts_with_any(name, args.drop);
+    return (keep.empty() || keep.cover(name)) && !drop.cover(name);
   };
   // Tied names, as transformers' save_pretrained writes safetensors: of the names of one tensor
-  // that --keep/--drop leave, the first (in the file's order) is written, the others dropped.
+  // that the keep and drop rules leave, the first (in the file's order) is written, the others
+  // dropped.
   std::vector<std::string> untied;
   if (!args.keep_tied)
     for (const auto& names : tied) {
@@ -130,7 +160,8 @@ int convert(const convert_args& args) {
         std::cout << "left out '" << printable(names[i]) << "': tied to '" << printable(names.front())
                   << "' (the same tensor; --keep-tied writes both)\n";
   if (selected.empty() && !input.empty())
-    throw usage_error("ckpt convert: no entry of '" + args.in.string() + "' is left after --keep/--drop (it has " +
+    throw usage_error("ckpt convert: no entry of '" + args.in.string() +
+                      "' is left after --keep/--keep-matching/--drop/--drop-matching (it has " +
                       std::to_string(input.size()) + ")");
   ckpt::metadata_map metadata;
   if (!args.drop_metadata)
@@ -192,10 +223,12 @@ int convert(const convert_args& args) {
 constexpr command_text text{
     "convert", "Select, rename and cast entries; write a file or a sharded checkpoint",
     R"(Read IN (a .safetensors file or a sharded checkpoint; its digest checked), keep and drop entries
-by name prefix, rename them, convert floating entries to another dtype, and write OUT: one file,
-or with --shard-size a sharded checkpoint in the folder OUT. The steps run in this order:
---keep/--drop (on IN's names), --rename, --dtype. Metadata are carried over, all of them, none
-with --drop-metadata, or those named by --keep-metadata; --metadata KEY=VALUE sets one.
+by name prefix (--keep, --drop) or regular expression (--keep-matching, --drop-matching), rename
+them, convert floating entries to another dtype, and write OUT: one file, or with --shard-size a
+sharded checkpoint in the folder OUT. The steps run in this order: the keep and drop rules (on
+IN's names: with any keep rule, an entry is kept if one of them covers it; then dropped if a drop
+rule does), --rename, --dtype. Metadata are carried over, all of them, none with --drop-metadata,
+or those named by --keep-metadata; --metadata KEY=VALUE sets one.
 
 Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read or OUT written.)"};
 
@@ -223,6 +256,17 @@ void add_convert(CLI::App& app, action& chosen) {
       ->allow_extra_args(false);
   sub->add_option("--drop", args->drop, "drop the entries whose names start with PREFIX (repeatable)")
       ->type_name("PREFIX")
+      ->allow_extra_args(false);
+  sub->add_option("--keep-matching", args->keep_matching,
+                  "keep only the entries whose names the regular expression REGEX (RE2 syntax, linear time) "
+                  "matches, anywhere in the name unless anchored with ^ and $ (repeatable; with --keep, an entry "
+                  "is kept if a prefix or a pattern covers it)")
+      ->type_name("REGEX")
+      ->allow_extra_args(false);
+  sub->add_option("--drop-matching", args->drop_matching,
+                  "drop the entries whose names the regular expression REGEX matches (RE2, anywhere unless "
+                  "anchored; repeatable): --drop-matching '\\.attn\\.bias$' drops h.0.attn.bias ... h.11.attn.bias")
+      ->type_name("REGEX")
       ->allow_extra_args(false);
   sub->add_option("--shard-size", args->shard_size,
                   "write a sharded checkpoint into the folder OUT with at most SIZE bytes of tensor data a "

@@ -1,5 +1,6 @@
 // ckpt diff A B: the entries only in one of two checkpoints, those whose dtype or shape differ, and
-// the largest absolute and relative differences of the values of the others.
+// the largest absolute and relative differences of the values of the others; with --metadata,
+// their __metadata__ too.
 
 #include "common.hpp"
 
@@ -11,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include <span>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ckpt_tool {
@@ -36,6 +39,7 @@ struct diff_args {
   std::string filter;  // only the entries whose names start with it
   std::vector<std::int64_t> steps;  // of manager folders: this step (A B), or these two (RUN)
   std::size_t torch_budget = 1;
+  bool metadata = false;  // compare the __metadata__ too, a difference being a finding
 };
 
 // The comparison of the values of two entries of the same shape.
@@ -112,6 +116,42 @@ value_diff compare(const ckpt::tensor& a_file, const ckpt::tensor& b_file, doubl
   return out;
 }
 
+// The metadata keys never compared: the digests of the file format (common.hpp), each of one
+// file's bytes, so that they change with any other difference and are missing from a file
+// written without one; and the time a manager saved a step, which two runs never share.
+bool compared(std::string_view key) noexcept {
+  return key != digest_key && key != "wall_time" && std::ranges::find(earlier_digest_keys, key) == earlier_digest_keys.end();
+}
+
+// What --metadata finds: the keys compared (those of A and of B, the uncompared ones left out),
+// and a line (not yet through `printable`) for each that differs, as the entries' lines go:
+// those only in A, those only in B, those whose values differ, each kind in key order.
+struct metadata_diff {
+  std::size_t compared = 0;
+  std::vector<std::string> lines;
+};
+
+metadata_diff compare_metadata(const ckpt::metadata_map& a, const ckpt::metadata_map& b) {
+  const auto quoted = [](const std::string& value) { return "'" + value + "'"; };
+  metadata_diff out;
+  std::vector<std::string> only_a, only_b, differ;
+  for (const auto& [key, value] : a) {
+    if (!compared(key)) continue;
+    ++out.compared;
+    if (const auto other = b.find(key); other == b.end())
+      only_a.push_back("metadata only in A: " + key + ": " + quoted(value));
+    else if (other->second != value)
+      differ.push_back("metadata differs: " + key + ": " + quoted(value) + " in A, " + quoted(other->second) + " in B");
+  }
+  for (const auto& [key, value] : b) {
+    if (!compared(key) || a.contains(key)) continue;
+    ++out.compared;
+    only_b.push_back("metadata only in B: " + key + ": " + quoted(value));
+  }
+  for (auto* kind : {&only_a, &only_b, &differ}) out.lines.insert(out.lines.end(), kind->begin(), kind->end());
+  return out;
+}
+
 int diff(const diff_args& args) {
   const std::vector<listed_step> steps_a = steps_in(args.a);
   std::filesystem::path path_a, path_b;
@@ -172,15 +212,31 @@ int diff(const diff_args& args) {
   for (const auto& name : only_b) std::cout << "only in B: " << printable(name) << '\n';
   for (const auto& line : structure) std::cout << printable(line) << '\n';
   if (!rows.empty()) print_table(std::cout, {{"name"}, {"max_abs", true}, {"max_rel", true}, {"beyond", true}}, rows);
+  // The metadata after the entries: their lines with --metadata; without, a line if they differ,
+  // which is no finding (the default compares tensors only).
+  const metadata_diff meta = compare_metadata(a.metadata(), b.metadata());
+  if (args.metadata)
+    for (const auto& line : meta.lines) std::cout << printable(line) << '\n';
+  else if (!meta.lines.empty())
+    std::cout << "metadata differ (" << count_of(meta.lines.size(), "key", "keys") << "; --metadata shows "
+              << (meta.lines.size() == 1 ? "it" : "them") << ")\n";
   const std::string tolerance = "atol " + number(args.atol) + ", rtol " + number(args.rtol);
-  if (only_a.empty() && only_b.empty() && structure.empty() && beyond_entries == 0) {
-    std::cout << "same: " << count_of(rows.size(), "entry", "entries") << " within " << tolerance << '\n';
+  const bool metadata_differ = args.metadata && !meta.lines.empty();
+  if (only_a.empty() && only_b.empty() && structure.empty() && beyond_entries == 0 && !metadata_differ) {
+    std::cout << "same: " << count_of(rows.size(), "entry", "entries") << " within " << tolerance;
+    if (args.metadata) std::cout << "; " << count_of(meta.compared, "metadata key", "metadata keys") << " equal";
+    std::cout << '\n';
     return success;
   }
   std::cout << "different: " << only_a.size() << " only in A, " << only_b.size() << " only in B, "
             << count_of(structure.size(), "dtype or shape mismatch", "dtype or shape mismatches") << ", "
             << beyond_entries << " of " << count_of(rows.size(), "compared entry", "compared entries") << " beyond "
-            << tolerance << '\n';
+            << tolerance;
+  if (args.metadata)
+    std::cout << "; " << meta.lines.size() << " of "
+              << count_of(meta.compared, "compared metadata key", "compared metadata keys")
+              << (meta.lines.size() == 1 ? " differs" : " differ");
+  std::cout << '\n';
   return finding;
 }
 
@@ -194,6 +250,12 @@ beyond tolerance when |a - b| > atol + rtol * |b| (numpy.isclose); NaN equals Na
 against a number, or an infinity against anything else, is beyond any tolerance. A and B may be
 checkpoint_manager folders (their latest steps, or step N with --step); `ckpt diff RUN --step S
 --step T` compares two steps of one run.
+
+The __metadata__ are not compared unless --metadata: a line says when they differ ('metadata
+differ (N keys; --metadata shows them)') without changing the exit status. With --metadata,
+each key only in A, only in B, or whose values differ is a line, and a finding. The digests
+ckpt.xxh3_64_file, ckpt.xxh3_64_per_mib and ckpt.xxh3_64, which describe one file's bytes, and a
+manager's wall_time are never compared.
 
 Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be read.)"};
 
@@ -229,6 +291,10 @@ void add_diff(CLI::App& app, action& chosen) {
   add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
+  sub->add_flag("--metadata", args->metadata,
+                "compare the __metadata__ too, a difference being a finding; never compared: the digests "
+                "ckpt.xxh3_64_file, ckpt.xxh3_64_per_mib and ckpt.xxh3_64, which describe one file's bytes, and a "
+                "manager's wall_time");
 }
 
 }  // namespace ckpt_tool

@@ -24,12 +24,6 @@ namespace ckpt_tool {
 
 namespace {
 
-// The digest keys of the file format (docs/guide.md, "File-format guarantees"): ckpt's digest of
-// the whole file, which load verifies, and the data-only ones of earlier versions, which it does
-// not check.
-constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
-constexpr std::array<std::string_view, 2> earlier_digest_keys = {"ckpt.xxh3_64_per_mib", "ckpt.xxh3_64"};
-
 struct verify_args {
   std::vector<std::filesystem::path> paths;
   std::optional<std::int64_t> step;
