@@ -50,18 +50,10 @@ std::shared_ptr<std::byte[]> read_whole(int fd, const std::filesystem::path& pat
 
 using progress_function = std::function<void(std::uint64_t, std::uint64_t)>;
 
-// The chunks of digest_key's digest, and the data sections it verifies on two threads.
-constexpr std::size_t digest_chunk_bytes = std::size_t{1} << 20;
+// The chunks of digest_key's digest (digest.hpp combines them), and the data sections it
+// verifies on two threads.
+constexpr std::size_t digest_chunk_bytes = detail::file_digest_chunk_bytes;
 constexpr std::size_t parallel_hash_bytes = std::size_t{8} << 20;
-
-// digest_key's digest from the hash of the header and those of the data's chunks, in order
-// (`chunks` starts with the header's): the XXH3-64 of their little-endian bytes.
-XXH64_hash_t combined(std::span<const XXH64_hash_t> chunks) {
-  std::vector<unsigned char> bytes(chunks.size() * 8);
-  for (std::size_t i = 0; i < chunks.size(); ++i)
-    for (std::size_t b = 0; b < 8; ++b) bytes[8 * i + b] = static_cast<unsigned char>(chunks[i] >> (8 * b));
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
 
 struct xxh3_state_deleter {
   void operator()(XXH3_state_t* state) const noexcept { XXH3_freeState(state); }
@@ -80,7 +72,7 @@ xxh3_state new_xxh3_state() {
 // its data section, fed in pieces of any size.
 class chunked_digest {
  public:
-  explicit chunked_digest(XXH64_hash_t header) : chunks_{header} {}
+  explicit chunked_digest(std::uint64_t header) : header_(header) {}
   void update(std::span<const std::byte> bytes) {
     while (!bytes.empty()) {
       const std::size_t part = std::min(bytes.size(), digest_chunk_bytes - filled_);
@@ -94,25 +86,20 @@ class chunked_digest {
       }
     }
   }
-  [[nodiscard]] XXH64_hash_t value() const {
-    std::vector<XXH64_hash_t> chunks = chunks_;
+  [[nodiscard]] std::uint64_t value() const {
+    std::vector<std::uint64_t> chunks = chunks_;
     if (filled_ != 0) chunks.push_back(XXH3_64bits_digest(state_.get()));
-    return combined(chunks);
+    return detail::file_digest(header_, chunks);
   }
 
  private:
   xxh3_state state_ = new_xxh3_state();
   std::size_t filled_ = 0;  // bytes of the current chunk
-  std::vector<XXH64_hash_t> chunks_;  // the header's hash, then those of the whole chunks
+  std::uint64_t header_;
+  std::vector<std::uint64_t> chunks_;  // the hashes of the whole chunks
 };
 
-constexpr std::size_t digest_digits = 16;
-
-std::string to_hex(XXH64_hash_t value) {
-  std::string out(digest_digits, '0');
-  for (std::size_t i = digest_digits; i-- > 0; value >>= 4) out[i] = "0123456789abcdef"[value & 0xf];
-  return out;
-}
+constexpr std::size_t digest_digits = detail::file_digest_digits;
 
 // The hashes of digest_key's digest of a file whose header hashes to `header` and whose data
 // section is `data`: `header`, then each chunk's, hashed on a thread of their own from
@@ -120,12 +107,12 @@ std::string to_hex(XXH64_hash_t value) {
 // mapping of `file`, each chunk is read with pread into the thread's staging band and hashed
 // there: no page of the mapping is touched (a file truncated meanwhile is a format_error, not a
 // SIGBUS). Progress is reported by this thread after each 64 chunks, counting both halves.
-std::vector<XXH64_hash_t> chunk_hashes_of(XXH64_hash_t header, std::span<const std::byte> data,
+std::vector<std::uint64_t> chunk_hashes_of(std::uint64_t header, std::span<const std::byte> data,
                                           const detail::mapped_file* file, const progress_function& progress) {
   static_assert(digest_chunk_bytes <= detail::staging_bytes, "a chunk is read into one staging band");
   constexpr std::size_t report_chunks = 64;
   const std::size_t chunks = (data.size() + digest_chunk_bytes - 1) / digest_chunk_bytes;
-  std::vector<XXH64_hash_t> hashes(1 + chunks);
+  std::vector<std::uint64_t> hashes(1 + chunks);
   hashes[0] = header;
   std::atomic<std::uint64_t> hashed{0};
   std::uint64_t reported = 0;
@@ -176,8 +163,8 @@ std::vector<std::uint64_t> verify_digest(const detail::parsed_file& parsed, std:
   XXH3_64bits_update(state.get(), file.data(), at);
   XXH3_64bits_update(state.get(), std::string(digest_digits, '0').data(), digest_digits);
   XXH3_64bits_update(state.get(), file.data() + at + digest_digits, parsed.data_start - at - digest_digits);
-  const XXH64_hash_t header = XXH3_64bits_digest(state.get());
-  std::vector<XXH64_hash_t> hashes;
+  const std::uint64_t header = XXH3_64bits_digest(state.get());
+  std::vector<std::uint64_t> hashes;
   if (verified.empty()) {
     hashes = chunk_hashes_of(header, file.subspan(parsed.data_start), mapped, options.progress);
   } else {
@@ -186,11 +173,11 @@ std::vector<std::uint64_t> verify_digest(const detail::parsed_file& parsed, std:
   }
   const std::string& expected = parsed.contents.metadata().find(detail::digest_key)->second;
   const std::size_t chunks = (file.size() - parsed.data_start + digest_chunk_bytes - 1) / digest_chunk_bytes;
-  if (const std::string computed = to_hex(combined(hashes)); computed != expected || hashes.size() != 1 + chunks)
+  const std::string computed = detail::digest_hex(detail::file_digest(hashes[0], std::span(hashes).subspan(1)));
+  if (computed != expected || hashes.size() != 1 + chunks)
     throw integrity_error(origin, std::string(detail::digest_key), expected, computed);
-  std::vector<std::uint64_t> out(hashes.begin(), hashes.end());
-  if (mapped != nullptr) mapped->verified(parsed.data_start, {out.begin() + 1, out.end()});
-  return out;
+  if (mapped != nullptr) mapped->verified(parsed.data_start, {hashes.begin() + 1, hashes.end()});
+  return hashes;
 }
 
 }  // namespace
@@ -294,7 +281,7 @@ class data_writer {
     pending_ = 0;
     if (progress_) progress_(written_, total_);
   }
-  [[nodiscard]] std::optional<XXH64_hash_t> digest() const {
+  [[nodiscard]] std::optional<std::uint64_t> digest() const {
     return digest_ ? std::optional(digest_->value()) : std::nullopt;
   }
 
@@ -364,7 +351,7 @@ void write_file(const file_at& target, std::span<const entry_source> entries, co
     ++i;
   }
   out.flush();
-  if (const auto value = out.digest()) file.write_at(to_hex(*value), static_cast<off_t>(digest_at));
+  if (const auto value = out.digest()) file.write_at(detail::digest_hex(*value), static_cast<off_t>(digest_at));
   file.commit();
 }
 

@@ -164,13 +164,7 @@ bool folder_handle::rename_unless_taken(std::string_view from, std::string_view 
 }
 
 void folder_handle::sync() const {
-  if (fd_) {
-    if (hooks().fsync(fd()) != 0) throw io_error(path_, "fsync folder", last_error());
-    return;
-  }
-  const file_descriptor here(::open(".", folder_flags));
-  if (here.get() < 0) throw io_error(".", "open folder", last_error());
-  if (hooks().fsync(here.get()) != 0) throw io_error(".", "fsync folder", last_error());
+  if (hooks().fsync(fd()) != 0) throw io_error(path_, "fsync folder", last_error());
 }
 
 file_descriptor folder_handle::lock(std::string_view name) const {

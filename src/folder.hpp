@@ -75,7 +75,8 @@ class folder_handle {
   /// Renames `from` to `to` unless `to` exists; returns false, renaming nothing, if it does.
   /// \throws io_error naming `from`.
   bool rename_unless_taken(std::string_view from, std::string_view to) const;
-  /// Makes the folder's entries durable: fsync of the folder, through hooks().fsync.
+  /// Makes the folder's entries durable: fsync of the folder, through hooks().fsync (of an opened
+  /// folder: the working directory's stand-in has no descriptor to sync, and fails with EBADF).
   /// \throws io_error naming the folder.
   void sync() const;
   /// Opens (creating it) the lock file `name` without following a symbolic link, and takes its

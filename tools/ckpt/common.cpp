@@ -93,7 +93,7 @@ std::vector<listed_step> steps_in(const std::filesystem::path& path) {
 
 namespace {
 
-// The names of ckpt/manager.hpp and ckpt/mpi.hpp: the managers' lock files, a step file of
+// The names of ckpt/manager.hpp and ckpt/mpi.hpp: the managers' one lock file, a step file of
 // ckpt::checkpoint_manager, a step folder of ckpt::mpi::checkpoint_manager and the index that
 // commits it, the temporaries of ckpt::save and the staging folders of ckpt::save_sharded.
 constexpr std::string_view lock_file = ".ckpt-manager.lock";  // both managers
