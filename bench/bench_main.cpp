@@ -513,7 +513,7 @@ void row6(const config& c, row_model& m) {
 
 // Row 2's to_params row shares its rotation with nine other series that free and allocate GiBs,
 // and on a VM that hands freed memory back to its host, which series gets the pages that are
-// costly to touch again decides that row (bench/README.md, "Library changes" 12). This row
+// costly to touch again decides that row (CHANGELOG.md, "Performance history", change 12). This row
 // rotates only the two calls issue 15 item 3 compares, both of which allocate their matrices.
 void row2k(const config& c, const row_model& m) {
   log("== row 2k: load + to_params vs a hand-written allocating loader, alone, " + c.size_label() +

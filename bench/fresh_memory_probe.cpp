@@ -1,5 +1,5 @@
 // fresh_memory_probe: what fresh memory costs on this machine, and what it does to the saves of a
-// training loop (bench/README.md, "Library changes" 11).
+// training loop (CHANGELOG.md, "Performance history", library change 11).
 //
 //   fresh_memory_probe touch MIB PAUSE
 //       maps MIB MiB, writes every page, unmaps; four times, PAUSE seconds apart. On a VM that

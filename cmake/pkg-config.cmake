@@ -1,11 +1,31 @@
 # ckpt.pc, the pkg-config file of the installed library (for projects that do not use CMake):
-#   c++ -std=c++20 main.cpp $(pkg-config --cflags --libs ckpt)
+#   c++ -std=c++20 main.cpp $(pkg-config --static --cflags --libs ckpt)
 # Written at the end of the configure step (deferred), from what the target `ckpt` links then,
 # so a dependency added anywhere in the build is seen. Each private dependency maps to a
-# pkg-config module (a PkgConfig::<prefix> target, re2::re2) or to a library file (Boost.JSON,
-# which has no .pc). ckpt is static unless BUILD_SHARED_LIBS is on: then every link needs the
-# private dependencies, so they go to Requires/Libs rather than Requires.private/Libs.private.
+# pkg-config module (a PkgConfig::<prefix> target, re2::re2) or to a library named by its name
+# (Boost.JSON, which has no .pc: -lboost_json, with -L<its folder> only where the linker does not
+# search anyway), never by a file of this machine. As pkg-config intends, the private ones go to
+# Requires.private and Libs.private, whatever the kind of library: a link against a shared ckpt
+# needs none of them (`pkg-config --libs ckpt`), a link against a static one (the default, unless
+# BUILD_SHARED_LIBS is on) takes them with `pkg-config --static --libs ckpt`.
 # The file is relocatable: its prefix is found from where the .pc file lies (${pcfiledir}).
+
+# The link flags that name the library file `file` portably: `-l<name>` (lib<name>.so.1.2.3,
+# lib<name>.a, lib<name>.dylib), after `-L<folder>` if the linker does not search its folder by
+# itself; the file's path if it is not named so. Sets `out` in the caller.
+function(ckpt_pkg_config_library file out)
+  get_filename_component(dir "${file}" DIRECTORY)
+  get_filename_component(name "${file}" NAME)
+  if(NOT name MATCHES "^lib(.+)\\.(so|a|dylib)(\\.[0-9.]+)?$")
+    set(${out} "${file}" PARENT_SCOPE)
+    return()
+  endif()
+  set(flags "-l${CMAKE_MATCH_1}")
+  if(NOT dir IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+    set(flags "-L${dir}" "${flags}")
+  endif()
+  set(${out} "${flags}" PARENT_SCOPE)
+endfunction()
 
 function(ckpt_write_pkg_config)
   set(requires "eigen3 >= 3.4")  # Eigen3::Eigen, PUBLIC
@@ -30,7 +50,9 @@ function(ckpt_write_pkg_config)
     elseif(item STREQUAL "re2::re2")
       list(APPEND requires_private "re2")
     elseif(item STREQUAL "Boost::json")
-      list(APPEND libs_private "$<TARGET_LINKER_FILE:Boost::json>")
+      get_target_property(file Boost::json LOCATION)
+      ckpt_pkg_config_library("${file}" flags)
+      list(APPEND libs_private ${flags})
     else()
       list(APPEND unknown "${item}")
     endif()
@@ -40,13 +62,6 @@ function(ckpt_write_pkg_config)
                     "pkg-config (add them to cmake/pkg-config.cmake): ${unknown}")
   endif()
 
-  get_target_property(type ckpt TYPE)
-  if(type STREQUAL "STATIC_LIBRARY")
-    list(APPEND requires ${requires_private})
-    list(APPEND libs ${libs_private})
-    set(requires_private "")
-    set(libs_private "")
-  endif()
   list(JOIN requires ", " CKPT_PC_REQUIRES)
   list(JOIN requires_private ", " CKPT_PC_REQUIRES_PRIVATE)
   list(JOIN libs " " CKPT_PC_LIBS)

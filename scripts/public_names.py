@@ -20,7 +20,18 @@ def strip_template(decl):
                     break
         else:
             return decl
-        decl = re.sub(r'^requires\s+[^\s]+\s*', '', decl) if decl.startswith('requires') else decl
+        if decl.startswith('requires'):
+            rest = decl[len('requires'):].lstrip()
+            if rest.startswith('('):  # requires(...): a balanced clause
+                depth = 0
+                for k, ch in enumerate(rest):
+                    depth += ch == '('
+                    depth -= ch == ')'
+                    if depth == 0:
+                        decl = rest[k + 1:].strip()
+                        break
+            else:
+                decl = re.sub(r'^[^\s]+\s*', '', rest)
     return decl
 
 def classify(decl):

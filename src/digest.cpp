@@ -1,16 +1,55 @@
 #include "digest.hpp"
 
+#include "hex.hpp"
+
+// On x86, a libxxhash built with its dispatcher picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
+// through its *_dispatch entry points; this header maps the usual names onto them.
 #if (defined(__x86_64__) || defined(__i386__)) && __has_include(<xxh_x86dispatch.h>)
 #include <xxh_x86dispatch.h>
 #else
 #include <xxhash.h>
 #endif
 
-#include <vector>
+#include <algorithm>
+#include <new>
 
 namespace ckpt::detail {
 
+namespace {
+
+// A streaming XXH3-64 state (seed 0), reset.
+class xxh3_stream {
+ public:
+  xxh3_stream() : state_(XXH3_createState()) {
+    if (state_ == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(state_);
+  }
+  xxh3_stream(const xxh3_stream&) = delete;
+  xxh3_stream& operator=(const xxh3_stream&) = delete;
+  ~xxh3_stream() { XXH3_freeState(state_); }
+  void update(const void* bytes, std::size_t size) noexcept { XXH3_64bits_update(state_, bytes, size); }
+  [[nodiscard]] std::uint64_t value() const noexcept { return XXH3_64bits_digest(state_); }
+  void reset() noexcept { XXH3_64bits_reset(state_); }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+}  // namespace
+
+struct chunked_digest::stream : xxh3_stream {};
+
 std::uint64_t xxh3_of(std::span<const std::byte> bytes) noexcept { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+std::uint64_t header_hash(std::span<const std::byte> header, std::size_t digest_at) {
+  xxh3_stream hash;
+  hash.update(header.data(), digest_at);
+  const std::string zeros(file_digest_digits, '0');
+  hash.update(zeros.data(), zeros.size());
+  const std::span<const std::byte> rest = header.subspan(digest_at + file_digest_digits);
+  hash.update(rest.data(), rest.size());
+  return hash.value();
+}
 
 std::uint64_t file_digest(std::uint64_t header_hash, std::span<const std::uint64_t> chunk_hashes) {
   std::vector<unsigned char> bytes(8 * (1 + chunk_hashes.size()));
@@ -22,10 +61,30 @@ std::uint64_t file_digest(std::uint64_t header_hash, std::span<const std::uint64
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-std::string digest_hex(std::uint64_t value) {
-  std::string out(file_digest_digits, '0');
-  for (std::size_t i = file_digest_digits; i-- > 0; value >>= 4) out[i] = "0123456789abcdef"[value & 0xf];
-  return out;
+chunked_digest::chunked_digest(std::uint64_t header_hash) : stream_(std::make_unique<stream>()), header_(header_hash) {}
+
+chunked_digest::~chunked_digest() = default;
+
+void chunked_digest::update(std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const std::size_t part = std::min(bytes.size(), file_digest_chunk_bytes - filled_);
+    stream_->update(bytes.data(), part);
+    bytes = bytes.subspan(part);
+    filled_ += part;
+    if (filled_ == file_digest_chunk_bytes) {
+      chunks_.push_back(stream_->value());
+      stream_->reset();
+      filled_ = 0;
+    }
+  }
 }
+
+std::uint64_t chunked_digest::value() const {
+  std::vector<std::uint64_t> chunks = chunks_;
+  if (filled_ != 0) chunks.push_back(stream_->value());
+  return file_digest(header_, chunks);
+}
+
+std::string digest_hex(std::uint64_t value) { return to_hex(value, file_digest_digits); }
 
 }  // namespace ckpt::detail

@@ -6,27 +6,14 @@
 #include "mapped_file.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
-#include "posix_file.hpp"
 #include "reordered_bands.hpp"
 #include "safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-// On x86, a libxxhash built with its dispatcher picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
-// through its *_dispatch entry points; this header maps the usual names onto them.
-#if (defined(__x86_64__) || defined(__i386__)) && __has_include(<xxh_x86dispatch.h>)
-#include <xxh_x86dispatch.h>
-#else
-#include <xxhash.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -37,16 +24,7 @@ namespace ckpt {
 
 namespace {
 
-using detail::file_descriptor;
-using detail::last_error;
 using detail::run_in_parallel;
-
-std::shared_ptr<std::byte[]> read_whole(int fd, const std::filesystem::path& path, std::size_t size) {
-  auto buffer = std::make_shared_for_overwrite<std::byte[]>(size);
-  if (detail::read_fully(fd, buffer.get(), size, 0, path) != size)
-    throw format_error(path, "the file shrank while it was being read");
-  return buffer;
-}
 
 using progress_function = std::function<void(std::uint64_t, std::uint64_t)>;
 
@@ -54,50 +32,6 @@ using progress_function = std::function<void(std::uint64_t, std::uint64_t)>;
 // verifies on two threads.
 constexpr std::size_t digest_chunk_bytes = detail::file_digest_chunk_bytes;
 constexpr std::size_t parallel_hash_bytes = std::size_t{8} << 20;
-
-struct xxh3_state_deleter {
-  void operator()(XXH3_state_t* state) const noexcept { XXH3_freeState(state); }
-};
-using xxh3_state = std::unique_ptr<XXH3_state_t, xxh3_state_deleter>;
-
-// A streaming XXH3-64 state, reset.
-xxh3_state new_xxh3_state() {
-  xxh3_state state(XXH3_createState());
-  if (state == nullptr) throw std::bad_alloc();
-  XXH3_64bits_reset(state.get());
-  return state;
-}
-
-// digest_key's digest of a file being written: the hash of its header (digits zeroed), then
-// its data section, fed in pieces of any size.
-class chunked_digest {
- public:
-  explicit chunked_digest(std::uint64_t header) : header_(header) {}
-  void update(std::span<const std::byte> bytes) {
-    while (!bytes.empty()) {
-      const std::size_t part = std::min(bytes.size(), digest_chunk_bytes - filled_);
-      XXH3_64bits_update(state_.get(), bytes.data(), part);
-      bytes = bytes.subspan(part);
-      filled_ += part;
-      if (filled_ == digest_chunk_bytes) {
-        chunks_.push_back(XXH3_64bits_digest(state_.get()));
-        XXH3_64bits_reset(state_.get());
-        filled_ = 0;
-      }
-    }
-  }
-  [[nodiscard]] std::uint64_t value() const {
-    std::vector<std::uint64_t> chunks = chunks_;
-    if (filled_ != 0) chunks.push_back(XXH3_64bits_digest(state_.get()));
-    return detail::file_digest(header_, chunks);
-  }
-
- private:
-  xxh3_state state_ = new_xxh3_state();
-  std::size_t filled_ = 0;  // bytes of the current chunk
-  std::uint64_t header_;
-  std::vector<std::uint64_t> chunks_;  // the hashes of the whole chunks
-};
 
 constexpr std::size_t digest_digits = detail::file_digest_digits;
 
@@ -134,7 +68,7 @@ std::vector<std::uint64_t> chunk_hashes_of(std::uint64_t header, std::span<const
         file->read(chunk, band->data());
         chunk = {band->data(), chunk.size()};
       }
-      hashes[1 + k] = XXH3_64bits(chunk.data(), chunk.size());
+      hashes[1 + k] = detail::xxh3_of(chunk);
       pending += chunk.size();
       if ((k + 1 - first) % report_chunks == 0 || k + 1 == last) {
         const std::uint64_t count = hashed += pending;
@@ -157,13 +91,8 @@ std::vector<std::uint64_t> verify_digest(const detail::parsed_file& parsed, std:
                                         detail::mapped_file* mapped, const std::filesystem::path& origin,
                                         const load_options& options, std::span<const std::uint64_t> verified) {
   if (!parsed.digest_at || !options.verify_digest) return {};
-  const std::size_t at = *parsed.digest_at;
   // The header as it was hashed when written: its digits still the placeholder's zeros.
-  const xxh3_state state = new_xxh3_state();
-  XXH3_64bits_update(state.get(), file.data(), at);
-  XXH3_64bits_update(state.get(), std::string(digest_digits, '0').data(), digest_digits);
-  XXH3_64bits_update(state.get(), file.data() + at + digest_digits, parsed.data_start - at - digest_digits);
-  const std::uint64_t header = XXH3_64bits_digest(state.get());
+  const std::uint64_t header = detail::header_hash(file.first(parsed.data_start), *parsed.digest_at);
   std::vector<std::uint64_t> hashes;
   if (verified.empty()) {
     hashes = chunk_hashes_of(header, file.subspan(parsed.data_start), mapped, options.progress);
@@ -183,35 +112,6 @@ std::vector<std::uint64_t> verify_digest(const detail::parsed_file& parsed, std:
 }  // namespace
 
 namespace detail {
-
-file_contents map_file(const file_at& file) {
-  const std::filesystem::path path = file.path();
-  struct stat info {};
-  file_descriptor fd = file.folder.open_to_read(file.name, info);
-  if (!S_ISREG(info.st_mode)) throw format_error(path, "it is not a regular file");
-  const auto size = static_cast<std::size_t>(info.st_size);
-
-  void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (address != MAP_FAILED) {
-    // No read-ahead: loading reads the header alone through the mapping; entries are copied out
-    // with pread (ckpt/detail/pages.hpp), and only the views a user asks for read the mapping.
-    ::madvise(address, size, MADV_RANDOM);
-    std::shared_ptr<mapped_file> owner;
-    try {
-      // A path of the working directory is opened again (mapped_file) by its absolute path.
-      file_at where = file;
-      if (where.folder.fd() == AT_FDCWD) where.name = std::filesystem::absolute(path).string();
-      owner = std::make_shared<mapped_file>(address, size, std::move(fd), info, std::move(where), path);
-    } catch (...) {
-      ::munmap(address, size);  // no owner took the mapping
-      throw;
-    }
-    return {owner->bytes(), owner, owner.get()};
-  }
-  // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
-  std::shared_ptr<const std::byte[]> buffer = read_whole(fd.get(), path, size);
-  return {{buffer.get(), size}, buffer, nullptr};
-}
 
 checkpoint load_file(const file_at& file, const load_options& options, std::span<const std::uint64_t> verified) {
   const file_contents contents = map_file(file);
@@ -249,7 +149,7 @@ class data_writer {
   // the first flush) and hashes it when a digest is asked for.
   data_writer(atomic_file& file, const save_options& options, std::uint64_t total, std::span<const std::byte> header)
       : file_(file), progress_(options.progress), total_(total) {
-    if (options.digest) digest_.emplace(XXH3_64bits(header.data(), header.size()));
+    if (options.digest) digest_.emplace(detail::xxh3_of(header));
     // Without a digest or a progress report, nothing needs the pieces cut: the kernel gets as
     // many as one writev takes.
     slice_bytes_ = options.digest ? hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
@@ -298,7 +198,7 @@ class data_writer {
   std::size_t slice_bytes_ = 0;
   std::vector<iovec> pieces_;
   std::size_t pending_ = 0;
-  std::optional<chunked_digest> digest_;
+  std::optional<detail::chunked_digest> digest_;
 };
 
 }  // namespace

@@ -252,4 +252,35 @@ void mapped_file::verified(std::size_t data_start, std::vector<std::uint64_t> ch
   chunk_hashes_ = std::move(chunk_hashes);
 }
 
+file_contents map_file(const file_at& file) {
+  const std::filesystem::path path = file.path();
+  struct stat info {};
+  file_descriptor fd = file.folder.open_to_read(file.name, info);
+  if (!S_ISREG(info.st_mode)) throw format_error(path, "it is not a regular file");
+  const auto size = static_cast<std::size_t>(info.st_size);
+
+  void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (address != MAP_FAILED) {
+    // No read-ahead: loading reads the header alone through the mapping; entries are copied out
+    // with pread (ckpt/detail/pages.hpp), and only the views a user asks for read the mapping.
+    ::madvise(address, size, MADV_RANDOM);
+    std::shared_ptr<mapped_file> owner;
+    try {
+      // A path of the working directory is opened again (mapped_file) by its absolute path.
+      file_at where = file;
+      if (where.folder.fd() == AT_FDCWD) where.name = std::filesystem::absolute(path).string();
+      owner = std::make_shared<mapped_file>(address, size, std::move(fd), info, std::move(where), path);
+    } catch (...) {
+      ::munmap(address, size);  // no owner took the mapping
+      throw;
+    }
+    return {owner->bytes(), owner, owner.get()};
+  }
+  // Some files cannot be mapped (an empty one, or on some filesystems): read them instead.
+  auto buffer = std::make_shared_for_overwrite<std::byte[]>(size);
+  if (read_fully(fd.get(), buffer.get(), size, 0, path) != size)
+    throw format_error(path, "the file shrank while it was being read");
+  return {{buffer.get(), size}, std::shared_ptr<const std::byte[]>(std::move(buffer)), nullptr};
+}
+
 }  // namespace ckpt::detail

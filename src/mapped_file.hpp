@@ -57,9 +57,10 @@ class mapped_file {
   // shrank since it was loaded"): reading its end through the mapping would raise SIGBUS.
   // io_error if it cannot be examined.
   void check_size() const;
-  // The file's digest was verified: `chunk_hashes` are the XXH3-64 of each 1 MiB chunk
-  // (file_digest_chunk_bytes) of its data section, which starts at `data_start`. Every read from
-  // now on is checked against them. Call before the file is shared with other threads.
+  // The file's digest was verified: `chunk_hashes` are the hashes (xxh3_of, src/digest.hpp) of
+  // each 1 MiB chunk (file_digest_chunk_bytes) of its data section, which starts at
+  // `data_start`. Every read from now on is checked against them. Call before the file is shared
+  // with other threads.
   void verified(std::size_t data_start, std::vector<std::uint64_t> chunk_hashes) noexcept;
 
  private:

@@ -18,7 +18,7 @@ inline constexpr std::size_t heap_limit = std::size_t{32} << 20;
 
 // Mapped buffers given back, kept for the next allocation of the same size. Filling fresh
 // anonymous memory costs a page fault a page, and on a virtual machine that hands free memory
-// back to its host the host's fault too (bench/README.md, "Memory after churn"), so a
+// back to its host the host's fault too (CHANGELOG.md, "Performance history", "Memory after churn"), so a
 // training loop that saves with `of_params` every few steps would pay it at every save. A kept
 // buffer's pages are marked MADV_FREE: the kernel takes them back under memory pressure without
 // writing them anywhere, and until then the next buffer of that size is written without faults.

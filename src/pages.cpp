@@ -36,7 +36,7 @@ constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
 // The bytes of whole rows read_transposed reads into its staging band at a time: with the
 // transpose's block buffer (transpose_tiles.hpp) they stay together in a core's L2 cache,
-// which a band as large as the staging band does not (bench/README.md, "Reading with pread").
+// which a band as large as the staging band does not (CHANGELOG.md, "Performance history", "Reading with pread").
 constexpr std::size_t transpose_band_bytes = std::size_t{256} << 10;
 
 // Part `part` of `parts` of `size` units, cut on multiples of `grain`: [first, last).

@@ -1,6 +1,6 @@
 #pragma once
 // The one way the compiled parts split work between threads: one core does not use all of the
-// memory bandwidth (bench/README.md, "Notes from the code"), so large copies and transposes run
+// memory bandwidth (CHANGELOG.md, "Performance history", "Notes from the code"), so large copies and transposes run
 // in parts, the first on the calling thread and the others on helpers started for the call.
 
 #include <algorithm>

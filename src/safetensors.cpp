@@ -1,6 +1,7 @@
 #include "safetensors.hpp"
 
 #include "entry_name.hpp"
+#include "hex.hpp"
 #include "utf8.hpp"
 #include <ckpt/detail/pages.hpp>
 
@@ -401,9 +402,7 @@ std::uint64_t read_le64(const std::byte* p) {
 
 // Whether `value` is 16 hex digits, of either case (`lowercase` false) or lowercase only.
 bool is_hex16(std::string_view value, bool lowercase) {
-  return value.size() == 16 && std::ranges::all_of(value, [lowercase](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (!lowercase && c >= 'A' && c <= 'F');
-         });
+  return value.size() == 16 && std::ranges::all_of(value, [lowercase](char c) { return is_hex_digit(c, lowercase); });
 }
 
 // ckpt's rules for its digest entry (digest_key, src/digest.hpp), on a parsed header.

@@ -60,3 +60,26 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 }
 
 }  // namespace ckpt
+
+namespace ckpt {
+
+void detail::section_access::add_to(const section& s, std::size_t index, read_plan& plan) {
+  if (!s.read_)
+    throw std::invalid_argument("ckpt: read_params: section " + std::to_string(index) +
+                                (s.prefix_.empty() ? std::string() : " ('" + s.prefix_ + "')") +
+                                " was made from a checkpoint or a const structure: it can be saved, not read into");
+  s.read_(plan);
+}
+
+read_report read_params(const checkpoint& t, std::span<const section> sections, const extract_options& options) {
+  const std::string_view function = options.function.empty() ? "read_params" : options.function;
+  if (!options.prefix.empty())
+    throw std::invalid_argument("ckpt: " + std::string(function) + ": extract_options::prefix ('" +
+                                std::string(options.prefix) + "') is for a single structure; sections carry their own");
+  detail::read_plan plan;
+  plan.leaves.reserve(t.size());
+  for (std::size_t k = 0; k < sections.size(); ++k) detail::section_access::add_to(sections[k], k, plan);
+  return detail::read_planned(t, plan, options, "read_params", true);
+}
+
+}  // namespace ckpt

@@ -2,6 +2,7 @@
 
 #include "atomic_file.hpp"
 #include "folder.hpp"
+#include "hex.hpp"
 #include "hf_index.hpp"
 #include "io_hooks.hpp"
 #include "posix_file.hpp"
@@ -30,12 +31,11 @@ namespace ckpt {
 namespace detail {
 
 std::string python_json_string(std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
   require_utf8_to_save("the name", s, "a sharded checkpoint's index holds UTF-8 names");
   std::string out = "\"";
   const auto escape = [&out](std::uint32_t unit) {
     out += "\\u";
-    for (int shift = 12; shift >= 0; shift -= 4) out += hex[(unit >> shift) & 0xf];
+    append_hex(out, unit, 4);
   };
   for (std::size_t at = 0; at < s.size();) {
     const utf8_step step = next_utf8(s.substr(at));

@@ -108,8 +108,8 @@ namespace {
 // packed (64-byte aligned, in order) into slabs of heap_limit bytes, which allocate_bytes maps
 // and keeps when they are freed: a loop that copies the same model every few steps then writes
 // into memory it already has. Each on the heap, glibc would hand them back to the kernel after
-// each copy and the next copy would fault every page in afresh (bench/README.md, "Memory after
-// churn"). A tensor kept from the checkpoint keeps its slab.
+// each copy and the next copy would fault every page in afresh (CHANGELOG.md, "Performance
+// history", "Memory after churn"). A tensor kept from the checkpoint keeps its slab.
 class entry_memory {
  public:
   explicit entry_memory(std::size_t small_bytes) : packed_(small_bytes >= packed_bytes) {}

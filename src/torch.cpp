@@ -6,6 +6,7 @@
 
 #include <ckpt/detail/transpose.hpp>
 
+#include "hex.hpp"
 #include "mapped_file.hpp"
 #include "safetensors.hpp"
 #include "torch.hpp"
@@ -243,12 +244,6 @@ std::string_view kind_name(object::kind k) {
   return "an object";
 }
 
-std::string hex_byte(unsigned value) {
-  std::array<char, 2> digits{'0', '0'};
-  std::to_chars(digits.data() + (value < 16 ? 1 : 0), digits.data() + digits.size(), value, 16);
-  return "0x" + std::string(digits.data(), digits.size());
-}
-
 class unpickler {
  public:
   unpickler(std::span<const std::byte> pickle, const std::filesystem::path& origin, std::string_view prefix,
@@ -299,7 +294,7 @@ class unpickler {
       case 'a': return append();
       case 'e': return appends();
       default:
-        fail("pickle opcode " + hex_byte(op) + " at byte " + std::to_string(position_ - 1) +
+        fail("pickle opcode 0x" + detail::to_hex(op, 2) + " at byte " + std::to_string(position_ - 1) +
              " (only the opcodes torch.save emits are read)");
     }
   }

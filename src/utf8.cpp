@@ -1,5 +1,7 @@
 #include "utf8.hpp"
 
+#include "hex.hpp"
+
 #include <boost/locale/utf.hpp>
 
 #include <stdexcept>
@@ -24,21 +26,20 @@ std::optional<std::size_t> invalid_utf8_at(std::string_view s) noexcept {
   return std::nullopt;
 }
 
+void append_byte_escape(std::string& out, unsigned char byte) {
+  out += "\\x";
+  append_hex(out, byte, 2);
+}
+
 std::string quote_bytes(std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
   std::string out = "'";
-  for (std::size_t at = 0; at < s.size();) {
-    const utf8_step step = next_utf8(s.substr(at));
-    const auto byte = static_cast<unsigned char>(s[at]);
-    if (step.code_point && (step.bytes > 1 || (byte >= 0x20 && byte < 0x7f))) {
-      out.append(s.substr(at, step.bytes));
-    } else {
-      out += "\\x";
-      out += hex[byte >> 4];
-      out += hex[byte & 0xf];
-    }
-    at += step.code_point ? step.bytes : 1;
-  }
+  for_each_utf8(
+      s,
+      [&out](std::string_view sequence, char32_t c) {
+        if (sequence.size() > 1 || (c >= 0x20 && c < 0x7f)) out.append(sequence);
+        else append_byte_escape(out, static_cast<unsigned char>(c));
+      },
+      [&out](unsigned char byte) { append_byte_escape(out, byte); });
   return out + "'";
 }
 

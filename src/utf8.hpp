@@ -1,7 +1,8 @@
 #pragma once
 // UTF-8 in one place: reading it a code point at a time, checking it, and quoting any bytes for
-// a message. The safetensors header (src/safetensors.cpp), the sharded index (src/sharded.cpp)
-// and the torch reader's messages use these.
+// a message. The safetensors header (src/safetensors.cpp), the sharded index (src/sharded.cpp),
+// the torch reader's messages and the tool `ckpt` (what it prints of names and values read from
+// files, tools/ckpt/common.cpp) use these.
 
 #include <cstddef>
 #include <optional>
@@ -18,6 +19,25 @@ struct utf8_step {
   std::size_t bytes = 1;
 };
 [[nodiscard]] utf8_step next_utf8(std::string_view s) noexcept;
+
+// Calls `valid(sequence, code_point)` for each well-formed sequence of `s` (its bytes and the
+// code point they spell) and `invalid(byte)` for each byte that starts none (as next_utf8 reads
+// them), in order.
+// Throws whatever `valid` or `invalid` throws.
+template <class Valid, class Invalid>
+void for_each_utf8(std::string_view s, Valid valid, Invalid invalid) {
+  for (std::size_t at = 0; at < s.size();) {
+    const utf8_step step = next_utf8(s.substr(at));
+    if (step.code_point) valid(s.substr(at, step.bytes), *step.code_point);
+    else invalid(static_cast<unsigned char>(s[at]));
+    at += step.bytes;
+  }
+}
+
+// Appends `byte` as the four characters \xNN (two lowercase hex digits): how a message, or the
+// tool, writes a byte it does not show as it is.
+// Throws std::bad_alloc.
+void append_byte_escape(std::string& out, unsigned char byte);
 
 // The offset of the first byte of `s` that does not start a well-formed sequence, or nothing if
 // `s` is valid UTF-8.

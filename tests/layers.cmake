@@ -41,6 +41,7 @@ set(layer_detail/cast 2)          # the cast of a tensor, for the extraction's t
 set(layer_detail/entry_source 2)  # what the writer reads an entry from
 set(layer_detail/field_names 3)   # the field names of ckpt::fields (named.hpp)
 set(layer_detail/live_source 3)   # entries streamed from live leaves (section.hpp, params.hpp)
+set(layer_detail/read_plan 3)     # the one read of entries into leaves (params.hpp, section.hpp, adam.hpp)
 
 # The private pieces of src/ that are not named after a public header (a src/ file named after a
 # public header lives on that header's layer).
@@ -50,6 +51,7 @@ set(layer_temporary_name 1)
 set(layer_folder 1)             # a folder held by its descriptor: every name the library creates, renames or removes
 set(layer_entry_name 1)        # the format's rule for entry names and its messages
 set(layer_utf8 1)              # UTF-8 read, checked and quoted for messages
+set(layer_hex 1)               # hex digits, spelled and checked (src/hex.hpp)
 set(layer_digest 1)            # the whole-file digest's parts (src/digest.hpp), below the file writer
 set(layer_transpose 1)
 set(layer_transpose_avx2 1)

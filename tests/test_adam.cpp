@@ -1,5 +1,5 @@
-// Adam: the update against hand-computed and closed-form values, and the training state saved as
-// four sections (model.* / optim.mu.* / optim.nu.* / optim.step) and restored.
+// Adam: the update against hand-computed and closed-form values, and the training state
+// (`training_state`: model.* / optim.mu.* / optim.nu.* / optim.step) saved and read back.
 #define BOOST_TEST_MODULE adam
 #include <boost/test/unit_test.hpp>
 
@@ -33,16 +33,10 @@ struct linear {
   Eigen::VectorXd b;
 };
 
-// The four sections of the training state (ckpt/adam.hpp), as a list built at run time.
+// The training state as a checkpoint in memory: the entries a save of it writes.
 template <class P>
-std::vector<ckpt::section> training_sections(const P& p, const ckpt::adam_state<P>& st) {
-  return {{p, "model"}, {st.mu, "optim.mu"}, {st.nu, "optim.nu"}, {ckpt::of_int("optim.step", st.step)}};
-}
-
-// Those sections as a checkpoint in memory: the entries a save of them writes.
-template <class P>
-ckpt::checkpoint training_checkpoint(const P& p, const ckpt::adam_state<P>& st) {
-  return ckpt::snapshot_arena().snapshot(training_sections(p, st));
+ckpt::checkpoint training_checkpoint(P& p, ckpt::adam_state<P>& st) {
+  return ckpt::snapshot_arena().snapshot(ckpt::training_state(p, st));
 }
 
 }  // namespace
@@ -144,10 +138,12 @@ BOOST_AUTO_TEST_CASE(the_training_state_uses_the_seed_sections) {
 
   const ckpt_test::temp_dir tmp;
   const auto path = tmp.path() / "state.safetensors";
-  ckpt::save(path, {{p, "model"}, {st.mu, "optim.mu"}, {st.nu, "optim.nu"}, {ckpt::of_int("optim.step", st.step)}});
+  ckpt::save(path, ckpt::training_state(p, st));
   linear q{Eigen::MatrixXd::Zero(2, 3), Eigen::VectorXd::Zero(2)};
   ckpt::adam_state<linear> restored;
-  ckpt::restore_training_state(ckpt::load(path), q, restored);
+  const ckpt::read_report report = ckpt::read_params(ckpt::load(path), ckpt::training_state(q, restored));
+  BOOST_TEST(report.exact());
+  BOOST_TEST(report.restored == 7u);
   std::filesystem::remove(path);
   BOOST_TEST((q.w == p.w));
   BOOST_TEST((q.b == p.b));
@@ -161,8 +157,8 @@ BOOST_AUTO_TEST_CASE(restore_changes_nothing_on_a_missing_entry) {
   ckpt::adam_state<linear> st = ckpt::adam{}.init(p);
   const ckpt::checkpoint partial = ckpt::concat({ckpt::of_params(p, "model"), ckpt::of_int("optim.step", 3)});
   const std::string message =
-      message_of<std::invalid_argument>([&] { ckpt::restore_training_state(partial, p, st); });
-  BOOST_TEST(message.starts_with("ckpt: restore_training_state: "), message);  // its own name
+      message_of<std::invalid_argument>([&] { (void)ckpt::read_params(partial, ckpt::training_state(p, st)); });
+  BOOST_TEST(message.starts_with("ckpt: read_params: "), message);  // the reading function's name
   BOOST_TEST(message.find("optim.mu") != std::string::npos, message);
   BOOST_TEST(st.step == 0);
 }
@@ -178,14 +174,15 @@ BOOST_AUTO_TEST_CASE(steps_past_2_pow_31_are_kept_whole) {
   BOOST_TEST(small.get("optim.step").dtype() == ckpt::dtype::i32);  // Raven's Kaun.Checkpoint.of_int format
   BOOST_TEST(ckpt::to_int("optim.step", small) == max32);
   BOOST_TEST(ckpt::to_int("optim.step", ckpt::of_int("optim.step", max32 + 1)) == max32 + 1);
-  // A negative step is refused when the training state is restored, under that function's name.
+  // A negative step is refused when the training state is read back, under the reading function's name.
   {
     linear q{Eigen::MatrixXd::Ones(1, 1), Eigen::VectorXd::Ones(1)};
     ckpt::adam_state<linear> qs = ckpt::adam{}.init(q);
     const ckpt::checkpoint negative = ckpt::concat({ckpt::of_params(q, "model"), ckpt::of_params(q, "optim.mu"),
                                                     ckpt::of_params(q, "optim.nu"), ckpt::of_int("optim.step", -1)});
-    BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(negative, q, qs); }) ==
-               "ckpt: restore_training_state: entry 'optim.step' holds the negative step -1");
+    BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::read_params(negative, ckpt::training_state(q, qs)); }) ==
+               "ckpt: read_params: entry 'optim.step' holds the negative step -1");
+    BOOST_TEST(qs.step == 0);  // nothing changed
   }
 
   Eigen::VectorXf p = Eigen::VectorXf::Ones(2);
@@ -194,7 +191,7 @@ BOOST_AUTO_TEST_CASE(steps_past_2_pow_31_are_kept_whole) {
   ckpt::adam{}.update(p, Eigen::VectorXf(Eigen::VectorXf::Ones(2)), st);
   Eigen::VectorXf q = Eigen::VectorXf::Zero(2);
   ckpt::adam_state<Eigen::VectorXf> back;
-  ckpt::restore_training_state(training_checkpoint(p, st), q, back);
+  (void)ckpt::read_params(training_checkpoint(p, st), ckpt::training_state(q, back));
   BOOST_TEST(back.step == big + 1);
 }
 
@@ -271,7 +268,7 @@ BOOST_AUTO_TEST_CASE(frozen_leaves_resume_bit_exactly_in_another_process) {
   model first = make_model();
   ckpt::adam_state<model> first_state = opt.init(first);
   for (int i = 0; i < half; ++i) train_step(opt, first, first_state);
-  ckpt::save(dir.path() / "half.safetensors", training_sections(first, first_state));
+  ckpt::save(dir.path() / "half.safetensors", ckpt::training_state(first, first_state));
 
   const pid_t child = ::fork();
   BOOST_REQUIRE(child >= 0);
@@ -284,7 +281,7 @@ BOOST_AUTO_TEST_CASE(frozen_leaves_resume_bit_exactly_in_another_process) {
       resumed.rng.seed(7);
       resumed.w.setZero();
       ckpt::adam_state<model> resumed_state;
-      ckpt::restore_training_state(ckpt::load(dir.path() / "half.safetensors"), resumed, resumed_state);
+      (void)ckpt::read_params(ckpt::load(dir.path() / "half.safetensors"), ckpt::training_state(resumed, resumed_state));
       while (resumed_state.step < total) train_step(opt, resumed, resumed_state);
       (void)final_file(resumed, dir.path() / "resumed.safetensors");
       code = 0;
@@ -470,8 +467,8 @@ void train_every_leaf(const ckpt::adam& opt, every_leaf& m, ckpt::adam_state<eve
   opt.update(m, grads, state);
 }
 
-std::string bytes_of(const every_leaf& m, const ckpt::adam_state<every_leaf>& state, const std::filesystem::path& path) {
-  ckpt::save(path, training_sections(m, state));
+std::string bytes_of(every_leaf& m, ckpt::adam_state<every_leaf>& state, const std::filesystem::path& path) {
+  ckpt::save(path, ckpt::training_state(m, state));
   return ckpt_test::read_bytes(path);
 }
 
@@ -504,20 +501,21 @@ BOOST_AUTO_TEST_CASE(every_leaf_type_trains_and_resumes_bit_exactly) {
   every_leaf first = make_every_leaf(1);
   ckpt::adam_state<every_leaf> first_state = opt.init(first);
   for (int i = 0; i < half; ++i) train_every_leaf(opt, first, first_state);
-  ckpt::save(dir.path() / "half.safetensors", training_sections(first, first_state));
+  ckpt::save(dir.path() / "half.safetensors", ckpt::training_state(first, first_state));
 
   every_leaf resumed = make_every_leaf(2);  // other values and seeds: the template's shapes only
   ckpt::adam_state<every_leaf> resumed_state;
-  ckpt::restore_training_state(ckpt::load(dir.path() / "half.safetensors"), resumed, resumed_state);
+  BOOST_TEST(ckpt::read_params(ckpt::load(dir.path() / "half.safetensors"), ckpt::training_state(resumed, resumed_state))
+                 .exact());
   BOOST_TEST(resumed_state.step == half);
   while (resumed_state.step < total) train_every_leaf(opt, resumed, resumed_state);
   BOOST_TEST((bytes_of(resumed, resumed_state, dir.path() / "resumed.safetensors") == expected));
 
 }
 
-// restore_training_state is strict by default: every entry under model, optim.mu, optim.nu and
-// optim.step is read, and whatever is missing or left over, in all four sections, is listed in
-// one error before anything changes.
+// `read_params` of `training_state` is strict by default: every entry under model, optim.mu,
+// optim.nu and optim.step is read, and whatever is missing or left over, in all four sections, is
+// listed in one error before anything changes.
 namespace {
 
 struct linear_x {
@@ -550,16 +548,17 @@ BOOST_AUTO_TEST_CASE(strict_restore_refuses_the_entries_of_a_removed_field) {
   linear p{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2)};
   ckpt::adam_state<linear> st = ckpt::adam{}.init(p);
   st.step = 5;
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
-             "ckpt: restore_training_state: strict extraction: 3 entries not in the template: 'model.x', "
-             "'optim.mu.x', 'optim.nu.x' ({.strict = false} ignores them)");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::read_params(t, ckpt::training_state(p, st)); }) ==
+             "ckpt: read_params: strict read: 3 entries not in the template: 'model.x', 'optim.mu.x', "
+             "'optim.nu.x' (strict = false ignores them)");
   // Nothing changed.
   BOOST_TEST(p.w.isZero());
   BOOST_TEST(p.b.isZero());
   BOOST_TEST(st.step == 5);
   BOOST_TEST(st.mu.values.w.isZero());
-  // Relaxed, the entries the model does not name are ignored.
-  ckpt::restore_training_state(t, p, st, {.strict = false});
+  // Relaxed, the entries the model does not name are ignored, and the report lists them.
+  const ckpt::read_report report = ckpt::read_params(t, ckpt::training_state(p, st), {.strict = false});
+  BOOST_TEST((report.ignored == std::vector<std::string>{"model.x", "optim.mu.x", "optim.nu.x"}));
   BOOST_TEST(st.step == 2);
   BOOST_TEST((ckpt::detail::to_tensor(p.w) == t.get("model.w")));
   BOOST_TEST((ckpt::detail::to_tensor(st.mu.values.b) == t.get("optim.mu.b")));
@@ -577,27 +576,29 @@ BOOST_AUTO_TEST_CASE(strict_restore_lists_missing_and_left_over_entries_of_all_s
                                            ckpt::of_int("optim.lr_schedule", 1)});
   linear_y p{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(3)};
   ckpt::adam_state<linear_y> st = ckpt::adam{}.init(p);
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
-             "ckpt: restore_training_state: strict extraction: 4 entries missing: 'model.y', 'optim.mu.y', "
-             "'optim.nu.y', 'optim.step'; 3 entries not in the template: 'model.x', 'optim.mu.x', 'optim.nu.x' "
-             "({.strict = false} ignores them)");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::read_params(t, ckpt::training_state(p, st)); }) ==
+             "ckpt: read_params: strict read: 4 entries missing: 'model.y', 'optim.mu.y', 'optim.nu.y', "
+             "'optim.step' (keep_missing = true keeps the template's values); 3 entries not in the template: "
+             "'model.x', 'optim.mu.x', 'optim.nu.x' (strict = false ignores them)");
   BOOST_TEST(p.w.isZero());
-  // Relaxed, a missing entry is still an error (the first one, in the order of the leaves).
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st, {.strict = false}); }) ==
-             "ckpt: restore_training_state: no entry named 'model.y'");
+  // Relaxed, a missing entry is still an error (the first one, in the order of the names).
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::read_params(t, ckpt::training_state(p, st), {.strict = false});
+             }) == "ckpt: read_params: no entry named 'model.y'");
   // Missing entries alone, and a checkpoint with none of the sections.
   linear_x q{Eigen::MatrixXd::Zero(2, 2), Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(3)};
   ckpt::adam_state<linear_x> qs;
   const linear small{Eigen::MatrixXd::Ones(2, 2), Eigen::VectorXd::Ones(2)};
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(trained_state(small), q, qs); }) ==
-             "ckpt: restore_training_state: strict extraction: 3 entries missing: 'model.x', 'optim.mu.x', "
-             "'optim.nu.x'");
-  BOOST_TEST(message_of<std::invalid_argument>(
-                 [&] { ckpt::restore_training_state(ckpt::of_params(small, "params"), q, qs); }) ==
-             "ckpt: restore_training_state: strict extraction: 10 entries missing: 'model.b', 'model.w', "
-             "'model.x', 'optim.mu.b', 'optim.mu.w', 'optim.mu.x', 'optim.nu.b', 'optim.nu.w', 'optim.nu.x', "
-             "'optim.step' (nothing in the checkpoint is under 'model', 'optim.mu', 'optim.nu', 'optim.step'; "
-             "its prefixes are 'params')");
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::read_params(trained_state(small), ckpt::training_state(q, qs));
+             }) == "ckpt: read_params: strict read: 3 entries missing: 'model.x', 'optim.mu.x', 'optim.nu.x' "
+                   "(keep_missing = true keeps the template's values)");
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::read_params(ckpt::of_params(small, "params"), ckpt::training_state(q, qs));
+             }) == "ckpt: read_params: strict read: 10 entries missing: 'model.b', 'model.w', 'model.x', "
+                   "'optim.mu.b', 'optim.mu.w', 'optim.mu.x', 'optim.nu.b', 'optim.nu.w', 'optim.nu.x', "
+                   "'optim.step' (keep_missing = true keeps the template's values) (nothing in the checkpoint is "
+                   "under 'model', 'optim.mu', 'optim.nu', 'optim.step'; its prefixes are 'params')");
   BOOST_TEST(q.x.isZero());
   BOOST_TEST(qs.step == 0);
 }
@@ -614,16 +615,17 @@ BOOST_AUTO_TEST_CASE(strict_restore_refuses_moments_of_a_leaf_now_frozen) {
   const ckpt::checkpoint t = trained_state(trained{Eigen::MatrixXf::Ones(2, 2), Eigen::MatrixXf::Ones(1, 2)});
   frozen_now p{{Eigen::MatrixXf::Zero(2, 2)}, Eigen::MatrixXf::Zero(1, 2)};
   ckpt::adam_state<frozen_now> st;
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
-             "ckpt: restore_training_state: strict extraction: 2 entries not in the template: "
-             "'optim.mu.embedding', 'optim.nu.embedding' ({.strict = false} ignores them)");
-  ckpt::restore_training_state(t, p, st, {.strict = false});
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::read_params(t, ckpt::training_state(p, st)); }) ==
+             "ckpt: read_params: strict read: 2 entries not in the template: 'optim.mu.embedding', "
+             "'optim.nu.embedding' (strict = false ignores them)");
+  const ckpt::read_report report = ckpt::read_params(t, ckpt::training_state(p, st), {.strict = false});
+  BOOST_TEST((report.ignored == std::vector<std::string>{"optim.mu.embedding", "optim.nu.embedding"}));
   BOOST_TEST((ckpt::detail::to_tensor(p.embedding.value) == t.get("model.embedding")));
 }
 
-// The restore's options are to_params's (ckpt::extract_options), strict by default: `cast`
-// converts another dtype, `function` names the caller, and `prefix` is refused (the sections are
-// fixed).
+// The read takes the options of every read (ckpt::extract_options), strict by default: `cast`
+// converts another dtype, `function` names the caller, and `prefix` is refused (the sections
+// carry their own).
 BOOST_AUTO_TEST_CASE(restore_takes_the_options_of_to_params) {
   struct single {
     Eigen::MatrixXf w;
@@ -632,24 +634,30 @@ BOOST_AUTO_TEST_CASE(restore_takes_the_options_of_to_params) {
   const ckpt::checkpoint t = trained_state(linear{Eigen::MatrixXd::Constant(2, 2, 0.5), Eigen::VectorXd::Ones(2)});
   single p{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)};
   ckpt::adam_state<single> st;
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st); }) ==
-             "ckpt: restore_training_state: entry 'model.w' has dtype F64 but the template's leaf has dtype F32 "
+  BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::read_params(t, ckpt::training_state(p, st)); }) ==
+             "ckpt: read_params: entry 'model.w' has dtype F64 but the template's leaf has dtype F32 "
              "(pass cast = true to convert)");
   // Cast, and still strict without saying so: an entry nothing reads is refused.
   const ckpt::checkpoint extra = ckpt::concat({t, ckpt::of_int("model.x", 1)});
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(extra, p, st, {.cast = true}); }) ==
-             "ckpt: restore_training_state: strict extraction: 1 entry not in the template: 'model.x' "
-             "({.strict = false} ignores them)");
-  ckpt::restore_training_state(extra, p, st, {.cast = true, .strict = false});  // relaxed: model.x ignored
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::read_params(extra, ckpt::training_state(p, st), {.cast = true});
+             }) == "ckpt: read_params: strict read: 1 entry not in the template: 'model.x' "
+                   "(strict = false ignores them)");
+  // Relaxed: model.x ignored.
+  const ckpt::read_report report = ckpt::read_params(extra, ckpt::training_state(p, st), {.cast = true, .strict = false});
+  BOOST_TEST(report.cast.size() == 6u);  // the parameters and both moments, F64 -> F32
+  BOOST_TEST((report.ignored == std::vector<std::string>{"model.x"}));
   BOOST_TEST(st.step == 2);
   BOOST_TEST((ckpt::detail::to_tensor(p.w) == ckpt::cast(t.get("model.w"), ckpt::dtype::f32)));
   BOOST_TEST((ckpt::detail::to_tensor(st.nu.values.b) == ckpt::cast(t.get("optim.nu.b"), ckpt::dtype::f32)));
   // The caller's name in the messages.
   BOOST_TEST(message_of<std::invalid_argument>([&] {
-               ckpt::restore_training_state(ckpt::of_int("optim.step", 1), p, st, {.strict = true, .function = "resume"});
-             }).starts_with("ckpt: resume: strict extraction: "));
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::restore_training_state(t, p, st, {.prefix = "run"}); }) ==
-             "ckpt: restore_training_state: the sections are model, optim.mu, optim.nu and optim.step; "
-             "extract_options::prefix ('run') is not used");
+               (void)ckpt::read_params(ckpt::of_int("optim.step", 1), ckpt::training_state(p, st),
+                                       {.strict = true, .function = "resume"});
+             }).starts_with("ckpt: resume: strict read: "));
+  BOOST_TEST(message_of<std::invalid_argument>([&] {
+               (void)ckpt::read_params(t, ckpt::training_state(p, st), {.prefix = "run"});
+             }) == "ckpt: read_params: extract_options::prefix ('run') is for a single structure; sections carry "
+                   "their own");
   BOOST_TEST(st.step == 2);
 }

@@ -283,11 +283,23 @@ BOOST_AUTO_TEST_CASE(help_on_the_tool_and_on_every_subcommand) {
              CKPT_PROJECT_VERSION);
 }
 
+BOOST_AUTO_TEST_CASE(the_tool_alone_prints_its_help_and_exits_with_the_usage_error_status) {
+  // What `ckpt --help` prints, the list of subcommands included, on stdout; since nothing was
+  // done, status 2 (a usage error, as for any missing argument) and why on stderr.
+  const temp_dir d;
+  const result alone = run(d.path(), {});
+  BOOST_TEST(alone.status == 2);
+  BOOST_TEST(alone.out == run(d.path(), {"--help"}).out);
+  for (const std::string sub : {"inspect", "verify", "diff", "convert", "prune"})
+    BOOST_TEST(alone.out.find("\n  " + sub + " ") != std::string::npos, sub);
+  BOOST_TEST(alone.out.find("Run 'ckpt SUBCOMMAND --help'") != std::string::npos);
+  BOOST_TEST(alone.err == "A subcommand is required\n");
+}
+
 BOOST_AUTO_TEST_CASE(usage_errors_exit_2_with_a_message_on_stderr) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample());
   const std::string more = "\nRun with --help for more information.\n";
-  check_usage_error(d, {}, "A subcommand is required" + more);
   check_usage_error(d, {"frobnicate"}, "A subcommand is required" + more);
   check_usage_error(d, {"inspect"}, "PATH is required" + more);
   check_usage_error(d, {"diff", "a.safetensors"},
@@ -1784,6 +1796,18 @@ BOOST_AUTO_TEST_CASE(names_that_would_drive_a_terminal_are_escaped_and_json_is_u
   BOOST_TEST(diffed.status == 1);
   BOOST_TEST(diffed.out.find('\x1b') == std::string::npos, diffed.out);
   BOOST_TEST(diffed.out.find("only in A: \\x1b]0;owned\\x07title\n") != std::string::npos, diffed.out);
+}
+
+BOOST_AUTO_TEST_CASE(a_c1_control_shows_as_its_code_point_del_as_its_byte_other_utf8_as_it_is) {
+  const temp_dir d;
+  ckpt::save(d.path() / "a.safetensors", sample().with_metadata({{"note", "a\xc2\x9b" "b\x7f" "c\xc3\xa9"}}));
+  const result shown = run(d.path(), {"inspect", "a.safetensors"});
+  BOOST_TEST(shown.status == 0);
+  BOOST_TEST(shown.out.find("  note: a\\u009bb\\x7fc\xc3\xa9\n") != std::string::npos, shown.out);
+  // JSON keeps valid UTF-8 as it is (JSON escapes the controls itself).
+  const result json = run(d.path(), {"inspect", "--json", "a.safetensors"});
+  BOOST_TEST(std::string(boost::json::parse(json.out).at("metadata").at("note").as_string()) ==
+             "a\xc2\x9b" "b\x7f" "c\xc3\xa9");
 }
 
 BOOST_AUTO_TEST_CASE(tied_weights_are_counted_once_and_written_once_unless_kept) {

@@ -1,5 +1,5 @@
-// Leaf-wise operations: zip_leaves and zeros_like (the API), and detail::flat_array (what
-// ckpt::adam uses) over the kinds of structures the core names.
+// Leaf-wise operations: zip_leaves (of one structure or several) and zeros_like (the API), and
+// detail::flat_array (what ckpt::adam uses) over the kinds of structures the core names.
 #define BOOST_TEST_MODULE leafwise
 #include <boost/test/unit_test.hpp>
 
@@ -13,6 +13,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -56,6 +57,40 @@ BOOST_AUTO_TEST_CASE(zip_leaves_updates_in_place) {
   BOOST_TEST(p.w.isApproxToConstant(0.0f));
   BOOST_TEST(p.b.isApproxToConstant(-1.0f));
   BOOST_TEST(m.b.isApproxToConstant(10.0f));
+}
+
+BOOST_AUTO_TEST_CASE(zip_leaves_of_one_structure_calls_f_on_each_of_its_leaves_in_place) {
+  // Filling a structure needs no second one.
+  linear p{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(3)};
+  ckpt::zip_leaves([](auto& x) { x.setConstant(2.0f); }, p);
+  BOOST_TEST(p.w.isApproxToConstant(2.0f));
+  BOOST_TEST(p.b.isApproxToConstant(2.0f));
+  // Every kind of structure, each leaf once, in for_each_leaf's order.
+  net n = make_net();
+  std::vector<double> firsts;
+  ckpt::zip_leaves(
+      [&firsts](auto& x) {
+        auto flat = ckpt::detail::flat_array(x);
+        firsts.push_back(static_cast<double>(flat(0)));
+        flat.setConstant(3);
+      },
+      n);
+  BOOST_TEST(firsts == (std::vector<double>{1.5, 1.0, 2.0, -3.0, 0.5, 4.0, 1.0, 2.0}), boost::test_tools::per_element());
+  BOOST_TEST(firsts.size() == ckpt::leaf_names(n).size());
+  BOOST_TEST(n.l1.w.isApproxToConstant(3.0f));
+  BOOST_TEST((n.extra[1] == 3.0).all());
+  BOOST_TEST(n.scales.at("b") == 3.0f);
+  BOOST_TEST(n.pair[1] == 3.0);
+  // A const structure is read, its leaves passed as const.
+  const linear c = p;
+  float sum = 0.0f;
+  ckpt::zip_leaves(
+      [&sum](auto& x) {
+        static_assert(std::is_const_v<std::remove_reference_t<decltype(x)>>);
+        sum += x.sum();
+      },
+      c);
+  BOOST_TEST(sum == 14.0f);
 }
 
 BOOST_AUTO_TEST_CASE(zip_leaves_rejects_different_shapes) {

@@ -302,12 +302,12 @@ BOOST_AUTO_TEST_CASE(pretrained_bare_tensors_load_into_a_struct) {
 BOOST_AUTO_TEST_CASE(sections_load_independently_and_extra_entries_are_ignored) {
   const mlp model = make_mlp(1);
   const linear head{Eigen::MatrixXf::Constant(2, 2, 7), Eigen::VectorXf::Constant(2, 8)};
-  const auto t = ckpt::concat({ckpt::of_params(model, "model"), ckpt::of_params(head, "head"), ckpt::of_int("optim.step", 3)});
+  const auto t = ckpt::concat({ckpt::of_params(model, "model"), ckpt::of_params(head, "head"), ckpt::of_int("step", 3)});
   const linear head_back = ckpt::to_params(t, linear{Eigen::MatrixXf::Zero(2, 2), Eigen::VectorXf::Zero(2)}, {.prefix = "head"});
   BOOST_TEST((head_back.w == head.w));
   const linear l1 = ckpt::to_params(t, make_mlp(0).l1, {.prefix = "model.l1"});
   BOOST_TEST((l1.w == model.l1.w));
-  BOOST_TEST(ckpt::to_int("optim.step", t) == 3);
+  BOOST_TEST(ckpt::to_int("step", t) == 3);
 }
 
 BOOST_AUTO_TEST_CASE(extraction_errors_name_the_entry_and_both_sides) {
@@ -451,7 +451,8 @@ BOOST_AUTO_TEST_CASE(read_params_changes_nothing_when_an_entry_is_wrong) {
   const mlp before = make_mlp(50);
   mlp live = before;
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(t, live); }) ==
-             "ckpt: read_params: entry 'l2.w' has shape [3, 1] but the template's leaf has shape [1, 3]");
+             "ckpt: read_params: entry 'l2.w' has shape [3, 1] but the template's leaf has shape [1, 3] "
+             "(copy_overlap = true copies the block both shapes share)");
   BOOST_TEST((live.l1.w == before.l1.w));
   BOOST_TEST((live.l1.b == before.l1.b));
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(ckpt::checkpoint{}, live); }) ==
@@ -478,28 +479,33 @@ deep make_deep(std::size_t layers, std::vector<std::string> norms) {
   return d;
 }
 
-BOOST_AUTO_TEST_CASE(strict_extraction_lists_every_unconsumed_and_missing_entry) {
+BOOST_AUTO_TEST_CASE(strict_reads_list_every_unread_and_missing_entry) {
   const auto t = ckpt::of_params(make_deep(3, {"in", "out"}), "model");
   const deep two_layers = make_deep(2, {"in", "out"});
-  // Not strict: Kaun's rule, extra entries are ignored; unconsumed_entries says which.
+  // Not strict: Kaun's rule, extra entries are ignored; read_params's report says which.
   BOOST_TEST((ckpt::to_params(t, two_layers, {.prefix = "model"}).layers.size() == 2));
-  BOOST_TEST((ckpt::unconsumed_entries(t, two_layers, "model") ==
+  deep into_two = two_layers, into_three = make_deep(3, {"in", "out"});
+  BOOST_TEST((ckpt::read_params(t, into_two, {.prefix = "model"}).ignored ==
               std::vector<std::string>{"model.layers.2.b", "model.layers.2.w"}));
-  BOOST_TEST(ckpt::unconsumed_entries(t, make_deep(3, {"in", "out"}), "model").empty());
+  BOOST_TEST(ckpt::read_params(t, into_three, {.prefix = "model"}).ignored.empty());
   BOOST_TEST(message_of<std::invalid_argument>([&] {
                (void)ckpt::to_params(t, two_layers, {.prefix = "model", .strict = true});
-             }) == "ckpt: to_params: strict extraction: 2 entries not in the template: 'model.layers.2.b', "
-                   "'model.layers.2.w'");
+             }) == "ckpt: to_params: strict read: 2 entries not in the template: 'model.layers.2.b', "
+                   "'model.layers.2.w' (strict = false ignores them)");
   // A map template missing a key the file has, and one naming a key the file lacks: both at once.
   BOOST_TEST(message_of<std::invalid_argument>([&] {
                (void)ckpt::to_params(t, make_deep(3, {"in", "mid"}), {.prefix = "model", .strict = true});
-             }) == "ckpt: to_params: strict extraction: 1 entry missing: 'model.norms.mid'; 1 entry not in the "
-                   "template: 'model.norms.out'");
+             }) == "ckpt: to_params: strict read: 1 entry missing: 'model.norms.mid'; 1 entry not in the template: 'model.norms.out' (strict = false ignores "
+                   "them)");
   // Entries outside the prefix are not the template's business.
-  const auto both = ckpt::concat({t, ckpt::of_int("optim.step", 4), ckpt::of_params(two_layers, "modelx")});
+  const auto both = ckpt::concat({t, ckpt::of_int("step", 4), ckpt::of_params(two_layers, "modelx")});
   BOOST_TEST((ckpt::to_params(both, make_deep(3, {"in", "out"}), {.prefix = "model", .strict = true}).norms.size() == 2));
-  // Without a prefix every entry counts.
-  BOOST_TEST((ckpt::unconsumed_entries(both, make_deep(3, {"in", "out"})).size() == both.size()));
+  // Without a prefix every entry counts: with no leaf's entry there (kept), every entry is ignored.
+  deep unprefixed = make_deep(3, {"in", "out"});
+  const ckpt::read_report report = ckpt::read_params(both, unprefixed, {.keep_missing = true});
+  BOOST_TEST(report.ignored.size() == both.size());
+  BOOST_TEST(report.kept.size() == 8u);
+  BOOST_TEST(report.restored == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(strict_read_params_changes_nothing_and_names_the_caller) {
@@ -508,7 +514,8 @@ BOOST_AUTO_TEST_CASE(strict_read_params_changes_nothing_and_names_the_caller) {
   deep live = before;
   BOOST_TEST(message_of<std::invalid_argument>([&] {
                ckpt::read_params(t, live, {.strict = true, .function = "load_model"});
-             }) == "ckpt: load_model: strict extraction: 2 entries not in the template: 'layers.2.b', 'layers.2.w'");
+             }) == "ckpt: load_model: strict read: 2 entries not in the template: 'layers.2.b', 'layers.2.w' "
+                   "(strict = false ignores them)");
   BOOST_TEST((live.layers[0].w == before.layers[0].w));
   BOOST_TEST((live.layers[1].b == before.layers[1].b));
 }
@@ -524,9 +531,9 @@ BOOST_AUTO_TEST_CASE(a_wrong_prefix_is_answered_with_the_prefixes_there_are) {
              "prefixes begin 'a', 'b', 'c', 'd', 'e')");
   BOOST_TEST(message_of<std::invalid_argument>([&] {
                (void)ckpt::to_params(t, make_mlp(0), {.prefix = "modle", .strict = true});
-             }) == "ckpt: to_params: strict extraction: 4 entries missing: 'modle.l1.b', 'modle.l1.w', 'modle.l2.b', "
-                   "'modle.l2.w' (nothing in the checkpoint is under 'modle'; its 7 prefixes begin 'a', 'b', 'c', "
-                   "'d', 'e')");
+             }) == "ckpt: to_params: strict read: 4 entries missing: 'modle.l1.b', 'modle.l1.w', 'modle.l2.b', "
+                   "'modle.l2.w' (nothing in the checkpoint is "
+                   "under 'modle'; its 7 prefixes begin 'a', 'b', 'c', 'd', 'e')");
   // A prefix that is there but lacks the entry gives no hint.
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(t, make_deep(1, {}), {.prefix = "model"}); }) ==
              "ckpt: to_params: no entry named 'model.layers.0.w'");

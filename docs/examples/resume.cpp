@@ -80,10 +80,14 @@ void train(model& m, std::int64_t steps, const std::filesystem::path& folder,
   ckpt::adam_state<model> state = opt.init(m);  // moments for `w` only
   data_position data{std::mt19937_64(2024)};
   ckpt::checkpoint_manager manager(folder, {.max_to_keep = 2, .save_interval_steps = 5});
-  if (auto latest = manager.load_latest()) {
-    ckpt::restore_training_state(*latest, m, state);
-    ckpt::read_params(*latest, data, {.prefix = "data", .strict = true});
-  }
+  // The training state (ckpt/adam.hpp) and the data position: the list saved and read back, made
+  // anew for each save (it holds the step as it is when made).
+  const auto sections = [&] {
+    std::vector<ckpt::section> list = ckpt::training_state(m, state);
+    list.emplace_back(data, "data");
+    return list;
+  };
+  if (auto latest = manager.load_latest()) ckpt::read_params(*latest, sections());  // strict
   std::mt19937_64 next_epoch;
   std::vector<int> order = epoch_order(data.rng, samples, next_epoch);
   while (state.step < steps) {
@@ -98,11 +102,7 @@ void train(model& m, std::int64_t steps, const std::filesystem::path& folder,
     grads.w = grad_w;
     opt.update(m, grads, state);
     if (manager.should_save(state.step))  // snapshotted; written while training goes on
-      manager.save_async(state.step, {{m, "model"},
-                                      {state.mu, "optim.mu"},
-                                      {state.nu, "optim.nu"},
-                                      {ckpt::of_int("optim.step", state.step)},
-                                      {data, "data"}});
+      manager.save_async(state.step, sections());
     if (after_step) after_step(state.step);
   }
   manager.wait();
@@ -119,7 +119,7 @@ std::int64_t resume(ckpt::checkpoint_manager& manager, model& m, ckpt::adam_stat
     std::cerr << "step " << skipped.step << " is damaged (" << skipped.reason << "), set aside as "
               << skipped.path << '\n';
   if (!latest) return 0;  // nothing to resume: a fresh start
-  ckpt::restore_training_state(*latest, m, state);
+  ckpt::read_params(*latest, ckpt::training_state(m, state));
   return latest.step;
 }
 // [fallback]
@@ -133,17 +133,17 @@ struct model_without_mean {
 };
 
 void restore(const ckpt::checkpoint& t, model_without_mean& m, ckpt::adam_state<model_without_mean>& state) {
-  // Strict, the default: throws std::invalid_argument and changes nothing, with "ckpt:
-  // restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean'
-  // ({.strict = false} ignores them)". Missing entries join the same list.
-  ckpt::restore_training_state(t, m, state);
+  // Strict, the default: throws std::invalid_argument and changes nothing, with "ckpt: read_params:
+  // strict read: 1 entry not in the template: 'model.running_mean' (strict = false ignores them)".
+  // Missing entries and shapes that differ join the same message.
+  ckpt::read_params(t, ckpt::training_state(m, state));
 }
 
-void restore_without_the_mean(const ckpt::checkpoint& t, model_without_mean& m,
-                              ckpt::adam_state<model_without_mean>& state) {
-  // Relaxed: entries no leaf reads are ignored (the mean is dropped on purpose); a missing entry
-  // is still an error.
-  ckpt::restore_training_state(t, m, state, {.strict = false});
+ckpt::read_report restore_without_the_mean(const ckpt::checkpoint& t, model_without_mean& m,
+                                           ckpt::adam_state<model_without_mean>& state) {
+  // Relaxed: entries no leaf reads are ignored (the mean is dropped on purpose) and listed in the
+  // report (report.ignored: model.running_mean); a missing entry is still an error.
+  return ckpt::read_params(t, ckpt::training_state(m, state), {.strict = false});
 }
 // [strict]
 
@@ -219,11 +219,13 @@ BOOST_AUTO_TEST_CASE(a_removed_field_is_refused_unless_the_restore_is_relaxed) {
   ckpt::adam_state<model_without_mean> state;
   BOOST_CHECK_EXCEPTION(restore(latest, m, state), std::invalid_argument, [](const std::invalid_argument& e) {
     return std::string(e.what()) ==
-           "ckpt: restore_training_state: strict extraction: 1 entry not in the template: 'model.running_mean' "
-           "({.strict = false} ignores them)";
+           "ckpt: read_params: strict read: 1 entry not in the template: 'model.running_mean' "
+           "(strict = false ignores them)";
   });
   BOOST_TEST(m.w.isZero());  // unchanged
-  restore_without_the_mean(latest, m, state);
+  const ckpt::read_report report = restore_without_the_mean(latest, m, state);
+  BOOST_TEST((report.ignored == std::vector<std::string>{"model.running_mean"}));
+  BOOST_TEST(report.to_string() == "restored 6 entries as saved\nignored 1 entry with no leaf: 'model.running_mean'");
   BOOST_TEST((m.w == trained.w));
   BOOST_TEST(state.step == 5);
 }

@@ -40,14 +40,11 @@ void train(mlp& params, std::int64_t steps, const std::filesystem::path& folder)
   // Checkpoints every 10 steps, the newest 2 kept; a second manager on `folder` would throw.
   ckpt::checkpoint_manager manager(folder, {.max_to_keep = 2, .save_interval_steps = 10});
   if (auto latest = manager.load_latest())  // digest verified
-    ckpt::restore_training_state(*latest, params, state);
+    ckpt::read_params(*latest, ckpt::training_state(params, state));  // strict
   while (state.step < steps) {
     opt.update(params, gradients(params, state.step), state);
     if (manager.should_save(state.step))  // a snapshot; the write runs in the background
-      manager.save_async(state.step,
-                         {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
-                          {ckpt::of_int("optim.step", state.step)}},
-                         {{"lr", "0.01"}});
+      manager.save_async(state.step, ckpt::training_state(params, state), {{"lr", "0.01"}});
   }
   manager.wait();  // the last write is on disk, or its error is thrown here
 }

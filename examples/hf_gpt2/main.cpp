@@ -444,9 +444,7 @@ int run(const fs::path& data, const fs::path& work) {
     gpt2 grad;
     losses(step) = static_cast<float>(loss_and_gradient(model, cfg, ids, grad));
     opt.update(model, grad, state);
-    manager.save(state.step, {{model, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
-                              {ckpt::of_int("optim.step", state.step)}},
-                 {{"loss", std::to_string(losses(step))}});
+    manager.save(state.step, ckpt::training_state(model, state), {{"loss", std::to_string(losses(step))}});
     std::printf("step %lld: loss %.6f (saved %s)\n", static_cast<long long>(state.step),
                 static_cast<double>(losses(step)), manager.path_of(state.step).filename().string().c_str());
   }

@@ -5,6 +5,7 @@
 #include "mlp.hpp"
 
 #include <CLI/CLI.hpp>
+#include <ckpt/adam.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 
@@ -97,7 +98,7 @@ inline std::string exact(double x) {
 // and the line that runs compare: the accuracy of `params` on `data` and the last checkpoint.
 inline void report_end(const std::filesystem::path& params_out, const mlp& params, const dataset& data,
                        const std::filesystem::path& last_checkpoint) {
-  if (!params_out.empty()) ckpt::save(params_out, ckpt::of_params(params, "model"));
+  if (!params_out.empty()) ckpt::save(params_out, ckpt::training_state(params));  // the model alone
   std::cout << "accuracy " << exact(accuracy(params, data)) << "; last checkpoint: " << last_checkpoint.string() << '\n';
 }
 

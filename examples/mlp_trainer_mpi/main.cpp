@@ -83,11 +83,6 @@ void continue_run(options& o, const ckpt::checkpoint& restored) {
   if (auto it = meta.find("hidden"); it != meta.end()) o.hidden = number<int>("hidden", it->second);
 }
 
-// The training state as the four sections restore_training_state reads (ckpt/adam.hpp).
-std::vector<ckpt::section> training_sections(const mlp& params, const ckpt::adam_state<mlp>& state) {
-  return {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"}, {ckpt::of_int("optim.step", state.step)}};
-}
-
 ckpt::metadata_map run_metadata(const options& o, float loss) {
   return ckpt::metadata_map{{"loss", exact(loss)},
                             {"seed", std::to_string(o.seed)},
@@ -197,7 +192,7 @@ int run(MPI_Comm comm, options o) {
   auto [data, order, opt, params] = start_of(o);
   ckpt::adam_state<mlp> state = opt.init(params);
   if (restored) {
-    ckpt::restore_training_state(*restored, params, state);
+    ckpt::read_params(*restored, ckpt::training_state(params, state));  // strict
     if (rank == 0) std::cout << "resumed at step " << state.step << " on " << ranks << " ranks\n";
   }
   const auto metadata = [&o](float loss) { return run_metadata(o, loss); };
@@ -214,10 +209,10 @@ int run(MPI_Comm comm, options o) {
     // Every rank offers the whole replicated state; ckpt::mpi writes each entry once (rank 0, in
     // the background while training goes on; the next save or wait() commits it).
     if (manager.should_save(state.step) && state.step != o.steps)
-      manager.save_async(state.step, training_sections(params, state), metadata(loss));
+      manager.save_async(state.step, ckpt::training_state(params, state), metadata(loss));
   }
   if (state.step > first || !manager.latest_step())
-    manager.save(state.step, training_sections(params, state), metadata(loss), /*force=*/true);
+    manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
   manager.wait();
   if (rank == 0) report_end(o.params_out, params, data, manager.path_of(state.step));
   return 0;

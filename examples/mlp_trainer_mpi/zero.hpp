@@ -13,17 +13,22 @@
 // falls in a packet or in the tail of its array, which differs between a whole column-major
 // matrix and a C-order slice: the example is built with EIGEN_FAST_MATH=0 (examples/CMakeLists.txt).
 //
-// Checkpoints hold whole tensors under the names of the training state's sections, which
-// `ckpt::restore_training_state` reads (`model.l1.w`, `optim.mu.l1.w`, ..., `optim.step`): the
-// moments are saved as slices with ckpt::mpi::save_sliced and read back as another rank count's
-// slices with ckpt::mpi::read_flat, and the files are those of the replicated run (either mode
-// resumes the other's steps).
+// Checkpoints are the files of the replicated run (either mode resumes the other's steps). This
+// rank's state is the training state of its slices, `ckpt::training_state(p, state)` with `p` its
+// slices of the parameters: the same entry names as the replicated run's (a section's prefix, then
+// the leaf's name, `l1.w`... in both), and each of its tensor entries is this rank's part of the
+// whole entry of that name. The save writes those parts with ckpt::mpi::save_sliced, and the step
+// whole; the restore reads this rank's part of every tensor entry with ckpt::mpi::read_flat (those
+// bytes only, whichever rank count wrote the step), reads the training state of its slices out of
+// them, as strictly as the replicated run reads its own, and gathers the parameters whole.
 
 #include "data_parallel.hpp"
 
 #include <ckpt/adam.hpp>
 #include <ckpt/mpi.hpp>
 #include <ckpt/params.hpp>
+#include <ckpt/section.hpp>
+#include <ckpt/snapshot.hpp>
 
 #include <mpi.h>
 
@@ -32,6 +37,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mlp_example {
@@ -45,7 +51,17 @@ struct flat_mlp {
 };
 
 // The four tensors of an mlp: its leaf names, and its matrices in the order of flat_mlp's.
-inline constexpr std::array<const char*, 4> leaf_names{"l1.w", "l1.b", "l2.w", "l2.b"};
+inline constexpr std::array<std::string_view, 4> leaf_names{"l1.w", "l1.b", "l2.w", "l2.b"};
+
+// Which of the four tensors the entry `name` of a training state holds (`<section>.l1.w` is l1.w),
+// or -1 for an entry of none (the step).
+inline int tensor_of(std::string_view name) {
+  for (int i = 0; i < 4; ++i) {
+    const std::string_view leaf = leaf_names[static_cast<std::size_t>(i)];
+    if (name.size() > leaf.size() && name.ends_with(leaf) && name[name.size() - leaf.size() - 1] == '.') return i;
+  }
+  return -1;
+}
 
 template <class M, class F>
 void for_each_tensor(M& p, F&& f) {
@@ -69,6 +85,8 @@ inline ckpt::dims shape_of(const Eigen::VectorXf& v) { return {v.size()}; }
 // Element k of `x` in C order.
 inline float& c_order(Eigen::MatrixXf& m, Eigen::Index k) { return m(k / m.cols(), k % m.cols()); }
 inline float& c_order(Eigen::VectorXf& v, Eigen::Index k) { return v[k]; }
+inline float c_order(const Eigen::MatrixXf& m, Eigen::Index k) { return m(k / m.cols(), k % m.cols()); }
+inline float c_order(const Eigen::VectorXf& v, Eigen::Index k) { return v[k]; }
 
 class zero_optimizer {
  public:
@@ -77,6 +95,7 @@ class zero_optimizer {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &ranks_);
     for_each_tensor(params, [&](int i, const auto& x) {
+      shapes_[static_cast<std::size_t>(i)] = shape_of(x);
       first_[static_cast<std::size_t>(i)] = share_begin(x.size(), rank_, ranks_);
       part(template_, i).resize(share_begin(x.size(), rank_ + 1, ranks_) - first_[static_cast<std::size_t>(i)]);
     });
@@ -89,20 +108,7 @@ class zero_optimizer {
     const float loss = averaged_gradient(comm_, data, order, params, state_.step, groups, how, grads);
     flat_mlp p = slice_of(params), g = slice_of(grads);
     opt.update(p, g, state_);
-    // Every rank's updated slices, back into every rank's parameters.
-    for_each_tensor(params, [&](int i, auto& x) {
-      std::vector<int> counts(static_cast<std::size_t>(ranks_)), offsets(counts.size());
-      for (int r = 0; r < ranks_; ++r) {
-        offsets[static_cast<std::size_t>(r)] = static_cast<int>(share_begin(x.size(), r, ranks_));
-        counts[static_cast<std::size_t>(r)] =
-            static_cast<int>(share_begin(x.size(), r + 1, ranks_)) - offsets[static_cast<std::size_t>(r)];
-      }
-      std::vector<float> all(static_cast<std::size_t>(x.size()));
-      const Eigen::VectorXf& mine = part(p, i);
-      MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, all.data(), counts.data(), offsets.data(),
-                     MPI_FLOAT, comm_);
-      for (Eigen::Index k = 0; k < x.size(); ++k) c_order(x, k) = all[static_cast<std::size_t>(k)];
-    });
+    gather(p, params);
     return loss;
   }
 
@@ -116,52 +122,80 @@ class zero_optimizer {
     return n;
   }
 
-  // Saves step steps() collectively: the parameters whole (written once, by rank 0), the
-  // moments as this rank's slices, and the step. Returns the step's folder.
+  // Saves step steps() collectively (see the top of this file): every tensor entry of the training
+  // state of this rank's slices as its part of the whole entry (the parameters too: each rank
+  // writes its part of them), the step whole (written once). Returns the step's folder.
   std::filesystem::path save(const std::filesystem::path& folder, const mlp& params,
-                             const ckpt::metadata_map& metadata) const {
+                             const ckpt::metadata_map& metadata) {
+    flat_mlp p = slice_of(params);
+    const ckpt::checkpoint mine = arena_.snapshot(ckpt::training_state(p, state_));
     std::vector<ckpt::mpi::slice> slices;
-    for_each_tensor(params, [&](int i, const auto& x) {
-      const auto first = first_[static_cast<std::size_t>(i)];
-      slices.push_back(ckpt::mpi::slice::flat(std::string("optim.mu.") + leaf_names[static_cast<std::size_t>(i)],
-                                              shape_of(x), first, part(state_.mu.values, i)));
-      slices.push_back(ckpt::mpi::slice::flat(std::string("optim.nu.") + leaf_names[static_cast<std::size_t>(i)],
-                                              shape_of(x), first, part(state_.nu.values, i)));
-    });
-    return ckpt::mpi::save_sliced(comm_, folder, state_.step, slices, {{params, "model"}, {ckpt::of_int("optim.step", state_.step)}},
-                           metadata, {.digest = true});
+    std::vector<ckpt::checkpoint::entry> whole;
+    for (const auto& [name, x] : mine) {
+      if (const int i = tensor_of(name); i >= 0)
+        slices.push_back(ckpt::mpi::slice::flat(name, shapes_[static_cast<std::size_t>(i)],
+                                                first_[static_cast<std::size_t>(i)], x));
+      else
+        whole.emplace_back(name, x);
+    }
+    return ckpt::mpi::save_sliced(comm_, folder, state_.step, slices, {ckpt::checkpoint(std::move(whole))}, metadata,
+                                  {.digest = true});
   }
 
-  // Restores the parameters whole and this rank's slices of the moments from a step saved on any
-  // number of ranks, sliced or not (the entries of the training state's sections).
+  // Restores the parameters and this rank's slices of the moments from a step saved on any number
+  // of ranks, sliced or not (see the top of this file). Collective: the parameters are gathered.
   void restore(const ckpt::checkpoint& t, mlp& params) {
-    ckpt::read_params(t, params, {.prefix = "model"});
-    for (int i = 0; i < 4; ++i) {
-      const auto first = first_[static_cast<std::size_t>(i)];
-      ckpt::mpi::read_flat(t, std::string("optim.mu.") + leaf_names[static_cast<std::size_t>(i)], first,
-                           part(state_.mu.values, i));
-      ckpt::mpi::read_flat(t, std::string("optim.nu.") + leaf_names[static_cast<std::size_t>(i)], first,
-                           part(state_.nu.values, i));
+    std::vector<ckpt::checkpoint> mine;
+    for (const auto& [name, x] : t) {
+      const int i = tensor_of(name);
+      if (i < 0) {
+        mine.push_back(ckpt::of_tensor(name, x));
+        continue;
+      }
+      Eigen::VectorXf piece(part(template_, i).size());
+      ckpt::mpi::read_flat(t, name, first_[static_cast<std::size_t>(i)], piece);
+      mine.push_back(ckpt::of_params(piece, name));
     }
-    state_.step = ckpt::to_int("optim.step", t);
+    flat_mlp p = template_;
+    ckpt::read_params(ckpt::concat(mine), ckpt::training_state(p, state_));  // strict
+    gather(p, params);
   }
 
  private:
   // This rank's slices of `x`'s tensors.
-  flat_mlp slice_of(mlp& x) const {
+  flat_mlp slice_of(const mlp& x) const {
     flat_mlp out = template_;
-    for_each_tensor(x, [&](int i, auto& m) {
+    for_each_tensor(x, [&](int i, const auto& m) {
       Eigen::VectorXf& s = part(out, i);
       for (Eigen::Index k = 0; k < s.size(); ++k) s[k] = c_order(m, first_[static_cast<std::size_t>(i)] + k);
     });
     return out;
   }
 
+  // Every rank's slices `p`, back into every rank's whole tensors `params` (collective).
+  void gather(const flat_mlp& p, mlp& params) const {
+    for_each_tensor(params, [&](int i, auto& x) {
+      std::vector<int> counts(static_cast<std::size_t>(ranks_)), offsets(counts.size());
+      for (int r = 0; r < ranks_; ++r) {
+        offsets[static_cast<std::size_t>(r)] = static_cast<int>(share_begin(x.size(), r, ranks_));
+        counts[static_cast<std::size_t>(r)] =
+            static_cast<int>(share_begin(x.size(), r + 1, ranks_)) - offsets[static_cast<std::size_t>(r)];
+      }
+      std::vector<float> all(static_cast<std::size_t>(x.size()));
+      const Eigen::VectorXf& mine = part(p, i);
+      MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, all.data(), counts.data(), offsets.data(),
+                     MPI_FLOAT, comm_);
+      for (Eigen::Index k = 0; k < x.size(); ++k) c_order(x, k) = all[static_cast<std::size_t>(k)];
+    });
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, ranks_ = 1;
+  std::array<ckpt::dims, 4> shapes_;  // the whole tensors' shapes
   std::array<Eigen::Index, 4> first_{};
   flat_mlp template_;  // the slices' shapes
   ckpt::adam_state<flat_mlp> state_;
+  ckpt::snapshot_arena arena_;  // the saves' copies of this rank's state, in memory reused
 };
 
 }  // namespace mlp_example

@@ -1,42 +1,33 @@
 #pragma once
 /// \file
 /// `ckpt::adam`: the Adam optimizer (with optional AdamW decoupled weight decay) over any named
-/// parameter structure, and `restore_training_state`, which takes the whole training state back
-/// out of a checkpoint saved as four sections under the names of Raven's `Kaun.Checkpoint`:
-///
-/// | section                                    | holds                                        |
-/// |--------------------------------------------|----------------------------------------------|
-/// | `{params, "model"}`                        | the parameters                               |
-/// | `{state.mu, "optim.mu"}`                   | Adam's first moments of the trained leaves   |
-/// | `{state.nu, "optim.nu"}`                   | Adam's second moments of the trained leaves  |
-/// | `{ckpt::of_int("optim.step", state.step)}` | the number of updates done                   |
+/// parameter structure, and `training_state`, the list of sections the whole training state is
+/// saved as and read back from:
 ///
 /// \code
 /// ckpt::adam opt{.lr = 1e-2};
 /// auto state = opt.init(params);
 /// for (...) { mlp grads = backward(params, batch); opt.update(params, grads, state); }
-/// ckpt::save("ckpt.safetensors", {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
-///                                 {ckpt::of_int("optim.step", state.step)}});
+/// ckpt::save("ckpt.safetensors", ckpt::training_state(params, state));
 /// ...
-/// ckpt::restore_training_state(ckpt::load("ckpt.safetensors"), params, state);  // strict
+/// ckpt::read_params(ckpt::load("ckpt.safetensors"), ckpt::training_state(params, state));  // strict
 /// \endcode
 ///
-/// The same sections go to `checkpoint_manager::save_async` and `ckpt::mpi::save`. The restore is
-/// strict by default: an entry of these sections that the parameters do not name (a field removed
-/// from the model) is an error, listed with every other missing or left-over entry in one
-/// message; `{.strict = false}` ignores such entries.
+/// The same list goes to `checkpoint_manager::save_async` and `ckpt::mpi::save`.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/leaf.hpp>
 #include <ckpt/leafwise.hpp>
 #include <ckpt/named.hpp>
 #include <ckpt/params.hpp>
+#include <ckpt/section.hpp>
 
 #include <Eigen/Core>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -240,7 +231,32 @@ void check_adam_leaf(std::string_view name, const L& p, const L& g, const L& m, 
                                 "' has another shape than the parameter " + to_string(shape));
 }
 
+// The sections of `training_state`: Raven's `Kaun.Checkpoint` names.
+inline constexpr std::string_view model_section = "model";
+inline constexpr std::string_view mu_section = "optim.mu";
+inline constexpr std::string_view nu_section = "optim.nu";
 inline constexpr std::string_view step_entry_name = "optim.step";
+
+// The entry of the step, as Kaun's `of_int` stores it (one I32 element, I64 if it does not fit),
+// read from `step` when it is written: a list of sections made before an update saves the step
+// the update made. Its dtype is chosen now; a step that outgrows it by the save is refused.
+inline entry_source step_source(const std::int64_t& step) {
+  const bool small = step >= std::numeric_limits<std::int32_t>::min() && step <= std::numeric_limits<std::int32_t>::max();
+  entry_source out;
+  out.name = std::string(step_entry_name);
+  out.dtype = small ? dtype::i32 : dtype::i64;
+  out.shape = {1};
+  out.nbytes = small ? sizeof(std::int32_t) : sizeof(std::int64_t);
+  out.write_rows = [&step, small](std::size_t, std::size_t, std::byte* dst) {
+    if (!small) return static_cast<void>(std::memcpy(dst, &step, sizeof step));
+    if (step > std::numeric_limits<std::int32_t>::max())
+      throw std::invalid_argument("ckpt: the step " + std::to_string(step) + " no longer fits the I32 entry '" +
+                                  std::string(step_entry_name) + "' of sections made at a smaller step: make them anew");
+    const auto value = static_cast<std::int32_t>(step);
+    std::memcpy(dst, &value, sizeof value);
+  };
+  return out;
+}
 
 }  // namespace detail
 
@@ -351,65 +367,79 @@ struct adam {
   }
 };
 
-/// Reads back the training state saved as the four sections `{params, "model"}`,
-/// `{state.mu, "optim.mu"}`, `{state.nu, "optim.nu"}` and `{ckpt::of_int("optim.step", state.step)}`
-/// (see the file's notes): replaces `params`, `state.mu`, `state.nu` and `state.step` with the
-/// entries of `t`. `params` is the template for
-/// all three structures (names, shapes and dtypes; `state`'s old contents are not consulted, so a
-/// default-constructed `state` will do). Entries outside the four sections (`data.*`, `ema.*`)
-/// are left for other reads. Everything is checked before anything changes: on an error
-/// `params` and `state` are as they were.
-///
-/// `options` are `to_params`'s, with `strict` on by default (as PyTorch's `load_state_dict`):
-/// every entry under `model`, `optim.mu`, `optim.nu` and `optim.step` must be read by a leaf of
-/// the parameters or of the moments, or be the step, and the error lists, sorted and counted,
-/// every missing entry and every entry that nothing reads (a field removed from the model, a leaf
-/// now frozen whose moments were saved), e.g. `ckpt: restore_training_state: strict extraction:
-/// 1 entry missing: 'model.b'; 3 entries not in the template: 'model.x', 'optim.mu.x',
-/// 'optim.nu.x' ({.strict = false} ignores them)`. `{.strict = false}` ignores the entries
-/// nothing reads; a missing entry is an error either way. `cast` converts entries of another
-/// dtype and `function` names the caller in the messages, as for `to_params`; `prefix` is not
-/// used (the four sections are fixed) and must be empty. Strict unless `strict` is set to false:
-/// `{.cast = true}` casts and stays strict.
-/// \throws std::invalid_argument if an entry is missing or has another shape, or another dtype
-/// than its leaf in `params` without `options.cast`, if (strict) entries under the four sections
-/// are not read, if `optim.step` is malformed or negative (the messages name the entries), or if
-/// `options.prefix` is not empty.
-/// \throws ckpt::io_error, ckpt::format_error as `read_params`.
+/// The model part of the training state: the one section of the parameters (`model.*`), as
+/// `training_state(params, state)` saves them. Read it to take the model of a run without its
+/// optimizer (a warm start, a fine-tuning run, inference):
+/// `ckpt::read_params(ckpt::load(path), ckpt::training_state(params))`.
+/// \throws std::bad_alloc; std::invalid_argument as `section` does.
 template <class P>
-void restore_training_state(const checkpoint& t, P& params, adam_state<P>& state,
-                            extract_options options = {}) {
-  static_assert(named<P>, "ckpt: restore_training_state needs a named structure of parameters");
-  // The moments are extracted into copies of the parameters (`state` may hold nothing yet); all
-  // the leaves of the three sections and the step are checked in one pass before any is read.
-  const std::string_view function = options.function.empty() ? "restore_training_state" : options.function;
-  options.strict = options.strict.value_or(true);
-  if (!options.prefix.empty())
-    throw std::invalid_argument("ckpt: " + std::string(function) + ": the sections are model, optim.mu, optim.nu "
-                                "and optim.step; extract_options::prefix ('" + std::string(options.prefix) +
-                                "') is not used");
-  typename adam_state<P>::moments mu = detail::moments_like(params);
-  typename adam_state<P>::moments nu = mu;  // not a second copy of the parameters: frozen leaves are empty here
-  std::vector<detail::leaf_read> leaves;
-  leaves.reserve(t.size());
-  detail::add_leaf_reads(leaves, params, "model");
-  detail::add_leaf_reads(leaves, mu, "optim.mu");
-  detail::add_leaf_reads(leaves, nu, "optim.nu");
-  static constexpr std::string_view sections[] = {"model", "optim.mu", "optim.nu", "optim.step"};
-  static constexpr std::string_view step_entry[] = {detail::step_entry_name};
-  const std::vector<const tensor*> entries =
-      detail::check_extraction(t, leaves, options, function,
-                               {.prefixes = sections,
-                                .read_by_caller = step_entry,
-                                .relax_hint = "{.strict = false} ignores them"});
-  const std::int64_t step = to_int(step_entry[0], t);
-  if (step < 0)
-    throw std::invalid_argument("ckpt: " + std::string(function) + ": entry '" + std::string(step_entry[0]) +
-                                "' holds the negative step " + std::to_string(step));
-  detail::read_entries(leaves, entries);
-  state.mu = std::move(mu);
-  state.nu = std::move(nu);
-  state.step = step;
+[[nodiscard]] std::vector<section> training_state(P& params) {
+  static_assert(named<P>, "ckpt: training_state needs a named structure of parameters");
+  std::vector<section> out;
+  out.emplace_back(params, detail::model_section);
+  return out;
+}
+
+/// The training state as one list of sections, the same for saving and for reading back (Raven's
+/// `Kaun.Checkpoint` names):
+///
+/// | entries            | hold                                                          |
+/// |--------------------|---------------------------------------------------------------|
+/// | `model.*`          | the parameters                                                |
+/// | `optim.mu.*`       | Adam's first moments of the trained leaves                    |
+/// | `optim.nu.*`       | Adam's second moments of the trained leaves                   |
+/// | `optim.step`       | the number of updates done (as Kaun's `of_int`)               |
+///
+/// \code
+/// manager.save_async(state.step, ckpt::training_state(params, state));
+/// if (auto latest = manager.load_latest()) ckpt::read_params(*latest, ckpt::training_state(params, state));
+/// \endcode
+///
+/// Saved, the sections refer to `params` and `state` in place, the step too (they must not change
+/// until the save has copied or written them), so a list made once serves every save. Read back (`read_params` of
+/// sections, strict by default), they replace `params`, `state.mu`, `state.nu` and `state.step`;
+/// `params` is the template of the moments too (`state`'s old contents are not consulted, so a
+/// default-constructed `state` will do), and nothing changes unless every entry checks. With
+/// `{.keep_missing = true}` a parameter added since the save keeps its value and starts its
+/// moments at zero (the step goes on from the saved one): a new parameter starts fresh. To add
+/// sections of your own, append them to the list (`sections.emplace_back(ema, "ema")`).
+/// \throws std::bad_alloc; std::invalid_argument as `section` does.
+template <class P>
+[[nodiscard]] std::vector<section> training_state(P& params, adam_state<P>& state) {
+  static_assert(named<P>, "ckpt: training_state needs a named structure of parameters");
+  using moments = typename adam_state<P>::moments;
+  // The moments are read into fresh zero moments shaped like the parameters, moved into `state`
+  // once every entry is read.
+  auto moment_section = [&](moments& saved, std::string_view prefix) {
+    return detail::section_access::with_read(
+        section(std::as_const(saved), prefix), prefix, [&params, &saved, prefix](detail::read_plan& plan) {
+          auto staged = std::make_shared<moments>(detail::moments_like(params));
+          for_each_leaf([](std::string_view, auto& x) { detail::set_leaf_zero(x); }, *staged);
+          detail::add_leaf_reads(plan.leaves, *staged, prefix);
+          plan.prefixes.emplace_back(prefix);
+          plan.commits.push_back([&saved, staged] { saved = std::move(*staged); });
+        });
+  };
+  std::vector<section> out = training_state(params);
+  out.reserve(4);
+  out.push_back(moment_section(state.mu, detail::mu_section));
+  out.push_back(moment_section(state.nu, detail::nu_section));
+  out.push_back(detail::section_access::of_entry(detail::step_source(state.step), [&state](detail::read_plan& plan) {
+    auto staged = std::make_shared<std::int64_t>(-1);
+    plan.own.push_back({std::string(detail::step_entry_name), [staged](const checkpoint& t, std::string_view function) {
+                          const std::int64_t step = to_int(detail::step_entry_name, t);
+                          if (step < 0)
+                            throw std::invalid_argument("ckpt: " + std::string(function) + ": entry '" +
+                                                        std::string(detail::step_entry_name) +
+                                                        "' holds the negative step " + std::to_string(step));
+                          *staged = step;
+                        }});
+    plan.prefixes.emplace_back(detail::step_entry_name);
+    plan.commits.push_back([&state, staged] {
+      if (*staged >= 0) state.step = *staged;
+    });
+  }));
+  return out;
 }
 
 }  // namespace ckpt

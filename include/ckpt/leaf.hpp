@@ -77,9 +77,9 @@ namespace ckpt {
 ///   `i` of a leaf of shape `[d0, d1, ...]` is its `d1 * ...` elements of index `i`); the writer
 ///   calls it a bounded band of rows at a time, so that reordering needs no copy of the whole
 ///   leaf. The writer calls it only when `contiguous` is absent or declined, and never for shape
-///   `[]`. The calls may come from helper threads (a save with 2 MiB or more to reorder makes its
-///   bands one ahead of the writer; `of_params` and snapshots of 128 MiB or more copy on several
-///   threads), all before the call that made them returns: the hook must only read the leaf.
+///   `[]`. The calls may come from helper threads (a save reorders a band ahead of the writer;
+///   `of_params` and snapshots copy large structures on several threads), all before the call
+///   that made them returns: the hook must only read the leaf.
 ///   What it throws abandons that call.
 /// A leaf whose traits have neither hook (or decline both) is snapshotted through `write` while
 /// it is saved. The leaf types below implement both hooks, and their `write` is made of them.

@@ -5,12 +5,11 @@
 ///
 /// \code
 /// ckpt::checkpoint_manager manager("runs/a", {.max_to_keep = 3, .save_interval_steps = 100});
-/// if (auto latest = manager.load_latest()) ckpt::restore_training_state(*latest, params, state);
+/// if (auto latest = manager.load_latest()) ckpt::read_params(*latest, ckpt::training_state(params, state));
 /// for (...) {
 ///   opt.update(params, grads, state);
 ///   if (manager.should_save(state.step))
-///     manager.save_async(state.step, {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
-///                                     {ckpt::of_int("optim.step", state.step)}}, {{"loss", "0.25"}});
+///     manager.save_async(state.step, ckpt::training_state(params, state), {{"loss", "0.25"}});
 /// }
 /// manager.wait();
 /// \endcode
@@ -217,8 +216,8 @@ class checkpoint_manager_base {
   /// entries; its own metadata are not written: pass them in `metadata`). The sections are a
   /// braced list, or any contiguous range of them built at run time (a `std::vector<section>`):
   /// \code
-  /// manager.save(step, {{params, "model"}, {state.mu, "optim.mu"}, {state.nu, "optim.nu"},
-  ///                     {ckpt::of_int("optim.step", state.step)}}, {{"loss", "0.25"}});
+  /// manager.save(state.step, ckpt::training_state(params, state), {{"loss", "0.25"}});  // ckpt/adam.hpp
+  /// manager.save(step, {{params, "model"}, {ema, "ema"}});
   /// \endcode
   /// In the MPI manager, each rank passes what it holds, and an entry held by several ranks is
   /// written once (see `ckpt::mpi::save`). The leaves must not change during the call.
@@ -290,7 +289,7 @@ class checkpoint_manager_base {
   /// \code
   /// if (auto latest = manager.load_latest()) {
   ///   for (const ckpt::checkpoint_manager::step_status& s : latest.skipped) log("skipped step", s.step, s.reason);
-  ///   ckpt::restore_training_state(*latest, params, state);
+  ///   ckpt::read_params(*latest, ckpt::training_state(params, state));
   /// }
   /// \endcode
   /// \throws io_error if a damaged step cannot be renamed, or a step could not be read for another

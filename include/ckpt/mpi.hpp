@@ -7,11 +7,10 @@
 ///
 /// \code
 /// // data parallel: every rank holds the whole (replicated) state; each entry is written once
-/// ckpt::mpi::save(MPI_COMM_WORLD, "runs/a", step, {{params, "model"}, {state.mu, "optim.mu"},
-///                 {state.nu, "optim.nu"}, {ckpt::of_int("optim.step", state.step)}});
+/// ckpt::mpi::save(MPI_COMM_WORLD, "runs/a", state.step, ckpt::training_state(params, state));
 /// // any number of ranks later (or a ckpt::mpi::checkpoint_manager, which finds the steps):
 /// const ckpt::checkpoint t = ckpt::mpi::load(MPI_COMM_WORLD, "runs/a", step);
-/// ckpt::restore_training_state(t, params, state);   // or to_params(t, like, {.prefix = ...})
+/// ckpt::read_params(t, ckpt::training_state(params, state));   // or to_params(t, like, {.prefix = ...})
 /// \endcode
 ///
 /// **Layout.** Step `s` of `folder` is the folder `<folder>/step-<s, 10 digits>/` holding the
@@ -249,7 +248,7 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 
 /// Loads step `step` collectively: every rank gets a lazily mapped view of the whole step (every
 /// shard is mapped, only headers are read), from which it extracts what it needs (`to_params`
-/// with a prefix, `restore_training_state`...). Works on any number of ranks.
+/// with a prefix, `read_params` of `training_state`...). Works on any number of ranks.
 ///
 /// If `options.verify_digest` is set, the shards' digests are checked, each shard by one rank
 /// (shard k by rank k mod n), so the step is read once in all, not once per rank.

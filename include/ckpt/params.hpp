@@ -3,8 +3,8 @@
 /// Typed structures into checkpoints and back: `of_params`, `to_params`, `read_params`.
 
 #include <ckpt/checkpoint.hpp>
-#include <ckpt/detail/cast.hpp>
 #include <ckpt/detail/live_source.hpp>
+#include <ckpt/detail/read_plan.hpp>
 #include <ckpt/named.hpp>
 
 #include <algorithm>
@@ -19,121 +19,102 @@
 
 namespace ckpt {
 
-/// Options of `to_params`, `read_params` and `restore_training_state` (strict by default there).
+/// Options of every read of entries into leaves: `to_params`, `read_params` of a structure and of
+/// a list of sections (ckpt/section.hpp). Strictness and each way of relaxing it are separate,
+/// named choices; a read of sections is strict unless told otherwise, and what a relaxed read did
+/// is in the `read_report` it returns. When the model changes between runs (a field added,
+/// removed, renamed, widened or retyped), see the guide's chapter "When the model changes".
 struct extract_options {
-  /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf).
+  /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf). Only for
+  /// a single structure: sections carry their own prefixes.
   std::string_view prefix = {};
   /// Convert entries whose dtype differs from the leaf's instead of raising (by the rules of
-  /// `ckpt::cast`, ckpt/adapt.hpp).
+  /// `ckpt::cast`, ckpt/adapt.hpp); reported in `read_report::cast`.
   bool cast = false;
-  /// Strict, as PyTorch's `load_state_dict(strict=True)`: entries under `prefix` (named `prefix`
-  /// or `prefix + "."`..., every entry when `prefix` is empty) that no leaf consumes are an error,
-  /// and the error lists every missing and every unconsumed entry at once, sorted, with their
-  /// counts. Not strict, entries the template does not name are ignored (Raven's
-  /// `Kaun.Checkpoint` rule) and the first missing entry is reported. `unconsumed_entries` lists
-  /// them without failing. Unset, the function's default: not strict for `to_params` and
-  /// `read_params` (as Kaun), strict for `restore_training_state`; so `{.cast = true}` keeps
-  /// each default.
+  /// Strict, as PyTorch's `load_state_dict(strict=True)`: entries under the prefixes read (named
+  /// `prefix` or `prefix + "."`..., every entry when a prefix is empty) that no leaf reads are an
+  /// error, and the error lists every missing entry, every unread entry and every shape that
+  /// differs at once, sorted, with their counts. Not strict, the entries no leaf reads are
+  /// ignored (Raven's `Kaun.Checkpoint` rule; listed in `read_report::ignored`) and the first
+  /// problem is reported. Unset, the function's default: not strict for `to_params` and
+  /// `read_params` of a structure (as Kaun), strict for `read_params` of sections; so
+  /// `{.cast = true}` keeps each default.
   std::optional<bool> strict = {};
-  /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the extracting
-  /// function's own name. A function built on `to_params` or `read_params` reports its errors
-  /// under its own name this way.
+  /// A leaf that has no entry keeps the value it has (the template's: the value its constructor
+  /// or initializer gave it; for Adam's moments of `training_state`, zero) instead of raising;
+  /// listed in `read_report::kept`. Only for `read_params`, which has the values to keep.
+  bool keep_missing = false;
+  /// An entry whose shape differs from its leaf's, with the same number of dimensions, is copied
+  /// into the block the two shapes share (indices below the smaller extent of each dimension:
+  /// rows or columns added or removed at the end, a wider layer, a larger vocabulary); the
+  /// leaf's other elements keep the value they have. Listed in `read_report::reshaped`. Without
+  /// it a shape that differs is an error. Only for `read_params`. Not for the sub-byte dtypes
+  /// (F4, F6).
+  bool copy_overlap = false;
+  /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the reading
+  /// function's own name. A function built on a read reports its errors under its own name this
+  /// way.
   std::string_view function = {};
+};
+
+/// What a read of entries into leaves did (`read_params`): how many entries were read as
+/// saved, and each entry the options let through otherwise. Printable (`to_string`); a strict
+/// read without `cast` returns a report whose lists are empty.
+struct read_report {
+  /// An entry copied partly (`extract_options::copy_overlap`).
+  struct reshape {
+    /// The entry's name.
+    std::string name;
+    /// Its shape in the checkpoint.
+    dims saved;
+    /// Its leaf's shape, which it now has.
+    dims now;
+  };
+  /// An entry converted to its leaf's dtype (`extract_options::cast`).
+  struct conversion {
+    /// The entry's name.
+    std::string name;
+    /// Its dtype in the checkpoint.
+    dtype saved;
+    /// Its leaf's dtype, which it now has.
+    dtype now;
+  };
+  /// Entries read into their leaves whole (cast or not).
+  std::size_t restored = 0;
+  /// Leaves with no entry, which kept their values (`keep_missing`), by entry name, sorted.
+  std::vector<std::string> kept;
+  /// Entries under the read prefixes that no leaf reads (not strict), sorted.
+  std::vector<std::string> ignored;
+  /// Entries copied partly (`copy_overlap`), sorted by name.
+  std::vector<reshape> reshaped;
+  /// Entries cast to their leaf's dtype (`cast`), sorted by name.
+  std::vector<conversion> cast;
+
+  /// Whether every leaf got its entry as saved: nothing kept, ignored, reshaped or cast.
+  /// \throws nothing
+  [[nodiscard]] bool exact() const noexcept { return kept.empty() && ignored.empty() && reshaped.empty() && cast.empty(); }
+  /// The report as lines of text, e.g.
+  /// `restored 6 entries as saved` / `kept 3 leaves with no entry: 'model.scale', ...` /
+  /// `copied 2 entries partly: 'model.l1.b' [16] -> [32], ...`.
+  /// \throws std::bad_alloc
+  [[nodiscard]] std::string to_string() const;
 };
 
 namespace detail {
 
-inline std::string join_name(std::string_view prefix, std::string_view name) {
-  if (prefix.empty()) return std::string(name);
-  if (name.empty()) return std::string(prefix);
-  std::string out;
-  out.reserve(prefix.size() + 1 + name.size());
-  out.append(prefix).append(1, '.').append(name);
-  return out;
-}
-
-// Kaun's rule for P.names: one name per leaf, distinct and non-empty.
-void check_leaf_names(std::span<const std::string> names, std::string_view function);
-// Throws the error of check_leaf_names for `name`, empty or found twice.
-[[noreturn]] void leaf_name_error(std::string_view name, std::string_view function);
-
-// One leaf of an extraction: its entry's name, its dtype and shape, how to read an entry into it,
-// whether that reads the entry's bytes (a `ckpt::tensor` leaf views them instead), and whether
-// it may run on a helper thread (leaf_traits::reads_only_its_leaf).
-struct leaf_read {
-  std::string name;
-  ckpt::dtype dtype;
-  dims shape;
-  std::function<void(const tensor& entry)> read;
-  bool reads_bytes = true;
-  bool reads_alone = false;
-};
-
-// What an extraction covers besides its leaves: the prefixes under which a strict extraction
-// refuses the entries no leaf consumes (`opts.prefix` alone for `to_params`; the four sections of
-// `restore_training_state`), the entries the caller checks and reads itself (`optim.step`), which
-// must be present and count as consumed, and a hint appended to a strict error that lists
-// unconsumed entries (how to relax the check where it is on by default).
-struct extraction_scope {
-  std::span<const std::string_view> prefixes;
-  std::span<const std::string_view> read_by_caller = {};
-  std::string_view relax_hint = {};
-};
-
-// Everything that can go wrong with an extraction, checked before any leaf is written: the names,
-// then each leaf's entry (present, same shape, same dtype or castable as `opts.cast` allows) and
-// each entry of `scope.read_by_caller` (present), and in strict mode the entries under
-// `scope.prefixes` that nothing consumes; in strict mode every missing and unconsumed entry is
-// listed in one error. Returns the entry of each leaf, in order.
-std::vector<const tensor*> check_extraction(const checkpoint& t, std::span<const leaf_read> leaves,
-                                            const extract_options& opts, std::string_view function,
-                                            const extraction_scope& scope);
-
-// Reads each entry into its leaf. Small entries of a loaded file (under 16 KiB) reach their
-// leaves staged: runs of them read with one pread into a staging band, which the leaves copy
-// from; larger ones are read by the leaves themselves, from the file (ckpt/detail/pages.hpp).
-// When every leaf reads alone, two runs of leaves of about equal bytes are read on two threads;
-// otherwise the leaves are read in order on this thread.
-void read_entries(std::span<const leaf_read> leaves, std::span<const tensor* const> entries);
-
-// The entries of `t` under any of `prefixes` that are not in `names`, sorted.
-std::vector<std::string> unconsumed(const checkpoint& t, std::vector<std::string> names,
-                                    std::span<const std::string_view> prefixes);
-
-// Reads `entry` into the leaf `x`, cast to the leaf's dtype if it has another.
-template <leaf L>
-void read_leaf(L& x, const tensor& entry) {
-  const dtype type = leaf_hooks<L>::dtype(x);
-  if (entry.dtype() != type) leaf_hooks<L>::read(x, cast_tensor(entry, type));
-  else leaf_hooks<L>::read(x, entry);
-}
-
-// Appends to `leaves` every leaf of `params`, named under `prefix`, and how to fill it.
+// `read_params` of one structure, and the copy-free `to_params`: the plan of its leaves under
+// `opts.prefix`.
 template <class P>
-void add_leaf_reads(std::vector<leaf_read>& leaves, P& params, std::string_view prefix) {
-  for_each_leaf(
-      [&](std::string_view leaf_name, auto& x) {
-        using leaf_type = std::remove_cvref_t<decltype(x)>;
-        leaves.push_back({join_name(prefix, leaf_name), leaf_hooks<leaf_type>::dtype(x),
-                          leaf_hooks<leaf_type>::shape(x), [&x](const tensor& entry) { read_leaf(x, entry); },
-                          !std::is_same_v<leaf_type, tensor>, reads_only_its_leaf<leaf_type>});
-      },
-      params);
-}
-
-// The one walk of an extraction: names every leaf of `params` and notes how to fill it, checks
-// every entry, and only then copies each entry into its leaf, so that a failed extraction leaves
-// `params` as it was.
-template <class P>
-void extract(const checkpoint& t, P& params, const extract_options& opts, std::string_view function) {
-  std::vector<leaf_read> leaves;
+read_report extract(const checkpoint& t, P& params, const extract_options& opts, std::string_view function,
+                    bool keeps_values) {
+  read_plan plan;
+  plan.keeps_values = keeps_values;
   // Room for as many leaves as `t` has entries, which a template usually reads most of: 100,000
   // leaves are not moved as the list grows.
-  leaves.reserve(t.size());
-  add_leaf_reads(leaves, params, opts.prefix);
-  const std::vector<const tensor*> entries = check_extraction(
-      t, leaves, opts, opts.function.empty() ? function : opts.function, {.prefixes = {&opts.prefix, 1}});
-  read_entries(leaves, entries);
+  plan.leaves.reserve(t.size());
+  add_leaf_reads(plan.leaves, params, opts.prefix);
+  plan.prefixes.emplace_back(opts.prefix);
+  return read_planned(t, plan, opts, function, false);
 }
 
 }  // namespace detail
@@ -141,16 +122,11 @@ void extract(const checkpoint& t, P& params, const extract_options& opts, std::s
 /// A checkpoint with one entry per leaf of `params`, named by the leaf's path (see named.hpp)
 /// and prefixed by `prefix` (`prefix + "." + name`, or `prefix` alone for a bare root leaf).
 /// Each entry is a C-order snapshot of its leaf, in memory of the checkpoint's own: later changes
-/// to `params` do not affect it. A copy of 128 MiB or more is made on up to four threads (runs of
-/// whole leaves), since one core does not use all of the memory bandwidth. Entries of 32 MiB and
-/// more each get memory mapped on its own; smaller ones, when they add up to 1 MiB or more, are
-/// packed into mappings of 32 MiB shared by the entries they hold (a tensor kept from the
-/// checkpoint keeps its mapping); both are advised huge pages. When the checkpoint goes, that
-/// memory is kept (its pages left for the kernel to reclaim under pressure, `MADV_FREE`) for the
-/// next mapping of the same size, so a loop that saves `of_params` every few steps does not fault
-/// the same memory in at every save; what is kept never raises the process's peak of such memory
-/// (it stays counted in the resident size until the kernel reclaims it). A bare leaf gives one entry:
-/// `of_params(w, "l1.w")` holds `w` under the name `l1.w`.
+/// to `params` do not affect it. A large copy may run on helper threads, all joined before this
+/// returns. Memory a dropped checkpoint held may be kept for the next one (reclaimable by the
+/// kernel, never raising the process's peak), so a loop that calls `of_params` every few steps
+/// does not fault its memory in at every call: the guide's performance notes say how. A bare
+/// leaf gives one entry: `of_params(w, "l1.w")` holds `w` under the name `l1.w`.
 /// \throws std::invalid_argument if the names are not distinct and non-empty (the message
 /// quotes the offending name), or name `__metadata__`, before anything is copied; if a
 /// `leaf_traits::contiguous` gives a span of another size than the entry's.
@@ -167,54 +143,52 @@ template <class P>
   return detail::copy_entries(entries, "of_params");
 }
 
-/// The entries of `t` under `prefix` (named `prefix` or starting with `prefix + "."`; all of
-/// them when `prefix` is empty) that `to_params(t, like, {.prefix = prefix})` would not read,
-/// sorted: what a strict extraction refuses, for a caller that would rather warn.
-/// \throws std::invalid_argument if `like`'s leaf names are not distinct and non-empty.
-template <class P>
-[[nodiscard]] std::vector<std::string> unconsumed_entries(const checkpoint& t, const P& like,
-                                                          std::string_view prefix = {}) {
-  static_assert(named<P>, "ckpt: unconsumed_entries needs a named structure or a leaf");
-  std::vector<std::string> names;
-  for_each_leaf([&](std::string_view name, const auto&) { names.push_back(detail::join_name(prefix, name)); }, like);
-  detail::check_leaf_names(names, "unconsumed_entries");
-  return detail::unconsumed(t, std::move(names), {&prefix, 1});
-}
-
 /// `like` with every leaf replaced by the entry of `t` of the same name (prefixed as in
 /// `of_params`). `like` supplies structure, names, dtypes and shapes; its values are discarded.
 /// Entries `like` does not name are ignored, unless `opts.strict`. Entries are copied once into
 /// the leaves, reordered for column-major leaves; `ckpt::tensor` leaves share the entry's bytes.
 /// `like`'s values are not copied: dynamic Eigen leaves are allocated at their shapes and filled
-/// (those of 32 MiB and more advised huge pages before they are filled; structures of your own
+/// (structures of your own
 /// through `ckpt::fields`, and leaves of your own, are copied first). To
 /// fill existing parameters without allocating, use `read_params`.
 /// \throws std::invalid_argument if an entry named by `like` is missing, has another shape, or
 /// another dtype while `opts.cast` is false (each message names the entry and both shapes or
-/// dtypes), if a dtype cannot be cast (sub-byte formats), if `like`'s names are invalid, or, with
-/// `opts.strict`, if entries under the prefix are left unconsumed. When no entry of `t` is under
-/// a non-empty prefix, the message lists the prefixes `t` has.
+/// dtypes), if a dtype cannot be cast (sub-byte formats), if `like`'s names are invalid, with
+/// `opts.strict` if entries under the prefix are left unread, or if `opts.keep_missing` or
+/// `opts.copy_overlap` is set (they keep template values, which `to_params` does not copy: use
+/// `read_params`, which also reports what it did). When no entry of `t` is under a non-empty
+/// prefix, the message lists the prefixes `t` has.
 /// \throws ckpt::format_error naming the file if a loaded file has been truncated since `load`
 /// (checked before any leaf is written); ckpt::io_error if it cannot be read, or format_error if
 /// it is truncated while it is being read.
 template <class P>
 [[nodiscard]] P to_params(const checkpoint& t, const P& like, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: to_params needs a named structure or a leaf");
+  if (opts.keep_missing || opts.copy_overlap)
+    throw std::invalid_argument("ckpt: to_params: keep_missing and copy_overlap keep the template's values, which "
+                                "to_params does not copy: read into a copy with read_params, which reports what "
+                                "it kept");
   P out = detail::unfilled_structure(like);
-  detail::extract(t, out, opts, "to_params");
+  (void)detail::extract(t, out, opts, "to_params", false);
   return out;
 }
 
 /// Replaces every leaf of `params`, in place, by the entry of `t` of the same name: `to_params`
 /// without the copy of the template, so that loading a model needs no second copy of it. All
-/// entries are checked before any leaf is written: on an error `params` is unchanged.
-/// \throws std::invalid_argument as `to_params` (the messages say `read_params`).
+/// entries are checked before any leaf is written: on an error `params` is unchanged. With
+/// `opts.keep_missing` or `opts.copy_overlap`, the leaves keep (some of) their values; the report
+/// says which. To read several structures, each under its prefix, as they were saved, pass the
+/// list of sections (ckpt/section.hpp).
+/// \returns what was read, kept, ignored, copied partly and cast.
+/// \throws std::invalid_argument as `to_params` (the messages say `read_params`), except that
+/// `keep_missing` and `copy_overlap` are allowed.
 /// \throws ckpt::io_error, ckpt::format_error as `to_params`; after a failure while reading,
 /// some leaves may hold their new values.
 template <class P>
-void read_params(const checkpoint& t, P& params, extract_options opts = {}) {
+  requires(!detail::section_range<P>)
+read_report read_params(const checkpoint& t, P& params, extract_options opts = {}) {
   static_assert(named<P>, "ckpt: read_params needs a named structure or a leaf");
-  detail::extract(t, params, opts, "read_params");
+  return detail::extract(t, params, opts, "read_params", true);
 }
 
 }  // namespace ckpt

@@ -1,12 +1,18 @@
 #pragma once
 /// \file
-/// `ckpt::section` and the save of sections, the one way to write live structures: they are
-/// written without first snapshotting them into a checkpoint, so that a trainer does not need
-/// twice its memory to save:
-/// `save(path, {{params, "model"}, {state.mu, "optim.mu"}, {ckpt::of_int("optim.step", step)}})`.
-/// The sections are a braced list, or any contiguous range of them (a `std::vector<section>`
-/// built at run time). `save(path, checkpoint)` (ckpt/file.hpp, Raven's `Kaun.Checkpoint.save`)
-/// is its one-section case: it writes the checkpoint as one section, with its metadata.
+/// `ckpt::section`: the list of named structures a file holds, each under its prefix. One list is
+/// what you save and what you read back:
+/// \code
+/// ckpt::save(path, {{params, "model"}, {ema, "ema"}});
+/// ckpt::read_params(ckpt::load(path), {{params, "model"}, {ema, "ema"}});
+/// \endcode
+/// The save writes live structures without first snapshotting them into a checkpoint, so that a
+/// trainer does not need twice its memory to save; the read checks every entry of every section
+/// before it writes any leaf. A training state is one such list, made by the optimizer
+/// (`ckpt::training_state(params, state)`, ckpt/adam.hpp). The sections are a braced list, or
+/// any contiguous range of them (a `std::vector<section>` built at run time).
+/// `save(path, checkpoint)` (ckpt/file.hpp, Raven's `Kaun.Checkpoint.save`) is the save's
+/// one-section case: it writes the checkpoint as one section, with its metadata.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/live_source.hpp>
@@ -15,6 +21,7 @@
 #include <ckpt/params.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <filesystem>
 #include <initializer_list>
 #include <span>
@@ -28,33 +35,49 @@ namespace ckpt {
 class section;
 
 namespace detail {
+struct section_access;
 // The entries of `sections` in name order, after checking their names (none empty, none
 // `__metadata__`, no two equal). `function` names the caller in the error messages.
 std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function);
 }  // namespace detail
 
-/// One part of a file written by `save(path, {sections})`: the leaves of a named structure under
-/// a prefix, referred to in place (not copied), or the entries of a checkpoint.
+/// One part of a file: the leaves of a named structure under a prefix, referred to in place (not
+/// copied), or the entries of a checkpoint. A section of a structure that can be written
+/// (`{params, "model"}` with `params` not const) is read back into by `read_params`; a section
+/// of a const structure or of a checkpoint is only saved.
 class section {
  public:
-  /// The leaves of `params`, named as by `of_params(params, prefix)`. Only references are kept:
-  /// `params` must outlive the section and not change until `save(path, {sections})` returns.
+  /// The leaves of `params`, named as by `of_params(params, prefix)`, to save and to read back
+  /// into. Only references are kept: `params` must outlive the section and not change until
+  /// `save(path, {sections})` returns.
   /// Leaves stream through the optional hooks of their `leaf_traits` (see ckpt/leaf.hpp); a leaf
   /// type without them is snapshotted.
   /// \throws std::invalid_argument if a `leaf_traits::contiguous` gives a span of another size
   /// than the entry's.
   /// \throws std::bad_alloc
   template <class P>
-    requires(!std::is_same_v<P, checkpoint> && named<P>)
-  section(const P& params, std::string_view prefix = {}) {  // NOLINT: implicit on purpose
+    requires(!std::is_same_v<std::remove_const_t<P>, checkpoint> && named<P>)
+  section(P& params, std::string_view prefix = {}) : prefix_(prefix) {  // NOLINT: implicit on purpose
     for_each_leaf(
         [&](std::string_view name, const auto& x) {
           entries_.push_back(detail::live_source(detail::join_name(prefix, name), x, "save"));
         },
-        params);
+        std::as_const(params));
+    if constexpr (!std::is_const_v<P>)
+      read_ = [&params, prefix = prefix_](detail::read_plan& plan) {
+        detail::add_leaf_reads(plan.leaves, params, prefix);
+        plan.prefixes.push_back(prefix);
+      };
   }
-  /// The entries of `t` (its metadata are ignored: pass them to `save(path, {sections})`). The
-  /// section shares the entries' bytes: `t` may be a temporary.
+  /// The leaves of a temporary structure, to save only (`{Eigen::Vector2f(1, 2), "x"}`): it lives
+  /// until the end of the full expression that saves it.
+  /// \throws as the constructor above.
+  template <class P>
+    requires(!std::is_same_v<P, checkpoint> && named<P>)
+  section(const P&& params, std::string_view prefix = {})  // NOLINT: implicit on purpose
+      : section(static_cast<const P&>(params), prefix) {}
+  /// The entries of `t` (its metadata are ignored: pass them to `save(path, {sections})`), to
+  /// save only. The section shares the entries' bytes: `t` may be a temporary.
   /// \throws std::bad_alloc
   section(const checkpoint& t) {  // NOLINT: implicit on purpose
     for (const auto& [name, x] : t) entries_.push_back(detail::live_source(name, x, "save"));
@@ -63,13 +86,39 @@ class section {
  private:
   friend std::vector<const detail::entry_source*> detail::ordered_entries(std::span<const section>,
                                                                           std::string_view);
+  friend struct detail::section_access;
+  section() = default;
   std::vector<detail::entry_source> entries_;
+  std::string prefix_;
+  // Adds the section's leaves to a read; empty for a section that is only saved.
+  std::function<void(detail::read_plan&)> read_;
 };
+
+namespace detail {
+// For the sections an optimizer makes (ckpt/adam.hpp): a section saved as `saved` is and read by
+// `read`, which may stage its leaves and move them in place in a commit.
+struct section_access {
+  static section with_read(section saved, std::string_view prefix, std::function<void(read_plan&)> read) {
+    saved.prefix_ = prefix;
+    saved.read_ = std::move(read);
+    return saved;
+  }
+  // A section of the one entry `source`, read by `read`.
+  static section of_entry(entry_source source, std::function<void(read_plan&)> read) {
+    section out;
+    out.prefix_ = source.name;
+    out.entries_.push_back(std::move(source));
+    out.read_ = std::move(read);
+    return out;
+  }
+  static void add_to(const section& s, std::size_t index, read_plan& plan);
+};
+}  // namespace detail
 
 /// Writes the sections to a safetensors file at `path`, atomically (as `save`), without copying
 /// the leaves into a checkpoint first: C-order leaves are written straight from their storage and
 /// column-major ones are reordered a band of rows at a time, on a helper thread that works one
-/// band ahead of the writer when there are 2 MiB or more to reorder. The file is the one
+/// band ahead of the writer. The file is the one
 /// `save(path, concat({of_params(...)...}).with_metadata(metadata))` would write.
 /// The leaves must not change during the call. `options.digest` stores the digest of the file
 /// (header and data), hashed as the bytes go out (see `save`).
@@ -87,6 +136,33 @@ void save(const std::filesystem::path& path, std::span<const section> sections, 
 inline void save(const std::filesystem::path& path, std::initializer_list<section> sections,
                  const metadata_map& metadata = {}, const save_options& options = {}) {
   save(path, std::span<const section>(sections.begin(), sections.size()), metadata, options);
+}
+
+/// Reads back the sections a file was saved as: every leaf of every section from the entry of
+/// `t` of the same name, all of them checked before any is written, so that on an error every
+/// structure is as it was. The mirror of `save(path, {sections})`: pass the same list.
+/// \code
+/// ckpt::read_params(ckpt::load(path), {{params, "model"}, {ema, "ema"}});
+/// auto latest = manager.load_latest();
+/// ckpt::read_params(*latest, ckpt::training_state(params, state));  // ckpt/adam.hpp
+/// \endcode
+/// Strict unless `options.strict` is false: every entry under a section's prefix must be read by
+/// a leaf, and one error lists every missing entry, every entry nothing reads and every shape
+/// that differs (`options` names the choice that would let each through). When the model has
+/// changed since the save, `options.keep_missing`, `strict = false`, `copy_overlap` and `cast`
+/// let each kind of difference through, and the report returned says what each did (see the
+/// guide's chapter "When the model changes").
+/// \returns what was read, kept, ignored, copied partly and cast.
+/// \throws std::invalid_argument if a section was made from a const structure or a checkpoint (it
+/// cannot be read into), if `options.prefix` is not empty (sections carry their prefixes), if the
+/// leaf names are not distinct, or as `read_params` of a structure (the messages list every
+/// problem when strict).
+/// \throws ckpt::io_error, ckpt::format_error as `to_params`.
+read_report read_params(const checkpoint& t, std::span<const section> sections, const extract_options& options = {});
+/// \copydoc read_params(const checkpoint&, std::span<const section>, const extract_options&)
+inline read_report read_params(const checkpoint& t, std::initializer_list<section> sections,
+                               const extract_options& options = {}) {
+  return read_params(t, std::span<const section>(sections.begin(), sections.size()), options);
 }
 
 }  // namespace ckpt

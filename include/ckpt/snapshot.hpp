@@ -35,8 +35,7 @@ class snapshot_arena {
   /// A checkpoint holding a copy of every leaf of `sections`, in C order (column-major leaves are
   /// reordered as they are copied), with `metadata`. The leaves are only read, and may change as
   /// soon as this returns. The sections are a braced list or a contiguous range (as for `save`).
-  /// A snapshot of 128 MiB or more is copied on up to four threads (runs of whole leaves), since
-  /// one core does not use all of the memory bandwidth.
+  /// A large snapshot is copied on helper threads, joined before this returns.
   /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted),
   /// before anything is copied.
   /// \throws std::bad_alloc if a new buffer cannot be allocated (where no copying thread can be

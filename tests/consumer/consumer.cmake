@@ -2,7 +2,7 @@
 # gets ckpt: consumer_find_package (an install of this build, tests/consumer/),
 # consumer_add_subdirectory (this source tree, tests/consumer/subdirectory/) and
 # consumer_pkg_config (an install of this build, tests/consumer/main.cpp compiled with the flags of
-# `pkg-config --cflags --libs ckpt`).
+# `pkg-config --cflags --libs ckpt`, with --static for a static ckpt).
 foreach(mode find_package add_subdirectory pkg_config)
   add_test(NAME consumer_${mode}
     COMMAND ${CMAKE_COMMAND}
@@ -19,6 +19,7 @@ foreach(mode find_package add_subdirectory pkg_config)
       "-DBUILD_TYPE=$<CONFIG>"
       "-DLIBDIR=${CMAKE_INSTALL_LIBDIR}"
       "-DPKG_CONFIG=${PKG_CONFIG_EXECUTABLE}"
+      "-DCKPT_STATIC=$<STREQUAL:$<TARGET_PROPERTY:ckpt,TYPE>,STATIC_LIBRARY>"
       -P "${CMAKE_CURRENT_LIST_DIR}/run.cmake")
   set_tests_properties(consumer_${mode} PROPERTIES TIMEOUT 900)
 endforeach()

@@ -7,11 +7,14 @@
 #                     add_subdirectory (as a vendored or FetchContent copy is built);
 #   pkg_config        installs CKPT_BUILD_DIR into a fresh prefix and compiles tests/consumer/main.cpp
 #                     with one compiler command and `pkg-config --cflags --libs ckpt` (no CMake),
-#                     with PKG_CONFIG_PATH=<prefix>/LIBDIR/pkgconfig.
+#                     with PKG_CONFIG_PATH=<prefix>/LIBDIR/pkgconfig; with --static where ckpt is
+#                     a static library (CKPT_STATIC true), as pkg-config has it take the private
+#                     dependencies; and checks that ckpt.pc names no library file of this machine.
 #
 # cmake -DMODE=... -DCKPT_BUILD_DIR=... -DCKPT_SOURCE_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=...
 #       -DGENERATOR=... [-DMAKE_PROGRAM=...] -DCXX_COMPILER=... [-DCXX_FLAGS=...]
-#       [-DEXE_LINKER_FLAGS=...] [-DBUILD_TYPE=...] [-DLIBDIR=... -DPKG_CONFIG=...] -P run.cmake
+#       [-DEXE_LINKER_FLAGS=...] [-DBUILD_TYPE=...] [-DLIBDIR=... -DPKG_CONFIG=... -DCKPT_STATIC=0|1]
+#       -P run.cmake
 cmake_minimum_required(VERSION 3.25)
 foreach(var MODE CKPT_BUILD_DIR CKPT_SOURCE_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
@@ -81,12 +84,25 @@ elseif(MODE STREQUAL "pkg_config")
       "${CMAKE_COMMAND}" --install "${CKPT_BUILD_DIR}" --prefix "${prefix}" ${config_args})
   # Only the fresh prefix may provide ckpt.pc (PKG_CONFIG_PATH is searched first).
   set(ENV{PKG_CONFIG_PATH} "${prefix}/${LIBDIR}/pkgconfig")
-  execute_process(COMMAND "${PKG_CONFIG}" --cflags --libs ckpt RESULT_VARIABLE result
+  set(pkg_config_args --cflags --libs)
+  if(CKPT_STATIC)
+    list(PREPEND pkg_config_args --static)
+  endif()
+  list(JOIN pkg_config_args " " shown_args)
+  execute_process(COMMAND "${PKG_CONFIG}" ${pkg_config_args} ckpt RESULT_VARIABLE result
                   OUTPUT_VARIABLE flags ERROR_VARIABLE error OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT result EQUAL 0)
-    message(FATAL_ERROR "consumer: pkg-config --cflags --libs ckpt failed (${result}): ${error}")
+    message(FATAL_ERROR "consumer: pkg-config ${shown_args} ckpt failed (${result}): ${error}")
   endif()
-  message(STATUS "consumer: pkg-config --cflags --libs ckpt: ${flags}")
+  message(STATUS "consumer: pkg-config ${shown_args} ckpt: ${flags}")
+  # Portable: libraries by name (-lboost_json), in the fields pkg-config means for them.
+  file(READ "${prefix}/${LIBDIR}/pkgconfig/ckpt.pc" pc)
+  if(pc MATCHES "[^ \n]*/lib[^ /\n]*\\.(so|a|dylib)[^ \n]*")
+    message(FATAL_ERROR "consumer: ckpt.pc names the library file '${CMAKE_MATCH_0}', not a library by its name")
+  endif()
+  if(NOT pc MATCHES "\nLibs\\.private:[^\n]*-lboost_json")
+    message(FATAL_ERROR "consumer: ckpt.pc's Libs.private does not name -lboost_json:\n${pc}")
+  endif()
   # Prove that the flags name the copy just installed.
   file(REAL_PATH "${prefix}" real_prefix)
   execute_process(COMMAND "${PKG_CONFIG}" --variable=includedir ckpt OUTPUT_VARIABLE includedir

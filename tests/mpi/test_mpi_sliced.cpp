@@ -68,7 +68,7 @@ rank_state pieces_of(int rank, int size) {
 
 std::vector<ckpt::mpi::slice> slices_of(const rank_state& s) {
   return {ckpt::mpi::slice::rows("w", {w_rows, w_cols}, s.w_first, s.w),
-          ckpt::mpi::slice::flat("optim.mu", {mu_size}, s.mu_first, s.mu),
+          ckpt::mpi::slice::flat("mu", {mu_size}, s.mu_first, s.mu),
           ckpt::mpi::slice::flat("big", {big_size}, s.big_first, s.big)};
 }
 
@@ -80,7 +80,7 @@ ckpt::checkpoint whole_tensors() {
   Eigen::VectorXf mu(mu_size), big(big_size);
   for (Eigen::Index k = 0; k < mu_size; ++k) mu[k] = mu_at(k);
   for (Eigen::Index k = 0; k < big_size; ++k) big[k] = big_at(k);
-  return ckpt::concat({ckpt::of_params(w, "w"), ckpt::of_params(mu, "optim.mu"), ckpt::of_params(big, "big"),
+  return ckpt::concat({ckpt::of_params(w, "w"), ckpt::of_params(mu, "mu"), ckpt::of_params(big, "big"),
                        ckpt::of_params(Eigen::VectorXd(Eigen::VectorXd::LinSpaced(5, 1.0, 5.0)), "b")});
 }
 
@@ -160,7 +160,7 @@ void check_resliced(MPI_Comm comm, const fs::path& folder, std::int64_t step) {
   for (Eigen::Index k = 0; k < big.size(); ++k) CHECK_EQ(big[k], big_at(big_first + k));
   Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> mu(5, 20);
   const Eigen::Index mu_first = 100 * (rank + 1);
-  ckpt::mpi::read_flat(t, "optim.mu", mu_first, mu);
+  ckpt::mpi::read_flat(t, "mu", mu_first, mu);
   for (Eigen::Index k = 0; k < mu.size(); ++k) CHECK_EQ(mu.data()[k], mu_at(mu_first + k));
   Eigen::VectorXd b(5);
   ckpt::mpi::read_flat(t, "b", 0, b);
@@ -183,11 +183,11 @@ void loads_as_other_slices(const fs::path& folder) {
   // Out-of-range and mismatched reads are refused.
   const ckpt::checkpoint t = ckpt::load(ckpt::mpi::detail::step_folder(folder, 7));
   Eigen::VectorXf ten(10);
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_flat(t, "optim.mu", 995, ten)),
-           std::string("ckpt: mpi::read_flat: elements [995, 1005) of 'optim.mu' are outside its 1000 elements"));
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_flat(t, "mu", 995, ten)),
+           std::string("ckpt: mpi::read_flat: elements [995, 1005) of 'mu' are outside its 1000 elements"));
   Eigen::VectorXd ten_doubles(10);
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_flat(t, "optim.mu", 0, ten_doubles)),
-           std::string("ckpt: mpi::read_flat: the entry 'optim.mu' is F32 [1000], not F64"));
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_flat(t, "mu", 0, ten_doubles)),
+           std::string("ckpt: mpi::read_flat: the entry 'mu' is F32 [1000], not F64"));
   Eigen::MatrixXf wrong(2, 6);
   CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::read_rows(t, "w", 0, wrong)),
            std::string("ckpt: mpi::read_rows: a block of rows of 'w' [13, 7] cannot have the shape [2, 6]"));

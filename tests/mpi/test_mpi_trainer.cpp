@@ -1,6 +1,6 @@
 // The data-parallel MLP trainer of examples/mlp_trainer_mpi, through the library, at 1, 2 and 4
 // ranks. What is bit-identical, precisely (parameters, Adam's moments and step count, compared
-// byte for byte as the snapshot of the training state's four sections):
+// byte for byte as the snapshot of the training state, ckpt::training_state):
 //
 //  - with either reduction, a run stopped at step S (saved with ckpt::mpi::save by its P ranks)
 //    and resumed on the same P ranks up to T equals the uninterrupted P-rank run up to T;
@@ -54,14 +54,8 @@ void train(MPI_Comm comm, run& r, std::int64_t to, reduction how) {
   while (r.state.step < to) train_step_mpi(comm, data(), order, opt, r.params, r.state, groups, how);
 }
 
-// The training state as the four sections restore_training_state reads (ckpt/adam.hpp).
-std::vector<ckpt::section> sections_of(const run& r) {
-  return {{r.params, "model"}, {r.state.mu, "optim.mu"}, {r.state.nu, "optim.nu"},
-          {ckpt::of_int("optim.step", r.state.step)}};
-}
-
-// Those sections as a checkpoint in memory, to compare runs.
-ckpt::checkpoint state_of(const run& r) { return ckpt::snapshot_arena().snapshot(sections_of(r)); }
+// The training state (ckpt/adam.hpp) as a checkpoint in memory, to compare runs.
+ckpt::checkpoint state_of(run& r) { return ckpt::snapshot_arena().snapshot(ckpt::training_state(r.params, r.state)); }
 
 // The ranks [0, n) of the job as a communicator, or MPI_COMM_NULL on the others.
 MPI_Comm first_ranks(int n) {
@@ -78,14 +72,14 @@ std::optional<ckpt::checkpoint> stop_and_resume(const fs::path& folder, int from
     run r = fresh();
     train(savers, r, stop_at, how);
     // Data parallelism: every rank offers the whole replicated state; it is written once.
-    ckpt::mpi::save(savers, folder, step, sections_of(r));
+    ckpt::mpi::save(savers, folder, step, ckpt::training_state(r.params, r.state));
     MPI_Comm_free(&savers);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   std::optional<ckpt::checkpoint> out;
   if (MPI_Comm resumers = first_ranks(to); resumers != MPI_COMM_NULL) {
     run r = fresh();  // the template for names and shapes; every value is replaced
-    ckpt::restore_training_state(ckpt::mpi::load(resumers, folder, step), r.params, r.state);
+    CHECK(ckpt::read_params(ckpt::mpi::load(resumers, folder, step), ckpt::training_state(r.params, r.state)).exact());
     CHECK_EQ(r.state.step, stop_at);
     train(resumers, r, end_at, how);
     if (rank_of(resumers) == 0) out = state_of(r);
@@ -114,7 +108,8 @@ void resume_on_the_same_ranks(const fs::path& folder) {
     if (rank_of(MPI_COMM_WORLD) == 0) {
       CHECK(same(*straight, *resumed));
       // Not trivially: training moved the parameters away from where they started.
-      CHECK(!same(*straight, state_of(fresh())));
+      run initial = fresh();
+      CHECK(!same(*straight, state_of(initial)));
     }
   }
 }

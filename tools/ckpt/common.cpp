@@ -1,12 +1,15 @@
 #include "common.hpp"
 
+// The library's own rules, through its internal headers (src/): UTF-8 and hex digits in one place.
+#include "hex.hpp"
+#include "utf8.hpp"
+
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/torch.hpp>
 
 #include <CLI/CLI.hpp>
-#include <boost/locale/utf.hpp>
 
 #include <algorithm>
 #include <array>
@@ -349,64 +352,32 @@ std::vector<const ckpt::checkpoint::entry*> entries_with_prefix(const ckpt::chec
   return out;
 }
 
-namespace {
-
-constexpr char hex_digits[] = "0123456789abcdef";
-
-void append_hex_byte(std::string& out, unsigned char b) {
-  out += "\\x";
-  out += hex_digits[b >> 4];
-  out += hex_digits[b & 0xf];
-}
-
-// Calls `valid(first, last, code_point)` for each valid UTF-8 sequence of `text` and
-// `invalid(byte)` for each byte of an invalid one.
-template <class Valid, class Invalid>
-void decode_utf8(std::string_view text, Valid valid, Invalid invalid) {
-  using traits = boost::locale::utf::utf_traits<char>;
-  const char* p = text.data();
-  const char* const end = p + text.size();
-  while (p != end) {
-    const char* const start = p;
-    const boost::locale::utf::code_point c = traits::decode(p, end);
-    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete) {
-      invalid(static_cast<unsigned char>(*start));
-      p = start + 1;
-    } else {
-      valid(start, p, c);
-    }
-  }
-}
-
-}  // namespace
-
 std::string printable(std::string_view text, bool keep_newlines) {
   std::string out;
   out.reserve(text.size());
-  decode_utf8(
+  ckpt::detail::for_each_utf8(
       text,
-      [&](const char* first, const char* last, boost::locale::utf::code_point c) {
+      [&](std::string_view sequence, char32_t c) {
         if (c < 0x20 || c == 0x7f) {
           if (keep_newlines && c == '\n') out += '\n';
-          else append_hex_byte(out, static_cast<unsigned char>(c));
+          else ckpt::detail::append_byte_escape(out, static_cast<unsigned char>(c));
         } else if (c >= 0x80 && c < 0xa0) {
-          out += "\\u00";
-          out += hex_digits[c >> 4];
-          out += hex_digits[c & 0xf];
+          out += "\\u";
+          ckpt::detail::append_hex(out, c, 4);
         } else {
-          out.append(first, last);
+          out.append(sequence);
         }
       },
-      [&](unsigned char b) { append_hex_byte(out, b); });
+      [&](unsigned char b) { ckpt::detail::append_byte_escape(out, b); });
   return out;
 }
 
 std::string valid_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  decode_utf8(
-      text, [&](const char* first, const char* last, boost::locale::utf::code_point) { out.append(first, last); },
-      [&](unsigned char b) { append_hex_byte(out, b); });
+  ckpt::detail::for_each_utf8(
+      text, [&](std::string_view sequence, char32_t) { out.append(sequence); },
+      [&](unsigned char b) { ckpt::detail::append_byte_escape(out, b); });
   return out;
 }
 

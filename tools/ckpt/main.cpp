@@ -26,6 +26,13 @@ int main(int argc, char** argv) {
   ckpt_tool::add_convert(app, chosen);
   ckpt_tool::add_prune(app, chosen);
 
+  // `ckpt` alone: its help, as `ckpt --help` prints it (the subcommands and what they do), on
+  // stdout; and, since nothing was done, the usage-error status with CLI11's one line on stderr.
+  if (argc <= 1) {
+    std::cout << app.help() << std::flush;
+    std::cerr << "A subcommand is required\n";
+    return ckpt_tool::failure;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

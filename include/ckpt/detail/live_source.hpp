@@ -20,7 +20,7 @@ template <leaf L>
 entry_source live_source(std::string name, const L& x, std::string_view function) {
   if constexpr (std::is_same_v<L, tensor>) {
     // A tensor's bytes are shared, not copied: the section holds them, so that the section of a
-    // temporary checkpoint (`{ckpt::of_int("optim.step", step)}`) stays valid as long as it does.
+    // temporary checkpoint (`{ckpt::of_int("step", step)}`) stays valid as long as it does.
     return tensor_source(std::move(name), x);
   }
   using traits = leaf_hooks<L>;
