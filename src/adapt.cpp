@@ -169,18 +169,18 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
   return replace(t, name, std::move(pieces));
 }
 
-checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& parts, std::string_view into,
+checkpoint fuse(const checkpoint& t, const std::vector<std::string>& parts, std::string_view into,
                        std::int64_t axis) {
-  const std::string what = "ckpt: concatenate: into " + quoted(into);
-  if (parts.empty()) throw std::invalid_argument(what + ": no entries to concatenate");
-  if (into.empty()) throw std::invalid_argument("ckpt: concatenate: the name of the result is empty");
+  const std::string what = "ckpt: fuse: into " + quoted(into);
+  if (parts.empty()) throw std::invalid_argument(what + ": no entries to fuse");
+  if (into.empty()) throw std::invalid_argument("ckpt: fuse: the name of the result is empty");
   if (into == "__metadata__")
     throw std::invalid_argument(what + ": the name '__metadata__' is reserved by the format");
   std::set<std::string_view> seen;
   std::vector<const tensor*> xs;
   for (const std::string& part : parts) {
     if (!seen.insert(part).second) throw std::invalid_argument(what + ": the entry " + quoted(part) + " is named twice");
-    xs.push_back(&entry_of(t, part, "concatenate"));
+    xs.push_back(&entry_of(t, part, "fuse"));
   }
   if (!seen.contains(into) && t.contains(into))
     throw std::invalid_argument(what + ": " + quoted(into) + " is already an entry, and not one of the parts");

@@ -1,8 +1,7 @@
 #pragma once
 // The Hugging Face sharded-checkpoint index (`*.safetensors.index.json`), written byte for byte as
 // transformers writes it (src/sharded.cpp) and read with every check (src/hf_index.cpp), for
-// save_sharded and load_sharded (src/sharded.cpp), ckpt::load (src/load.cpp) and ckpt::mpi
-// (src/mpi/step_folders.cpp).
+// save_sharded and the sharded reader (src/sharded.cpp) and ckpt::mpi (src/mpi/step_folders.cpp).
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
@@ -63,15 +62,5 @@ std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(int
 /// \throws index_error naming `index` if it is not an index (see above); io_error if it cannot
 ///   be opened or read.
 std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(const std::filesystem::path& index);
-
-/// The checkpoint of the index `index` whose weight_map is `by_shard` (read_weight_map's): each
-/// shard, a file name in the index's folder, loaded once by `load_shard(name)`, and of it the
-/// entries the map names; the metadata common to every shard (same key, same value), without
-/// digests.
-/// \throws index_error naming `index` if a shard lacks an entry the map gives it; whatever
-///   `load_shard` throws.
-checkpoint assemble_shards(const std::filesystem::path& index,
-                           const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
-                           const std::function<checkpoint(const std::string& shard)>& load_shard);
 
 }  // namespace ckpt::detail

@@ -1,23 +1,18 @@
-// `ckpt::load`: every layout Hugging Face's `save_pretrained` and `torch.save` produce. A file is
-// recognized by its content (a safetensors file, or a torch.save zip); an index by its name (a
-// `*.safetensors.index.json` through load_sharded, any other `*.index.json`, such as
-// `pytorch_model.bin.index.json`, shard by shard by content); a folder by the checkpoint files
-// it holds. `ckpt::parse` recognizes bytes in memory by their content as load does a file. The
-// dispatch sits above the file, sharded and torch readers, so that none includes another.
+// `ckpt::load`: every layout Hugging Face's `save_pretrained` and `torch.save` produce. It only
+// tells them apart and calls down, never back: a file goes to src/by_content.hpp (a safetensors
+// file or a torch.save zip, by its content); an index, by its name, to the sharded reader
+// (src/sharded.hpp: a `*.safetensors.index.json` through load_sharded, any other `*.index.json`,
+// such as `pytorch_model.bin.index.json`, through load_sharded_by_content, its shards by
+// content); a folder by the checkpoint files it holds, to one of those. `ckpt::parse` hands bytes
+// in memory to src/by_content.hpp. The dispatch sits above the file, sharded and torch readers,
+// none of which calls it.
 #include <ckpt/file.hpp>
 #include <ckpt/torch.hpp>
 
-#include "file.hpp"
-#include "hf_index.hpp"
+#include "by_content.hpp"
 #include "sharded.hpp"
-#include "torch.hpp"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -27,35 +22,6 @@
 
 namespace ckpt {
 namespace {
-
-// True if `path` is a regular file that begins as a torch.save file does (a zip, or the pickled
-// magic number of the format before PyTorch 1.6). Opened without waiting (a FIFO or a device is
-// left to the safetensors reader, which refuses it by name); a file that cannot be opened is
-// left to it too, so that its error names the file as before.
-bool is_torch_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return false;
-  std::array<std::byte, 32> start{};
-  struct stat info {};
-  ssize_t got = -1;
-  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) got = ::pread(fd, start.data(), start.size(), 0);
-  ::close(fd);
-  return got > 0 && detail::looks_like_torch(std::span(start).first(static_cast<std::size_t>(got)));
-}
-
-checkpoint load_file_by_content(const std::filesystem::path& path, const load_options& options,
-                                const torch_options& torch) {
-  if (is_torch_file(path)) return detail::load_torch(path, torch);
-  return detail::load_file(detail::file_at_path(path), options);
-}
-
-// A sharded checkpoint whose shards are recognized by content (a .bin index's torch.save files).
-checkpoint load_index_by_content(const std::filesystem::path& index, const load_options& options,
-                                 const torch_options& torch) {
-  return detail::assemble_shards(index, detail::read_weight_map(index), [&](const std::string& shard) {
-    return load_file_by_content(index.parent_path() / shard, options, torch);
-  });
-}
 
 // Transformers' file names (SAFE_WEIGHTS_NAME, WEIGHTS_NAME) and the suffixes of their indexes.
 constexpr std::string_view safetensors_file = "model.safetensors";
@@ -99,13 +65,13 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
     if (kind->single && kind->files.size() > 1)
       throw error(folder, where + "a single-file checkpoint (" + in_quotes(kind->files[0]) + ") and a sharded one (" +
                               in_quotes(kind->files[1]) + "); load the file you mean");
-  if (st.single) return load_file_by_content(folder / safetensors_file, options, torch);
-  if (pt.single) return load_file_by_content(folder / torch_file, options, torch);
+  if (st.single) return detail::load_by_content(folder / safetensors_file, options, torch);
+  if (pt.single) return detail::load_by_content(folder / torch_file, options, torch);
   if (pt_indexes.size() > 1)
     throw error(folder, where + std::to_string(pt_indexes.size()) + " sharded checkpoint indexes (" +
                             in_quotes(pt_indexes[0]) + ", " + in_quotes(pt_indexes[1]) +
                             (pt_indexes.size() > 2 ? ", ...)" : ")") + "; load the one you mean");
-  if (pt_indexes.size() == 1) return load_index_by_content(folder / pt_indexes.front(), options, torch);
+  if (pt_indexes.size() == 1) return detail::load_sharded_by_content(folder / pt_indexes.front(), options, torch);
   // A sharded safetensors checkpoint, or nothing: load_sharded's rules and messages.
   return detail::load_sharded(folder, options);
 }
@@ -116,19 +82,18 @@ checkpoint load(const std::filesystem::path& path, const load_options& options, 
   const std::string_view name(path.native());
   if (name.ends_with(".index.json")) {
     if (name.ends_with(safetensors_index)) return detail::load_sharded(path, options);
-    return load_index_by_content(path, options, torch);
+    return detail::load_sharded_by_content(path, options, torch);
   }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return load_folder(path, options, torch);
-  return load_file_by_content(path, options, torch);
+  return detail::load_by_content(path, options, torch);
 }
 
 checkpoint load(const std::filesystem::path& path, const load_options& options) { return load(path, options, {}); }
 
 checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin, const load_options& options,
                  const torch_options& torch) {
-  if (detail::looks_like_torch(file_bytes)) return detail::parse_torch(file_bytes, origin, torch);
-  return detail::parse_bytes(file_bytes, origin, options);
+  return detail::parse_by_content(file_bytes, origin, options, torch);
 }
 
 checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin, const load_options& options) {

@@ -51,7 +51,7 @@ class local_state final : public detail::manager_state {
   local_state(std::filesystem::path folder, checkpoint_manager::options opts)
       : manager_state(std::string(who), std::move(folder), std::move(opts)) {}
   ~local_state() override {
-    static_cast<void>(background.join());  // settled by checkpoint_manager_base already
+    static_cast<void>(background.join());  // settled by ~checkpoint_manager already
   }  // lock_ closes: releases the flock
 
   // Opens the folder and takes the lock, lists our checkpoints, removes leftover temporaries of
@@ -260,6 +260,8 @@ std::unique_ptr<local_state> opened(std::filesystem::path folder, checkpoint_man
 }  // namespace
 
 checkpoint_manager::checkpoint_manager(std::filesystem::path folder, checkpoint_manager::options opts)
-    : detail::checkpoint_manager_base(opened(std::move(folder), std::move(opts))) {}
+    : checkpoint_manager(opened(std::move(folder), std::move(opts))) {}
+
+checkpoint_manager::checkpoint_manager(std::filesystem::path folder) : checkpoint_manager(std::move(folder), options{}) {}
 
 }  // namespace ckpt

@@ -324,16 +324,24 @@ void manager_state::settle_quietly() noexcept {
   }
 }
 
-checkpoint_manager_base::checkpoint_manager_base(std::unique_ptr<manager_state> state) noexcept
+}  // namespace ckpt::detail
+
+// ckpt::checkpoint_manager's members: the rules, over the state of either manager.
+namespace ckpt {
+
+using detail::manager_state;
+using detail::step_status;
+
+checkpoint_manager::checkpoint_manager(std::unique_ptr<manager_state> state) noexcept
     : state_(std::move(state)) {}
 
-checkpoint_manager_base::~checkpoint_manager_base() {
+checkpoint_manager::~checkpoint_manager() {
   if (state_) state_->settle_quietly();
 }
 
-checkpoint_manager_base::checkpoint_manager_base(checkpoint_manager_base&& other) noexcept = default;
+checkpoint_manager::checkpoint_manager(checkpoint_manager&& other) noexcept = default;
 
-checkpoint_manager_base& checkpoint_manager_base::operator=(checkpoint_manager_base&& other) noexcept {
+checkpoint_manager& checkpoint_manager::operator=(checkpoint_manager&& other) noexcept {
   if (this != &other) {
     if (state_) state_->settle_quietly();
     state_ = std::move(other.state_);
@@ -341,11 +349,11 @@ checkpoint_manager_base& checkpoint_manager_base::operator=(checkpoint_manager_b
   return *this;
 }
 
-const std::filesystem::path& checkpoint_manager_base::folder() const noexcept { return state_->core.folder(); }
+const std::filesystem::path& checkpoint_manager::folder() const noexcept { return state_->core.folder(); }
 
-std::filesystem::path checkpoint_manager_base::path_of(std::int64_t step) const { return state_->path_of(step); }
+std::filesystem::path checkpoint_manager::path_of(std::int64_t step) const { return state_->path_of(step); }
 
-bool checkpoint_manager_base::should_save(std::int64_t step) const noexcept { return state_->core.should_save(step); }
+bool checkpoint_manager::should_save(std::int64_t step) const noexcept { return state_->core.should_save(step); }
 
 namespace {
 
@@ -367,23 +375,23 @@ bool save_step(manager_state& state, std::int64_t step, std::span<const section>
 
 }  // namespace
 
-bool checkpoint_manager_base::save(std::int64_t step, std::span<const section> sections,
+bool checkpoint_manager::save(std::int64_t step, std::span<const section> sections,
                                    const metadata_map& metadata, bool force) {
   return save_step(*state_, step, sections, metadata, force, false);
 }
 
-bool checkpoint_manager_base::save_async(std::int64_t step, std::span<const section> sections,
+bool checkpoint_manager::save_async(std::int64_t step, std::span<const section> sections,
                                          const metadata_map& metadata, bool force) {
   return save_step(*state_, step, sections, metadata, force, true);
 }
 
-void checkpoint_manager_base::wait() { state_->settle(); }
+void checkpoint_manager::wait() { state_->settle(); }
 
-std::vector<std::int64_t> checkpoint_manager_base::steps() const { return state_->core.steps(); }
+std::vector<std::int64_t> checkpoint_manager::steps() const { return state_->core.steps(); }
 
-std::optional<std::int64_t> checkpoint_manager_base::latest_step() const noexcept { return state_->core.latest_step(); }
+std::optional<std::int64_t> checkpoint_manager::latest_step() const noexcept { return state_->core.latest_step(); }
 
-std::vector<step_status> checkpoint_manager_base::status() const {
+std::vector<step_status> checkpoint_manager::status() const {
   return state_->core.status([this](std::int64_t step) { return state_->path_of(step); });
 }
 
@@ -412,20 +420,20 @@ checkpoint load_committed(manager_state& state, std::int64_t step, const load_op
 
 }  // namespace
 
-std::vector<step_status> checkpoint_manager_base::remove_damaged() {
+std::vector<step_status> checkpoint_manager::remove_damaged() {
   if (state_->core.options().read_only)
     throw std::invalid_argument(state_->core.message("remove_damaged: the folder '" + state_->core.folder().string() +
                                                      "' was opened read-only"));
   return state_->remove_damaged();
 }
 
-checkpoint checkpoint_manager_base::load(std::int64_t step, const load_options& opts) {
+checkpoint checkpoint_manager::load(std::int64_t step, const load_options& opts) {
   state_->settle();
   state_->core.require(step);
   return load_committed(*state_, step, opts);
 }
 
-checkpoint_manager_base::latest checkpoint_manager_base::load_latest(const load_options& opts) {
+checkpoint_manager::latest checkpoint_manager::load_latest(const load_options& opts) {
   state_->settle();
   latest out;
   while (const std::optional<std::int64_t> step = latest_step()) {
@@ -443,4 +451,4 @@ checkpoint_manager_base::latest checkpoint_manager_base::load_latest(const load_
   return out;
 }
 
-}  // namespace ckpt::detail
+}  // namespace ckpt

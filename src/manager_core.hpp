@@ -29,10 +29,10 @@
 namespace ckpt::detail {
 
 // The managers' member types (ckpt/manager.hpp), as the core names them.
-using manager_options = checkpoint_manager_base::options;
-using step_status = checkpoint_manager_base::step_status;
-using step_state = checkpoint_manager_base::step_state;
-using metric_mode = checkpoint_manager_base::metric_mode;
+using manager_options = checkpoint_manager::options;
+using step_status = checkpoint_manager::step_status;
+using step_state = checkpoint_manager::step_state;
+using metric_mode = checkpoint_manager::metric_mode;
 
 // The step codec: `<prefix><step, zero-padded to 10 digits><suffix>` ("ckpt-0000000042.safetensors",
 // "step-0000000042").
@@ -192,9 +192,11 @@ class background_write {
 // to stderr: what a destructor does with an error it cannot throw.
 void report_uncollected(std::string_view who, const std::filesystem::path& folder, const std::exception_ptr& error) noexcept;
 
-// The state behind a checkpoint_manager_base: the core, the background write and the arena of its
-// snapshots, and what each manager does its own way. checkpoint_manager_base's members (in
-// manager_core.cpp) are the one implementation of the rules over these.
+// The state behind a ckpt::checkpoint_manager: the core, the background write and the arena of its
+// snapshots, and what each manager does its own way (local_state, src/local_manager.cpp; mpi_state,
+// src/mpi/manager.cpp). checkpoint_manager's members (in manager_core.cpp) are the one
+// implementation of the rules over these, for both managers: an MPI manager is a
+// checkpoint_manager over an mpi_state, and stays one when moved into a plain checkpoint_manager.
 class manager_state {
  public:
   manager_state(std::string who, std::filesystem::path folder, manager_options options)

@@ -1,6 +1,13 @@
+// Sharded checkpoints as Hugging Face writes them (ckpt/sharded.hpp, src/sharded.hpp): the index
+// text (python_json_string, index_text), save_sharded (the shards written by the file writer,
+// src/file.hpp, then the index, atomically), and the sharded reader: the weight_map read through
+// src/hf_index.hpp, each shard loaded once, by the safetensors file reader (src/file.hpp) from
+// the folder held, or by content (src/by_content.hpp) for another kind of index, and the
+// entries assembled (assemble_shards). It calls only down: ckpt::load (src/load.cpp) calls it.
 #include <ckpt/sharded.hpp>
 
 #include "atomic_file.hpp"
+#include "by_content.hpp"
 #include "folder.hpp"
 #include "hex.hpp"
 #include "hf_index.hpp"
@@ -272,6 +279,13 @@ checkpoint load_sharded(const folder_handle& folder, std::string_view index, con
   // Entry names by shard, each shard loaded once, from the folder held.
   return detail::assemble_shards(shown, detail::read_weight_map(fd.get(), shown), [&](const std::string& shard) {
     return detail::load_file({folder, shard}, options);
+  });
+}
+
+checkpoint load_sharded_by_content(const std::filesystem::path& index, const load_options& options,
+                                   const torch_options& torch) {
+  return assemble_shards(index, read_weight_map(index), [&](const std::string& shard) {
+    return load_by_content(index.parent_path() / shard, options, torch);
   });
 }
 

@@ -1,15 +1,24 @@
 #pragma once
 // The sharded reader of src/sharded.cpp, as the rest of the library calls it: ckpt::load
-// (src/load.cpp) for a `*.safetensors.index.json` or a folder holding one, and the managers for
-// their step folders. Not part of the API: `ckpt::load` is the one way to load.
+// (src/load.cpp) for an index (`*.safetensors.index.json`, or another `*.index.json` whose shards
+// are recognized by content) or a folder holding one, the managers for their step folders, and
+// ckpt::mpi for the shards it loads with their verified hashes (assemble_shards). Not part of
+// the API: `ckpt::load` is the one way to load. It reads the index through src/hf_index.hpp and
+// each shard through the file reader (src/file.hpp) or, by content, src/by_content.hpp; it never
+// calls ckpt::load.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/torch.hpp>
 
 #include "folder.hpp"
 
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace ckpt::detail {
 
@@ -25,5 +34,23 @@ namespace ckpt::detail {
 /// The sharded checkpoint whose index is the file `index` of `folder`, its shards read from that
 /// folder as held (a manager's step folder): the rules and errors above.
 [[nodiscard]] checkpoint load_sharded(const folder_handle& folder, std::string_view index, const load_options& options);
+
+/// The sharded checkpoint whose index is `index` (any `*.index.json`, such as transformers'
+/// `pytorch_model.bin.index.json`), each shard a file of the index's folder recognized by its
+/// content as `ckpt::load` recognizes a file (src/by_content.hpp): a torch.save file read with
+/// `torch`, a safetensors file with `options`. The index's rules and errors as above.
+[[nodiscard]] checkpoint load_sharded_by_content(const std::filesystem::path& index, const load_options& options,
+                                                 const torch_options& torch);
+
+/// The checkpoint of the index `index` whose weight_map is `by_shard` (read_weight_map's,
+/// src/hf_index.hpp): each shard, a file name in the index's folder, loaded once by
+/// `load_shard(name)`, and of it the entries the map names; the metadata common to every shard
+/// (same key, same value), without digests. The readers above pass how they load a shard;
+/// ckpt::mpi passes a load that checks the hashes another rank verified.
+/// \throws index_error naming `index` if a shard lacks an entry the map gives it; whatever
+///   `load_shard` throws.
+[[nodiscard]] checkpoint assemble_shards(const std::filesystem::path& index,
+                                         const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
+                                         const std::function<checkpoint(const std::string& shard)>& load_shard);
 
 }  // namespace ckpt::detail

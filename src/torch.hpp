@@ -1,28 +1,20 @@
 #pragma once
-// The torch.save reader of src/torch.cpp, as the rest of the library calls it: ckpt::load and
-// ckpt::parse (src/load.cpp) for a file or bytes they recognize by content. Not part of the API:
-// `ckpt::load` and `ckpt::parse` are the one way to read (ckpt/file.hpp, ckpt/torch.hpp).
+// The torch.save reader of src/torch.cpp, as the rest of the library calls it: src/by_content.cpp,
+// for a file or bytes it recognizes by content (for ckpt::load and ckpt::parse, src/load.cpp, and
+// the shards of a `*.bin.index.json`, src/sharded.cpp). Not part of the API: `ckpt::load` and
+// `ckpt::parse` are the one way to read (ckpt/file.hpp, ckpt/torch.hpp). Its error,
+// torch_format_error, is in src/torch_error.hpp.
 
 #include <ckpt/checkpoint.hpp>
-#include <ckpt/error.hpp>
 #include <ckpt/torch.hpp>
+
+#include "torch_error.hpp"
 
 #include <cstddef>
 #include <filesystem>
 #include <span>
-#include <string>
 
 namespace ckpt::detail {
-
-/// A file is not a `torch.save` file ckpt can read, or holds something the restricted unpickler
-/// refuses: a `format_error` whose message says so, `ckpt: '<path>' is not a readable PyTorch
-/// file: <broken rule>` (ckpt/torch.hpp).
-class torch_format_error : public format_error {
- public:
-  /// \param path the file; \param rule what is wrong, naming the record, opcode or global.
-  torch_format_error(const std::filesystem::path& path, const std::string& rule)
-      : format_error(path, rule, "ckpt: '" + path.string() + "' is not a readable PyTorch file: " + rule) {}
-};
 
 /// True if `file_bytes` begin as a `torch.save` file does: a zip (since PyTorch 1.6), or the
 /// pickled magic number of the format before it (which the reader recognizes and refuses). A

@@ -42,6 +42,20 @@ set(layer_detail/entry_source 2)  # what the writer reads an entry from
 set(layer_detail/field_names 3)   # the field names of ckpt::fields (named.hpp)
 set(layer_detail/live_source 3)   # entries streamed from live leaves (section.hpp, params.hpp)
 set(layer_detail/read_plan 3)     # the one read of entries into leaves (params.hpp, section.hpp, adam.hpp)
+set(layer_detail/dtype_traits 1)  # the dtypes' properties, the scalars' table (dtype.hpp)
+set(layer_detail/sizes 2)         # a shape's elements and bytes (tensor.hpp)
+set(layer_detail/view_types 2)    # the types of the views (view.hpp)
+set(layer_detail/leaf_bytes 3)    # the copies between a leaf's storage and an entry (leaf.hpp)
+set(layer_detail/leaf_hooks 3)    # the hooks the library calls for a leaf (leaf.hpp)
+set(layer_detail/eigen_leaves 3)  # the traits of Eigen matrices, arrays and tensors (leaf.hpp)
+set(layer_detail/engine_state 3)  # the state of a <random> engine (leaf.hpp)
+set(layer_detail/leaf_copies 3)   # a leaf's shape, a copy of it, an unfilled leaf like it (leaf.hpp)
+set(layer_detail/walk 3)          # the walk of named structures (named.hpp)
+set(layer_detail/flat_array 3)    # zero leaves, a leaf as a flat array (leafwise.hpp)
+set(layer_detail/section_access 3) # the way into a section's members (section.hpp)
+set(layer_detail/extract 3)       # the read of one structure (params.hpp)
+set(layer_detail/adam_update 4)   # Adam's moments and the update of a leaf (adam.hpp)
+set(layer_detail/training_state 4) # the training state's section names and step entry (adam.hpp)
 
 # The private pieces of src/ that are not named after a public header (a src/ file named after a
 # public header lives on that header's layer).
@@ -67,6 +81,10 @@ set(layer_cast 2)              # dtype conversion (src/cast.hpp, src/cast.cpp; t
 set(layer_hf_index 2)          # the sharded index's reader
 set(layer_name_pattern 4)      # ckpt::name_pattern (adapt.hpp), on RE2
 set(layer_load 2)              # src/load.cpp: load dispatches to the file and the sharded reader
+set(layer_by_content 2)        # a file or bytes by content, to the torch or the safetensors reader (load.cpp, sharded.cpp)
+set(layer_torch_error 2)       # the torch reader's error and budgets (src/torch_error.hpp, for pickle, torch_tensors, torch)
+set(layer_pickle 2)            # the restricted unpickler of data.pkl (included by src/torch.cpp, src/torch_tensors.hpp)
+set(layer_torch_tensors 2)     # the storages and tensors a torch.save pickle rebuilds (included by src/torch.cpp)
 set(layer_manager_core 4)
 set(layer_local_manager 4)     # checkpoint_manager: a file a step, on the core (the API is ckpt/manager.hpp)
 set(layer_mpi/common 4)

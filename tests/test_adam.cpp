@@ -48,7 +48,7 @@ ckpt::checkpoint training_checkpoint(P& p, ckpt::adam_state<P>& st) {
 //         m̂ = 0.08/0.19 = 0.42105263157894735, v̂ = 0.004996/0.001999 = 2.4992496248124062,
 //         p = 0.9000000005 - 0.1 * 0.42105263157894735 / (1.5809015228 + 1e-8)
 //           = 0.8733662967...
-BOOST_AUTO_TEST_CASE(two_steps_by_hand) {
+BOOST_AUTO_TEST_CASE(two_steps_match_the_moments_and_parameters_worked_out_by_hand) {
   const ckpt::adam opt{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
   linear p{Eigen::MatrixXd::Constant(1, 1, 1.0), Eigen::VectorXd::Constant(1, 1.0)};
   auto st = opt.init(p);
@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE(two_steps_by_hand) {
 
 // With a constant gradient g the bias-corrected moments are exactly m̂ = g, v̂ = g² at every step,
 // so each step moves p by lr · g / (|g| + ε): after n steps p = p0 − n · lr · sign(g) (ε → 0).
-BOOST_AUTO_TEST_CASE(closed_form_constant_gradient) {
+BOOST_AUTO_TEST_CASE(a_constant_gradient_moves_each_parameter_by_lr_times_its_sign_each_step) {
   const ckpt::adam opt{.lr = 0.01, .eps = 0};
   Eigen::VectorXd p = Eigen::VectorXd::LinSpaced(5, -2.0, 2.0);
   const Eigen::VectorXd p0 = p;
@@ -90,7 +90,7 @@ BOOST_AUTO_TEST_CASE(closed_form_constant_gradient) {
 
 // AdamW's decoupled decay with a zero gradient: the Adam term is 0/(0+ε) = 0, so only the decay
 // acts and p = p0 · (1 − lr·λ)^n.
-BOOST_AUTO_TEST_CASE(closed_form_decoupled_weight_decay) {
+BOOST_AUTO_TEST_CASE(with_a_zero_gradient_decoupled_weight_decay_alone_scales_by_1_minus_lr_lambda) {
   const ckpt::adam opt{.lr = 0.1, .weight_decay = 0.5};
   Eigen::ArrayXf p = Eigen::ArrayXf::Constant(3, 2.0f);
   const Eigen::ArrayXf g = Eigen::ArrayXf::Zero(3);

@@ -382,7 +382,7 @@ BOOST_AUTO_TEST_CASE(select_drop_and_rename_share_the_tensors) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-BOOST_AUTO_TEST_SUITE(concatenate_entries)
+BOOST_AUTO_TEST_SUITE(fuse_entries)
 
 BOOST_AUTO_TEST_CASE(inverts_split_along_every_axis) {
   for (const ckpt::dtype type : {ckpt::dtype::f32, ckpt::dtype::bf16, ckpt::dtype::i8, ckpt::dtype::f64}) {
@@ -392,7 +392,7 @@ BOOST_AUTO_TEST_CASE(inverts_split_along_every_axis) {
       const std::vector<std::string> parts =
           extent % 3 == 0 ? std::vector<std::string>{"q", "k", "v"} : std::vector<std::string>{"q", "k"};
       const ckpt::checkpoint s = ckpt::split(t, "qkv", parts, axis);
-      const ckpt::checkpoint back = ckpt::concatenate(s, parts, "qkv", axis);
+      const ckpt::checkpoint back = ckpt::fuse(s, parts, "qkv", axis);
       BOOST_TEST(back.names() == t.names());
       BOOST_TEST((back.get("qkv") == t.get("qkv")));
       BOOST_TEST((back.metadata() == some_metadata));
@@ -401,7 +401,7 @@ BOOST_AUTO_TEST_CASE(inverts_split_along_every_axis) {
   }
   // Parts of different extents along the axis; into may be a part's name.
   const ckpt::checkpoint t({{"a", iota({2, 1})}, {"b", iota({2, 3})}});
-  const ckpt::checkpoint joined = ckpt::concatenate(t, {"b", "a"}, "a", 1);
+  const ckpt::checkpoint joined = ckpt::fuse(t, {"b", "a"}, "a", 1);
   BOOST_TEST(joined.names() == (std::vector<std::string>{"a"}));
   BOOST_TEST(shape_of(joined.get("a")) == (ckpt::dims{2, 4}));
   std::vector<float> values(8);
@@ -413,22 +413,22 @@ BOOST_AUTO_TEST_CASE(errors_name_the_entries_and_shapes_that_disagree) {
   const ckpt::checkpoint t({{"q", iota({2, 3})}, {"k", iota({2, 4})}, {"s", numbered(ckpt::dtype::f32, {})},
                             {"h", numbered(ckpt::dtype::f16, {2, 3})}, {"r", iota({2, 3, 1})}});
   const auto message = [&](const std::vector<std::string>& parts, std::string_view into, std::int64_t axis) {
-    return message_of<std::invalid_argument>([&] { static_cast<void>(ckpt::concatenate(t, parts, into, axis)); });
+    return message_of<std::invalid_argument>([&] { static_cast<void>(ckpt::fuse(t, parts, into, axis)); });
   };
   BOOST_TEST(message({"q", "k"}, "qk", 0) ==
-             "ckpt: concatenate: into 'qk' along axis 0: the shapes disagree off that axis: 'q' [2, 3] and 'k' [2, 4]");
-  BOOST_TEST(message({"q", "h"}, "qh", 0) == "ckpt: concatenate: into 'qh': the dtypes differ: 'q' F32 and 'h' F16");
+             "ckpt: fuse: into 'qk' along axis 0: the shapes disagree off that axis: 'q' [2, 3] and 'k' [2, 4]");
+  BOOST_TEST(message({"q", "h"}, "qh", 0) == "ckpt: fuse: into 'qh': the dtypes differ: 'q' F32 and 'h' F16");
   BOOST_TEST(message({"q", "r"}, "qr", 0) ==
-             "ckpt: concatenate: into 'qr' along axis 0: the shapes disagree off that axis: 'q' [2, 3] and 'r' [2, 3, 1]");
-  BOOST_TEST(message({"q", "x"}, "qx", 0) == "ckpt: concatenate: no entry named 'x'");
-  BOOST_TEST(message({"q", "q"}, "qq", 0) == "ckpt: concatenate: into 'qq': the entry 'q' is named twice");
-  BOOST_TEST(message({}, "none", 0) == "ckpt: concatenate: into 'none': no entries to concatenate");
-  BOOST_TEST(message({"q", "k"}, "h", 1) == "ckpt: concatenate: into 'h': 'h' is already an entry, and not one of the parts");
+             "ckpt: fuse: into 'qr' along axis 0: the shapes disagree off that axis: 'q' [2, 3] and 'r' [2, 3, 1]");
+  BOOST_TEST(message({"q", "x"}, "qx", 0) == "ckpt: fuse: no entry named 'x'");
+  BOOST_TEST(message({"q", "q"}, "qq", 0) == "ckpt: fuse: into 'qq': the entry 'q' is named twice");
+  BOOST_TEST(message({}, "none", 0) == "ckpt: fuse: into 'none': no entries to fuse");
+  BOOST_TEST(message({"q", "k"}, "h", 1) == "ckpt: fuse: into 'h': 'h' is already an entry, and not one of the parts");
   BOOST_TEST(message({"q", "k"}, "__metadata__", 1) ==
-             "ckpt: concatenate: into '__metadata__': the name '__metadata__' is reserved by the format");
+             "ckpt: fuse: into '__metadata__': the name '__metadata__' is reserved by the format");
   BOOST_TEST(message({"q", "k"}, "qk", 2) ==
-             "ckpt: concatenate: into 'qk': axis 2 is out of range for the 2 axes of 'q' [2, 3]");
-  BOOST_TEST(message({"s"}, "ss", 0) == "ckpt: concatenate: into 'ss': the entry 's' is a scalar, which has no axis");
+             "ckpt: fuse: into 'qk': axis 2 is out of range for the 2 axes of 'q' [2, 3]");
+  BOOST_TEST(message({"s"}, "ss", 0) == "ckpt: fuse: into 'ss': the entry 's' is a scalar, which has no axis");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -313,7 +313,7 @@ BOOST_AUTO_TEST_CASE(f8_decode_every_code_matches_the_definition) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(f8_decode_spec_landmarks) {
+BOOST_AUTO_TEST_CASE(f8_landmark_codes_decode_to_the_values_the_specs_give) {
   // OCP OFP8 / MX and ml_dtypes: largest, smallest normal and subnormal, specials.
   auto d = [](dtype t, std::uint8_t code) { return conv1<double>(t, code, dtype::f64); };
   BOOST_CHECK_EQUAL(d(dtype::f8_e4m3, 0x7E), 448.0);
@@ -428,7 +428,7 @@ BOOST_AUTO_TEST_CASE(every_16_and_8_bit_code_converts_to_every_narrow_format_lik
   }
 }
 
-BOOST_AUTO_TEST_CASE(ties_to_even_f16_bf16) {
+BOOST_AUTO_TEST_CASE(halfway_values_round_to_the_even_code_and_f64_never_rounds_through_f32) {
   // F32 -> F16: halfway cases go to the even code.
   BOOST_CHECK_EQUAL(conv1<std::uint16_t>(dtype::f32, 1.0F + 0x1p-11F, dtype::f16), 0x3C00);
   BOOST_CHECK_EQUAL(conv1<std::uint16_t>(dtype::f32, 1.0F + 3 * 0x1p-11F, dtype::f16), 0x3C02);
@@ -506,7 +506,7 @@ BOOST_AUTO_TEST_CASE(integers_round_once_to_narrow_floats) {
   BOOST_CHECK_EQUAL(conv1<std::uint8_t>(dtype::i32, 6, dtype::f8_e8m0), 0x82);  // tie: 8, even code
 }
 
-BOOST_AUTO_TEST_CASE(overflow_underflow_and_subnormals) {
+BOOST_AUTO_TEST_CASE(overflow_goes_to_infinity_or_nan_and_underflow_rounds_through_the_subnormals) {
   auto h = [](double v) { return conv1<std::uint16_t>(dtype::f64, v, dtype::f16); };
   auto hf = [](float v) { return conv1<std::uint16_t>(dtype::f32, v, dtype::f16); };
   BOOST_CHECK_EQUAL(hf(65504.0F), 0x7BFF);
@@ -608,7 +608,7 @@ BOOST_AUTO_TEST_CASE(overflow_underflow_and_subnormals) {
   BOOST_CHECK_EQUAL(e80(inf), 0xFF);
 }
 
-BOOST_AUTO_TEST_CASE(nan_sign_and_payload) {
+BOOST_AUTO_TEST_CASE(nans_keep_their_sign_and_payload_and_widen_and_narrow_back_bit_exactly) {
   // Signed NaNs keep their sign; payload leading bits are kept, else the quiet bit is set.
   BOOST_CHECK_EQUAL(conv1<std::uint32_t>(dtype::f64, -qnan, dtype::f32), 0xFFC00000U);
   BOOST_CHECK_EQUAL(conv1<std::uint32_t>(dtype::f64, std::bit_cast<double>(0x7FF0'0000'0000'0001ULL), dtype::f32), 0x7FC00000U);
@@ -705,7 +705,7 @@ BOOST_AUTO_TEST_CASE(integer_to_integer_wraps) {
   BOOST_CHECK_EQUAL(conv1<std::uint32_t>(dtype::u64, 0x1'2345'6789ULL, dtype::u32), 0x2345'6789U);
 }
 
-BOOST_AUTO_TEST_CASE(bool_semantics) {
+BOOST_AUTO_TEST_CASE(nonzero_bools_cast_to_1_and_nonzero_values_nan_included_cast_to_true) {
   // From BOOL: any nonzero byte is 1.
   const std::vector<std::uint8_t> b{0, 1, 2, 255};
   BOOST_CHECK((conv<std::uint8_t>(dtype::boolean, b, dtype::u8) == std::vector<std::uint8_t>{0, 1, 1, 1}));
@@ -733,7 +733,7 @@ BOOST_AUTO_TEST_CASE(bool_semantics) {
   BOOST_CHECK((conv<std::uint8_t>(dtype::f16, h, dtype::boolean) == std::vector<std::uint8_t>{0, 0, 1, 1}));
 }
 
-BOOST_AUTO_TEST_CASE(c64_real_part) {
+BOOST_AUTO_TEST_CASE(c64_casts_to_reals_by_its_real_part_and_reals_to_c64_with_imaginary_zero) {
   const std::vector<std::complex<float>> c{{1.5F, -2.0F}, {-7.75F, 3.0F}, {0.0F, 5.0F}, {1e10F, 0.0F}};
   BOOST_CHECK((conv<float>(dtype::c64, c, dtype::f32) == std::vector<float>{1.5F, -7.75F, 0.0F, 1e10F}));
   BOOST_CHECK((conv<double>(dtype::c64, c, dtype::f64) == std::vector<double>{1.5, -7.75, 0.0, 1e10}));
@@ -820,7 +820,7 @@ BOOST_AUTO_TEST_CASE(cast_keeps_shape_and_converts_values) {
   BOOST_CHECK_EQUAL(e.nbytes(), 0U);
 }
 
-BOOST_AUTO_TEST_CASE(convert_on_unaligned_and_short_buffers) {
+BOOST_AUTO_TEST_CASE(convert_handles_unaligned_buffers_and_refuses_short_ones_writing_nothing) {
   // Misaligned input and output.
   std::vector<std::byte> in(1 + 3 * 8);
   const std::vector<double> v{1.5, -0.25, 1e300};
@@ -859,7 +859,7 @@ BOOST_AUTO_TEST_CASE(convert_on_unaligned_and_short_buffers) {
 
 // ================================================================ the shared fixtures
 
-BOOST_AUTO_TEST_CASE(fixture_f16_bf16_values) {
+BOOST_AUTO_TEST_CASE(the_fixtures_f16_bf16_and_special_values_decode_and_encode_as_recorded) {
   // fixtures/valid/dtype_F16.json, tensor "x": hex and decoded values.
   const auto f16x = typed<std::uint16_t>(hex("003d40400042c04380c2c0c000be00b9"));
   const std::vector<float> f16v{1.25F, 2.125F, 3.0F, 3.875F, -3.25F, -2.375F, -1.5F, -0.625F};

@@ -252,7 +252,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(usage)
 
-BOOST_AUTO_TEST_CASE(help_on_the_tool_and_on_every_subcommand) {
+BOOST_AUTO_TEST_CASE(the_tool_and_every_subcommand_print_their_help_and_the_tool_its_version) {
   const temp_dir d;
   const result top = run(d.path(), {"--help"});
   BOOST_TEST(top.status == 0);
@@ -370,7 +370,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(inspect)
 
-BOOST_AUTO_TEST_CASE(a_file_as_a_table_with_totals_and_metadata) {
+BOOST_AUTO_TEST_CASE(a_file_is_shown_as_a_table_with_totals_and_metadata) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample(), {.digest = true});
   const result r = run(d.path(), {"inspect", "a.safetensors"});
@@ -400,7 +400,7 @@ BOOST_AUTO_TEST_CASE(a_file_as_a_table_with_totals_and_metadata) {
              "  format: pt\n");
 }
 
-BOOST_AUTO_TEST_CASE(json_for_scripts) {
+BOOST_AUTO_TEST_CASE(json_gives_scripts_the_entries_totals_and_metadata) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample());
   const result r = run(d.path(), {"inspect", "--json", "a.safetensors", "--filter", "l1."});
@@ -513,7 +513,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(verify)
 
-BOOST_AUTO_TEST_CASE(ok_or_the_broken_rule) {
+BOOST_AUTO_TEST_CASE(each_file_is_ok_or_names_the_rule_it_breaks_and_a_broken_one_exits_1) {
   const temp_dir d;
   const fs::path a = d.path() / "a.safetensors";
   ckpt::save(a, sample(), {.digest = true});
@@ -577,7 +577,7 @@ BOOST_AUTO_TEST_CASE(ok_or_the_broken_rule) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(every_step_of_a_manager_folder) {
+BOOST_AUTO_TEST_CASE(a_manager_folder_is_verified_step_by_step_and_a_broken_step_exits_1) {
   const temp_dir d;
   {
     ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
@@ -614,7 +614,7 @@ const std::string sample_table =
     "l1.w        0        0       0\n"
     "step        0        0       0\n";
 
-BOOST_AUTO_TEST_CASE(two_steps_of_one_run) {
+BOOST_AUTO_TEST_CASE(two_steps_of_one_run_are_compared_by_giving_step_twice) {
   const temp_dir d;
   {
     ckpt::checkpoint_manager m(d.path() / "run", {.max_to_keep = 0});
@@ -631,7 +631,7 @@ BOOST_AUTO_TEST_CASE(two_steps_of_one_run) {
                     "(compare two steps of one folder with ckpt diff RUN --step S --step T)\n");
 }
 
-BOOST_AUTO_TEST_CASE(identical_checkpoints) {
+BOOST_AUTO_TEST_CASE(identical_checkpoints_exit_0_with_only_a_notice_of_differing_metadata) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample());
   ckpt::save(d.path() / "b.safetensors", sample().with_metadata({}), {.digest = true});
@@ -644,7 +644,7 @@ BOOST_AUTO_TEST_CASE(identical_checkpoints) {
                           "same: 3 entries within atol 0, rtol 0\n");
 }
 
-BOOST_AUTO_TEST_CASE(findings_and_tolerances) {
+BOOST_AUTO_TEST_CASE(differing_entries_are_findings_and_values_within_atol_plus_rtol_are_not) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample());
   // l1.w: 6 -> 6.5 (abs 0.5, rel 0.5 / 6.5); l1.b becomes F64 with the same values; "step" is
@@ -717,7 +717,7 @@ BOOST_AUTO_TEST_CASE(a_filter_compares_the_entries_under_a_prefix) {
              "atol 0, rtol 0\n");
 }
 
-BOOST_AUTO_TEST_CASE(nan_and_infinities) {
+BOOST_AUTO_TEST_CASE(nan_matches_nan_and_inf_itself_and_against_a_number_is_beyond_any_tolerance) {
   const temp_dir d;
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   ckpt::save(d.path() / "a.safetensors", ckpt::concat({ckpt::of_tensor("same", f32({3}, {nan, inf, -0.0f})),
@@ -835,7 +835,7 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(convert)
 
-BOOST_AUTO_TEST_CASE(dtype_rename_keep_drop) {
+BOOST_AUTO_TEST_CASE(dtype_rename_keep_and_drop_apply_together_and_a_merging_rename_writes_nothing) {
   const temp_dir d;
   const ckpt::checkpoint a = ckpt::concat({sample(), ckpt::of_tensor("l2.w", f32({1}, {0.1f})),
                                            ckpt::of_tensor("l2.b", f32({1}, {3}))});
@@ -905,7 +905,7 @@ BOOST_AUTO_TEST_CASE(metadata_dropped_or_kept_by_key) {
   BOOST_TEST(!fs::exists(d.path() / "y.safetensors"));
 }
 
-BOOST_AUTO_TEST_CASE(torch_save_files_in) {
+BOOST_AUTO_TEST_CASE(torch_save_files_are_inspected_verified_converted_and_compared_like_safetensors) {
   // A torch.save file (tests/fixtures/torch/) is recognized by its zip signature: inspected,
   // verified, converted (to one file or shards) and compared like a safetensors file.
   const temp_dir d;
@@ -927,7 +927,7 @@ BOOST_AUTO_TEST_CASE(torch_save_files_in) {
   BOOST_TEST(refused.err.find("refers to the global 'posix.system'") != std::string::npos, refused.err);
 }
 
-BOOST_AUTO_TEST_CASE(sharded_and_back) {
+BOOST_AUTO_TEST_CASE(a_file_converts_to_shards_and_back_byte_for_byte_and_a_corrupt_shard_is_refused) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample(), {.digest = true});
   // 24-byte shards: l1.b (8) + ... greedily in name order: [l1.b], [l1.w], [step] as 8 + 24 > 24.
@@ -971,7 +971,7 @@ BOOST_AUTO_TEST_CASE(sharded_and_back) {
   BOOST_TEST(!fs::exists(d.path() / "again.safetensors"));
 }
 
-BOOST_AUTO_TEST_CASE(shard_sizes_in_decimal_and_binary_units) {
+BOOST_AUTO_TEST_CASE(shard_sizes_are_read_in_decimal_and_binary_units) {
   const temp_dir d;
   // 1000 + 24 bytes: one shard under a 1 KiB limit (1024), two under 1 kB (1000).
   ckpt::save(d.path() / "a.safetensors", ckpt::concat({ckpt::of_tensor("a", f32({250}, std::vector<float>(250, 1))),
@@ -1119,7 +1119,7 @@ BOOST_AUTO_TEST_SUITE(progress)
 
 // On a terminal, long passes draw a bar on stdout and erase it before the result; on a pipe or a
 // file (every other test) nothing but the result is written.
-BOOST_AUTO_TEST_CASE(a_bar_on_a_terminal_only) {
+BOOST_AUTO_TEST_CASE(a_bar_is_drawn_and_erased_on_a_terminal_only) {
   const temp_dir d;
   ckpt::save(d.path() / "a.safetensors", sample(), {.digest = true});
   const std::string erase = "\r\033[K";

@@ -245,21 +245,21 @@ static_assert(field_names<const volatile adam>() == field_names<adam>());
 
 // ---------------------------------------------------------------------------------------------
 
-BOOST_AUTO_TEST_CASE(eigen_fields) {
+BOOST_AUTO_TEST_CASE(eigen_members_are_named_by_their_identifiers) {
   BOOST_TEST(names_of<optimizer_state>() ==
                  (std::vector<std::string>{"weight", "bias", "kernel", "learning_rate", "step"}),
              boost::test_tools::per_element());
   check_agreement<optimizer_state>();
 }
 
-BOOST_AUTO_TEST_CASE(nested_structs) {
+BOOST_AUTO_TEST_CASE(nested_structs_name_their_own_fields_not_those_of_their_members) {
   BOOST_TEST(names_of<adam>() == (std::vector<std::string>{"first_moment", "second", "count"}),
              boost::test_tools::per_element());
   check_agreement<adam>();
   check_agreement<moments>();
 }
 
-BOOST_AUTO_TEST_CASE(containers_and_scalars) {
+BOOST_AUTO_TEST_CASE(container_and_scalar_members_are_named_like_any_other) {
   BOOST_TEST(names_of<containers>() ==
                  (std::vector<std::string>{"layers", "by_name", "betas", "shape", "history"}),
              boost::test_tools::per_element());
@@ -269,20 +269,20 @@ BOOST_AUTO_TEST_CASE(containers_and_scalars) {
   check_agreement<scalars>();
 }
 
-BOOST_AUTO_TEST_CASE(digits_and_underscores) {
+BOOST_AUTO_TEST_CASE(identifiers_with_digits_and_underscores_anywhere_are_named_whole) {
   BOOST_TEST(names_of<odd_names>() == (std::vector<std::string>{"x1", "layer_2_weight", "_private", "a__b",
                                                                 "W", "CamelCase9", "trailing_", "z"}),
              boost::test_tools::per_element());
   check_agreement<odd_names>();
 }
 
-BOOST_AUTO_TEST_CASE(not_default_constructible_type) {
+BOOST_AUTO_TEST_CASE(a_type_that_cannot_be_default_constructed_is_still_named) {
   BOOST_TEST(names_of<not_default_constructible>() == (std::vector<std::string>{"config", "table"}),
              boost::test_tools::per_element());
   check_agreement<not_default_constructible>();
 }
 
-BOOST_AUTO_TEST_CASE(templates) {
+BOOST_AUTO_TEST_CASE(members_of_class_templates_and_of_structs_nested_in_them_are_named) {
   check_agreement<layer<float>>();
   check_agreement<layer<Eigen::MatrixXf>>();
   check_agreement<layer<layer<double>>>();
@@ -292,7 +292,7 @@ BOOST_AUTO_TEST_CASE(templates) {
              boost::test_tools::per_element());
 }
 
-BOOST_AUTO_TEST_CASE(namespaces) {
+BOOST_AUTO_TEST_CASE(types_in_namespaces_or_with_internal_linkage_are_named) {
   check_agreement<ckpt_test::deeply::nested::point>();
   check_agreement<hidden>();
   check_agreement<hidden_template<Eigen::VectorXf>>();
@@ -302,7 +302,7 @@ BOOST_AUTO_TEST_CASE(namespaces) {
              boost::test_tools::per_element());
 }
 
-BOOST_AUTO_TEST_CASE(many_fields) {
+BOOST_AUTO_TEST_CASE(all_48_fields_of_a_wide_struct_are_named_in_order) {
   const std::vector<std::string> names = names_of<wide>();
   BOOST_TEST_REQUIRE(names.size() == 48u);
   // Rebuild the expected names from the struct's naming scheme: a type letter, then the index.
@@ -317,7 +317,7 @@ BOOST_AUTO_TEST_CASE(many_fields) {
   check_agreement<wide>();
 }
 
-BOOST_AUTO_TEST_CASE(cv_qualified) {
+BOOST_AUTO_TEST_CASE(cv_qualified_types_name_the_same_fields) {
   BOOST_TEST((field_name<const optimizer_state, 0>() == "weight"));
   BOOST_TEST((fallback_field_name<const volatile optimizer_state, 4>() == "step"));
   check_agreement<const moments>();
@@ -331,7 +331,7 @@ BOOST_AUTO_TEST_CASE(names_are_static) {
   BOOST_TEST(std::string(a) == "weight");
 }
 
-BOOST_AUTO_TEST_CASE(which_implementation) {
+BOOST_AUTO_TEST_CASE(the_log_names_the_implementation_and_before_boost_1_84_it_is_the_fallback) {
   // Documents, in the test log, which path field_name() took on this build.
   BOOST_TEST_MESSAGE("CKPT_DETAIL_HAS_PFR_CORE_NAME = " << CKPT_DETAIL_HAS_PFR_CORE_NAME
                                                          << " (BOOST_VERSION " << BOOST_VERSION << ")");

@@ -140,7 +140,7 @@ BOOST_AUTO_TEST_CASE(the_allocation_cap_works) {
 
 // --- The length prefix ---------------------------------------------------------------------
 
-BOOST_AUTO_TEST_CASE(files_shorter_than_8_bytes) {
+BOOST_AUTO_TEST_CASE(files_shorter_than_8_bytes_are_refused_with_their_size) {
   for (std::size_t n = 0; n < 8; ++n) {
     const std::vector<std::byte> file(n, std::byte{0});
     BOOST_TEST(rejection(file) ==
@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(files_shorter_than_8_bytes) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(header_length_over_the_limit) {
+BOOST_AUTO_TEST_CASE(a_header_length_over_the_limit_is_refused_without_allocating_it) {
   const allocation_cap cap(allocation_cap_bytes);
   BOOST_TEST(rejection(raw_file(100'000'001, "{}")) ==
              msg("the header length 100000001 exceeds the limit of 100000000 bytes"));
@@ -161,7 +161,7 @@ BOOST_AUTO_TEST_CASE(header_length_over_the_limit) {
              msg("the header length 100000000 runs past the end of the 10-byte file"));
 }
 
-BOOST_AUTO_TEST_CASE(header_length_past_the_end_of_the_file) {
+BOOST_AUTO_TEST_CASE(a_header_length_past_the_end_of_the_file_is_refused) {
   BOOST_TEST(rejection(raw_file(100, "{}        ")) ==
              msg("the header length 100 runs past the end of the 18-byte file"));
   BOOST_TEST(rejection(raw_file(1, "")) == msg("the header length 1 runs past the end of the 8-byte file"));
@@ -174,7 +174,7 @@ BOOST_AUTO_TEST_CASE(header_length_past_the_end_of_the_file) {
 
 // --- The JSON header -----------------------------------------------------------------------
 
-BOOST_AUTO_TEST_CASE(header_not_json) {
+BOOST_AUTO_TEST_CASE(a_header_that_is_not_strict_json_is_refused) {
   BOOST_TEST(rejection(file_of("")) == msg("the header is not valid JSON (incomplete JSON)"));
   BOOST_TEST(rejection(file_of("        ")) == msg("the header is not valid JSON (incomplete JSON)"));
   BOOST_TEST(rejection(file_of("{")) == msg("the header is not valid JSON (incomplete JSON)"));
@@ -187,7 +187,7 @@ BOOST_AUTO_TEST_CASE(header_not_json) {
              msg("the header is not valid JSON (syntax error)"));
 }
 
-BOOST_AUTO_TEST_CASE(header_not_an_object) {
+BOOST_AUTO_TEST_CASE(a_header_that_is_not_a_json_object_is_refused_naming_what_it_is) {
   BOOST_TEST(rejection(file_of("[]")) == msg("the header is a JSON array, not an object"));
   BOOST_TEST(rejection(file_of("[{}]")) == msg("the header is a JSON array, not an object"));
   BOOST_TEST(rejection(file_of("\"{}\"")) == msg("the header is a string, not a JSON object"));
@@ -198,7 +198,7 @@ BOOST_AUTO_TEST_CASE(header_not_an_object) {
   BOOST_TEST(rejection(file_of("null")) == msg("the header is null, not a JSON object"));
 }
 
-BOOST_AUTO_TEST_CASE(entry_not_an_object) {
+BOOST_AUTO_TEST_CASE(an_entry_that_is_not_an_object_is_refused_naming_what_it_is) {
   BOOST_TEST(rejection(file_of("{\"a\":5}")) == msg("entry 'a' is a number instead of an object"));
   BOOST_TEST(rejection(file_of("{\"a\":\"F32\"}")) == msg("entry 'a' is a string instead of an object"));
   BOOST_TEST(rejection(file_of("{\"a\":[0,8]}")) == msg("entry 'a' is an array instead of an object"));
@@ -209,7 +209,7 @@ BOOST_AUTO_TEST_CASE(entry_not_an_object) {
              msg("entry 'b' is a number instead of an object"));
 }
 
-BOOST_AUTO_TEST_CASE(missing_fields) {
+BOOST_AUTO_TEST_CASE(an_entry_missing_dtype_shape_or_data_offsets_is_refused_naming_the_field) {
   BOOST_TEST(rejection(file_of(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", data_of(8))) ==
              msg("entry 'a' has no 'dtype'"));
   BOOST_TEST(rejection(file_of(R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", data_of(8))) ==
@@ -222,7 +222,7 @@ BOOST_AUTO_TEST_CASE(missing_fields) {
              msg("entry 'a' has no 'dtype'"));
 }
 
-BOOST_AUTO_TEST_CASE(dtype_not_a_string) {
+BOOST_AUTO_TEST_CASE(a_dtype_that_is_not_a_string_is_refused_naming_what_it_is) {
   const auto with_dtype = [](std::string_view dtype) {
     return file_of(R"({"a":{"dtype":)" + std::string(dtype) + R"(,"shape":[2],"data_offsets":[0,8]}})",
                    data_of(8));
@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(dtype_not_a_string) {
   BOOST_TEST(rejection(with_dtype("false")) == msg("entry 'a' has a boolean as 'dtype' instead of a string"));
 }
 
-BOOST_AUTO_TEST_CASE(shape_malformed) {
+BOOST_AUTO_TEST_CASE(a_shape_that_is_not_an_array_of_non_negative_integers_is_refused) {
   const auto with_shape = [](std::string_view shape) {
     return file_of(R"({"a":{"dtype":"F32","shape":)" + std::string(shape) + R"(,"data_offsets":[0,8]}})",
                    data_of(8));
@@ -254,7 +254,7 @@ BOOST_AUTO_TEST_CASE(shape_malformed) {
 
 // Values of the wrong JSON type inside the shape array must be reported like the other bad
 // values there: naming the entry and the field.
-BOOST_AUTO_TEST_CASE(shape_element_not_a_number) {
+BOOST_AUTO_TEST_CASE(a_non_number_in_shape_or_data_offsets_is_refused_naming_the_entry_and_field) {
   const auto with_shape = [](std::string_view shape) {
     return file_of(R"({"a":{"dtype":"F32","shape":)" + std::string(shape) + R"(,"data_offsets":[0,8]}})",
                    data_of(8));
@@ -268,12 +268,12 @@ BOOST_AUTO_TEST_CASE(shape_element_not_a_number) {
 }
 
 // An integer beyond 64 bits is an integer: too large, not "non-integer".
-BOOST_AUTO_TEST_CASE(shape_integer_beyond_64_bits) {
+BOOST_AUTO_TEST_CASE(a_shape_integer_beyond_64_bits_is_refused_as_too_large_not_as_non_integer) {
   BOOST_TEST(rejection(file_of(R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,8]}})",
                                data_of(8))) == msg("entry 'a' has a number too large in 'shape'"));
 }
 
-BOOST_AUTO_TEST_CASE(data_offsets_malformed) {
+BOOST_AUTO_TEST_CASE(data_offsets_that_are_not_two_non_negative_integers_are_refused) {
   const auto with_offsets = [](std::string_view offsets) {
     return file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":)" + std::string(offsets) + "}}",
                    data_of(8));
@@ -344,12 +344,12 @@ BOOST_AUTO_TEST_CASE(overflowing_shapes_are_refused_without_allocating) {
 
 // --- Offsets --------------------------------------------------------------------------------
 
-BOOST_AUTO_TEST_CASE(offsets_reversed) {
+BOOST_AUTO_TEST_CASE(data_offsets_that_end_before_they_begin_are_refused) {
   BOOST_TEST(rejection(file_of("{" + entry("a", "F32", "[4]", 16, 0) + "}", data_of(16))) ==
              msg("entry 'a' has data_offsets [16, 0] that end before they begin"));
 }
 
-BOOST_AUTO_TEST_CASE(offsets_out_of_the_buffer) {
+BOOST_AUTO_TEST_CASE(data_offsets_past_the_end_of_the_data_buffer_are_refused) {
   BOOST_TEST(rejection(file_of("{" + entry("a", "F32", "[4]", 0, 16) + "}", data_of(8))) ==
              msg("entry 'a' has data_offsets [0, 16] past the end of the 8-byte data buffer"));
   BOOST_TEST(rejection(file_of("{" + entry("a", "F32", "[2]", 8, 16) + "}", data_of(8))) ==
@@ -362,7 +362,7 @@ BOOST_AUTO_TEST_CASE(offsets_out_of_the_buffer) {
                  "8-byte data buffer"));
 }
 
-BOOST_AUTO_TEST_CASE(offsets_overlapping) {
+BOOST_AUTO_TEST_CASE(overlapping_entries_are_refused_zero_size_ones_included) {
   BOOST_TEST(rejection(file_of("{" + entry("a", "F32", "[4]", 0, 16) + "," + entry("b", "F32", "[4]", 8, 24) + "}",
                                data_of(24))) == msg("entry 'b' overlaps entry 'a'"));
   // The same bytes twice under two names.
@@ -373,7 +373,7 @@ BOOST_AUTO_TEST_CASE(offsets_overlapping) {
                                data_of(16))) == msg("entry 'z' overlaps entry 'a'"));
 }
 
-BOOST_AUTO_TEST_CASE(offsets_leaving_holes) {
+BOOST_AUTO_TEST_CASE(bytes_that_belong_to_no_entry_are_refused_as_a_hole) {
   BOOST_TEST(rejection(file_of("{" + entry("a", "F32", "[4]", 0, 16) + "," + entry("b", "F32", "[4]", 24, 40) + "}",
                                data_of(40))) ==
              msg("bytes 16 to 24 of the data buffer belong to no entry (a hole before 'b')"));
@@ -381,7 +381,7 @@ BOOST_AUTO_TEST_CASE(offsets_leaving_holes) {
              msg("bytes 0 to 8 of the data buffer belong to no entry (a hole before 'a')"));
 }
 
-BOOST_AUTO_TEST_CASE(trailing_bytes) {
+BOOST_AUTO_TEST_CASE(bytes_after_the_last_entry_are_refused_as_trailing) {
   BOOST_TEST(rejection(file_of("{" + entry("a", "F32", "[4]", 0, 16) + "}", data_of(24))) ==
              msg("the data buffer has 8 trailing bytes after the last entry"));
   BOOST_TEST(rejection(file_of("{}", data_of(1))) == msg("the data buffer has 1 trailing bytes after the last entry"));
@@ -389,7 +389,7 @@ BOOST_AUTO_TEST_CASE(trailing_bytes) {
              msg("the data buffer has 4 trailing bytes after the last entry"));
 }
 
-BOOST_AUTO_TEST_CASE(good_layouts) {
+BOOST_AUTO_TEST_CASE(any_entry_field_and_data_order_and_zero_size_entries_anywhere_are_accepted) {
   // JSON order differs from data order; zero-size entries at the start, middle and end.
   const ckpt::checkpoint c = accept(file_of(
       "{" + entry("z0", "F64", "[0]", 0, 0) + "," + entry("b", "I16", "[3]", 16, 22) + "," +
@@ -413,7 +413,7 @@ BOOST_AUTO_TEST_CASE(good_layouts) {
 
 // --- Duplicates -----------------------------------------------------------------------------
 
-BOOST_AUTO_TEST_CASE(duplicate_names) {
+BOOST_AUTO_TEST_CASE(an_entry_name_that_appears_twice_is_refused_even_spelled_differently) {
   BOOST_TEST(rejection(file_of("{" + entry("a", "F32", "[2]", 0, 8) + "," + entry("a", "I32", "[2]", 8, 16) + "}",
                                data_of(16))) == msg("the entry name 'a' appears twice"));
   // Identical entries: last-wins parsing would accept this; the reader must not.
@@ -428,7 +428,7 @@ BOOST_AUTO_TEST_CASE(duplicate_names) {
                                data_of(2))) == msg("the entry name 'a' appears twice"));
 }
 
-BOOST_AUTO_TEST_CASE(duplicate_fields_within_an_entry) {
+BOOST_AUTO_TEST_CASE(a_field_that_appears_twice_in_an_entry_is_refused) {
   BOOST_TEST(rejection(file_of(R"({"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
                                data_of(8))) == msg("entry 'a' has 'dtype' twice"));
   BOOST_TEST(rejection(file_of(R"({"a":{"dtype":"F32","shape":[2],"shape":[2],"data_offsets":[0,8]}})",
@@ -463,7 +463,7 @@ BOOST_AUTO_TEST_CASE(metadata_must_be_a_string_to_string_object) {
              msg("'__metadata__' maps 'shape' to an array instead of a string"));
 }
 
-BOOST_AUTO_TEST_CASE(metadata_twice) {
+BOOST_AUTO_TEST_CASE(metadata_or_a_metadata_key_that_appears_twice_is_refused) {
   BOOST_TEST(rejection(file_of(R"({"__metadata__":{"a":"1"},"__metadata__":{"b":"2"}})")) ==
              msg("'__metadata__' appears twice"));
   BOOST_TEST(rejection(file_of(R"({"__metadata__":{},"__metadata__":{}})")) == msg("'__metadata__' appears twice"));
@@ -579,7 +579,7 @@ BOOST_AUTO_TEST_CASE(unknown_fields_are_ignored) {
 
 // --- Whitespace and text ----------------------------------------------------------------------
 
-BOOST_AUTO_TEST_CASE(spaces_around_the_json) {
+BOOST_AUTO_TEST_CASE(spaces_around_the_json_are_accepted_and_anything_else_after_it_refused) {
   const std::string object = "{" + a_f32_2 + "}";
   for (const std::string& header : {"   " + object, object + "     ", "  " + object + " ", object + std::string(101, ' ')}) {
     BOOST_TEST_CONTEXT("header '" << header << "'") {

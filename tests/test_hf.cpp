@@ -96,19 +96,19 @@ boost::json::object header_of(const fs::path& file) {
 
 BOOST_AUTO_TEST_SUITE(every_layout_loads)
 
-BOOST_AUTO_TEST_CASE(single_safetensors_file_and_its_folder) {
+BOOST_AUTO_TEST_CASE(a_single_safetensors_file_loads_alone_or_through_its_folder) {
   check_layout(ckpt::load(fixtures / "single_safetensors" / "model.safetensors"), ckpt::dtype::f32, false);
   const ckpt::checkpoint t = ckpt::load(fixtures / "single_safetensors");
   check_layout(t, ckpt::dtype::f32, false);
   BOOST_TEST((t.metadata() == ckpt::metadata_map{{"format", "pt"}}));
 }
 
-BOOST_AUTO_TEST_CASE(sharded_safetensors_index_and_its_folder) {
+BOOST_AUTO_TEST_CASE(a_sharded_safetensors_checkpoint_loads_through_its_index_or_its_folder) {
   check_layout(ckpt::load(fixtures / "sharded_safetensors"), ckpt::dtype::f32, false);
   check_layout(ckpt::load(fixtures / "sharded_safetensors" / "model.safetensors.index.json"), ckpt::dtype::f32, false);
 }
 
-BOOST_AUTO_TEST_CASE(single_bin_file_and_its_folder_with_the_tied_head) {
+BOOST_AUTO_TEST_CASE(a_single_bin_file_or_its_folder_loads_with_its_tied_head_kept_or_not) {
   for (const fs::path& p : {fixtures / "single_bin" / "pytorch_model.bin", fixtures / "single_bin"}) {
     const ckpt::checkpoint t = ckpt::load(p);
     check_layout(t, ckpt::dtype::f32, true);
@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(single_bin_file_and_its_folder_with_the_tied_head) {
   BOOST_TEST(groups == (std::vector<std::vector<std::string>>{{"lm_head.weight", "transformer.wte.weight"}}));
 }
 
-BOOST_AUTO_TEST_CASE(sharded_bin_index_and_its_folder) {
+BOOST_AUTO_TEST_CASE(a_sharded_bin_checkpoint_loads_through_its_index_or_its_folder) {
   check_layout(ckpt::load(fixtures / "sharded_bin"), ckpt::dtype::f32, false);
   check_layout(ckpt::load(fixtures / "sharded_bin" / "pytorch_model.bin.index.json"), ckpt::dtype::f32, false);
 }

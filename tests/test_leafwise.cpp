@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(zeros_like_keeps_shapes) {
   BOOST_TEST(z.pair[0] == 0.0);
 }
 
-BOOST_AUTO_TEST_CASE(zeros_like_of_a_ptree_and_an_eigen_tensor) {
+BOOST_AUTO_TEST_CASE(zeros_like_of_a_ptree_or_an_eigen_tensor_keeps_dtypes_and_shapes) {
   const auto tree = ckpt::ptree::dict({{"w", ckpt::ptree::tensor(floats({1, 2, 3}))},
                                        {"l", ckpt::ptree::list({ckpt::ptree::tensor(7.0)})}});
   const ckpt::ptree zero = ckpt::zeros_like(tree);

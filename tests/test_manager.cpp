@@ -17,6 +17,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <sys/wait.h>
@@ -103,7 +104,7 @@ BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
 }
 
 // max_to_keep = 2, keep_every_n_steps = 40, keep the best 2 by min "val_loss".
-BOOST_AUTO_TEST_CASE(retention_rules_together) {
+BOOST_AUTO_TEST_CASE(retention_keeps_the_newest_every_nth_and_best_steps_and_leaves_other_files_alone) {
   const temp_dir s(temp_dir::absent);
   const ckpt::checkpoint_manager::options options{.max_to_keep = 2,
                                                  .keep_every_n_steps = 40,
@@ -142,7 +143,7 @@ BOOST_AUTO_TEST_CASE(retention_rules_together) {
                                                                    "ckpt-7.safetensors", "notes.txt"}));
 }
 
-BOOST_AUTO_TEST_CASE(keep_best_by_max) {
+BOOST_AUTO_TEST_CASE(keep_best_by_max_keeps_the_highest_metric_beside_the_newest) {
   const temp_dir s(temp_dir::absent);
   ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1, .keep_best = 1, .best_metric = "acc",
                                         .best_mode = ckpt::checkpoint_manager::metric_mode::max});
@@ -268,7 +269,7 @@ BOOST_AUTO_TEST_CASE(a_folder_that_cannot_exist_is_refused) {
   BOOST_CHECK_THROW(ckpt::checkpoint_manager(s.path(), {.keep_best = 1}), std::invalid_argument);
 }
 
-BOOST_AUTO_TEST_CASE(resume_from_the_latest_checkpoint) {
+BOOST_AUTO_TEST_CASE(resuming_from_the_latest_checkpoint_repeats_the_next_step_bit_for_bit) {
   const temp_dir s(temp_dir::absent);
   struct linear {
     Eigen::MatrixXf w;
@@ -360,4 +361,28 @@ BOOST_AUTO_TEST_CASE(a_read_only_manager_reads_an_mpi_jobs_folder_without_mpi) {
   BOOST_TEST(reader.path_of(20) == s.path() / "step-0000000020");
   BOOST_TEST(reader.load_latest()->get("w").as<float>()[0] == 20.0f);
   BOOST_TEST(reader.load(10).get("w").as<float>()[0] == 10.0f);
+}
+
+// A manager moves with its folder, lock and background save; move-assigned over another, it
+// first commits that one's background save and releases its folder. (An MPI manager moved into a
+// ckpt::checkpoint_manager stays the MPI manager: tests/mpi/test_mpi_manager.cpp.)
+BOOST_AUTO_TEST_CASE(a_moved_manager_keeps_its_folder_and_commits_the_one_it_replaces) {
+  static_assert(std::is_nothrow_move_constructible_v<ckpt::checkpoint_manager>);
+  static_assert(std::is_nothrow_move_assignable_v<ckpt::checkpoint_manager>);
+  static_assert(!std::is_copy_constructible_v<ckpt::checkpoint_manager>);
+  static_assert(!std::is_copy_assignable_v<ckpt::checkpoint_manager>);
+  const temp_dir a(temp_dir::absent);
+  const temp_dir b(temp_dir::absent);
+  ckpt::checkpoint_manager m(a.path());
+  BOOST_TEST(m.save_async(1, {value(1.0f)}));
+  ckpt::checkpoint_manager moved = std::move(m);  // takes over the background save
+  BOOST_TEST(moved.load_latest()->get("w").as<float>()[0] == 1.0f);
+  ckpt::checkpoint_manager other(b.path());
+  BOOST_TEST(other.save_async(5, {value(5.0f)}));
+  other = std::move(moved);  // commits step 5 in b and releases b
+  BOOST_TEST(other.folder() == a.path());
+  BOOST_TEST(ckpt::checkpoint_manager(b.path()).steps() == ints({5}));
+  BOOST_TEST(other.save(2, {value(2.0f)}));
+  BOOST_TEST(other.steps() == ints({1, 2}));
+  BOOST_CHECK_THROW(ckpt::checkpoint_manager(a.path()), ckpt::lock_error);  // still held
 }

@@ -72,7 +72,7 @@ BOOST_AUTO_TEST_CASE(every_standard_engine_round_trips_mid_stream) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(the_documented_shapes) {
+BOOST_AUTO_TEST_CASE(engines_are_saved_as_u64_words_in_the_documented_shapes_the_seed_first) {
 #if defined(__GLIBCXX__)
   BOOST_TEST(ckpt::detail::leaf_shape(std::mt19937{}) == (ckpt::dims{625}));
   BOOST_TEST(ckpt::detail::leaf_shape(std::mt19937_64{}) == (ckpt::dims{313}));

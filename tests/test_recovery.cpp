@@ -225,7 +225,7 @@ BOOST_AUTO_TEST_CASE(a_load_that_runs_out_of_a_resource_is_not_damage) {
 // The campaign: a folder of 6 steps, 1 to 3 random faults, then a resume by a new manager. Every
 // round must resume from the newest step that was not touched, load it exactly, never load a
 // damaged step, and leave every untouched step's file as it was.
-BOOST_AUTO_TEST_CASE(corruption_campaign) {
+BOOST_AUTO_TEST_CASE(random_damage_resumes_from_the_newest_intact_step_and_leaves_intact_files_alone) {
   const char* env = std::getenv("CKPT_RECOVERY_ROUNDS");
   const int rounds = env != nullptr ? std::atoi(env) : 60;
   enum kind { header_byte, data_byte, truncation, deletion, emptied, folder, dangling_symlink, stray_temporary, kinds };

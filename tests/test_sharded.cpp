@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(per_shard_digests_are_checked_and_not_merged) {
   BOOST_TEST(ckpt::load(dir.path(), {.verify_digest = false}).size() == 4u);
 }
 
-BOOST_AUTO_TEST_CASE(misuse_of_save_sharded) {
+BOOST_AUTO_TEST_CASE(save_sharded_refuses_a_bad_limit_base_name_or_name_and_writes_nothing) {
   const temp_dir dir;
   BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::save_sharded(dir.path(), sample(), 0); }) ==
              "ckpt: save_sharded: max_shard_bytes must be positive, got 0");
@@ -295,7 +295,7 @@ BOOST_FIXTURE_TEST_CASE(a_missing_shard_is_an_io_error_naming_it, folder) {
              "ckpt: cannot open '" + files.shards[1].string() + "': No such file or directory");
 }
 
-BOOST_FIXTURE_TEST_CASE(an_entry_missing_from_its_shard, folder) {
+BOOST_FIXTURE_TEST_CASE(an_entry_missing_from_its_shard_is_a_format_error_naming_both, folder) {
   std::string text = read_bytes(files.index);
   const std::string from = R"("c": "model-00001-of-00003.safetensors")";
   text.replace(text.find(from), from.size(), R"("c": "model-00003-of-00003.safetensors")");
@@ -313,7 +313,7 @@ BOOST_FIXTURE_TEST_CASE(shard_names_must_stay_in_the_folder, folder) {
   }
 }
 
-BOOST_FIXTURE_TEST_CASE(malformed_json_and_structure, folder) {
+BOOST_FIXTURE_TEST_CASE(malformed_json_or_structure_is_a_format_error_naming_the_rule, folder) {
   const std::vector<std::pair<std::string, std::string>> cases{
       {R"({"weight_map": {"a": "x.safetensors",})", "it is not JSON: syntax error"},
       {"", "it is not JSON: incomplete JSON"},

@@ -22,7 +22,7 @@ BOOST_AUTO_TEST_CASE(every_dtype_spelling_round_trips) {
   BOOST_TEST(!ckpt::dtype_from_string("f32").has_value());
 }
 
-BOOST_AUTO_TEST_CASE(bit_widths_and_classes) {
+BOOST_AUTO_TEST_CASE(each_dtype_has_its_bit_width_and_class_and_each_scalar_type_its_dtype) {
   BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::boolean) == 8u);
   BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::bf16) == 16u);
   BOOST_TEST(ckpt::detail::bit_width(ckpt::dtype::c64) == 64u);

@@ -47,7 +47,7 @@ struct saved_file {
 
 BOOST_AUTO_TEST_SUITE(model_changes)
 
-BOOST_AUTO_TEST_CASE(add_a_field) {
+BOOST_AUTO_TEST_CASE(keep_missing_reads_a_model_with_an_added_field_keeping_its_initial_value) {
   const saved_file run;
   const ckpt::checkpoint latest = ckpt::load(run.path);
   // [add]
@@ -71,7 +71,7 @@ BOOST_AUTO_TEST_CASE(add_a_field) {
   BOOST_TEST(state.step == 2);
 }
 
-BOOST_AUTO_TEST_CASE(remove_a_field) {
+BOOST_AUTO_TEST_CASE(a_relaxed_read_ignores_the_entries_of_a_removed_field_and_reports_them) {
   const saved_file run;
   const ckpt::checkpoint latest = ckpt::load(run.path);
   // [remove]
@@ -93,7 +93,7 @@ BOOST_AUTO_TEST_CASE(remove_a_field) {
              "'optim.nu.l2.b', 'optim.nu.l2.w'");
 }
 
-BOOST_AUTO_TEST_CASE(rename_a_field) {
+BOOST_AUTO_TEST_CASE(a_renamed_field_reads_exactly_once_its_entries_and_moments_are_renamed) {
   const saved_file run;
   const ckpt::checkpoint latest = ckpt::load(run.path);
   // [rename]
@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(rename_a_field) {
   BOOST_TEST(report.exact());
 }
 
-BOOST_AUTO_TEST_CASE(widen_a_layer) {
+BOOST_AUTO_TEST_CASE(copy_overlap_reads_a_widened_layer_and_reports_each_partly_copied_entry) {
   const saved_file run;
   const ckpt::checkpoint latest = ckpt::load(run.path);
   // [widen]
@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(widen_a_layer) {
       "'optim.mu.l1.b' [4] -> [6], "));
 }
 
-BOOST_AUTO_TEST_CASE(retype_the_model) {
+BOOST_AUTO_TEST_CASE(cast_reads_a_retyped_model_and_reports_each_cast_entry) {
   const saved_file run;
   const ckpt::checkpoint latest = ckpt::load(run.path);
   // [retype]
@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(retype_the_model) {
       "restored 13 entries as saved\ncast 12 entries: 'model.l1.b' F32 -> F64, 'model.l1.w' F32 -> F64, "));
 }
 
-BOOST_AUTO_TEST_CASE(warm_start_from_another_run) {
+BOOST_AUTO_TEST_CASE(a_warm_start_takes_the_model_of_another_run_and_saves_step_0_in_a_new_folder) {
   const saved_file run;
   const auto folder_b = std::filesystem::temp_directory_path() / ("ckpt-docs-warm-" + std::to_string(::getpid()));
   std::filesystem::remove_all(folder_b);

@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(training_state_round_trips) {
   BOOST_TEST((ema2.l1.w == ema.l1.w));
 }
 
-BOOST_AUTO_TEST_CASE(a_new_head_on_a_pretrained_backbone) {
+BOOST_AUTO_TEST_CASE(a_pretrained_backbone_loads_under_a_new_head_that_keeps_its_values) {
   const mlp pretrained = make_mlp();
   ckpt::save("pretrained.safetensors", ckpt::of_params(pretrained, "model"));
   const linear head{Eigen::MatrixXf::Constant(10, 2, 0.25f), Eigen::VectorXf::Zero(10)};

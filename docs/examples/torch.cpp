@@ -28,7 +28,7 @@ struct linear {
 
 BOOST_AUTO_TEST_SUITE(guide_torch)
 
-BOOST_AUTO_TEST_CASE(a_state_dict_into_a_struct) {
+BOOST_AUTO_TEST_CASE(a_state_dict_reads_into_a_struct_without_a_transpose) {
   const std::filesystem::path path = fixtures / "mlp_f32.bin";
   // [torch_load]
   // torch.save(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)).state_dict(), path)
@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_CASE(a_state_dict_into_a_struct) {
   BOOST_TEST(first.bias(2) == t.get("0.bias").as<float>()[2]);
 }
 
-BOOST_AUTO_TEST_CASE(an_optimizer_state_dict) {
+BOOST_AUTO_TEST_CASE(an_optimizer_state_dict_loads_its_moments_as_entries_and_its_values_as_metadata) {
   const std::filesystem::path path = fixtures / "adam.pt";
   // [torch_optimizer]
   // torch.save(torch.optim.Adam(model.parameters(), lr=0.001).state_dict(), path)
@@ -53,7 +53,7 @@ BOOST_AUTO_TEST_CASE(an_optimizer_state_dict) {
   BOOST_TEST(lr == "0.001");
 }
 
-BOOST_AUTO_TEST_CASE(tied_weights) {
+BOOST_AUTO_TEST_CASE(tied_weights_are_reported_and_kept_under_both_names_or_the_first) {
   const std::filesystem::path path = fixtures / "tied.pt";
   // [torch_tied]
   // out.weight is embed.weight (one Parameter under two names, as a tied language-model head)

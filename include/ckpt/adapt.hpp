@@ -17,7 +17,7 @@
 ///
 /// Which results stay views of the input's bytes (mapped lazily for a loaded checkpoint):
 /// `rename`, `select` and `drop` share every tensor; `split` along the outermost axis makes
-/// views; `transpose`, `split` along an inner axis, `concatenate` and `cast` copy the entries
+/// views; `transpose`, `split` along an inner axis, `fuse` and `cast` copy the entries
 /// they change.
 ///
 /// Entry names are matched by `name_pattern`, a regular expression run by RE2: time linear in
@@ -187,9 +187,11 @@ class name_pattern {
 [[nodiscard]] checkpoint split(const checkpoint& t, std::string_view name,
                                const std::vector<std::string>& into, std::int64_t axis = 0);
 
-/// `t` with the entries `parts` replaced by one entry `into`: their concatenation, in the order
-/// given, along `axis` (a negative `axis` counts from the last). The inverse of `split`:
-/// `concatenate(split(t, "qkv", {"q", "k", "v"}, a), {"q", "k", "v"}, "qkv", a)` is `t`. The
+/// `t` with the entries `parts` fused into one entry `into` (separate `q`, `k`, `v` projections
+/// into one `qkv`): their concatenation, in the order given, along `axis` (a negative `axis`
+/// counts from the last). The inverse of `split`:
+/// `fuse(split(t, "qkv", {"q", "k", "v"}, a), {"q", "k", "v"}, "qkv", a)` is `t`. (Joining
+/// whole checkpoints is Kaun's `concat`, ckpt/checkpoint.hpp.) The
 /// parts must have one dtype, one rank, and the same extent on every axis but `axis`; `into` may
 /// be the name of a part. The result is a copy (the input's tensors are not changed).
 /// \throws std::invalid_argument if `parts` is empty or names an entry twice; if `t` has no
@@ -198,8 +200,8 @@ class name_pattern {
 ///   (the message names both entries and their dtypes or shapes); if the parts are scalars or
 ///   `axis` is out of range; or if their dtype is sub-byte (F6, F4) and `axis` is not 0 or a part
 ///   is not a whole number of bytes.
-[[nodiscard]] checkpoint concatenate(const checkpoint& t, const std::vector<std::string>& parts,
-                                     std::string_view into, std::int64_t axis = 0);
+[[nodiscard]] checkpoint fuse(const checkpoint& t, const std::vector<std::string>& parts, std::string_view into,
+                              std::int64_t axis = 0);
 
 /// `x` converted element-wise to `to`, with `x`'s shape, following the rules in this file.
 /// Returns `x` itself (sharing its bytes) when `to == x.dtype()`, whatever the dtype.

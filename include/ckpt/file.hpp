@@ -71,31 +71,12 @@ struct load_options {
 /// already (the caller's value is kept): Hugging Face transformers' `from_pretrained` refuses a
 /// safetensors file without it.
 ///
-/// **The digest** (a fact of the file format, docs/guide.md's "File-format guarantees"): the
-/// `__metadata__` key `ckpt.xxh3_64_file` holds the digest of the whole file as 16 lowercase hex
-/// digits written plain (no JSON escape) between their quotes. It covers every byte: the 8-byte
-/// length prefix, the N bytes of the JSON header (every entry's name, dtype, shape and
-/// data_offsets, the rest of `__metadata__`, the padding) and the data section. Byte for byte:
-///  1. H = XXH3-64 (seed 0) of the first 8 + N bytes of the file, with the 16 digits of this
-///     entry's value replaced by 16 `'0'` (0x30) bytes;
-///  2. C_1, ..., C_n = XXH3-64 (seed 0) of each 1 MiB (2^20 bytes) chunk of the data section, in
-///     order (the last may be shorter; an empty data section has none);
-///  3. the digest = XXH3-64 (seed 0) of the 8 (n + 1) bytes of H, C_1, ..., C_n, each written as
-///     8 little-endian bytes.
-///
-/// `save` writes the 16 zeros, hashes the header and the data as they go out, and writes the
-/// digits in their place. Chunks can be hashed in any order, so `load` verifies a large file on
-/// two threads. It is an ordinary metadata entry, so other safetensors readers load such files
-/// unchanged. Any single changed byte of such a file makes `load` throw when it verifies (but for
-/// a 2^-64 chance of a hash collision): in the header or the data it changes H or a C_i (or
-/// breaks a format rule); in the digits, the value (or its form: 16 lowercase hex digits). In the
-/// key itself, it would make the digest vanish, so the reader has a rule for it: a `__metadata__`
-/// key whose JSON spelling has this key's length and differs from it in exactly one byte, with a
-/// value of 16 hex digits, is a damaged digest entry (a format_error; `save` refuses such a key
-/// with std::invalid_argument). Earlier versions of ckpt recorded a digest of the data section
-/// only, under `ckpt.xxh3_64_per_mib` (per MiB, as the C_i) or `ckpt.xxh3_64` (the whole section
-/// at once): recognized, not verified (`load` keeps them as metadata without checking them, `save`
-/// drops them, `ckpt verify` reports such a file as checked for its format only).
+/// **The digest**: the `__metadata__` key `ckpt.xxh3_64_file` holds a digest of the whole file
+/// (length prefix, header, data) as 16 lowercase hex digits, hashed as the bytes go out; `load`
+/// verifies it, and any single changed byte of the file makes it throw. It is a fact of the file
+/// format, specified byte for byte in one place: docs/guide.md, "File-format guarantees", "The
+/// digest" (with the rule for a damaged digest key, which `save` refuses to write, and the
+/// data-only digests of earlier versions, which `save` drops).
 ///
 /// It is the one-section case of the save of sections (ckpt/section.hpp), through the same
 /// writer: `save(path, {t}, t.metadata(), options)`.

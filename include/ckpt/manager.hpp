@@ -21,9 +21,10 @@
 /// found damaged is set aside as `<its name>.damaged` (`.damaged-2`, ... if taken), never deleted
 /// (unless you ask: `remove_damaged`).
 ///
-/// The manager's types are its members, the same in both managers (`ckpt::checkpoint_manager` and
-/// `ckpt::mpi::checkpoint_manager`): `options` (the constructor's), `metric_mode` (of keep-best),
-/// `latest` (what `load_latest` returns), and `step_status` and `step_state` (a row of `status()`).
+/// Every member and member type is declared and documented on `ckpt::checkpoint_manager`, which
+/// `ckpt::mpi::checkpoint_manager` (ckpt/mpi.hpp) derives from: `options` (the constructor's),
+/// `metric_mode` (of keep-best), `latest` (what `load_latest` returns), and `step_status` and
+/// `step_state` (a row of `status()`) are the same types in both managers.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
@@ -43,16 +44,23 @@
 namespace ckpt {
 
 namespace detail {
-
 class manager_state;  // src/manager_core.hpp
+}  // namespace detail
 
-/// The members, member types and rules of both managers, `ckpt::checkpoint_manager` (one process,
-/// a file per step) and `ckpt::mpi::checkpoint_manager` (the ranks of an MPI job, a folder of
-/// shards per step); not a name of the API: reach everything here through either manager
-/// (`ckpt::checkpoint_manager::options`, `manager.load_latest()`). Numbered steps of one training
-/// run in a folder, kept by the retention rules of `options`. In the MPI manager, every member
-/// but `folder`, `should_save`, `path_of`, `steps` and `latest_step` is collective: call it on
-/// every rank, in the same order, with the same step; its errors are thrown on every rank alike.
+/// Numbered steps of one training run in a folder, kept by the retention rules of `options`:
+/// every member, member type and rule of both managers is declared and documented here.
+/// `ckpt::checkpoint_manager` itself writes a file per step from this process;
+/// `ckpt::mpi::checkpoint_manager` (ckpt/mpi.hpp), the manager of the ranks of an MPI job (a
+/// folder of shards per step), is a `ckpt::checkpoint_manager` that adds only its collective
+/// constructor: code written against `ckpt::checkpoint_manager&` works with either. In the MPI
+/// manager, every member but `folder`, `should_save`, `path_of`, `steps` and `latest_step` is
+/// collective: call it on every rank, in the same order, with the same step; its errors are
+/// thrown on every rank alike.
+///
+/// **One writer.** Only one manager may write a folder at a time: the constructor takes an
+/// advisory lock (`flock` on `<folder>/.ckpt-manager.lock`, the MPI manager's lock file too) held
+/// until destruction, so a second manager on the same folder, of either kind, in another process
+/// or in this one, is refused with `lock_error` instead of two writers deleting each other's files.
 ///
 /// **The folder is held, not its path.** A manager opens its folder once, when it is constructed
 /// (symbolic links in the path followed then), and from then on lists, writes, renames and
@@ -103,8 +111,17 @@ class manager_state;  // src/manager_core.hpp
 /// committed steps and never wait. The destructor commits too; an error nobody collected is then
 /// written to stderr, since a destructor cannot throw it.
 ///
+/// **Moving.** A manager moves: its folder, lock and background save go along, and the one moved
+/// from is left empty, fit only to be destroyed or assigned to. A manager is what it was opened
+/// as, whichever object it is moved into: an MPI manager moved into a `ckpt::checkpoint_manager`
+/// (`ckpt::checkpoint_manager m = std::move(mpi_manager);`) is still the MPI manager, with the same
+/// folder of step folders, its members as collective as before, and its destructor too. So a
+/// trainer that runs with or without MPI can hold either in one `ckpt::checkpoint_manager` (or a
+/// `std::optional` of one). An MPI manager may also be deleted through a `ckpt::checkpoint_manager*`
+/// (the destructor is virtual).
+///
 /// Not thread-safe: use one manager from one thread (its background write is its own business).
-class checkpoint_manager_base {
+class checkpoint_manager {
  public:
   /// Whether a smaller or a larger metric is better for keep-best retention.
   enum class metric_mode {
@@ -195,6 +212,38 @@ class checkpoint_manager_base {
     /// \copydoc operator*
     [[nodiscard]] const checkpoint* operator->() const { return &data.value(); }
   };
+
+  /// Opens (creating it and its parents if needed) `folder` for writing, takes its lock, lists
+  /// the checkpoints already there, removes leftover temporaries of interrupted saves and applies
+  /// the retention rules (a crash may have left a step they drop); or, with `read_only`, opens it
+  /// to read (see `options::read_only`).
+  /// \throws std::invalid_argument if an option is out of range (`save_interval_steps` < 1,
+  /// `keep_every_n_steps` < 0, `keep_best` > 0 with an empty `best_metric`).
+  /// \throws lock_error if another manager holds the folder.
+  /// \throws io_error if the folder or lock file cannot be created or listed (`ELOOP`: the lock
+  /// file is a symbolic link), or, with keep-best, a checkpoint's header cannot be read for
+  /// another reason than damage. A checkpoint whose header is damaged when keep-best needs its
+  /// metric is set aside (see "Damaged steps"), not an error.
+  explicit checkpoint_manager(std::filesystem::path folder, options opts);
+  /// Opens `folder` with the default `options` (a separate overload, not a default argument: a
+  /// default member initializer of `options` cannot be used inside its own enclosing class).
+  /// \throws as the constructor above.
+  explicit checkpoint_manager(std::filesystem::path folder);
+  /// Commits a background save (an error is written to stderr) and releases the folder (the MPI
+  /// manager's: collectively, see ckpt/mpi.hpp). Virtual, so that an MPI manager may be deleted
+  /// through a `ckpt::checkpoint_manager*`.
+  /// \throws nothing
+  virtual ~checkpoint_manager();
+  checkpoint_manager(const checkpoint_manager&) = delete;
+  checkpoint_manager& operator=(const checkpoint_manager&) = delete;
+  /// Takes over `other`'s folder, lock and background save (an MPI manager's too: see "Moving");
+  /// `other` is left empty.
+  /// \throws nothing
+  checkpoint_manager(checkpoint_manager&& other) noexcept;
+  /// Commits this manager's background save (reporting an error to stderr), releases its folder,
+  /// and takes over `other`'s (an MPI manager's too: see "Moving").
+  /// \throws nothing
+  checkpoint_manager& operator=(checkpoint_manager&& other) noexcept;
 
   /// The folder.
   /// \throws nothing
@@ -307,49 +356,13 @@ class checkpoint_manager_base {
   std::vector<step_status> remove_damaged();
 
  protected:
+  /// For `ckpt::mpi::checkpoint_manager`'s constructor: a manager over `state` (opened already),
+  /// which does each member its own way.
   /// \throws nothing
-  explicit checkpoint_manager_base(std::unique_ptr<manager_state> state) noexcept;
-  /// Commits a background save (an error is written to stderr) and releases the folder.
-  /// \throws nothing
-  ~checkpoint_manager_base();
-  checkpoint_manager_base(const checkpoint_manager_base&) = delete;
-  checkpoint_manager_base& operator=(const checkpoint_manager_base&) = delete;
-  /// Takes over `other`'s folder, lock and background save; `other` is left empty.
-  /// \throws nothing
-  checkpoint_manager_base(checkpoint_manager_base&& other) noexcept;
-  /// Commits this manager's background save (reporting an error to stderr), releases its folder,
-  /// and takes over `other`'s.
-  /// \throws nothing
-  checkpoint_manager_base& operator=(checkpoint_manager_base&& other) noexcept;
+  explicit checkpoint_manager(std::unique_ptr<detail::manager_state> state) noexcept;
 
  private:
-  std::unique_ptr<manager_state> state_;
-};
-
-}  // namespace detail
-
-/// Numbered checkpoints of one training run in a folder, written by this process: the members,
-/// member types (`options`, `latest`, `metric_mode`, `step_state`, `step_status`) and rules
-/// documented in ckpt/manager.hpp (`detail::checkpoint_manager_base`, which
-/// `ckpt::mpi::checkpoint_manager` shares).
-///
-/// Only one manager may write a folder at a time: the constructor takes an advisory lock
-/// (`flock` on `<folder>/.ckpt-manager.lock`, the MPI manager's lock file too) held until
-/// destruction, so a second manager on the same folder, of either kind, in another process or in
-/// this one, is refused with `lock_error` instead of two writers deleting each other's files.
-class checkpoint_manager : public detail::checkpoint_manager_base {
- public:
-  /// Opens (creating it and its parents if needed) `folder` for writing, takes its lock, lists
-  /// the checkpoints already there, removes leftover temporaries of interrupted saves and applies
-  /// the retention rules (a crash may have left a step they drop).
-  /// \throws std::invalid_argument if an option is out of range (`save_interval_steps` < 1,
-  /// `keep_every_n_steps` < 0, `keep_best` > 0 with an empty `best_metric`).
-  /// \throws lock_error if another manager holds the folder.
-  /// \throws io_error if the folder or lock file cannot be created or listed (`ELOOP`: the lock
-  /// file is a symbolic link), or, with keep-best, a checkpoint's header cannot be read for
-  /// another reason than damage. A checkpoint whose header is damaged when keep-best needs its
-  /// metric is set aside (see "Damaged steps"), not an error.
-  explicit checkpoint_manager(std::filesystem::path folder, options opts = {});
+  std::unique_ptr<detail::manager_state> state_;
 };
 
 }  // namespace ckpt

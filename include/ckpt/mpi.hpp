@@ -263,12 +263,15 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 [[nodiscard]] checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                               const load_options& options = {});
 
-/// Numbered steps of one MPI training job in a folder: the members, member types and rules of the
-/// single-process `ckpt::checkpoint_manager` (ckpt/manager.hpp; the same base class, so the same
-/// `options`, `latest`, `step_status`, retention decision and checks), each step saved in
-/// `ckpt::mpi::save`'s layout. Every member but `folder`, `should_save`, `path_of`, `steps` and
-/// `latest_step` is collective: call it on every rank, in the same order, with the
-/// same step (the rest only reads the state every rank keeps alike).
+/// Numbered steps of one MPI training job in a folder, each step saved in `ckpt::mpi::save`'s
+/// layout: a `ckpt::checkpoint_manager` (ckpt/manager.hpp, where every member, member type and
+/// rule is documented: the same `options`, `latest`, `step_status`, retention decision and
+/// checks) that adds only its collective constructor, so code written against
+/// `ckpt::checkpoint_manager&` works with it. Every member but `folder`, `should_save`, `path_of`,
+/// `steps` and `latest_step` is collective: call it on every rank, in the same order, with the
+/// same step (the rest only reads the state every rank keeps alike). Moved into a
+/// `ckpt::checkpoint_manager`, it stays this manager, collective members and destructor included
+/// ("Moving" in ckpt/manager.hpp).
 ///
 /// Rank 0 takes the advisory lock `<folder>/.ckpt-manager.lock`, the single-process manager's
 /// lock file too (refusing a second manager of either kind with `lock_error`), lists the folder, removes the step folders left uncommitted by a crashed
@@ -294,7 +297,7 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// error to stderr), then frees the manager's duplicated communicator (`MPI_Comm_free`,
 /// collective); after `MPI_Finalize` it does neither, and a background step stays uncommitted
 /// (the next manager removes it).
-class checkpoint_manager : public ckpt::detail::checkpoint_manager_base {
+class checkpoint_manager : public ckpt::checkpoint_manager {
  public:
   /// Opens `folder` (created if needed) for the ranks of `comm` (duplicated, so the manager's
   /// messages never mix with the caller's). Collective.

@@ -99,25 +99,13 @@ struct read_report {
   /// \throws std::bad_alloc
   [[nodiscard]] std::string to_string() const;
 };
+}  // namespace ckpt
 
-namespace detail {
+// The read of one structure (ckpt::detail::extract, which to_params and read_params below call)
+// takes the options and returns the report above: it comes after them.
+#include <ckpt/detail/extract.hpp>
 
-// `read_params` of one structure, and the copy-free `to_params`: the plan of its leaves under
-// `opts.prefix`.
-template <class P>
-read_report extract(const checkpoint& t, P& params, const extract_options& opts, std::string_view function,
-                    bool keeps_values) {
-  read_plan plan;
-  plan.keeps_values = keeps_values;
-  // Room for as many leaves as `t` has entries, which a template usually reads most of: 100,000
-  // leaves are not moved as the list grows.
-  plan.leaves.reserve(t.size());
-  add_leaf_reads(plan.leaves, params, opts.prefix);
-  plan.prefixes.emplace_back(opts.prefix);
-  return read_planned(t, plan, opts, function, false);
-}
-
-}  // namespace detail
+namespace ckpt {
 
 /// A checkpoint with one entry per leaf of `params`, named by the leaf's path (see named.hpp)
 /// and prefixed by `prefix` (`prefix + "." + name`, or `prefix` alone for a bare root leaf).

@@ -94,27 +94,6 @@ class section {
   std::function<void(detail::read_plan&)> read_;
 };
 
-namespace detail {
-// For the sections an optimizer makes (ckpt/adam.hpp): a section saved as `saved` is and read by
-// `read`, which may stage its leaves and move them in place in a commit.
-struct section_access {
-  static section with_read(section saved, std::string_view prefix, std::function<void(read_plan&)> read) {
-    saved.prefix_ = prefix;
-    saved.read_ = std::move(read);
-    return saved;
-  }
-  // A section of the one entry `source`, read by `read`.
-  static section of_entry(entry_source source, std::function<void(read_plan&)> read) {
-    section out;
-    out.prefix_ = source.name;
-    out.entries_.push_back(std::move(source));
-    out.read_ = std::move(read);
-    return out;
-  }
-  static void add_to(const section& s, std::size_t index, read_plan& plan);
-};
-}  // namespace detail
-
 /// Writes the sections to a safetensors file at `path`, atomically (as `save`), without copying
 /// the leaves into a checkpoint first: C-order leaves are written straight from their storage and
 /// column-major ones are reordered a band of rows at a time, on a helper thread that works one
@@ -166,3 +145,7 @@ inline read_report read_params(const checkpoint& t, std::initializer_list<sectio
 }
 
 }  // namespace ckpt
+
+// The way into a section's members (ckpt::detail::section_access, declared above and made a
+// friend of it) needs the whole class: it comes after it.
+#include <ckpt/detail/section_access.hpp>

@@ -3,6 +3,7 @@
 /// `ckpt::tensor`: one immutable checkpoint entry (dtype, shape, C-order little-endian bytes).
 
 #include <ckpt/dtype.hpp>
+#include <ckpt/detail/sizes.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -23,14 +24,6 @@ using dims = std::vector<std::int64_t>;
 [[nodiscard]] std::string to_string(std::span<const std::int64_t> shape);
 
 namespace detail {
-// The number of elements of `shape` (1 for a scalar) (a tensor's `numel()`).
-// Throws std::invalid_argument if an extent is negative or the product overflows 63 bits.
-[[nodiscard]] std::int64_t numel_of(std::span<const std::int64_t> shape);
-
-// The number of bytes `numel` elements of `type` occupy (a tensor's `nbytes()`).
-// Throws std::invalid_argument if that is not a whole number of bytes or overflows.
-[[nodiscard]] std::size_t nbytes_of(dtype type, std::int64_t numel);
-
 // Not part of the API: a loaded file's mapping, which a tensor's bytes may view, and the
 // library's access to it (ckpt/detail/pages.hpp, compiled in src/): the tensor only keeps the
 // handle, and does no I/O.

@@ -3,6 +3,7 @@
 /// Zero-copy, read-only Eigen views of entries, for callers who only read: no bytes are copied,
 /// and the view is valid as long as the tensor (or a checkpoint holding it) lives.
 
+#include <ckpt/detail/view_types.hpp>
 #include <ckpt/tensor.hpp>
 
 #include <Eigen/Core>
@@ -13,16 +14,6 @@
 #include <string>
 
 namespace ckpt {
-
-namespace detail {
-// What matrix_view and tensor_view return.
-template <scalar T>
-using matrix_view_type = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-template <scalar T, int N>
-using tensor_view_type = Eigen::TensorMap<const Eigen::Tensor<const T, N, Eigen::RowMajor, Eigen::Index>>;
-
-[[noreturn]] void throw_rank_mismatch(const tensor& x, int wanted);
-}  // namespace detail
 
 /// `x` as a row-major matrix: rank 2 as is, rank 1 as a column (n x 1), rank 0 as 1 x 1. The
 /// view is an `Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>`

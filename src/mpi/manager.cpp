@@ -47,7 +47,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     MPI_Comm_dup(comm, &comm_);
   }
   ~mpi_state() override {
-    static_cast<void>(background.join());  // settled by checkpoint_manager_base, unless MPI is gone
+    static_cast<void>(background.join());  // settled by ~checkpoint_manager, unless MPI is gone
     lock_ = ckpt::detail::file_descriptor(-1);  // releases the flock
     if (!finalized()) MPI_Comm_free(&comm_);
   }
@@ -352,6 +352,6 @@ std::unique_ptr<mpi_state> opened(MPI_Comm comm, std::filesystem::path folder, c
 }  // namespace
 
 checkpoint_manager::checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts)
-    : ckpt::detail::checkpoint_manager_base(opened(comm, std::move(folder), std::move(opts))) {}
+    : ckpt::checkpoint_manager(opened(comm, std::move(folder), std::move(opts))) {}
 
 }  // namespace ckpt::mpi

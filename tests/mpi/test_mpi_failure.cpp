@@ -132,7 +132,7 @@ void check_failed_save(const fs::path& folder, int failing, const ckpt::detail::
   CHECK(same(ckpt::mpi::load(comm, folder, 2), whole_state(size, 2)));
 }
 
-void disk_full_on_the_last_rank(const fs::path& folder) {
+void a_full_disk_on_the_last_rank_fails_the_save_on_every_rank_leaving_step_1_alone(const fs::path& folder) {
   const int size = size_of(MPI_COMM_WORLD);
   const int failing = size - 1;
   writes = 0;
@@ -142,7 +142,7 @@ void disk_full_on_the_last_rank(const fs::path& folder) {
   check_failed_save(folder, failing, hooks, "ckpt: cannot write '" + shard_file.string() + "': No space left on device");
 }
 
-void disk_full_on_rank_0(const fs::path& folder) {
+void a_full_disk_on_rank_0_fails_the_save_on_every_rank_leaving_step_1_alone(const fs::path& folder) {
   const int size = size_of(MPI_COMM_WORLD);
   writes = 0;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
@@ -151,7 +151,7 @@ void disk_full_on_rank_0(const fs::path& folder) {
   check_failed_save(folder, 0, hooks, "ckpt: cannot write '" + shard_file.string() + "': No space left on device");
 }
 
-void index_cannot_be_renamed(const fs::path& folder) {
+void a_failed_index_rename_fails_the_save_on_every_rank_leaving_step_1_alone(const fs::path& folder) {
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.renameat = failing_rename;
   const fs::path index = ckpt::mpi::detail::step_folder(folder, 2) / ckpt::mpi::detail::index_file_name;
@@ -159,7 +159,7 @@ void index_cannot_be_renamed(const fs::path& folder) {
                     "ckpt: cannot rename a temporary file over '" + index.string() + "': Input/output error");
 }
 
-void index_not_durable(const fs::path& folder) {
+void an_index_not_made_durable_is_removed_and_fails_the_save_on_every_rank(const fs::path& folder) {
   index_renamed = false;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.renameat = rename_noting_index;
@@ -203,7 +203,7 @@ void check_failed_background_save(const fs::path& folder, int failing, const ckp
   CHECK(same(manager.load(2), whole_state(size, 2)));
 }
 
-void background_disk_full_on_the_last_rank(const fs::path& folder) {
+void a_background_save_failing_on_the_last_rank_is_reported_once_at_wait_on_every_rank(const fs::path& folder) {
   const int size = size_of(MPI_COMM_WORLD);
   writes = 0;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
@@ -213,7 +213,7 @@ void background_disk_full_on_the_last_rank(const fs::path& folder) {
                                "ckpt: cannot write '" + shard_file.string() + "': No space left on device", false);
 }
 
-void background_disk_full_on_rank_0_seen_at_the_next_save(const fs::path& folder) {
+void a_background_save_failing_on_rank_0_is_reported_at_the_next_save_on_every_rank(const fs::path& folder) {
   const int size = size_of(MPI_COMM_WORLD);
   writes = 0;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
@@ -223,7 +223,7 @@ void background_disk_full_on_rank_0_seen_at_the_next_save(const fs::path& folder
                                "ckpt: cannot write '" + shard_file.string() + "': No space left on device", true);
 }
 
-void background_index_cannot_be_renamed(const fs::path& folder) {
+void a_background_index_rename_failure_is_reported_at_wait_and_step_2_not_committed(const fs::path& folder) {
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.renameat = failing_rename;
   const fs::path index = ckpt::mpi::detail::step_folder(folder, 2) / ckpt::mpi::detail::index_file_name;
@@ -232,7 +232,7 @@ void background_index_cannot_be_renamed(const fs::path& folder) {
                                false);
 }
 
-void background_index_not_durable(const fs::path& folder) {
+void a_background_index_not_made_durable_is_reported_at_the_next_save_uncommitted(const fs::path& folder) {
   index_renamed = false;
   ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
   hooks.renameat = rename_noting_index;
@@ -246,12 +246,12 @@ void background_index_not_durable(const fs::path& folder) {
 
 int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_failure",
-                 {{"disk_full_on_the_last_rank", disk_full_on_the_last_rank},
-                  {"disk_full_on_rank_0", disk_full_on_rank_0},
-                  {"index_cannot_be_renamed", index_cannot_be_renamed},
-                  {"index_not_durable", index_not_durable},
-                  {"background_disk_full_on_the_last_rank", background_disk_full_on_the_last_rank},
-                  {"background_disk_full_on_rank_0_seen_at_the_next_save", background_disk_full_on_rank_0_seen_at_the_next_save},
-                  {"background_index_cannot_be_renamed", background_index_cannot_be_renamed},
-                  {"background_index_not_durable", background_index_not_durable}});
+                 {{"a_full_disk_on_the_last_rank_fails_the_save_on_every_rank_leaving_step_1_alone", a_full_disk_on_the_last_rank_fails_the_save_on_every_rank_leaving_step_1_alone},
+                  {"a_full_disk_on_rank_0_fails_the_save_on_every_rank_leaving_step_1_alone", a_full_disk_on_rank_0_fails_the_save_on_every_rank_leaving_step_1_alone},
+                  {"a_failed_index_rename_fails_the_save_on_every_rank_leaving_step_1_alone", a_failed_index_rename_fails_the_save_on_every_rank_leaving_step_1_alone},
+                  {"an_index_not_made_durable_is_removed_and_fails_the_save_on_every_rank", an_index_not_made_durable_is_removed_and_fails_the_save_on_every_rank},
+                  {"a_background_save_failing_on_the_last_rank_is_reported_once_at_wait_on_every_rank", a_background_save_failing_on_the_last_rank_is_reported_once_at_wait_on_every_rank},
+                  {"a_background_save_failing_on_rank_0_is_reported_at_the_next_save_on_every_rank", a_background_save_failing_on_rank_0_is_reported_at_the_next_save_on_every_rank},
+                  {"a_background_index_rename_failure_is_reported_at_wait_and_step_2_not_committed", a_background_index_rename_failure_is_reported_at_wait_and_step_2_not_committed},
+                  {"a_background_index_not_made_durable_is_reported_at_the_next_save_uncommitted", a_background_index_not_made_durable_is_reported_at_the_next_save_uncommitted}});
 }

@@ -3,7 +3,8 @@
 // reopen, arguments are refused on every rank alike, opening removes uncommitted step folders
 // and finishes an interrupted retention, a second manager on the folder is refused, and
 // save_async (one background write per rank) commits at the next call under the rules of save;
-// read-only managers, MPI and single-process, open a folder being written.
+// read-only managers, MPI and single-process, open a folder being written; an MPI manager moved
+// into a ckpt::checkpoint_manager stays collective.
 
 #include "mpi_test.hpp"
 
@@ -14,14 +15,23 @@
 
 #include <Eigen/Core>
 
+#include <memory>
 #include <type_traits>
 
 namespace {
 
-// Both managers have the same members, member types and rules: they are the one
-// detail::checkpoint_manager_base.
-static_assert(std::is_base_of_v<ckpt::detail::checkpoint_manager_base, ckpt::mpi::checkpoint_manager>);
-static_assert(std::is_base_of_v<ckpt::detail::checkpoint_manager_base, ckpt::checkpoint_manager>);
+// Both managers have the same members, member types and rules: the MPI manager is a
+// ckpt::checkpoint_manager, which declares them all, and adds only its constructor. Moving one
+// into a ckpt::checkpoint_manager is allowed (it stays the MPI manager: a_moved_mpi_manager_stays_collective),
+// and so is deleting one through a ckpt::checkpoint_manager*.
+static_assert(std::is_base_of_v<ckpt::checkpoint_manager, ckpt::mpi::checkpoint_manager>);
+static_assert(std::is_convertible_v<ckpt::mpi::checkpoint_manager*, ckpt::checkpoint_manager*>);  // publicly
+static_assert(sizeof(ckpt::mpi::checkpoint_manager) == sizeof(ckpt::checkpoint_manager));  // no state of its own
+static_assert(std::has_virtual_destructor_v<ckpt::checkpoint_manager>);
+static_assert(std::is_nothrow_constructible_v<ckpt::checkpoint_manager, ckpt::mpi::checkpoint_manager&&>);
+static_assert(std::is_nothrow_assignable_v<ckpt::checkpoint_manager&, ckpt::mpi::checkpoint_manager&&>);
+static_assert(std::is_nothrow_move_constructible_v<ckpt::mpi::checkpoint_manager>);
+static_assert(!std::is_copy_constructible_v<ckpt::mpi::checkpoint_manager>);
 static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::options, ckpt::checkpoint_manager::options>);
 static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::latest, ckpt::checkpoint_manager::latest>);
 static_assert(std::is_same_v<ckpt::mpi::checkpoint_manager::step_status, ckpt::checkpoint_manager::step_status>);
@@ -320,6 +330,66 @@ void a_damaged_step_is_set_aside_on_every_rank(const fs::path& folder) {
   MPI_Barrier(comm);
 }
 
+// Code written against a ckpt::checkpoint_manager&, used below with the MPI manager.
+std::vector<std::int64_t> save_and_list(ckpt::checkpoint_manager& manager, int rank, std::int64_t step) {
+  CHECK(manager.save(step, {state_of(rank, step)}));
+  return manager.steps();
+}
+
+// An MPI manager is a ckpt::checkpoint_manager: used through a reference to one, moved into one,
+// move-assigned over a single-process one or deleted through a pointer to one, it stays the MPI
+// manager: step folders, every rank's part saved, collective errors, a background save committed
+// collectively by the destructor.
+void a_moved_mpi_manager_stays_collective(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  {
+    ckpt::mpi::checkpoint_manager mpi_manager(comm, folder / "a", {.max_to_keep = 0});
+    CHECK_EQ(save_and_list(mpi_manager, rank, 1), (std::vector<std::int64_t>{1}));
+    ckpt::checkpoint_manager moved = std::move(mpi_manager);
+    CHECK_EQ(moved.path_of(2), ckpt::mpi::detail::step_folder(folder / "a", 2));
+    CHECK_EQ(save_and_list(moved, rank, 2), (std::vector<std::int64_t>{1, 2}));
+    CHECK(fs::exists(ckpt::mpi::detail::step_folder(folder / "a", 2) / ckpt::mpi::detail::index_file_name));
+    const ckpt::checkpoint_manager::latest latest = moved.load_latest();
+    CHECK_EQ(latest.step, 2);
+    for (int r = 0; r < size; ++r) CHECK_EQ(ckpt::to_int("part." + std::to_string(r), *latest), 20 + r);
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, moved.save(2, {state_of(rank, 2)})),
+             "ckpt: mpi::checkpoint_manager: step 2 is not newer than the latest step in '" + (folder / "a").string() +
+                 "' (step 2)");
+    if (size > 1) {
+      CHECK_EQ(MESSAGE_OF(std::invalid_argument, moved.save(rank == size - 1 ? 5 : 3, {state_of(rank, 3)})),
+               std::string("ckpt: mpi::checkpoint_manager: the ranks disagree on the step (from 3 to 5)"));
+    }
+    CHECK(moved.save_async(3, {state_of(rank, 3)}));
+  }  // `moved` commits step 3 collectively and frees its communicator; the moved-from one does nothing
+  CHECK_EQ(committed_steps(folder / "a"), (std::vector<std::int64_t>{1, 2, 3}));
+
+  // Assigned over a single-process manager (each rank's own folder): that one's background save is
+  // committed and its folder released first.
+  const fs::path own = folder / ("single-" + std::to_string(rank));
+  {
+    ckpt::checkpoint_manager manager(own);
+    CHECK(manager.save_async(1, {state_of(rank, 1)}));
+    manager = ckpt::mpi::checkpoint_manager(comm, folder / "b");
+    CHECK_EQ(ckpt::checkpoint_manager(own).steps(), (std::vector<std::int64_t>{1}));  // committed, and unlocked
+    CHECK_EQ(save_and_list(manager, rank, 4), (std::vector<std::int64_t>{4}));
+    CHECK_EQ(manager.path_of(4), ckpt::mpi::detail::step_folder(folder / "b", 4));
+  }
+  CHECK_EQ(committed_steps(folder / "b"), (std::vector<std::int64_t>{4}));
+
+  // Deleted through a pointer to a ckpt::checkpoint_manager: the MPI manager's destructor, collective.
+  {
+    std::unique_ptr<ckpt::checkpoint_manager> manager = std::make_unique<ckpt::mpi::checkpoint_manager>(comm, folder / "c");
+    CHECK(manager->save_async(7, {state_of(rank, 7)}));
+    manager.reset();
+  }
+  CHECK_EQ(committed_steps(folder / "c"), (std::vector<std::int64_t>{7}));
+  // Every manager is gone: the folders are free for a new writer.
+  ckpt::mpi::checkpoint_manager again(comm, folder / "a");
+  CHECK_EQ(again.steps(), (std::vector<std::int64_t>{1, 2, 3}));
+}
+
 int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_manager",
                  {{"retention_matches_the_single_process_manager", retention_matches_the_single_process_manager},
@@ -330,5 +400,6 @@ int main(int argc, char** argv) {
                   {"save_async_commits_at_the_next_call", save_async_commits_at_the_next_call},
                   {"save_async_follows_the_rules_of_save", save_async_follows_the_rules_of_save},
                   {"read_only_managers_open_a_folder_being_written", read_only_managers_open_a_folder_being_written},
-                  {"a_damaged_step_is_set_aside_on_every_rank", a_damaged_step_is_set_aside_on_every_rank}});
+                  {"a_damaged_step_is_set_aside_on_every_rank", a_damaged_step_is_set_aside_on_every_rank},
+                  {"a_moved_mpi_manager_stays_collective", a_moved_mpi_manager_stays_collective}});
 }

@@ -72,7 +72,7 @@ ckpt::tensor f32(ckpt::dims shape, float first) {
   return ckpt::tensor::copy_of(ckpt::dtype::f32, std::move(shape), std::as_bytes(std::span(values)));
 }
 
-void collective_save_and_load(const fs::path& folder) {
+void each_rank_writes_its_own_shard_and_every_rank_loads_the_whole_step(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
@@ -150,7 +150,7 @@ void replicated_entries_written_once(const fs::path& folder) {
   for (int r = 0; r < size; ++r) CHECK_EQ(ckpt::to_int("own." + std::to_string(r), t), r);
 }
 
-void refusals_on_every_rank(const fs::path& folder) {
+void disagreeing_ranks_or_a_negative_step_are_refused_on_every_rank_writing_nothing(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const int size = size_of(comm);
@@ -243,7 +243,7 @@ void reshard(const fs::path& folder, int from, int to) {
   }
 }
 
-void restore_on_another_number_of_ranks(const fs::path& folder) {
+void a_step_saved_on_some_ranks_loads_on_any_other_number_of_ranks(const fs::path& folder) {
   const int size = size_of(MPI_COMM_WORLD);
   for (int from = 1; from <= size; from *= 2)
     for (int to = 1; to <= size; to *= 2) reshard(folder, from, to);
@@ -295,11 +295,11 @@ void digests_checked_once_per_shard(const fs::path& folder) {
 
 int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_save",
-                 {{"collective_save_and_load", collective_save_and_load},
+                 {{"each_rank_writes_its_own_shard_and_every_rank_loads_the_whole_step", each_rank_writes_its_own_shard_and_every_rank_loads_the_whole_step},
                   {"replicated_entries_written_once", replicated_entries_written_once},
-                  {"refusals_on_every_rank", refusals_on_every_rank},
+                  {"disagreeing_ranks_or_a_negative_step_are_refused_on_every_rank_writing_nothing", disagreeing_ranks_or_a_negative_step_are_refused_on_every_rank_writing_nothing},
                   {"committed_steps_are_never_rewritten", committed_steps_are_never_rewritten},
                   {"steps_without_index_do_not_exist", steps_without_index_do_not_exist},
-                  {"restore_on_another_number_of_ranks", restore_on_another_number_of_ranks},
+                  {"a_step_saved_on_some_ranks_loads_on_any_other_number_of_ranks", a_step_saved_on_some_ranks_loads_on_any_other_number_of_ranks},
                   {"digests_checked_once_per_shard", digests_checked_once_per_shard}});
 }

@@ -199,7 +199,7 @@ void refuses(const fs::path& folder, const std::vector<ckpt::mpi::slice>& slices
   CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 3)));
 }
 
-void refusals(const fs::path& folder) {
+void overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing(const fs::path& folder) {
   const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   const int last = size - 1;
   const std::string prefix = "ckpt: mpi::save_sliced of step 3: ";
@@ -261,5 +261,5 @@ int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_sliced",
                  {{"saved_file_is_saves_file", saved_file_is_saves_file},
                   {"loads_as_other_slices", loads_as_other_slices},
-                  {"refusals", refusals}});
+                  {"overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing", overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing}});
 }

@@ -100,7 +100,7 @@ std::optional<ckpt::checkpoint> uninterrupted(int n, reduction how) {
   return out;
 }
 
-void resume_on_the_same_ranks(const fs::path& folder) {
+void a_run_resumed_on_the_same_ranks_ends_bit_identical_to_an_uninterrupted_one(const fs::path& folder) {
   const int size = size_of(MPI_COMM_WORLD);
   for (const reduction how : {reduction::ordered, reduction::allreduce}) {
     const std::optional<ckpt::checkpoint> straight = uninterrupted(size, how);
@@ -133,7 +133,7 @@ void ordered_reduction_is_independent_of_the_rank_count(const fs::path& folder) 
 
 int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_trainer",
-                 {{"resume_on_the_same_ranks", resume_on_the_same_ranks},
+                 {{"a_run_resumed_on_the_same_ranks_ends_bit_identical_to_an_uninterrupted_one", a_run_resumed_on_the_same_ranks_ends_bit_identical_to_an_uninterrupted_one},
                   {"ordered_reduction_is_independent_of_the_rank_count",
                    ordered_reduction_is_independent_of_the_rank_count}});
 }

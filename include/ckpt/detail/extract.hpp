@@ -1,0 +1,28 @@
+#pragma once
+// Not part of the API (params.hpp's to_params and read_params of a structure call it): their read,
+// on the one read of read_plan.hpp. params.hpp includes it after extract_options and read_report,
+// which it needs: not to be included on its own.
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/read_plan.hpp>
+
+#include <string_view>
+
+namespace ckpt::detail {
+
+// `read_params` of one structure, and the copy-free `to_params`: the plan of its leaves under
+// `opts.prefix`.
+template <class P>
+read_report extract(const checkpoint& t, P& params, const extract_options& opts, std::string_view function,
+                    bool keeps_values) {
+  read_plan plan;
+  plan.keeps_values = keeps_values;
+  // Room for as many leaves as `t` has entries, which a template usually reads most of: 100,000
+  // leaves are not moved as the list grows.
+  plan.leaves.reserve(t.size());
+  add_leaf_reads(plan.leaves, params, opts.prefix);
+  plan.prefixes.emplace_back(opts.prefix);
+  return read_planned(t, plan, opts, function, false);
+}
+
+}  // namespace ckpt::detail

@@ -1,0 +1,35 @@
+#pragma once
+// Not part of the API (adam.hpp's training_state makes its sections with it; src/section.cpp
+// reads them): the way into a section's members. section.hpp includes it at its end, after class
+// section, which it needs: not to be included on its own.
+
+#include <ckpt/detail/entry_source.hpp>
+#include <ckpt/detail/read_plan.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <string_view>
+#include <utility>
+
+namespace ckpt::detail {
+
+// For the sections an optimizer makes (ckpt/adam.hpp): a section saved as `saved` is and read by
+// `read`, which may stage its leaves and move them in place in a commit.
+struct section_access {
+  static section with_read(section saved, std::string_view prefix, std::function<void(read_plan&)> read) {
+    saved.prefix_ = prefix;
+    saved.read_ = std::move(read);
+    return saved;
+  }
+  // A section of the one entry `source`, read by `read`.
+  static section of_entry(entry_source source, std::function<void(read_plan&)> read) {
+    section out;
+    out.prefix_ = source.name;
+    out.entries_.push_back(std::move(source));
+    out.read_ = std::move(read);
+    return out;
+  }
+  static void add_to(const section& s, std::size_t index, read_plan& plan);
+};
+
+}  // namespace ckpt::detail
