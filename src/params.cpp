@@ -325,10 +325,10 @@ read_report read_planned(const checkpoint& t, read_plan& plan, const extract_opt
   // Left over: the entries under the prefixes no leaf found, in the checkpoint's (name) order.
   std::vector<std::string> left_over;
   std::size_t index = 0;
-  for (const auto& [name, entry] : t)
-    if (!found[index++] && under_any(name, prefixes) &&
-        std::ranges::none_of(plan.own, [&](const own_entry& own) { return own.name == name; }))
-      left_over.push_back(name);
+  for (const checkpoint::entry& e : t)
+    if (!found[index++] && under_any(e.first, prefixes) &&
+        std::ranges::none_of(plan.own, [&e](const own_entry& own) { return own.name == e.first; }))
+      left_over.push_back(e.first);
   // Shapes that differ, and those copy_overlap copies.
   std::vector<std::size_t> differ, overlapped;
   for (std::size_t k = 0; k < leaves.size(); ++k)

@@ -6,6 +6,7 @@
 #include "support.hpp"
 
 #include <ckpt/adam.hpp>
+#include <ckpt/adapt.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/section.hpp>
 #include <ckpt/snapshot.hpp>
