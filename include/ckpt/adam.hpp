@@ -108,8 +108,7 @@ struct adam {
   /// \throws std::bad_alloc; whatever copying `params` throws.
   template <class P>
   [[nodiscard]] adam_state<P> init(const P& params) const {
-    typename adam_state<P>::moments zero = detail::moments_like(params);
-    for_each_leaf([](std::string_view, auto& x) { detail::set_leaf_zero(x); }, zero);
+    typename adam_state<P>::moments zero = detail::zero_moments(params);
     return {zero, zero, 0};
   }
 
@@ -208,8 +207,7 @@ template <class P>
   auto moment_section = [&](moments& saved, std::string_view prefix) {
     return detail::section_access::with_read(
         section(std::as_const(saved), prefix), prefix, [&params, &saved, prefix](detail::read_plan& plan) {
-          auto staged = std::make_shared<moments>(detail::moments_like(params));
-          for_each_leaf([](std::string_view, auto& x) { detail::set_leaf_zero(x); }, *staged);
+          auto staged = std::make_shared<moments>(detail::zero_moments(params));
           detail::add_leaf_reads(plan.leaves, *staged, prefix);
           plan.prefixes.emplace_back(prefix);
           plan.commits.push_back([&saved, staged] { saved = std::move(*staged); });

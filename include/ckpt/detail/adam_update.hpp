@@ -93,15 +93,17 @@ void clear_moment(L& x) {
   }
 }
 
-// `params` copied, with the leaves Adam does not train emptied: the template of the moments.
+// Fresh moments for `params`: `params` copied, the leaves Adam does not train emptied and the
+// others set to zero (`adam::init`, and what `training_state` reads saved moments into).
 template <class P>
-adam_moments<P> moments_like(const P& params) {
+adam_moments<P> zero_moments(const P& params) {
   adam_moments<P> out{params};
   for_each_leaf(
       [](std::string_view, auto& x) {
         if (!trains(std::as_const(x))) clear_moment(x);
       },
       out.values);
+  for_each_leaf([](std::string_view, auto& x) { set_leaf_zero(x); }, out);
   return out;
 }
 
