@@ -3,7 +3,6 @@
 // MPI sibling (src/mpi/manager.cpp).
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
-#include <ckpt/snapshot.hpp>
 
 #include "atomic_file.hpp"
 #include "file.hpp"
@@ -13,6 +12,7 @@
 #include "posix_file.hpp"
 #include "section.hpp"
 #include "sharded.hpp"
+#include "snapshot.hpp"
 #include "temporary_name.hpp"
 
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -126,9 +127,11 @@ class local_state final : public detail::manager_state {
     pending_metadata_ = metadata;
     // The job owns its snapshot and its target (the folder held); the state is only touched by
     // settle(), on the caller's thread, after the job is joined.
-    background.start([target = detail::file_at{folder_, name_of(step)}, snapshot = arena.snapshot(sections, metadata),
+    background.start([target = detail::file_at{folder_, name_of(step)},
+                      snapshot = std::make_shared<detail::taken_snapshot>(detail::take_snapshot(arena, sections, metadata, true)),
                       digest = core.options().digest] {
-      detail::save_to(target, snapshot, save_options{.digest = digest});
+      snapshot->finish();
+      detail::save_to(target, snapshot->data(), save_options{.digest = digest});
     });
   }
 

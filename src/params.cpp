@@ -1,5 +1,6 @@
 #include <ckpt/params.hpp>
 #include <ckpt/detail/pages.hpp>
+#include <ckpt/detail/lazy_copy.hpp>
 
 #include "cast.hpp"
 #include "entry_name.hpp"
@@ -266,6 +267,8 @@ tensor overlay(const tensor& into, const tensor& from) {
 
 read_report read_planned(const checkpoint& t, read_plan& plan, const extract_options& options,
                          std::string_view function_default, bool strict_default) {
+  // A read replaces leaves a background save may still have to copy: they are copied first.
+  finish_lazy_copies();
   const std::span<const leaf_read> leaves = plan.leaves;
   const std::string_view function = options.function.empty() ? function_default : options.function;
   const bool strict = options.strict.value_or(strict_default);

@@ -1,11 +1,18 @@
-#include <ckpt/snapshot.hpp>
+#include "snapshot.hpp"
+
+#include <ckpt/detail/lazy_copy.hpp>
 
 #include <ckpt/detail/live_source.hpp>
 
+#include "io_hooks.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -63,8 +70,175 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
 
 }  // namespace
 
-checkpoint snapshot_arena::snapshot(std::span<const section> sections, const metadata_map& metadata) {
-  const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "snapshot");
+// The lazy entries of one snapshot (see detail/lazy_copy.hpp), sorted by their leaf's address.
+class detail::lazy_copies {
+ public:
+  struct copy {
+    entry_source source;
+    std::byte* target = nullptr;
+    std::atomic<int> state{0};  // 0 pending, 1 being copied, 2 copied
+  };
+
+  // `sources[i]` is copied to `targets[i]`, in this order by finish; `storage` holds the targets.
+  lazy_copies(const std::vector<const entry_source*>& sources, const std::vector<std::byte*>& targets,
+              std::shared_ptr<std::byte[]> storage)
+      : storage_(std::move(storage)), copies_(sources.size()), remaining_(sources.size()) {
+    std::vector<std::size_t> by_leaf(sources.size());
+    for (std::size_t i = 0; i < by_leaf.size(); ++i) by_leaf[i] = i;
+    std::sort(by_leaf.begin(), by_leaf.end(),
+              [&](std::size_t a, std::size_t b) { return std::less<>()(sources[a]->lazy_leaf, sources[b]->lazy_leaf); });
+    file_order_.resize(sources.size());
+    for (std::size_t k = 0; k < by_leaf.size(); ++k) {
+      copies_[k].source = *sources[by_leaf[k]];
+      copies_[k].target = targets[by_leaf[k]];
+      file_order_[by_leaf[k]] = k;
+    }
+  }
+
+  // The copy of the leaf at `leaf` if it is not copied yet, or null.
+  copy* pending(const void* leaf) noexcept {
+    const auto it = std::lower_bound(copies_.begin(), copies_.end(), leaf, [](const copy& c, const void* l) {
+      return std::less<>()(c.source.lazy_leaf, l);
+    });
+    if (it == copies_.end() || it->source.lazy_leaf != leaf || it->state.load(std::memory_order_acquire) == 2)
+      return nullptr;
+    return &*it;
+  }
+  [[nodiscard]] bool complete() const noexcept { return remaining_.load(std::memory_order_acquire) == 0; }
+
+  // Copies `c` on this thread, or waits while another thread does; returns once it is copied.
+  void make(copy& c) noexcept {
+    int expected = 0;
+    if (c.state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      try {
+        copy_entry(c.source, c.target);
+      } catch (...) {
+        const std::lock_guard lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      c.state.store(2, std::memory_order_release);
+      c.state.notify_all();
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_all();
+      return;
+    }
+    while (expected == 1) {
+      c.state.wait(1, std::memory_order_acquire);
+      expected = c.state.load(std::memory_order_acquire);
+    }
+  }
+
+  // Makes every copy (those pending on this thread, in the file's order) and waits for all.
+  void make_all() noexcept {
+    for (const std::size_t k : file_order_) make(copies_[k]);
+    for (std::size_t left = remaining_.load(std::memory_order_acquire); left != 0;
+         left = remaining_.load(std::memory_order_acquire))
+      remaining_.wait(left, std::memory_order_acquire);
+  }
+
+  // The first copy's error, if any.
+  std::exception_ptr error() {
+    const std::lock_guard lock(error_mutex_);
+    return error_;
+  }
+
+ private:
+  std::shared_ptr<std::byte[]> storage_;
+  std::vector<copy> copies_;            // by leaf address
+  std::vector<std::size_t> file_order_;  // indexes into copies_, in the order of the file
+  std::atomic<std::size_t> remaining_;
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+std::atomic<int> detail::lazy_snapshots_pending{0};
+
+namespace {
+
+// The snapshots with lazy copies, from take_snapshot to the end of their finish.
+struct lazy_registry {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<detail::lazy_copies>> snapshots;
+
+  static lazy_registry& get() {
+    static lazy_registry registry;
+    return registry;
+  }
+  void add(std::shared_ptr<detail::lazy_copies> copies) {
+    const std::lock_guard lock(mutex);
+    snapshots.push_back(std::move(copies));
+    detail::lazy_snapshots_pending.fetch_add(1, std::memory_order_release);
+  }
+  void remove(const detail::lazy_copies* copies) noexcept {
+    const std::lock_guard lock(mutex);
+    const auto it = std::find_if(snapshots.begin(), snapshots.end(), [&](const auto& s) { return s.get() == copies; });
+    if (it == snapshots.end()) return;
+    snapshots.erase(it);
+    detail::lazy_snapshots_pending.fetch_sub(1, std::memory_order_release);
+  }
+};
+
+}  // namespace
+
+void detail::copy_before_write(const void* leaf) noexcept {
+  lazy_registry& registry = lazy_registry::get();
+  // One snapshot at a time, outside the lock (a leaf in two snapshots: two managers saving it).
+  for (;;) {
+    std::shared_ptr<lazy_copies> owner;
+    lazy_copies::copy* c = nullptr;
+    {
+      const std::lock_guard lock(registry.mutex);
+      for (const auto& s : registry.snapshots)
+        if ((c = s->pending(leaf)) != nullptr) {
+          owner = s;
+          break;
+        }
+    }
+    if (c == nullptr) return;
+    owner->make(*c);
+  }
+}
+
+void detail::finish_lazy_copies() noexcept {
+  lazy_registry& registry = lazy_registry::get();
+  for (;;) {
+    std::shared_ptr<lazy_copies> next;
+    {
+      const std::lock_guard lock(registry.mutex);
+      for (const auto& s : registry.snapshots)
+        if (!s->complete()) {
+          next = s;
+          break;
+        }
+    }
+    if (!next) return;
+    next->make_all();
+  }
+}
+
+detail::taken_snapshot::taken_snapshot(checkpoint data, std::shared_ptr<lazy_copies> pending) noexcept
+    : data_(std::move(data)), pending_(std::move(pending)) {}
+
+detail::taken_snapshot::taken_snapshot(taken_snapshot&& other) noexcept
+    : data_(std::move(other.data_)), pending_(std::move(other.pending_)) {}
+
+detail::taken_snapshot::~taken_snapshot() {
+  if (!pending_) return;
+  pending_->make_all();
+  lazy_registry::get().remove(pending_.get());
+}
+
+void detail::taken_snapshot::finish() {
+  if (!pending_) return;
+  const std::shared_ptr<lazy_copies> pending = std::move(pending_);
+  if (hooks().before_lazy_copies != nullptr) hooks().before_lazy_copies();
+  pending->make_all();
+  lazy_registry::get().remove(pending.get());
+  if (const std::exception_ptr error = pending->error()) std::rethrow_exception(error);
+}
+
+detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<const section> sections,
+                                             const metadata_map& metadata, bool lazily) {
+  const std::vector<const entry_source*> order = ordered_entries(sections, "snapshot");
   // Where each leaf goes in the buffer, and the bytes the buffer needs.
   std::vector<std::size_t> offsets;
   offsets.reserve(order.size());
@@ -76,29 +250,51 @@ checkpoint snapshot_arena::snapshot(std::span<const section> sections, const met
 
   // A free buffer is one no tensor refers to any more: only the arena holds it. Take the smallest
   // that fits; free ones too small for this snapshot are of no further use.
-  const auto is_free = [](const buffer& b) { return b.bytes.use_count() == 1; };
-  std::erase_if(buffers_, [&](const buffer& b) { return is_free(b) && b.size < total; });
-  auto chosen = buffers_.end();
-  for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
-    if (is_free(*it) && (chosen == buffers_.end() || it->size < chosen->size)) chosen = it;
-  if (chosen == buffers_.end()) {
-    buffers_.push_back({detail::allocate_bytes(std::max<std::size_t>(total, 1)), total});
-    chosen = std::prev(buffers_.end());
+  auto& buffers = arena.buffers_;
+  const auto is_free = [](const snapshot_arena::buffer& b) { return b.bytes.use_count() == 1; };
+  std::erase_if(buffers, [&](const snapshot_arena::buffer& b) { return is_free(b) && b.size < total; });
+  auto chosen = buffers.end();
+  for (auto it = buffers.begin(); it != buffers.end(); ++it)
+    if (is_free(*it) && (chosen == buffers.end() || it->size < chosen->size)) chosen = it;
+  if (chosen == buffers.end()) {
+    buffers.push_back({allocate_bytes(std::max<std::size_t>(total, 1)), total});
+    chosen = std::prev(buffers.end());
   }
   const std::shared_ptr<std::byte[]> storage = chosen->bytes;
 
+  // The entries copied now, and (lazily) those copied later.
   std::vector<std::byte*> targets;
   targets.reserve(order.size());
-  for (const std::size_t offset : offsets) targets.push_back(storage.get() + offset);
+  std::vector<const entry_source*> later;
+  std::vector<std::byte*> later_targets;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    std::byte* const target = storage.get() + offsets[i];
+    const bool lazy = lazily && order[i]->lazy_leaf != nullptr && order[i]->nbytes > 0;
+    targets.push_back(lazy ? nullptr : target);
+    if (lazy) {
+      later.push_back(order[i]);
+      later_targets.push_back(target);
+    }
+  }
+  std::shared_ptr<lazy_copies> pending;
+  if (!later.empty()) pending = std::make_shared<lazy_copies>(later, later_targets, storage);
   copy_in_parallel(order, targets);
 
   std::vector<checkpoint::entry> entries;
   entries.reserve(order.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const detail::entry_source& e = *order[i];
+    const entry_source& e = *order[i];
     entries.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {storage.get() + offsets[i], e.nbytes}, storage));
   }
-  return checkpoint(std::move(entries), metadata);
+  checkpoint data(std::move(entries), metadata);
+  // Registered last: nothing can fail after, so a registered snapshot always has its owner.
+  if (pending) lazy_registry::get().add(pending);
+  return {std::move(data), std::move(pending)};
+}
+
+checkpoint snapshot_arena::snapshot(std::span<const section> sections, const metadata_map& metadata) {
+  detail::taken_snapshot taken = detail::take_snapshot(*this, sections, metadata, false);
+  return taken.data();
 }
 
 namespace {

@@ -53,6 +53,7 @@ set(layer_detail/leaf_copies 3)   # a leaf's shape, a copy of it, an unfilled le
 set(layer_detail/walk 3)          # the walk of named structures (named.hpp)
 set(layer_detail/flat_array 3)    # zero leaves, a leaf as a flat array (leafwise.hpp)
 set(layer_detail/section_access 3) # the way into a section's members (section.hpp)
+set(layer_detail/lazy_copy 2)     # the copy-before-write rule of a lazy snapshot (adam.hpp, src/snapshot.cpp)
 set(layer_detail/extract 3)       # the read of one structure (params.hpp)
 set(layer_detail/adam_update 4)   # Adam's moments and the update of a leaf (adam.hpp)
 set(layer_detail/training_state 4) # the training state's section names and step entry (adam.hpp)

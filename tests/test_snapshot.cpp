@@ -4,7 +4,8 @@
 #define BOOST_TEST_MODULE snapshot
 #include <boost/test/unit_test.hpp>
 
-#include "memory.hpp"  // src/: detail::kept_buffers, detail::heap_limit
+#include "io_hooks.hpp"  // src/: the background copy held back
+#include "memory.hpp"    // src/: detail::kept_buffers, detail::heap_limit
 #include "support.hpp"
 
 #include <ckpt/ckpt.hpp>
@@ -19,9 +20,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -401,4 +404,142 @@ BOOST_AUTO_TEST_CASE(the_manager_checks_a_live_save_before_copying_or_writing) {
   BOOST_TEST(message_of<std::invalid_argument>([&] { manager.save_async(0, {live}, {}, true); }).find(
                  "step 0 is not newer than the latest step") != std::string::npos);
   BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{10}));
+}
+
+namespace {
+
+// Parameters a training loop changes in two ways: the trained leaves through adam::update, which
+// a background save copies lazily, and the others by hand, which it copies in its call.
+struct trained {
+  Eigen::MatrixXf big;  // column-major, 2 MiB: the background copy takes a while
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rows;
+  Eigen::VectorXf bias;
+  ckpt::frozen<Eigen::VectorXf> running;  // the loop updates it itself
+  std::int64_t seen = 0;
+};
+
+trained make_trained(float seed) {
+  trained t;
+  t.big = Eigen::MatrixXf::NullaryExpr(1024, 512, [seed](Eigen::Index r, Eigen::Index c) {
+    return std::sin(seed + static_cast<float>(r) * 0.01f + static_cast<float>(c) * 0.003f);
+  });
+  t.rows = Eigen::MatrixXd::Constant(64, 64, seed);
+  t.bias = Eigen::VectorXf::LinSpaced(33, seed, seed + 1);
+  t.running.value = Eigen::VectorXf::Constant(8, seed);
+  return t;
+}
+
+// Whether two checkpoints hold the same entries, byte for byte.
+bool same_entries(const ckpt::checkpoint& a, const ckpt::checkpoint& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, x] : a) {
+    const ckpt::tensor* y = b.find(name);
+    if (y == nullptr || y->dtype() != x.dtype() || !std::ranges::equal(y->shape(), x.shape()) ||
+        !std::ranges::equal(x.bytes(), y->bytes()))
+      return false;
+  }
+  return true;
+}
+
+// Holds a background save's copies of the leaves until `release`: the loop's update copies them.
+class held_copies {
+ public:
+  held_copies() : guard_(held()) {}
+  held_copies(const held_copies&) = delete;
+  held_copies& operator=(const held_copies&) = delete;
+  ~held_copies() { release(); }
+  static void release() {
+    released().store(true);
+    released().notify_all();
+  }
+
+ private:
+  static std::atomic<bool>& released() {
+    static std::atomic<bool> flag{false};
+    return flag;
+  }
+  static ckpt::detail::io_hooks held() {
+    released().store(false);
+    ckpt::detail::io_hooks h = ckpt::detail::system_hooks();
+    h.before_lazy_copies = [] { released().wait(false); };
+    return h;
+  }
+  ckpt::detail::io_hooks_guard guard_;
+};
+
+// One step of a loop: the leaves it changes by hand, then Adam's update.
+void train_step(const ckpt::adam& opt, trained& params, const trained& grads, ckpt::adam_state<trained>& state) {
+  params.running.value.array() += 1;
+  ++params.seen;
+  opt.update(params, grads, state);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_background_save_of_the_training_state_holds_the_values_of_its_call) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path(), {.max_to_keep = 2});
+  const ckpt::adam opt{.lr = 1e-2};
+  trained params = make_trained(1);
+  const trained grads = make_trained(2);
+  ckpt::adam_state<trained> state = opt.init(params);
+  for (int save = 0; save < 6; ++save) {
+    // Half the saves hold their background copy back: the update then copies every leaf itself.
+    std::optional<held_copies> hold;
+    if (save % 2 == 0) hold.emplace();
+    train_step(opt, params, grads, state);
+    // What the save must hold: a copy taken in the call (snapshot_arena copies every leaf).
+    const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
+    const std::int64_t step = state.step;
+    BOOST_TEST(manager.save_async(step, ckpt::training_state(params, state)));
+    // The loop goes on at once: the update races the background copy leaf by leaf.
+    for (int i = 0; i < 3; ++i) train_step(opt, params, grads, state);
+    held_copies::release();
+    manager.wait();
+    BOOST_TEST(same_entries(manager.load(step), expected), "step " << step);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_state_and_parameters_may_end_right_after_a_background_save) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path());
+  ckpt::checkpoint expected;
+  const held_copies hold;
+  {
+    const ckpt::adam opt{.lr = 1e-2};
+    trained params = make_trained(3);
+    ckpt::adam_state<trained> state = opt.init(params);
+    train_step(opt, params, make_trained(4), state);
+    expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
+    BOOST_TEST(manager.save_async(state.step, ckpt::training_state(params, state)));
+  }  // the state, then the parameters end: the moments' end makes the copies still pending
+  held_copies::release();
+  manager.wait();
+  BOOST_TEST(same_entries(manager.load(1), expected));
+}
+
+BOOST_AUTO_TEST_CASE(a_read_into_the_parameters_waits_for_the_copies_of_a_background_save) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path());
+  const ckpt::adam opt{.lr = 1e-2};
+  trained params = make_trained(5);
+  ckpt::adam_state<trained> state = opt.init(params);
+  train_step(opt, params, make_trained(6), state);
+  const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
+  // Another state to read back, of other values and another step.
+  trained other = make_trained(7);
+  ckpt::adam_state<trained> other_state = opt.init(other);
+  train_step(opt, other, make_trained(8), other_state);
+  train_step(opt, other, make_trained(8), other_state);
+  const ckpt::checkpoint replacement = ckpt::snapshot_arena().snapshot(ckpt::training_state(other, other_state));
+
+  const held_copies hold;
+  BOOST_TEST(manager.save_async(1, ckpt::training_state(params, state)));
+  // The model alone: nothing else (no moments made and dropped) makes the copies first.
+  const ckpt::read_report report = ckpt::read_params(replacement, ckpt::training_state(params), {.strict = false});
+  BOOST_TEST(report.restored == 5u);
+  BOOST_TEST(params.bias == other.bias);
+  held_copies::release();
+  manager.wait();
+  BOOST_TEST(same_entries(manager.load(1), expected));
 }

@@ -141,7 +141,13 @@ struct adam {
     const detail::adam_step step{1 - lr * weight_decay, beta1, beta2, lr / bias1,
                                  1 / std::sqrt(bias2), eps, weight_decay != 0};
     for_each_leaf([&step](std::string_view, auto& m, auto& p, const auto& g, auto& v) {
-                    if constexpr (detail::may_train<std::remove_cvref_t<decltype(p)>>()) detail::adam_leaf(p, g, m, v, step);
+                    if constexpr (detail::may_train<std::remove_cvref_t<decltype(p)>>()) {
+                      // A save_async of training_state copies these first if it has not yet.
+                      detail::before_write(&p);
+                      detail::before_write(&m);
+                      detail::before_write(&v);
+                      detail::adam_leaf(p, g, m, v, step);
+                    }
                   },
                   mu, params, grads, nu);
     ++state.step;
@@ -206,15 +212,17 @@ template <class P>
   // once every entry is read.
   auto moment_section = [&](moments& saved, std::string_view prefix) {
     return detail::section_access::with_read(
-        section(std::as_const(saved), prefix), prefix, [&params, &saved, prefix](detail::read_plan& plan) {
+        detail::copied_lazily(section(std::as_const(saved), prefix), std::as_const(saved)), prefix,
+        [&params, &saved, prefix](detail::read_plan& plan) {
           auto staged = std::make_shared<moments>(detail::zero_moments(params));
           detail::add_leaf_reads(plan.leaves, *staged, prefix);
           plan.prefixes.emplace_back(prefix);
           plan.commits.push_back([&saved, staged] { saved = std::move(*staged); });
         });
   };
-  std::vector<section> out = training_state(params);
+  std::vector<section> out;
   out.reserve(4);
+  out.push_back(detail::copied_lazily(section(params, detail::model_section), std::as_const(params)));
   out.push_back(moment_section(state.mu, detail::mu_section));
   out.push_back(moment_section(state.nu, detail::nu_section));
   out.push_back(detail::section_access::of_entry(detail::step_source(state.step), [&state](detail::read_plan& plan) {

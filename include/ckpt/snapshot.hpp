@@ -14,6 +14,13 @@
 
 namespace ckpt {
 
+class snapshot_arena;
+namespace detail {
+class taken_snapshot;
+taken_snapshot take_snapshot(snapshot_arena& arena, std::span<const section> sections, const metadata_map& metadata,
+                             bool lazily);
+}  // namespace detail
+
 /// Makes immutable checkpoints out of live structures (the `section`s that `save` writes), copying
 /// every leaf into buffers that it keeps and reuses: once every tensor of a snapshot has been
 /// released, its buffer serves the next snapshot. A training loop that snapshots the same
@@ -55,6 +62,8 @@ class snapshot_arena {
   void release() noexcept;
 
  private:
+  friend detail::taken_snapshot detail::take_snapshot(snapshot_arena&, std::span<const section>, const metadata_map&,
+                                                      bool);
   struct buffer {
     std::shared_ptr<std::byte[]> bytes;
     std::size_t size = 0;

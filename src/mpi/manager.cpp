@@ -1,5 +1,4 @@
 #include <ckpt/mpi.hpp>
-#include <ckpt/snapshot.hpp>
 
 #include "../atomic_file.hpp"
 #include "../folder.hpp"
@@ -7,6 +6,7 @@
 #include "../manager_core.hpp"
 #include "../posix_file.hpp"
 #include "../sharded.hpp"
+#include "../snapshot.hpp"
 #include "common.hpp"
 #include "step.hpp"
 
@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <map>
+#include <memory>
 
 #include <optional>
 #include <stdexcept>
@@ -135,8 +136,11 @@ class mpi_state final : public ckpt::detail::manager_state {
     }
     // A failure to copy is this rank's failure of the write, reported at the commit on every rank.
     try {
-      background.start([plan = &pending_, snapshot = arena.snapshot(sections), digest = core.options().digest] {
-        const section whole(snapshot);
+      background.start([plan = &pending_,
+                        snapshot = std::make_shared<ckpt::detail::taken_snapshot>(ckpt::detail::take_snapshot(arena, sections, {}, true)),
+                        digest = core.options().digest] {
+        snapshot->finish();
+        const section whole(snapshot->data());
         detail::write_shard(*plan, {&whole, 1}, {.digest = digest});
       });
     } catch (...) {

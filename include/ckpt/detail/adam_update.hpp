@@ -3,6 +3,7 @@
 // moments, which leaves it trains, and the update of one leaf.
 
 #include <ckpt/detail/flat_array.hpp>
+#include <ckpt/detail/lazy_copy.hpp>
 #include <ckpt/dtype.hpp>
 #include <ckpt/leaf.hpp>
 #include <ckpt/named.hpp>
@@ -25,6 +26,8 @@ namespace ckpt::detail {
 template <class P>
 struct adam_moments {
   P values;
+  // The pending copies of a lazy snapshot are made when the moments end (detail/lazy_copy.hpp).
+  lazy_copy_guard guard;
 };
 
 template <class L>
@@ -97,7 +100,7 @@ void clear_moment(L& x) {
 // others set to zero (`adam::init`, and what `training_state` reads saved moments into).
 template <class P>
 adam_moments<P> zero_moments(const P& params) {
-  adam_moments<P> out{params};
+  adam_moments<P> out{params, {}};
   for_each_leaf(
       [](std::string_view, auto& x) {
         if (!trains(std::as_const(x))) clear_moment(x);

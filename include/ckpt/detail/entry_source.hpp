@@ -26,6 +26,9 @@ struct entry_source {
   // (nbytes / shape[0]), or for the file writer `row_bytes` bytes when that is not 0.
   std::function<void(std::size_t first, std::size_t count, std::byte* out)> write_rows;
   std::size_t row_bytes = 0;
+  // When not null: the leaf object the bytes come from, which a snapshot may copy after it is
+  // taken, since whatever changes it calls before_write first (detail/lazy_copy.hpp).
+  const void* lazy_leaf = nullptr;
   // Keeps bytes alive that the source had to snapshot (a leaf type without a row writer).
   tensor keep_alive;
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace ckpt::detail {
 
@@ -29,6 +30,8 @@ struct section_access {
     out.read_ = std::move(read);
     return out;
   }
+  // The entries of `s`, in the order its structure's leaves are walked.
+  static std::vector<entry_source>& entries(section& s) { return s.entries_; }
   static void add_to(const section& s, std::size_t index, read_plan& plan);
 };
 

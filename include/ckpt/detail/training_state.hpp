@@ -1,8 +1,11 @@
 #pragma once
 // Not part of the API (adam.hpp's training_state uses these): the names of the training state's
-// sections, and the entry of its step.
+// sections, the entry of its step, and which of its leaves a background save copies lazily.
 
+#include <ckpt/detail/adam_update.hpp>
 #include <ckpt/detail/entry_source.hpp>
+#include <ckpt/named.hpp>
+#include <ckpt/section.hpp>
 #include <ckpt/dtype.hpp>
 
 #include <cstddef>
@@ -12,6 +15,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 namespace ckpt::detail {
 
@@ -40,6 +45,25 @@ inline entry_source step_source(const std::int64_t& step) {
     std::memcpy(dst, &value, sizeof value);
   };
   return out;
+}
+
+// Marks the entries of `s` (a section of `structure`, whose leaves it walks in the same order) that
+// only adam::update changes in place, which calls before_write first: the trained leaves of Eigen
+// types and scalars (not `ckpt::tensor` leaves: update replaces those, and a snapshot shares their
+// bytes). A save_async may copy them after it returns (detail/lazy_copy.hpp).
+template <class S>
+section copied_lazily(section s, const S& structure) {
+  std::vector<entry_source>& entries = section_access::entries(s);
+  std::size_t i = 0;
+  for_each_leaf(
+      [&](std::string_view, const auto& x) {
+        using L = std::remove_cvref_t<decltype(x)>;
+        if constexpr (may_train<L>() && !std::is_same_v<L, tensor>)
+          if (trains(x) && i < entries.size()) entries[i].lazy_leaf = &x;
+        ++i;
+      },
+      structure);
+  return s;
 }
 
 }  // namespace ckpt::detail

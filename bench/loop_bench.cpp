@@ -1,0 +1,346 @@
+// What a training loop sees of its checkpoints: a loop that keeps every core busy (the gradients
+// computed on every hardware thread, then `ckpt::adam::update`), with and without a
+// `checkpoint_manager::save_async` of `ckpt::training_state(params, state)` every few seconds
+// (digest on, fsync), in runs that alternate, and:
+//   - the throughput lost, per save interval (the median of the pairs' losses);
+//   - the loop's blocking per save (the `save_async` call plus what the next update takes beyond
+//     an update without a save), against a memcpy of the whole state;
+//   - the same with the leaves copied before the call returns (sections typed by hand, which a
+//     save copies whole), side by side;
+//   - the writer's CPU per GiB saved by stage (copy, hash, write into the page cache, fsync), and
+//     the CPU a save costs the whole process;
+//   - `--first`: only the blocking of a fresh process's first `save_async` against a memcpy of
+//     the state into fresh memory (run it in several processes: bench/loop_run.sh).
+//
+// ckpt_bench_loop --dir=DIR [--model-mib=256] [--intervals=1,2,5,10] [--pairs=5] [--seconds=20]
+//                 [--batch=32] [--eager=1] [--first]
+
+#include "common.hpp"
+
+#include <xxhash.h>
+
+#include <sys/resource.h>
+
+#include <barrier>
+#include <functional>
+#include <thread>
+
+namespace {
+
+using namespace bench;
+
+// The model: `layers` F32 matrices of 1024 x 1024 (4 MiB each), column-major as Eigen's default.
+struct model {
+  std::vector<Eigen::MatrixXf> layers;
+};
+
+constexpr long side = 1024;
+
+model make_model(long layers, std::uint32_t seed) {
+  model m;
+  m.layers.reserve(static_cast<std::size_t>(layers));
+  for (long i = 0; i < layers; ++i) {
+    m.layers.emplace_back(side, side);
+    fill(m.layers.back().data(), static_cast<std::size_t>(side * side), seed + static_cast<std::uint32_t>(i));
+  }
+  return m;
+}
+
+double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+std::vector<long> list_of(const std::string& text) {
+  std::vector<long> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stol(item));
+  return out;
+}
+
+// The gradients of every layer computed on `threads` threads (a pool that lives as long as the
+// trainer), then one Adam update on the calling thread.
+class trainer {
+ public:
+  trainer(long layers, long batch, std::size_t threads)
+      : params(make_model(layers, 1)), grads(make_model(layers, 7)), state(opt.init(params)),
+        x_(Eigen::MatrixXf::Random(side, batch)), threads_(threads), start_(static_cast<std::ptrdiff_t>(threads)),
+        done_(static_cast<std::ptrdiff_t>(threads)) {
+    for (std::size_t k = 1; k < threads_; ++k) pool_.emplace_back([this, k] { work(k); });
+  }
+  trainer(const trainer&) = delete;
+  trainer& operator=(const trainer&) = delete;
+  ~trainer() {
+    stop_ = true;
+    start_.arrive_and_wait();
+    for (auto& t : pool_) t.join();
+  }
+
+  // One step; returns the seconds of its update.
+  double step() {
+    start_.arrive_and_wait();
+    gradients(0);
+    done_.arrive_and_wait();
+    const double t0 = now_s();
+    opt.update(params, grads, state);
+    return now_s() - t0;
+  }
+
+  ckpt::adam opt{.lr = 1e-4};
+  model params, grads;
+  ckpt::adam_state<model> state;
+
+ private:
+  void gradients(std::size_t k) {
+    const float scale = 1.0f / static_cast<float>(x_.cols());
+    for (std::size_t i = k; i < params.layers.size(); i += threads_) {
+      // A linear layer's weight gradient for a batch: (W·X)·Xᵀ, the FLOPs of a forward and a backward.
+      grads.layers[i].noalias() = (params.layers[i] * x_) * x_.transpose() * scale;
+    }
+  }
+  void work(std::size_t k) {
+    for (;;) {
+      start_.arrive_and_wait();
+      if (stop_) return;
+      gradients(k);
+      done_.arrive_and_wait();
+    }
+  }
+
+  Eigen::MatrixXf x_;
+  std::size_t threads_;
+  std::barrier<> start_, done_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> pool_;
+};
+
+// The sections a save copies whole before it returns: training_state's entries typed by hand
+// (a save of them copies every leaf in the call, as every save did before the lazy copy).
+std::vector<ckpt::section> eager_sections(trainer& t) {
+  std::vector<ckpt::section> out;
+  out.emplace_back(t.params, "model");
+  out.emplace_back(t.state.mu, "optim.mu");
+  out.emplace_back(t.state.nu, "optim.nu");
+  out.emplace_back(ckpt::of_int("optim.step", t.state.step));
+  return out;
+}
+
+struct run_result {
+  double steps_per_s = 0;
+  std::vector<double> blocking;  // per save: the call + the next update's excess
+  double cpu_s = 0;              // the process's CPU
+  long saves = 0;
+};
+
+enum class saving { none, lazy, eager };
+
+// Trains for `seconds`, saving every `interval` seconds (none: never).
+run_result run(trainer& t, ckpt::checkpoint_manager& manager, saving mode, double interval, double seconds,
+               double typical_update) {
+  run_result out;
+  const double cpu0 = process_cpu_s();
+  const double t0 = now_s();
+  double next_save = t0 + interval;
+  long steps = 0;
+  for (double now = t0; now - t0 < seconds; now = now_s()) {
+    double call = 0;
+    const bool saving_now = mode != saving::none && now >= next_save;
+    if (saving_now) {
+      const double c0 = now_s();
+      const auto step = t.state.step;
+      if (mode == saving::lazy) manager.save_async(step, ckpt::training_state(t.params, t.state), {}, true);
+      else manager.save_async(step, eager_sections(t), {}, true);
+      call = now_s() - c0;
+      next_save += interval;
+      if (next_save < now_s()) next_save = now_s() + interval;  // a save longer than the interval
+    }
+    const double update = t.step();
+    ++steps;
+    if (saving_now) {
+      out.blocking.push_back(call + std::max(0.0, update - typical_update));
+      ++out.saves;
+    }
+  }
+  manager.wait();
+  const double elapsed = now_s() - t0;
+  out.steps_per_s = static_cast<double>(steps) / elapsed;
+  out.cpu_s = process_cpu_s() - cpu0;
+  return out;
+}
+
+// The seconds of a memcpy of `bytes` between touched buffers (the median of 5), on one thread.
+double memcpy_s(std::size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::vector<double> s;
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = now_s();
+    std::memcpy(b.data(), a.data(), bytes);
+    s.push_back(now_s() - t0);
+  }
+  if (b[bytes / 2] != 1) throw std::runtime_error("memcpy");
+  return median(s);
+}
+
+// The writer's stages, each alone on this thread: CPU seconds per GiB (and wall for fsync).
+void writer_stages(const fs::path& dir, std::size_t bytes) {
+  std::vector<char> src(bytes, 3), dst(bytes, 4);
+  const double gib = static_cast<double>(bytes) / (1 << 30);
+  const auto cpu_of = [](auto&& f) {
+    const double c0 = thread_cpu_s();
+    f();
+    return thread_cpu_s() - c0;
+  };
+  const double copy = cpu_of([&] { std::memcpy(dst.data(), src.data(), bytes); });
+  std::uint64_t h = 0;
+  const double hash = cpu_of([&] { h = XXH3_64bits(dst.data(), bytes); });
+  const fs::path file = dir / "stages.bin";
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) die("open " + file.string());
+  const double write = cpu_of([&] { write_all(fd, dst.data(), bytes); });
+  const double w0 = now_s();
+  const double sync = cpu_of([&] {
+    if (::fsync(fd) != 0) die("fsync");
+  });
+  const double sync_wall = now_s() - w0;
+  ::close(fd);
+  fs::remove(file);
+  std::printf("| writer CPU per GiB, each stage alone | copy %.3f s | hash (XXH3) %.3f s | write into the page cache %.3f s "
+              "| fsync %.3f s CPU, %.3f s wall | (hash %016llx) |\n",
+              copy / gib, hash / gib, write / gib, sync / gib, sync_wall / gib, static_cast<unsigned long long>(h));
+}
+
+std::string pct(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.2f%%", x * 100);
+  return text;
+}
+
+void first_save(const fs::path& dir, long layers) {
+  // A fresh process: the manager's arena is empty, so the first save_async copies into fresh memory.
+  trainer t(layers, 8, 1);
+  const std::size_t state_bytes = 3 * static_cast<std::size_t>(layers) * side * side * sizeof(float);
+  ckpt::checkpoint_manager manager(dir);
+  const double c0 = now_s();
+  manager.save_async(t.state.step, ckpt::training_state(t.params, t.state), {}, true);
+  t.step();  // the update that follows, which copies what the save has not yet
+  const double blocking = now_s() - c0;
+  manager.wait();
+  // The baseline: a memcpy of the state into fresh memory.
+  std::vector<char> src(state_bytes, 5);
+  const double m0 = now_s();
+  auto fresh = std::make_unique_for_overwrite<char[]>(state_bytes);
+  std::memcpy(fresh.get(), src.data(), state_bytes);
+  const double copy = now_s() - m0;
+  std::printf("FIRST|%.4f|%.4f|%.3f\n", blocking, copy, blocking / copy);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const args a(argc, argv);
+  const fs::path dir = a.str("dir", "");
+  if (dir.empty()) throw std::invalid_argument("--dir=DIR is required");
+  const long model_mib = a.num("model-mib", 256);
+  const long layers = std::max(1L, model_mib / 4);
+  if (a.num("first", 0) != 0) {
+    fs::create_directories(dir);
+    first_save(dir / "first", layers);
+    fs::remove_all(dir / "first");
+    return 0;
+  }
+  const std::vector<long> intervals = list_of(a.str("intervals", "1,2,5,10"));
+  const long pairs = a.num("pairs", 5);
+  const double seconds = a.real("seconds", 20);
+  const long batch = a.num("batch", 32);
+  const bool eager = a.num("eager", 1) != 0;
+  const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  fs::create_directories(dir);
+
+  trainer t(layers, batch, threads);
+  const std::size_t state_bytes = 3 * static_cast<std::size_t>(layers) * side * side * sizeof(float);
+  const double state_mib = static_cast<double>(state_bytes) / (1 << 20);
+  const double copy = memcpy_s(state_bytes);
+
+  // A few steps to warm up, and the update's usual time.
+  std::vector<double> updates;
+  const double s0 = now_s();
+  for (int i = 0; i < 5; ++i) updates.push_back(t.step());
+  const double step_s = (now_s() - s0) / 5;
+  const double typical_update = median(updates);
+
+  std::printf("# ckpt_bench_loop: model %ld MiB (%ld x 1024x1024 F32, column-major), state %.0f MiB with Adam's moments; "
+              "%zu training threads; batch %ld; step %.3f s (update %.3f s); memcpy of the state %.3f s (%.2f GB/s, one thread)\n",
+              model_mib, layers, state_mib, threads, batch, step_s, typical_update, copy,
+              static_cast<double>(state_bytes) / copy / 1e9);
+  writer_stages(dir, state_bytes);
+
+  ckpt::checkpoint_manager manager(dir / "run", {.keep_last = 2});
+  // The arena's first fill, untimed: the runs show later saves.
+  manager.save_async(t.state.step, ckpt::training_state(t.params, t.state), {}, true);
+  t.step();
+  manager.wait();
+
+  std::printf("\n| interval | throughput loss (median of %ld pairs) | pairs | blocking per save (median) | / memcpy | "
+              "CPU per save | saves |\n|---|---|---|---|---|---|---|\n",
+              pairs);
+  const auto report = [&](const std::string& label, const std::vector<double>& losses, const std::vector<double>& blocking,
+                          double cpu_per_save, long saves) {
+    std::string list;
+    for (double l : losses) list += (list.empty() ? "" : " ") + pct(-l);
+    std::printf("| %s | %s | %s | %s | %.2fx | %.3f s | %ld |\n", label.c_str(), pct(-median(losses)).c_str(),
+                list.c_str(), fmt_time(median(blocking)).c_str(), median(blocking) / copy, cpu_per_save, saves);
+    std::fflush(stdout);
+  };
+  for (const long interval : intervals) {
+    std::vector<double> loss_lazy, loss_eager, block_lazy, block_eager, cpu_lazy, cpu_eager;
+    long saves_lazy = 0, saves_eager = 0;
+    for (long p = 0; p < pairs; ++p) {
+      // Alternate the order inside a pair, so that a drift of the machine falls on both sides.
+      run_result base, lazy, eager_run;
+      const auto one = [&](saving mode) {
+        return run(t, manager, mode, static_cast<double>(interval), seconds, typical_update);
+      };
+      if (p % 2 == 0) {
+        base = one(saving::none);
+        lazy = one(saving::lazy);
+        if (eager) eager_run = one(saving::eager);
+      } else {
+        if (eager) eager_run = one(saving::eager);
+        lazy = one(saving::lazy);
+        base = one(saving::none);
+      }
+      const double base_cpu_per_s = base.cpu_s / seconds;
+      loss_lazy.push_back(1 - lazy.steps_per_s / base.steps_per_s);
+      block_lazy.insert(block_lazy.end(), lazy.blocking.begin(), lazy.blocking.end());
+      cpu_lazy.push_back((lazy.cpu_s - base_cpu_per_s * seconds) / static_cast<double>(std::max(1L, lazy.saves)));
+      saves_lazy += lazy.saves;
+      if (eager) {
+        loss_eager.push_back(1 - eager_run.steps_per_s / base.steps_per_s);
+        block_eager.insert(block_eager.end(), eager_run.blocking.begin(), eager_run.blocking.end());
+        cpu_eager.push_back((eager_run.cpu_s - base_cpu_per_s * seconds) / static_cast<double>(std::max(1L, eager_run.saves)));
+        saves_eager += eager_run.saves;
+      }
+      log("interval " + std::to_string(interval) + " s, pair " + std::to_string(p + 1) + ": base " +
+          std::to_string(base.steps_per_s) + " steps/s, lazy " + std::to_string(lazy.steps_per_s) +
+          (eager ? ", eager " + std::to_string(eager_run.steps_per_s) : std::string()));
+    }
+    report(std::to_string(interval) + " s, lazy copy (training_state)", loss_lazy, block_lazy, median(cpu_lazy),
+           saves_lazy);
+    if (eager)
+      report(std::to_string(interval) + " s, copied in the call (sections by hand)", loss_eager, block_eager,
+             median(cpu_eager), saves_eager);
+  }
+  fs::remove_all(dir / "run");
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "ckpt_bench_loop: %s\n", e.what());
+  return 1;
+}
