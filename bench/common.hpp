@@ -1,6 +1,7 @@
 #pragma once
 // Shared pieces of the benchmark programs: the parameter structures, a median-of-N timer, file
-// helpers for the baselines, /proc readers for memory, and the RESULT lines bench/run.sh tabulates.
+// helpers for the baselines, /proc readers for memory, and the RESULT lines bench/run.sh tabulates
+// (the load and save harnesses share more in harness.hpp).
 
 #include <ckpt/ckpt.hpp>
 
@@ -243,17 +244,18 @@ inline std::string fmt_ratio(double r) {
   return text;
 }
 
-// One row of the table, for bench/run.sh: RESULT|row|what|ckpt|baseline|ratio|target|verdict|memory
-inline void result(const std::string& row, const std::string& what, const std::string& ckpt_cell,
+// One line of the table, for bench/run.sh: RESULT|case|what|ckpt|baseline|ratio|target|verdict|memory,
+// where `case` names what was measured ("load.read_params.row_major").
+inline void result(const std::string& id, const std::string& what, const std::string& ckpt_cell,
                    const std::string& base_cell, const std::string& ratio, const std::string& target,
                    const std::string& verdict, const std::string& memory) {
-  std::printf("RESULT|%s|%s|%s|%s|%s|%s|%s|%s\n", row.c_str(), what.c_str(), ckpt_cell.c_str(),
+  std::printf("RESULT|%s|%s|%s|%s|%s|%s|%s|%s\n", id.c_str(), what.c_str(), ckpt_cell.c_str(),
               base_cell.c_str(), ratio.c_str(), target.c_str(), verdict.c_str(), memory.c_str());
   std::fflush(stdout);
 }
 
-// A timed row against a baseline with a ratio target ("" for a diagnostic row without one).
-inline void ratio_result(const std::string& row, const std::string& what, const series& ck,
+// A timed figure against a baseline with a ratio target (0 for a diagnostic without one).
+inline void ratio_result(const std::string& id, const std::string& what, const series& ck,
                          const series& base, double target, const std::string& memory) {
   const double r = ck.med() / base.med();
   std::string target_cell = "-", verdict = "-";
@@ -263,7 +265,7 @@ inline void ratio_result(const std::string& row, const std::string& what, const 
     target_cell = text;
     verdict = r <= target ? "pass" : "MISS";
   }
-  result(row, what, fmt_time(ck.med()), fmt_time(base.med()), fmt_ratio(r), target_cell, verdict, memory);
+  result(id, what, fmt_time(ck.med()), fmt_time(base.med()), fmt_ratio(r), target_cell, verdict, memory);
 }
 
 inline void log(const std::string& s) {
@@ -271,7 +273,8 @@ inline void log(const std::string& s) {
   std::fflush(stderr);
 }
 
-// Issue 26 item 3: a program that has allocated and freed memory before it saves. Allocates
+// A program that has allocated and freed memory before it saves (what the Kaun path's allocation
+// costs after memory churn). Allocates
 // blocks of 64 KiB to 64 MiB (log-uniform sizes, each written whole) up to `gib` GiB, frees a
 // random half, allocates another half of `gib` in other sizes, then frees everything: the heap
 // is left with holes of many sizes and the kernel with pages to find again.

@@ -14,7 +14,7 @@
 //       of "training", then of_params of the matrices, timed, with FILE: the checkpoint saved to
 //       FILE (the Kaun path's save), timed, then the checkpoint dropped, timed; prints each
 //       call's seconds with the huge pages the process holds (AnonHugePages) and the medians.
-//       Issue 26 item 3: what the Kaun path's allocation costs after memory churn.
+//       What the Kaun path's allocation costs after memory churn.
 
 #include "common.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
-// The machine probe (issue 26, item 4): the costs of this machine that ckpt's load and save
-// speeds depend on. ckpt_machine prints it alone; ckpt_peers prints it above its table.
+// The machine probe: what does this machine cost? The costs that ckpt's load and save speeds
+// depend on. ckpt_machine prints it alone; ckpt_peers prints it above its table.
 
 #include <cstddef>
 #include <filesystem>

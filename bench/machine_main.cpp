@@ -1,6 +1,6 @@
-// ckpt_machine: the costs of this machine that ckpt's load and save speeds depend on (issue 26,
-// item 4), printed at the top of every table of bench/README.md so that each table says on what
-// kind of machine it was measured (bench/machine.hpp says what is measured).
+// ckpt_machine: what does this machine cost? The costs that ckpt's load and save speeds depend
+// on, printed at the top of every table of bench/README.md so that each table says on what kind
+// of machine it was measured (bench/machine.hpp says what is measured).
 //
 //   ckpt_machine [--dir=DIR] [--mib=256] [--reps=5] [--json]
 

@@ -1,5 +1,5 @@
-// ckpt_bench_torch: reading a torch.save file against reading the same tensors as safetensors
-// (issue 16): load, then extract into a struct of column-major Eigen matrices (to_params), as a
+// ckpt_bench_torch: how does reading a torch.save file compare with reading the same tensors as
+// safetensors? Load, then extract into a struct of column-major Eigen matrices (to_params), as a
 // user would. bench/torch_run.sh writes both files (python3-torch, then `ckpt convert`) and runs:
 //
 //   ckpt_bench_torch time FILE [--layers=256]

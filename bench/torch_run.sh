@@ -1,7 +1,8 @@
 #!/bin/sh
-# Issue 16's figures: a 1 GiB torch.save file (256 x 1024 x 1024 F32, written by python3-torch)
-# against the same tensors as safetensors (written by `ckpt convert`), loaded and extracted into
-# a struct of Eigen::MatrixXf; then each format's peak RSS in a fresh process.
+# How does reading torch.save compare with safetensors? A 1 GiB torch.save file (256 x 1024 x
+# 1024 F32, written by python3-torch) against the same tensors as safetensors (written by `ckpt
+# convert`), loaded and extracted into a struct of Eigen::MatrixXf; then each format's peak RSS in
+# a fresh process.
 #
 #   bench/torch_run.sh BUILD_DIR [WORK_DIR]   (BUILD_DIR configured with -DCKPT_BUILD_BENCH=ON)
 set -eu

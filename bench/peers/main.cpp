@@ -1,5 +1,5 @@
 // ckpt_peers: one training state saved (including fsync) and loaded into preallocated matrices by
-// ckpt and by its C++ peers, side by side (issue 15). bench/peers/run.sh drives it.
+// ckpt and by its C++ peers, side by side. bench/peers/run.sh drives it.
 //
 //   ckpt_peers time --case=col|row|small [--count=64 --rows=2048 --cols=2048] [--reps=5] [--dir=D]
 //       [--churn=GiB] (allocate and free that much, in blocks of many sizes, before every save)
@@ -124,7 +124,7 @@ std::string slug(const std::string& name) {
   return out;
 }
 
-// Issue 26 item 3, the worst case for huge pages: physical memory cut into 4 KiB holes. Maps
+// The worst case for huge pages: physical memory cut into 4 KiB holes. Maps
 // `gib` GiB with 4 KiB pages, writes every page, then gives every other page back and holds the
 // rest until the run ends: each freed page's buddy stays in use, so the kernel has no free 2 MiB
 // block in that memory until it compacts (migrates the pages still held). Prints the free blocks

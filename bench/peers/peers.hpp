@@ -1,6 +1,7 @@
-// bench/peers: the same training state saved and loaded by ckpt and by what a C++ user would
-// otherwise write (issue 15). Each peer is a pair of functions over `model<M>`: a vector of Eigen
-// matrices, saved including fsync and loaded into preallocated matrices of the right shapes.
+// bench/peers, how does ckpt compare with its peers: the same training state saved and loaded by
+// ckpt and by what a C++ user would otherwise write. Each peer is a pair of functions over
+// `model<M>`: a vector of Eigen matrices, saved including fsync and loaded into preallocated
+// matrices of the right shapes.
 #pragma once
 
 #include <Eigen/Core>

@@ -1,8 +1,8 @@
 #!/bin/sh
-# Issue 15's table: ckpt against HDF5, cereal, Boost.Serialization, libtorch and a raw
-# write/pread, on (a) 1 GiB in 64 column-major MatrixXf, (b) the same row-major, (c) 100,000
-# vectors of 16 floats. Installs the peers' Debian packages, builds in build-peers/, prints the
-# RESULT lines. Not part of CI.
+# How does ckpt compare with its peers? ckpt against HDF5, cereal, Boost.Serialization, libtorch
+# and a raw write/pread, on (a) 1 GiB in 64 column-major MatrixXf, (b) the same row-major, (c)
+# 100,000 vectors of 16 floats. Installs the peers' Debian packages, builds in build-peers/, prints
+# the RESULT lines. Not part of CI.
 #
 #   bench/peers/run.sh [--smoke] [--reps=N] [--dir=SCRATCH]
 set -eu
