@@ -8,6 +8,7 @@
 #include "parallel.hpp"
 #include "reordered_bands.hpp"
 #include "safetensors.hpp"
+#include "tuning.hpp"
 
 #include <sys/uio.h>
 #include <unistd.h>
@@ -28,22 +29,20 @@ using detail::run_in_parallel;
 
 using progress_function = std::function<void(std::uint64_t, std::uint64_t)>;
 
-// The chunks of digest_key's digest (digest.hpp combines them), and the data sections it
-// verifies on two threads.
+// The chunks of digest_key's digest (digest.hpp combines them).
 constexpr std::size_t digest_chunk_bytes = detail::file_digest_chunk_bytes;
-constexpr std::size_t parallel_hash_bytes = std::size_t{8} << 20;
 
 constexpr std::size_t digest_digits = detail::file_digest_digits;
 
 // The hashes of digest_key's digest of a file whose header hashes to `header` and whose data
-// section is `data`: `header`, then each chunk's, hashed on a thread of their own from
-// parallel_hash_bytes (one core hashes below the memory's bandwidth). When `data` is part of the
+// section is `data`: `header`, then each chunk's, the halves on two threads from
+// tuning::parallel_hash_bytes. When `data` is part of the
 // mapping of `file`, each chunk is read with pread into the thread's staging band and hashed
 // there: no page of the mapping is touched (a file truncated meanwhile is a format_error, not a
 // SIGBUS). Progress is reported by this thread after each 64 chunks, counting both halves.
 std::vector<std::uint64_t> chunk_hashes_of(std::uint64_t header, std::span<const std::byte> data,
                                           const detail::mapped_file* file, const progress_function& progress) {
-  static_assert(digest_chunk_bytes <= detail::staging_bytes, "a chunk is read into one staging band");
+  static_assert(digest_chunk_bytes <= detail::tuning::staging_bytes, "a chunk is read into one staging band");
   constexpr std::size_t report_chunks = 64;
   const std::size_t chunks = (data.size() + digest_chunk_bytes - 1) / digest_chunk_bytes;
   std::vector<std::uint64_t> hashes(1 + chunks);
@@ -56,7 +55,7 @@ std::vector<std::uint64_t> chunk_hashes_of(std::uint64_t header, std::span<const
     reported = count;
     any_report = true;
   };
-  run_in_parallel(data.size() >= parallel_hash_bytes ? 2 : 1, [&](std::size_t part, std::size_t parts) {
+  run_in_parallel(data.size() >= detail::tuning::parallel_hash_bytes ? 2 : 1, [&](std::size_t part, std::size_t parts) {
     const std::size_t first = chunks * part / parts, last = chunks * (part + 1) / parts;
     std::optional<detail::staging_band> band;
     if (file != nullptr) band.emplace();
@@ -152,7 +151,7 @@ class data_writer {
     if (options.digest) digest_.emplace(detail::xxh3_of(header));
     // Without a digest or a progress report, nothing needs the pieces cut: the kernel gets as
     // many as one writev takes.
-    slice_bytes_ = options.digest ? hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
+    slice_bytes_ = options.digest ? detail::tuning::hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
     pieces_.push_back(as_iovec(header));
     pending_ += header.size();
   }
@@ -186,7 +185,6 @@ class data_writer {
   }
 
  private:
-  static constexpr std::size_t hash_slice_bytes = std::size_t{2} << 20;
   static constexpr std::size_t progress_slice_bytes = std::size_t{64} << 20;
   static iovec as_iovec(std::span<const std::byte> bytes) {
     return {const_cast<std::byte*>(bytes.data()), bytes.size()};

@@ -2,6 +2,7 @@
 
 #include "digest.hpp"
 #include "memory.hpp"
+#include "tuning.hpp"
 
 #include <ckpt/error.hpp>
 
@@ -68,7 +69,7 @@ struct kept_chunk {
 };
 thread_local kept_chunk last_chunk;
 
-static_assert(file_digest_chunk_bytes <= staging_bytes, "a chunk is kept in one staging band");
+static_assert(file_digest_chunk_bytes <= tuning::staging_bytes, "a chunk is kept in one staging band");
 
 }  // namespace
 

@@ -84,7 +84,7 @@ constinit kept_buffers mapped_buffers;
 }  // namespace
 
 std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size) {
-  if (size < heap_limit) return std::make_shared_for_overwrite<std::byte[]>(size);
+  if (size < tuning::heap_limit) return std::make_shared_for_overwrite<std::byte[]>(size);
   // Rounded up to whole huge pages, so the last one can be huge too; the slack is at most 2 MiB
   // on a buffer of at least 32 MiB.
   const std::size_t mapped = (size + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
@@ -129,7 +129,7 @@ constinit band_pool bands;
 
 staging_band::staging_band() {
   std::byte* band = bands.take();
-  if (band == nullptr) band = static_cast<std::byte*>(std::aligned_alloc(64, staging_bytes));
+  if (band == nullptr) band = static_cast<std::byte*>(std::aligned_alloc(64, tuning::staging_bytes));
   if (band == nullptr) throw std::bad_alloc();
   // Should the control block not be had, shared_ptr's constructor gives the band back itself.
   buffer_ = std::shared_ptr<std::byte[]>(band, [](std::byte* p) { bands.give(p); });

@@ -1,6 +1,8 @@
 #pragma once
 // Uninitialized byte buffers for tensors and snapshots.
 
+#include "tuning.hpp"
+
 #include <array>
 #include <cstddef>
 #include <memory>
@@ -9,17 +11,18 @@
 namespace ckpt::detail {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
-// Buffers below this come from the heap. Whether glibc serves a freed block's memory again or
-// hands it back to the kernel depends on the program's history, so copies that add up to more
-// pack their small entries into buffers of this size (src/snapshot.cpp, entry_memory). Buffers of
-// this size and more, which glibc always maps on their own, are mapped here with huge pages
-// asked for (512 times fewer faults than 4 KiB pages) and kept when given back (kept_buffers).
-inline constexpr std::size_t heap_limit = std::size_t{32} << 20;
+// Buffers below tuning::heap_limit come from the heap. Whether glibc serves a freed block's
+// memory again or hands it back to the kernel depends on the program's history, so copies that
+// add up to more pack their small entries into buffers of that size (src/snapshot.cpp,
+// entry_memory). Buffers of that size and more, which glibc always maps on their own, are mapped
+// here with huge pages asked for (512 times fewer faults than 4 KiB pages) and kept when given
+// back (kept_buffers).
+using tuning::heap_limit;  // as src/snapshot.cpp names it
 
 // Mapped buffers given back, kept for the next allocation of the same size. Filling fresh
-// anonymous memory costs a page fault a page, and on a virtual machine that hands free memory
-// back to its host the host's fault too (CHANGELOG.md, "Performance history", "Memory after churn"), so a
-// training loop that saves with `of_params` every few steps would pay it at every save. A kept
+// anonymous memory costs a page fault a page, and more where the system has taken the memory
+// back meanwhile (CHANGELOG.md, "Performance history", "Memory after churn"), so a training
+// loop that saves with `of_params` every few steps would pay it at every save. A kept
 // buffer's pages are marked MADV_FREE: the kernel takes them back under memory pressure without
 // writing them anywhere, and until then the next buffer of that size is written without faults.
 // What is kept never raises the peak: the bytes taken and kept stay within the most bytes ever
@@ -50,7 +53,7 @@ class kept_buffers {
 };
 
 // `size` bytes, uninitialized (every caller overwrites every byte, and zeroing a GiB is not free),
-// aligned to at least 16 bytes. Buffers of heap_limit bytes or more are anonymous mappings
+// aligned to at least 16 bytes. Buffers of tuning::heap_limit bytes or more are anonymous mappings
 // advised MADV_HUGEPAGE (where the kernel grants transparent huge pages, filling a fresh GiB
 // takes 512 page faults instead of 262,144), and a mapping given back is kept for the next
 // buffer of its size, its pages left for the kernel to take back (MADV_FREE), so that a loop
@@ -59,11 +62,7 @@ class kept_buffers {
 // Throws std::bad_alloc if the memory cannot be had.
 std::shared_ptr<std::byte[]> allocate_bytes(std::size_t size);
 
-// The size of a staging band: about a core's L2 cache, so that a band read from a file is
-// transposed, converted or hashed while it is still there.
-inline constexpr std::size_t staging_bytes = std::size_t{1} << 20;
-
-// A staging band of staging_bytes bytes (64-byte aligned) for the time this object lives: bytes
+// A staging band of tuning::staging_bytes bytes (64-byte aligned) for the time this object lives: bytes
 // of a file are read into it with pread and reordered, converted or hashed from it. Bands are
 // taken from a small pool of the process's and go back to it with their last owner, so that the
 // helper threads of a load do not fault fresh pages in for every band. `owner()` shares the

@@ -7,6 +7,7 @@
 #include "mapped_file.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
+#include "tuning.hpp"
 
 #include <sys/mman.h>
 
@@ -30,15 +31,6 @@ tensor tensor_access::view_of(dtype type, dims shape, std::span<const std::byte>
 
 namespace {
 
-// Reads of this many bytes or more are split between two threads: one core does not use all of
-// the memory bandwidth.
-constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
-
-// The bytes of whole rows read_transposed reads into its staging band at a time: with the
-// transpose's block buffer (transpose_tiles.hpp) they stay together in a core's L2 cache,
-// which a band as large as the staging band does not (CHANGELOG.md, "Performance history", "Reading with pread").
-constexpr std::size_t transpose_band_bytes = std::size_t{256} << 10;
-
 // Part `part` of `parts` of `size` units, cut on multiples of `grain`: [first, last).
 std::pair<std::size_t, std::size_t> part_of(std::size_t size, std::size_t part, std::size_t parts,
                                             std::size_t grain) noexcept {
@@ -51,7 +43,7 @@ std::pair<std::size_t, std::size_t> part_of(std::size_t size, std::size_t part, 
 void tensor_access::read_bytes(const tensor& x, std::span<std::byte> out) {
   const std::span<const std::byte> in = x.bytes_;
   if (in.empty()) return;
-  run_in_parallel(in.size() >= parallel_bytes ? 2 : 1, [&](std::size_t part, std::size_t parts) {
+  run_in_parallel(in.size() >= tuning::parallel_copy_bytes ? 2 : 1, [&](std::size_t part, std::size_t parts) {
     const auto [first, last] = part_of(in.size(), part, parts, 4096);
     if (x.file_ != nullptr) x.file_->read(in.subspan(first, last - first), out.data() + first);
     else std::memcpy(out.data() + first, in.data() + first, last - first);
@@ -66,14 +58,14 @@ void tensor_access::read_transposed(const tensor& x, std::byte* out, std::size_t
   const std::size_t row_bytes = cols * element;
   // A band of `band_rows` rows by `band_cols` columns: whole rows when a staging band holds 64
   // of them (each band then one pread), else 64 rows of a part of the columns (a pread a row).
-  // Bands of whole rows hold transpose_band_bytes, or 64 rows if those are more: 64 rows and
+  // Bands of whole rows hold tuning::transpose_band_bytes, or 64 rows if those are more: 64 rows and
   // more write each page of the destination 256 bytes or more at a time.
-  const std::size_t whole_rows = staging_bytes / row_bytes;
-  const std::size_t band_rows = whole_rows >= 64 ? std::max<std::size_t>(64, transpose_band_bytes / row_bytes / 64 * 64)
+  const std::size_t whole_rows = tuning::staging_bytes / row_bytes;
+  const std::size_t band_rows = whole_rows >= 64 ? std::max<std::size_t>(64, tuning::transpose_band_bytes / row_bytes / 64 * 64)
                                                  : std::min<std::size_t>(64, rows);
-  const std::size_t band_cols = whole_rows >= 64 ? cols : std::max<std::size_t>(1, staging_bytes / band_rows / element);
+  const std::size_t band_cols = whole_rows >= 64 ? cols : std::max<std::size_t>(1, tuning::staging_bytes / band_rows / element);
   // Two runs of rows on two threads, cut on whole tiles: they write disjoint columns of `out`.
-  const std::size_t parts = x.nbytes() >= parallel_bytes && rows >= 128 ? 2 : 1;
+  const std::size_t parts = x.nbytes() >= tuning::parallel_copy_bytes && rows >= 128 ? 2 : 1;
   run_in_parallel(parts, [&](std::size_t part, std::size_t count) {
     const auto [first, last] = part_of(rows, part, count, 64);
     const staging_band band;
@@ -101,9 +93,9 @@ void tensor_access::for_each_band(const tensor& x, std::size_t row_bytes,
   const staging_band band;
   // A row longer than a band is read into a buffer of its own.
   std::unique_ptr<std::byte[]> long_row;
-  if (row_bytes > staging_bytes) long_row = std::make_unique_for_overwrite<std::byte[]>(row_bytes);
+  if (row_bytes > tuning::staging_bytes) long_row = std::make_unique_for_overwrite<std::byte[]>(row_bytes);
   std::byte* const buffer = long_row ? long_row.get() : band.data();
-  const std::size_t band_rows = std::max<std::size_t>(1, staging_bytes / row_bytes);
+  const std::size_t band_rows = std::max<std::size_t>(1, tuning::staging_bytes / row_bytes);
   const std::size_t rows = in.size() / row_bytes;
   for (std::size_t r = 0; r < rows; r += band_rows) {
     const std::span<const std::byte> part = in.subspan(r * row_bytes, std::min(band_rows, rows - r) * row_bytes);
@@ -119,7 +111,7 @@ tensor tensor_access::in_memory(const tensor& x) {
 }
 
 void advise_fresh(std::span<std::byte> bytes) noexcept {
-  if (bytes.size() < heap_limit) return;
+  if (bytes.size() < tuning::heap_limit) return;
   const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
   const std::uintptr_t first = (begin + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
   const std::uintptr_t last = (begin + bytes.size()) / huge_page_bytes * huge_page_bytes;

@@ -7,6 +7,7 @@
 #include "mapped_file.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
+#include "tuning.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -24,7 +25,7 @@ namespace ckpt::detail {
 void leaf_name_error(std::string_view name, std::string_view function) { entry_name_error(name, function); }
 
 void check_leaf_names(std::span<const std::string> names, std::string_view function) {
-  // A hash set, not a sort: 100,000 names are checked in a few milliseconds whatever their order.
+  // A hash set, not a sort: the check takes time linear in the names, whatever their order.
   std::unordered_set<std::string_view> seen;
   seen.reserve(names.size());
   for (const std::string& name : names)
@@ -73,19 +74,6 @@ std::string prefix_hint(const checkpoint& t, std::span<const std::string_view> u
   return hint + "; its " + std::to_string(prefixes.size()) + " prefixes begin " + quoted_list(first) + ")";
 }
 
-}  // namespace
-
-namespace {
-// Entries of a loaded file smaller than this reach their leaves staged: a pread for each would
-// cost more than the copy (100,000 entries of 64 bytes), so runs of them are read at once.
-constexpr std::size_t staged_bytes = std::size_t{16} << 10;
-// Extractions of this many bytes or more read two runs of leaves on two threads (each leaf then
-// reads on one thread): a thread for the whole call, not one for each large leaf.
-constexpr std::size_t parallel_read_bytes = std::size_t{2} << 20;
-// Leaves of at least this many bytes on average are read in file order (a cold file reads
-// sequentially). Below, the order of the leaves in memory matters more.
-constexpr std::size_t file_order_bytes = 4096;
-
 // The small entries of a loaded file, read into a staging band a window at a time.
 class staged_entries {
  public:
@@ -97,7 +85,7 @@ class staged_entries {
   std::optional<tensor> stage(const tensor& entry, const Upcoming& upcoming) {
     const mapped_file* file = tensor_access::file_of(entry);
     const std::span<const std::byte> b = entry.bytes();
-    if (file == nullptr || b.empty() || b.size() >= staged_bytes) return std::nullopt;
+    if (file == nullptr || b.empty() || b.size() >= tuning::staged_bytes) return std::nullopt;
     if (file != file_ || b.data() < window_.data() || b.data() + b.size() > window_.data() + window_.size()) {
       if (!band_) band_.emplace();
       // The window starts 64-byte aligned in the file, so that entries keep the alignment the
@@ -107,8 +95,8 @@ class staged_entries {
       const std::byte* end = b.data() + b.size();
       upcoming([&](const tensor& next) {
         const std::span<const std::byte> n = next.bytes();
-        if (tensor_access::file_of(next) != file || n.size() >= staged_bytes || n.data() < begin ||
-            n.data() + n.size() > begin + staging_bytes)
+        if (tensor_access::file_of(next) != file || n.size() >= tuning::staged_bytes || n.data() < begin ||
+            n.data() + n.size() > begin + tuning::staging_bytes)
           return false;
         end = std::max(end, n.data() + n.size());
         return true;
@@ -137,10 +125,10 @@ class entry_reads {
         total_(total_bytes()), order_(read_order()) {}
 
   // Reads every leaf: in two runs on two threads when every leaf reads alone and they read
-  // parallel_read_bytes or more, else in one run.
+  // tuning::parallel_read_bytes or more, else in one run.
   void read_all() const {
     const std::size_t count = order_.size();
-    if (!alone_ || total_ < parallel_read_bytes || count < 2) return read_run(0, count);
+    if (!alone_ || total_ < tuning::parallel_read_bytes || count < 2) return read_run(0, count);
     const std::size_t middle = second_run();
     run_in_parallel(2, [&](std::size_t part, std::size_t parts) {
       if (parts == 1) read_run(0, count);
@@ -163,14 +151,14 @@ class entry_reads {
 
   // Leaves that read alone are read in the order of their bytes in the file (reading a file
   // front to back is what its read-ahead and the disk do best; entries named layers.0 ..
-  // layers.10 are not stored in that order), unless they average less than file_order_bytes;
+  // layers.10 are not stored in that order), unless they average less than tuning::file_order_bytes;
   // other leaves in their own order. Leaves without an entry (kept) are not read.
   [[nodiscard]] std::vector<std::size_t> read_order() const {
     std::vector<std::size_t> order;
     order.reserve(leaves_.size());
     for (std::size_t k = 0; k < leaves_.size(); ++k)
       if (entries_[k] != nullptr) order.push_back(k);
-    if (alone_ && total_ >= file_order_bytes * leaves_.size())
+    if (alone_ && total_ >= tuning::file_order_bytes * leaves_.size())
       std::ranges::sort(order, std::less<>{}, [this](std::size_t k) { return entries_[k]->bytes().data(); });
     return order;
   }
@@ -208,7 +196,7 @@ class entry_reads {
 };
 
 // Reads each entry into its leaf (none where the entry is null: the leaf is kept). Small entries
-// of a loaded file (under staged_bytes) reach their leaves staged: runs of them read with one
+// of a loaded file (under tuning::staged_bytes) reach their leaves staged: runs of them read with one
 // pread into a staging band, which the leaves copy from; larger ones are read by the leaves
 // themselves, from the file (ckpt/detail/pages.hpp). When every leaf reads alone, two runs of
 // leaves of about equal bytes are read on two threads; otherwise the leaves are read in order on

@@ -1,6 +1,7 @@
 #include "reordered_bands.hpp"
 
 #include "parallel.hpp"
+#include "tuning.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -24,9 +25,9 @@ reordered_bands::reordered_bands(std::span<const entry_source> entries) : entrie
     largest_row = std::max(largest_row, e.row_size());
   }
   if (total == 0) return;
-  capacity_ = std::min(total, std::max(band_bytes, largest_row));
+  capacity_ = std::min(total, std::max(tuning::band_bytes, largest_row));
   for (slot& s : slots_) s.bytes = std::make_unique_for_overwrite<std::byte[]>(capacity_);
-  if (total < threaded_bytes || hardware_threads() < 2) return;
+  if (total < tuning::threaded_bytes || hardware_threads() < 2) return;
   try {
     helper_ = std::jthread([this](const std::stop_token& stop) { run(stop); });
   } catch (const std::system_error&) {

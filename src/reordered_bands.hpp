@@ -36,12 +36,6 @@ class reordered_bands {
   [[nodiscard]] band next();
 
  private:
-  // Bands of this size (or one row, if a row is larger) are transposed, hashed and copied into
-  // the file while they are in L2; smaller bands cost more hand-overs than they save.
-  static constexpr std::size_t band_bytes = std::size_t{2} << 20;
-  // Less than this to reorder in all is done on the calling thread: a thread costs more.
-  static constexpr std::size_t threaded_bytes = std::size_t{2} << 20;
-
   struct slot {
     std::unique_ptr<std::byte[]> bytes;
     std::size_t size = 0;

@@ -3,6 +3,7 @@
 #include "parallel.hpp"
 #include "transpose_kernels.hpp"
 #include "transpose_tiles.hpp"
+#include "tuning.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,9 +13,6 @@
 
 namespace ckpt::detail {
 namespace {
-
-// Matrices of at least this size are transposed on two threads.
-constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
 #if defined(__SSE2__)
 // One register tile of elements of `Size` bytes: a `side` x `side` square, moved with unaligned
@@ -62,7 +60,7 @@ struct tile {
 template <class T>
 void transpose_blocked(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
                        std::size_t rows, std::size_t cols) noexcept {
-  constexpr std::size_t block = std::max<std::size_t>(block_bytes / sizeof(T), 1);
+  constexpr std::size_t block = std::max<std::size_t>(tuning::block_bytes / sizeof(T), 1);
   for (std::size_t r0 = 0; r0 < rows; r0 += block)
     for (std::size_t c0 = 0; c0 < cols; c0 += block)
       transpose_scalar<T>(src, src_stride, dst, dst_stride, r0, std::min(rows, r0 + block), c0, std::min(cols, c0 + block));
@@ -157,7 +155,7 @@ void transpose(const std::byte* src, std::byte* dst, std::size_t rows, std::size
   // of source rows, the second transposed on a helper thread. The runs write disjoint columns of
   // the destination.
   const std::size_t half = rows / 2 / 64 * 64;  // whole tiles on either side
-  if (rows * cols * element_size < parallel_bytes || half == 0)
+  if (rows * cols * element_size < tuning::parallel_transpose_bytes || half == 0)
     return transpose(src, cols, dst, rows, rows, cols, element_size, to);
   std::byte* const lent = block_buffer(1);
   run_in_parallel(2, [&](std::size_t part, std::size_t parts) {

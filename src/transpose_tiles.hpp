@@ -4,6 +4,8 @@
 // baseline) and src/transpose_avx2.cpp (compiled for AVX2). Everything here has internal
 // linkage, so that each file's copy keeps its own instruction set.
 
+#include "tuning.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -17,13 +19,9 @@
 namespace ckpt::detail {
 namespace {
 
-// Square blocks of this many bytes a side (256 floats: 256 KiB a block) keep a source block and
-// a destination block in L2. Not sized for L1: a block's rows lie as many pages apart as it has
-// rows, and small blocks come back to the same pages many times.
-constexpr std::size_t block_bytes = 1024;
-
-// The largest block buffer a transpose_tiled call uses (2-byte elements: 512 x 512 of them).
-constexpr std::size_t block_buffer_bytes = block_bytes * block_bytes / 2;
+// The largest block buffer a transpose_tiled call uses: a square block of tuning::block_bytes a
+// side, of 2-byte elements (512 x 512 of them).
+constexpr std::size_t block_buffer_bytes = tuning::block_bytes * tuning::block_bytes / 2;
 
 template <class T>
 void transpose_scalar(const std::byte* src, std::size_t src_stride, std::byte* dst, std::size_t dst_stride,
@@ -57,12 +55,12 @@ void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* ds
                      std::size_t rows, std::size_t cols, bool to_memory, std::byte* buffer) noexcept {
   using element = std::conditional_t<Size == 2, std::uint16_t, std::conditional_t<Size == 4, std::uint32_t, std::uint64_t>>;
   constexpr std::size_t side = Tile::side;
-  constexpr std::size_t block = std::max<std::size_t>(block_bytes / Size, side);
+  constexpr std::size_t block = std::max<std::size_t>(tuning::block_bytes / Size, side);
   // With a destination stride of a multiple of 1 KiB (a 2048-float row: 8 KiB), the rows a block
   // writes fall in the same L1 sets and evict each other before each line is filled: every store
-  // misses. Such blocks go through a small
-  // contiguous buffer and leave it a destination row at a time. Other strides write directly,
-  // which is faster for them, unless the destination is written around the caches, which only
+  // misses. Such blocks go through a small contiguous buffer and leave it a destination row at a
+  // time. Other strides write directly, which costs them less (CHANGELOG.md, "Performance
+  // history", "The first runs"), unless the destination is written around the caches, which only
   // the buffer's whole rows can be.
   const std::size_t buffer_stride = std::min(block, rows);
   const bool buffered = buffer != nullptr && (to_memory || dst_stride * Size % 1024 == 0);

@@ -62,6 +62,7 @@ set(layer_detail/training_state 4) # the training state's section names and step
 # public header lives on that header's layer).
 set(layer_memory 1)
 set(layer_parallel 1)
+set(layer_tuning 1)              # the compiled library's tuning constants (src/tuning.hpp)
 set(layer_temporary_name 1)
 set(layer_folder 1)             # a folder held by its descriptor: every name the library creates, renames or removes
 set(layer_entry_name 1)        # the format's rule for entry names and its messages

@@ -5,7 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io_hooks.hpp"  // src/: the background copy held back
-#include "memory.hpp"    // src/: detail::kept_buffers, detail::heap_limit
+#include "memory.hpp"    // src/: detail::kept_buffers, detail::tuning::heap_limit (tuning.hpp)
 #include "support.hpp"
 
 #include <ckpt/ckpt.hpp>
@@ -137,8 +137,8 @@ bool mapped(const std::byte* address) {
 }
 
 BOOST_AUTO_TEST_CASE(a_large_buffer_given_back_serves_the_next_of_params_of_its_size) {
-  // 4096 x 2048 floats, 32 MiB: a mapped buffer (detail::heap_limit).
-  static_assert(4096 * 2048 * sizeof(float) >= ckpt::detail::heap_limit);
+  // 4096 x 2048 floats, 32 MiB: a mapped buffer (detail::tuning::heap_limit).
+  static_assert(4096 * 2048 * sizeof(float) >= ckpt::detail::tuning::heap_limit);
   layer live = make_layer(1, 4096, 2048);
   const std::byte* first_address = nullptr;
   {
@@ -315,7 +315,7 @@ BOOST_AUTO_TEST_CASE(small_leaves_share_a_kept_slab_that_serves_the_next_of_para
     BOOST_TEST_REQUIRE(first.size() == 64U);
     // ckpt's own mapping (advised huge pages), not the heap's.
     BOOST_TEST(vm_flags_at(reinterpret_cast<const void*>(first.front())).find(" hg") != std::string::npos);
-    BOOST_TEST(first.back() + 128 * 128 * sizeof(float) <= first.front() + ckpt::detail::heap_limit);
+    BOOST_TEST(first.back() + 128 * 128 * sizeof(float) <= first.front() + ckpt::detail::tuning::heap_limit);
     for (std::size_t i = 0; i < first.size(); ++i) {
       BOOST_TEST(first[i] % 64 == 0U);
       if (i > 0) BOOST_TEST(first[i] >= first[i - 1] + 128 * 128 * sizeof(float));  // no two overlap

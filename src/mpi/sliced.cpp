@@ -9,6 +9,7 @@
 #include "../folder.hpp"
 #include "../posix_file.hpp"
 #include "../safetensors.hpp"
+#include "../tuning.hpp"
 #include "common.hpp"
 #include "holding.hpp"
 #include "step.hpp"
@@ -138,8 +139,7 @@ struct unit {
   std::size_t first_row = 0, rows = 0;
 };
 
-// A rank writes at most this much in one collective write.
-constexpr std::size_t round_bytes = std::size_t{64} << 20;
+using ckpt::detail::tuning::round_bytes;
 
 // Cuts `source`'s C-order bytes (to go at `offset`) into units of round_bytes at most (whole
 // rows for a row writer, at least one).
