@@ -23,10 +23,10 @@
 namespace ckpt {
 namespace {
 
-// Transformers' file names (SAFE_WEIGHTS_NAME, WEIGHTS_NAME) and the suffixes of their indexes.
+// Transformers' file names (SAFE_WEIGHTS_NAME, WEIGHTS_NAME) and the suffix of the torch files'
+// index (the safetensors one is detail::safetensors_index_suffix, src/sharded.hpp).
 constexpr std::string_view safetensors_file = "model.safetensors";
 constexpr std::string_view torch_file = "pytorch_model.bin";
-constexpr std::string_view safetensors_index = ".safetensors.index.json";
 constexpr std::string_view torch_index = ".bin.index.json";
 
 // What a folder holds of each kind: the single file's name if present, and the indexes.
@@ -46,7 +46,8 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
     const std::string name = it->path().filename().string();
     if (name == safetensors_file) st.single = true;
     else if (name == torch_file) pt.single = true;
-    else if (name.size() > safetensors_index.size() && name.ends_with(safetensors_index)) st_indexes.push_back(name);
+    else if (name.size() > detail::safetensors_index_suffix.size() && name.ends_with(detail::safetensors_index_suffix))
+      st_indexes.push_back(name);
     else if (name.size() > torch_index.size() && name.ends_with(torch_index)) pt_indexes.push_back(name);
   }
   if (ec) throw io_error(folder, "list the folder", ec);
@@ -67,10 +68,7 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
                               in_quotes(kind->files[1]) + "); load the file you mean");
   if (st.single) return detail::load_by_content(folder / safetensors_file, options, torch);
   if (pt.single) return detail::load_by_content(folder / torch_file, options, torch);
-  if (pt_indexes.size() > 1)
-    throw error(folder, where + std::to_string(pt_indexes.size()) + " sharded checkpoint indexes (" +
-                            in_quotes(pt_indexes[0]) + ", " + in_quotes(pt_indexes[1]) +
-                            (pt_indexes.size() > 2 ? ", ...)" : ")") + "; load the one you mean");
+  if (pt_indexes.size() > 1) throw detail::several_indexes(folder, pt_indexes);
   if (pt_indexes.size() == 1) return detail::load_sharded_by_content(folder / pt_indexes.front(), options, torch);
   // A sharded safetensors checkpoint, or nothing: load_sharded's rules and messages.
   return detail::load_sharded(folder, options);
@@ -81,7 +79,7 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
 checkpoint load(const std::filesystem::path& path, const load_options& options, const torch_options& torch) {
   const std::string_view name(path.native());
   if (name.ends_with(".index.json")) {
-    if (name.ends_with(safetensors_index)) return detail::load_sharded(path, options);
+    if (name.ends_with(detail::safetensors_index_suffix)) return detail::load_sharded(path, options);
     return detail::load_sharded_by_content(path, options, torch);
   }
   std::error_code ec;

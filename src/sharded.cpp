@@ -70,6 +70,12 @@ std::string python_json_string(std::string_view s) {
   return out + "\"";
 }
 
+error several_indexes(const std::filesystem::path& folder, std::span<const std::string> indexes) {
+  return error(folder, "ckpt: the folder '" + folder.string() + "' holds " + std::to_string(indexes.size()) +
+                           " sharded checkpoint indexes ('" + indexes[0] + "', '" + indexes[1] +
+                           (indexes.size() > 2 ? "', ...)" : "')") + "; load the one you mean");
+}
+
 std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map) {
   std::string out = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total_size) + "\n  },\n";
   out += "  \"weight_map\": {";
@@ -92,7 +98,7 @@ using detail::last_error;
 using detail::python_json_string;
 
 constexpr std::string_view shard_suffix = ".safetensors";
-constexpr std::string_view index_suffix = ".safetensors.index.json";
+using detail::safetensors_index_suffix;
 
 std::string shard_name(const std::string& base, std::size_t number, std::size_t count) {
   char digits[64];
@@ -118,16 +124,14 @@ bool is_shard_name(std::string_view name, std::string_view base) {
 std::string index_in(const detail::folder_handle& folder) {
   std::vector<std::string> found;
   for (std::string& name : folder.names())
-    if (name.size() > index_suffix.size() && name.ends_with(index_suffix)) found.push_back(std::move(name));
+    if (name.size() > safetensors_index_suffix.size() && name.ends_with(safetensors_index_suffix))
+      found.push_back(std::move(name));
   std::sort(found.begin(), found.end());
   const std::filesystem::path& path = folder.path();
   if (found.empty())
     throw error(path, "ckpt: the folder '" + path.string() + "' holds no sharded checkpoint index (*" +
-                          std::string(index_suffix) + ")");
-  if (found.size() > 1)
-    throw error(path, "ckpt: the folder '" + path.string() + "' holds " + std::to_string(found.size()) +
-                          " sharded checkpoint indexes ('" + found[0] + "', '" + found[1] +
-                          (found.size() > 2 ? "', ...)" : "')") + "; load the one you mean");
+                          std::string(safetensors_index_suffix) + ")");
+  if (found.size() > 1) throw detail::several_indexes(path, found);
   return found.front();
 }
 
@@ -137,7 +141,7 @@ class staging_folder {
  public:
   explicit staging_folder(const detail::folder_handle& folder) : parent_(folder) {
     for (int attempt = 0; attempt < 100 && held_.fd() == AT_FDCWD; ++attempt) {
-      name_ = ".ckpt-staging-" + detail::random_suffix();
+      name_ = std::string(detail::staging_prefix) + detail::random_suffix();
       if (::mkdirat(folder.fd(), name_.c_str(), 0700) == 0) held_ = folder.subfolder(name_);
       else if (errno != EEXIST) throw io_error(folder.path(), "create a staging folder in", last_error());
     }
@@ -194,7 +198,7 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   if (!current.empty()) groups.push_back(std::move(current));
 
   sharded_files files;
-  files.index = folder / (options.base_name + std::string(index_suffix));
+  files.index = folder / (options.base_name + std::string(safetensors_index_suffix));
   std::vector<std::pair<std::string, std::string>> weight_map;
   weight_map.reserve(t.size());
   // Every shard is written into a staging folder first: a save that fails part-way (a name that

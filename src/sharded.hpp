@@ -5,9 +5,11 @@
 // ckpt::mpi for the shards it loads with their verified hashes (assemble_shards). Not part of
 // the API: `ckpt::load` is the one way to load. It reads the index through src/hf_index.hpp and
 // each shard through the file reader (src/file.hpp) or, by content, src/by_content.hpp; it never
-// calls ckpt::load.
+// calls ckpt::load. With it, the names of the sharded layout that ckpt::load and the tool `ckpt`
+// also use.
 
 #include <ckpt/checkpoint.hpp>
+#include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/torch.hpp>
 
@@ -16,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,5 +55,19 @@ namespace ckpt::detail {
 [[nodiscard]] checkpoint assemble_shards(const std::filesystem::path& index,
                                          const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
                                          const std::function<checkpoint(const std::string& shard)>& load_shard);
+
+/// The suffix of a sharded safetensors checkpoint's index (`model.safetensors.index.json`): the
+/// index save_sharded writes, and the one the readers look for in a folder.
+inline constexpr std::string_view safetensors_index_suffix = ".safetensors.index.json";
+
+/// The start of the name of save_sharded's staging folder, `.ckpt-staging-XXXXXX` (the X's as
+/// random_suffix gives them, src/atomic_file.hpp).
+inline constexpr std::string_view staging_prefix = ".ckpt-staging-";
+
+/// The error of a folder that holds several indexes of one kind, `indexes` (sorted, two or more),
+/// where one is wanted: "ckpt: the folder '<folder>' holds N sharded checkpoint indexes ('a', 'b',
+/// ...); load the one you mean".
+/// \throws std::bad_alloc
+[[nodiscard]] error several_indexes(const std::filesystem::path& folder, std::span<const std::string> indexes);
 
 }  // namespace ckpt::detail
