@@ -1,6 +1,7 @@
 #include "hf_index.hpp"
 
 #include "entry_name.hpp"
+#include "json_sax.hpp"
 #include "posix_file.hpp"
 #include "safetensors.hpp"
 
@@ -45,17 +46,9 @@ std::string json_string(std::string_view s) { return boost::json::serialize(stri
 // not an object, a repeated `metadata` or `weight_map`, `metadata` not an object, no
 // `weight_map`, `weight_map` not an object, the first bad entry of the weight_map, a name given
 // twice. From the first bad entry on, the rest of the weight_map is skipped.
-class index_handler {
+class index_handler : public unlimited_sax_handler {
  public:
-  static constexpr std::size_t max_object_size = std::size_t(-1);
-  static constexpr std::size_t max_array_size = std::size_t(-1);
-  static constexpr std::size_t max_key_size = std::size_t(-1);
-  static constexpr std::size_t max_string_size = std::size_t(-1);
-
   explicit index_handler(const std::filesystem::path& shown) : shown_(shown) {}
-
-  bool on_document_begin(error_code&) { return true; }
-  bool on_document_end(error_code&) { return true; }
 
   bool on_object_begin(error_code&) { return begin_compound('{'); }
   bool on_object_end(std::size_t, error_code&) { return end_compound('}'); }

@@ -2,6 +2,7 @@
 
 #include "entry_name.hpp"
 #include "hex.hpp"
+#include "json_sax.hpp"
 #include "utf8.hpp"
 #include <ckpt/detail/pages.hpp>
 
@@ -57,19 +58,11 @@ std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 // take_shape, take_data_offsets, end_entry), `__metadata__` (take_top_key, take_metadata_key,
 // take_metadata_value), numbers (unsigned_value, number_value) and the messages of what may not
 // stand where it does (bad_field, bad_metadata, unexpected).
-class header_handler {
+class header_handler : public unlimited_sax_handler {
  public:
-  static constexpr std::size_t max_object_size = std::size_t(-1);
-  static constexpr std::size_t max_array_size = std::size_t(-1);
-  static constexpr std::size_t max_key_size = std::size_t(-1);
-  static constexpr std::size_t max_string_size = std::size_t(-1);
-
   header_handler(const std::filesystem::path& origin, std::string_view json) : origin_(origin), json_(json) {}
 
   parsed_header result;
-
-  bool on_document_begin(error_code&) { return true; }
-  bool on_document_end(error_code&) { return true; }
 
   bool on_object_begin(error_code&) {
     switch (where_) {

@@ -1,7 +1,7 @@
 #pragma once
 // How ckpt::save names the temporary file it renames over its target, in one place for the writer
-// (src/atomic_file.cpp) and the manager that recognises leftovers of a crashed save
-// (src/local_manager.cpp).
+// (src/atomic_file.cpp) and those that recognise leftovers of a crashed save (src/local_manager.cpp,
+// the tool `ckpt`).
 
 #include <climits>
 #include <cstddef>
@@ -35,11 +35,12 @@ inline std::string temporary_name(std::string_view name, std::string_view suffix
 }
 
 // The name of the file a temporary named `name` was written for (cut, for a target name too long
-// to fit whole: see temporary_name), or nothing if `name` is not such a temporary.
+// to fit whole: see temporary_name), or nothing if `name` is not such a temporary (an empty
+// target is no file's). The managers and the tool `ckpt` recognise leftovers by it.
 inline std::optional<std::string_view> target_of_temporary(std::string_view name) {
   if (!name.starts_with('.')) return std::nullopt;
   const std::size_t marker = name.rfind(temporary_marker);
-  if (marker == std::string_view::npos || marker < 1 ||
+  if (marker == std::string_view::npos || marker < 2 ||
       name.size() - marker - temporary_marker.size() != temporary_suffix_length)
     return std::nullopt;
   return name.substr(1, marker - 1);

@@ -78,6 +78,7 @@ set(layer_pages 2)             # src/pages.cpp: the copies out of a tensor's byt
 set(layer_entry_source 2)      # src/entry_source.cpp: an entry's rows, a tensor's entry source
 set(layer_live_source 3)       # src/live_source.cpp: entry sources sorted by name, names checked
 set(layer_reordered_bands 2)   # the file writer's bands
+set(layer_json_sax 2)           # what the SAX handlers of the JSON readers share (safetensors, hf_index)
 set(layer_safetensors 2)       # the format's header parser and writer
 set(layer_cast 2)              # dtype conversion (src/cast.hpp, src/cast.cpp; the API is ckpt::cast of adapt.hpp)
 set(layer_hf_index 2)          # the sharded index's reader

@@ -1,7 +1,11 @@
 #include "common.hpp"
 
-// The library's own rules, through its internal headers (src/): UTF-8 and hex digits in one place.
+// The library's own rules, through its internal headers (src/): UTF-8 and hex digits, the managers'
+// names and step codec, the names of temporaries and of staging folders, each in one place.
 #include "hex.hpp"
+#include "manager_core.hpp"
+#include "sharded.hpp"
+#include "temporary_name.hpp"
 #include "utf8.hpp"
 
 #include <ckpt/error.hpp>
@@ -96,38 +100,18 @@ std::vector<listed_step> steps_in(const std::filesystem::path& path) {
 
 namespace {
 
-// The names of ckpt/manager.hpp and ckpt/mpi.hpp: the managers' one lock file, a step file of
-// ckpt::checkpoint_manager, a step folder of ckpt::mpi::checkpoint_manager and the index that
-// commits it, the temporaries of ckpt::save and the staging folders of ckpt::save_sharded.
-constexpr std::string_view lock_file = ".ckpt-manager.lock";  // both managers
-constexpr std::string_view file_step_prefix = "ckpt-", file_step_suffix = ".safetensors";
-constexpr std::string_view mpi_step_prefix = "step-", mpi_step_index = "model.safetensors.index.json";
-constexpr std::string_view temporary_marker = ".tmp-", staging_prefix = ".ckpt-staging-";
-constexpr std::size_t random_suffix_length = 6;  // the XXXXXX of a temporary or a staging folder
-
-// The step of a name `<prefix><step, zero-padded to 10 digits><suffix>`, spelled exactly as a
-// manager spells it (so "ckpt-7.safetensors" is nobody's step), or nothing.
-std::optional<std::int64_t> step_in_name(std::string_view name, std::string_view prefix, std::string_view suffix) {
-  if (name.size() < prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
-    return std::nullopt;
-  const std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  std::int64_t step = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-  if (ec != std::errc() || end != digits.data() + digits.size() || step < 0) return std::nullopt;
-  char spelled[32];
-  std::snprintf(spelled, sizeof spelled, "%010lld", static_cast<long long>(step));
-  if (digits != spelled) return std::nullopt;
-  return step;
-}
-
-// The file a temporary `.<name>.tmp-XXXXXX` of ckpt::save was written for, or nothing.
-std::optional<std::string_view> target_of_temporary(std::string_view name) {
-  const std::size_t marker = name.rfind(temporary_marker);
-  if (!name.starts_with('.') || marker == std::string_view::npos || marker < 2 ||
-      name.size() - marker - temporary_marker.size() != random_suffix_length)
-    return std::nullopt;
-  return name.substr(1, marker - 1);
-}
+// The names of ckpt/manager.hpp and ckpt/mpi.hpp (a step file of ckpt::checkpoint_manager, a step
+// folder of ckpt::mpi::checkpoint_manager and the index that commits it, the managers' lock
+// file), the temporaries of ckpt::save and the staging folders of ckpt::save_sharded, as the
+// library spells and reads them.
+using ckpt::detail::file_step_prefix;
+using ckpt::detail::file_step_suffix;
+using ckpt::detail::mpi_step_index;
+using ckpt::detail::mpi_step_prefix;
+using ckpt::detail::staging_prefix;
+using ckpt::detail::step_in_name;
+using ckpt::detail::target_of_temporary;
+using ckpt::detail::temporary_suffix_length;  // the XXXXXX of a temporary or a staging folder
 
 // What the entry `name` of a manager folder is, if it is a leftover. Looked at without following
 // a link, but for an MPI step folder's index, which the managers look for through a link too.
@@ -144,7 +128,7 @@ std::optional<leftover_kind> leftover_kind_of(const std::filesystem::path& folde
     return leftover_kind::uncommitted_step;
   }
   if (is_folder) {
-    if (name.starts_with(staging_prefix) && name.size() == staging_prefix.size() + random_suffix_length)
+    if (name.starts_with(staging_prefix) && name.size() == staging_prefix.size() + temporary_suffix_length)
       return leftover_kind::staging_folder;
     return std::nullopt;
   }
@@ -161,7 +145,7 @@ bool is_manager_folder(const std::filesystem::path& path, const std::vector<list
   if (!steps.empty()) return true;
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return false;
-  const std::filesystem::file_type type = std::filesystem::symlink_status(path / lock_file, ec).type();
+  const std::filesystem::file_type type = std::filesystem::symlink_status(path / ckpt::detail::manager_lock_name, ec).type();
   return type != std::filesystem::file_type::not_found && type != std::filesystem::file_type::none;
 }
 

@@ -8,6 +8,8 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/torch.hpp>
 
+#include "digest.hpp"
+
 #include <CLI/App.hpp>
 
 #include <array>
@@ -36,11 +38,11 @@ enum status : int {
 // The statuses are ordered: of several outcomes, the command exits with the largest (an error
 // over a finding over nothing found).
 
-/// The digest keys of the file format (docs/guide.md, "File-format guarantees"): ckpt's digest of
-/// the whole file, which `load` verifies, and the data-only ones of earlier versions, which it
-/// does not check. Each describes one file's bytes.
-inline constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
-inline constexpr std::array<std::string_view, 2> earlier_digest_keys = {"ckpt.xxh3_64_per_mib", "ckpt.xxh3_64"};
+/// The digest keys of the file format (docs/guide.md, "File-format guarantees"), as the library
+/// names them (src/digest.hpp): ckpt's digest of the whole file, which `load` verifies, and the
+/// data-only ones of earlier versions, which it does not check. Each describes one file's bytes.
+using ckpt::detail::digest_key;
+using ckpt::detail::earlier_digest_keys;
 
 /// What a subcommand does once its arguments are parsed; returns the exit status.
 using action = std::function<int()>;

@@ -18,15 +18,20 @@
 
 namespace ckpt::detail {
 
-// Matrix and Array share everything: a plain object with contiguous storage.
+// What every Eigen leaf shares: the dtype of its Scalar, and a read that fills only the leaf.
 template <class T>
-struct dense_leaf_traits {
+struct eigen_leaf_traits {
   using scalar_type = typename T::Scalar;
   static constexpr bool reads_only_its_leaf = true;
+  static ckpt::dtype dtype(const T&) { return checked_dtype_of<scalar_type>(); }
+};
+
+// Matrix and Array share everything: a plain object with contiguous storage.
+template <class T>
+struct dense_leaf_traits : eigen_leaf_traits<T> {
   // Whether the storage already is C order: row-major, or a single row or column.
   static bool c_ordered(const T& m) { return T::IsRowMajor || m.rows() == 1 || m.cols() == 1; }
 
-  static ckpt::dtype dtype(const T&) { return checked_dtype_of<scalar_type>(); }
   static dims shape(const T& m) { return dense_shape(m); }
   static std::span<const std::byte> contiguous(const T& m) {
     if (!c_ordered(m)) return {};
@@ -52,9 +57,8 @@ struct dense_leaf_traits {
 
 // Dynamic and fixed-size tensors alike, through a TensorMap of their storage.
 template <class T>
-struct tensor_leaf_traits {
-  using scalar_type = typename T::Scalar;
-  static constexpr bool reads_only_its_leaf = true;
+struct tensor_leaf_traits : eigen_leaf_traits<T> {
+  using typename eigen_leaf_traits<T>::scalar_type;
   static constexpr int rank = T::NumIndices;
   static constexpr bool is_row_major = (static_cast<int>(T::Layout) == Eigen::RowMajor);
 
@@ -69,7 +73,6 @@ struct tensor_leaf_traits {
     return out;
   }
 
-  static ckpt::dtype dtype(const T&) { return checked_dtype_of<scalar_type>(); }
   static dims shape(const T& t) {
     dims out(rank);
     for (int i = 0; i < rank; ++i) out[i] = static_cast<std::int64_t>(t.dimension(i));
