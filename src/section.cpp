@@ -15,7 +15,7 @@ namespace detail {
 std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function) {
   std::vector<const entry_source*> order;
   for (const section& s : sections)
-    for (const entry_source& e : s.entries_) order.push_back(&e);
+    for (const entry_source& e : section_access::entries(s)) order.push_back(&e);
   order_entries(order, function);
   return order;
 }

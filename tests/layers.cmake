@@ -57,6 +57,7 @@ set(layer_detail/lazy_copy 2)     # the copy-before-write rule of a lazy snapsho
 set(layer_detail/extract 3)       # the read of one structure (params.hpp)
 set(layer_detail/adam_update 4)   # Adam's moments and the update of a leaf (adam.hpp)
 set(layer_detail/training_state 4) # the training state's section names and step entry (adam.hpp)
+set(layer_detail/slice_reads 4)   # the part of an entry read_flat and read_rows read (mpi.hpp)
 
 # The private pieces of src/ that are not named after a public header (a src/ file named after a
 # public header lives on that header's layer).

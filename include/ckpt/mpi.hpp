@@ -31,6 +31,7 @@
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/live_source.hpp>
+#include <ckpt/detail/slice_reads.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/leaf.hpp>
 #include <ckpt/file.hpp>
@@ -207,19 +208,6 @@ inline std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::p
   return save_sliced(comm, folder, step, slices, std::span<const section>(whole.begin(), whole.size()), metadata,
                      options);
 }
-
-namespace detail {
-// The part of entry `name` of `t` holding elements [first, first + numel(shape)), as a tensor of
-// `shape` that views the same bytes (in a loaded file, reading it reads only them).
-// \throws std::invalid_argument if `t` has no entry `name`, if its dtype is not `type`, or if the
-// range is outside it; `function` names the caller.
-[[nodiscard]] tensor part_of(const checkpoint& t, std::string_view name, std::int64_t first, ckpt::dtype type,
-                             const dims& shape, std::string_view function);
-// The first element of rows [first_row, ...) of entry `name` of `t`, after checking that
-// `local_shape` is a block of its rows that fits.
-[[nodiscard]] std::int64_t first_of_rows(const checkpoint& t, std::string_view name, std::int64_t first_row,
-                                         const dims& local_shape);
-}  // namespace detail
 
 /// Reads elements [first, first + numel(local)) of the flattened entry `name` of `t` (a step
 /// from `load`, or any checkpoint) into `local`, whatever the ranks that wrote it held: only

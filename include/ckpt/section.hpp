@@ -35,10 +35,7 @@ namespace ckpt {
 class section;
 
 namespace detail {
-struct section_access;
-// The entries of `sections` in name order, after checking their names (none empty, none
-// `__metadata__`, no two equal). `function` names the caller in the error messages.
-std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function);
+struct section_access;  // ckpt/detail/section_access.hpp, included at the end
 }  // namespace detail
 
 /// One part of a file: the leaves of a named structure under a prefix, referred to in place (not
@@ -84,8 +81,6 @@ class section {
   }
 
  private:
-  friend std::vector<const detail::entry_source*> detail::ordered_entries(std::span<const section>,
-                                                                          std::string_view);
   friend struct detail::section_access;
   section() = default;
   std::vector<detail::entry_source> entries_;

@@ -23,12 +23,9 @@ using dims = std::vector<std::int64_t>;
 /// \throws std::bad_alloc
 [[nodiscard]] std::string to_string(std::span<const std::int64_t> shape);
 
-namespace detail {
-// Not part of the API: a loaded file's mapping, which a tensor's bytes may view, and the
-// library's access to it (ckpt/detail/pages.hpp, compiled in src/): the tensor only keeps the
-// handle, and does no I/O.
-class mapped_file;
-struct tensor_access;
+namespace detail {  // not part of the API; the tensor keeps the handle and does no I/O
+class mapped_file;     // a loaded file's mapping, which a tensor's bytes may view
+struct tensor_access;  // the library's access to them (ckpt/detail/pages.hpp, compiled in src/)
 }  // namespace detail
 
 /// One checkpoint entry: a dtype, a shape and the elements' bytes in C (row-major) order,

@@ -1,13 +1,15 @@
 #pragma once
 // Not part of the API (adam.hpp's training_state makes its sections with it; src/section.cpp
-// reads them): the way into a section's members. section.hpp includes it at its end, after class
-// section, which it needs: not to be included on its own.
+// reads them, and the writers take their entries in order): the way into a section's members.
+// section.hpp includes it at its end, after class section, which it needs: not to be included
+// on its own.
 
 #include <ckpt/detail/entry_source.hpp>
 #include <ckpt/detail/read_plan.hpp>
 
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -33,6 +35,13 @@ struct section_access {
   // The entries of `s`, in the order its structure's leaves are walked.
   static std::vector<entry_source>& entries(section& s) { return s.entries_; }
   static void add_to(const section& s, std::size_t index, read_plan& plan);
+  // The entries `s` saves.
+  static const std::vector<entry_source>& entries(const section& s) noexcept { return s.entries_; }
 };
+
+// The entries of `sections` in name order, after checking their names (none empty, none
+// `__metadata__`, no two equal). `function` names the caller in the error messages.
+// Throws std::invalid_argument naming a bad name; std::bad_alloc.
+std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function);
 
 }  // namespace ckpt::detail
