@@ -282,7 +282,7 @@ int main(int argc, char** argv) try {
               static_cast<double>(state_bytes) / copy / 1e9);
   writer_stages(dir, state_bytes);
 
-  ckpt::checkpoint_manager manager(dir / "run", {.keep_last = 2});
+  ckpt::checkpoint_manager manager(dir / "run", {.max_to_keep = 2});
   // The arena's first fill, untimed: the runs show later saves.
   manager.save_async(t.state.step, ckpt::training_state(t.params, t.state), {}, true);
   t.step();

@@ -17,7 +17,6 @@ inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 // entry_memory). Buffers of that size and more, which glibc always maps on their own, are mapped
 // here with huge pages asked for (512 times fewer faults than 4 KiB pages) and kept when given
 // back (kept_buffers).
-using tuning::heap_limit;  // as src/snapshot.cpp names it
 
 // Mapped buffers given back, kept for the next allocation of the same size. Filling fresh
 // anonymous memory costs a page fault a page, and more where the system has taken the memory

@@ -7,6 +7,7 @@
 #include "io_hooks.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
+#include "tuning.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -51,10 +52,9 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
     for (std::size_t i = first; i < last; ++i)
       if (targets[i] != nullptr) copy_entry(*order[i], targets[i]);
   };
-  constexpr std::size_t bytes_per_thread = std::size_t{64} << 20;
   const std::size_t threads =
       std::clamp<std::size_t>(std::min<std::size_t>(detail::hardware_threads(), 4), 1,
-                              std::max<std::size_t>(total / bytes_per_thread, 1));
+                              std::max<std::size_t>(total / detail::tuning::snapshot_bytes_per_thread, 1));
   // Run k ends at the first entry that starts at or past k/threads of the bytes.
   std::vector<std::size_t> bounds{0};
   for (std::size_t k = 1; k < threads; ++k) {
@@ -308,17 +308,17 @@ namespace {
 // history", "Memory after churn"). A tensor kept from the checkpoint keeps its slab.
 class entry_memory {
  public:
-  explicit entry_memory(std::size_t small_bytes) : packed_(small_bytes >= packed_bytes) {}
+  explicit entry_memory(std::size_t small_bytes) : packed_(small_bytes >= detail::tuning::packed_bytes) {}
 
   // `size` bytes: their owner and their first byte.
   std::pair<std::shared_ptr<std::byte[]>, std::byte*> take(std::size_t size) {
-    if (!packed_ || size >= detail::heap_limit) {
+    if (!packed_ || size >= detail::tuning::heap_limit) {
       std::shared_ptr<std::byte[]> own = detail::allocate_bytes(std::max<std::size_t>(size, 1));
       std::byte* const first = own.get();
       return {std::move(own), first};
     }
-    if (!slab_ || used_ + aligned(size) > detail::heap_limit) {
-      slab_ = detail::allocate_bytes(detail::heap_limit);
+    if (!slab_ || used_ + aligned(size) > detail::tuning::heap_limit) {
+      slab_ = detail::allocate_bytes(detail::tuning::heap_limit);
       used_ = 0;
     }
     std::byte* const first = slab_.get() + used_;
@@ -327,8 +327,6 @@ class entry_memory {
   }
 
  private:
-  // Less than this in small entries stays on the heap: a slab would map 32 MiB for them.
-  static constexpr std::size_t packed_bytes = std::size_t{1} << 20;
   bool packed_;
   std::shared_ptr<std::byte[]> slab_;
   std::size_t used_ = 0;
@@ -345,7 +343,7 @@ checkpoint detail::copy_entries(const std::vector<entry_source>& entries, std::s
   const auto shared = [](const entry_source& e) { return e.nbytes > 0 && e.keep_alive.nbytes() == e.nbytes; };
   std::size_t small_bytes = 0;
   for (const entry_source* e : order)
-    if (!shared(*e) && e->nbytes < heap_limit) small_bytes += aligned(e->nbytes);
+    if (!shared(*e) && e->nbytes < tuning::heap_limit) small_bytes += aligned(e->nbytes);
   entry_memory memory(small_bytes);
   std::vector<checkpoint::entry> out;
   out.reserve(order.size());
