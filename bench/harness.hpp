@@ -79,6 +79,13 @@ class case_list {
   [[nodiscard]] bool operator()(const std::string& name) const {
     return chosen_.empty() || std::find(chosen_.begin(), chosen_.end(), name) != chosen_.end();
   }
+  // For --help (exit 0) or a stray argument (exit 2): prints `usage` and the cases, and returns the
+  // exit code; otherwise nothing.
+  [[nodiscard]] std::optional<int> help_asked(const args& a, const char* usage) const {
+    if (a.str("help", "") != "1" && a.positional.empty()) return std::nullopt;
+    std::fprintf(a.positional.empty() ? stdout : stderr, "%s%s", usage, help().c_str());
+    return a.positional.empty() ? 0 : 2;
+  }
   [[nodiscard]] std::string help() const {
     std::string out;
     for (const named& k : known_)

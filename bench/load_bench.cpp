@@ -604,10 +604,7 @@ int main(int argc, char** argv) try {
           {"verify", "loads with the digest verified vs not: read_params, to_params, column-major, load alone"},
           {"verify_cold", "the same, read_params with the file dropped from the page cache"},
           {"small", "load of --small tiny tensors vs parsing its header"}});
-  if (a.str("help", "") == "1" || !a.positional.empty()) {
-    std::fprintf(a.positional.empty() ? stdout : stderr, "%s%s", usage, cases.help().c_str());
-    return a.positional.empty() ? 0 : 2;
-  }
+  if (const std::optional<int> exit_code = cases.help_asked(a, usage)) return *exit_code;
   const config c = read_config(a, true);
   fs::create_directories(c.dir);
   // The child processes first, while this process holds no model (run_child).

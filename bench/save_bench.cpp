@@ -311,10 +311,7 @@ int main(int argc, char** argv) try {
           {"save_async", "checkpoint_manager::save_async's call vs the synchronous save, live and of_params"},
           {"digest", "save with the digest vs without, and XXH3-64 of the same bytes in memory"},
           {"small", "save of --small tiny tensors vs their load"}});
-  if (a.str("help", "") == "1" || !a.positional.empty()) {
-    std::fprintf(a.positional.empty() ? stdout : stderr, "%s%s", usage, cases.help().c_str());
-    return a.positional.empty() ? 0 : 2;
-  }
+  if (const std::optional<int> exit_code = cases.help_asked(a, usage)) return *exit_code;
   const config c = read_config(a, true);
   fs::create_directories(c.dir);
   // The child processes first, while this process holds no model (run_child).

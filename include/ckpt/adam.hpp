@@ -196,7 +196,20 @@ template <class P>
 /// \endcode
 ///
 /// Saved, the sections refer to `params` and `state` in place, the step too (they must not change
-/// until the save has copied or written them), so a list made once serves every save. Read back (`read_params` of
+/// until the save has copied or written them), so a list made once serves every save.
+///
+/// **Background saves copy lazily.** `save_async` of this list copies, before it returns, only
+/// the leaves Adam does not change (frozen leaves, integers, engines, `ckpt::tensor` leaves) and
+/// the step. The trained leaves and their moments are copied after it returns: by the background
+/// thread, and by `update`, which copies each leaf it is about to change if the save has not yet
+/// (the parameters do not change between two updates). So the loop does not wait for a copy of
+/// the whole state. The one rule this asks of the loop: until the next `update` returns (or
+/// `wait()`), change the trained leaves and the moments only through `update`, `read_params`
+/// (which finishes the copies first) or by ending `state` (which does too). To change them by
+/// other means in between, call `manager.wait()` first, or save sections you list yourself
+/// (`{{params, "model"}, ...}`), which are copied in the call.
+///
+/// Read back (`read_params` of
 /// sections, strict by default), they replace `params`, `state.mu`, `state.nu` and `state.step`;
 /// `params` is the template of the moments too (`state`'s old contents are not consulted, so a
 /// default-constructed `state` will do), and nothing changes unless every entry checks. With

@@ -297,7 +297,10 @@ class checkpoint_manager {
   /// the first save, the call costs a copy of the parameters into memory already in place, not a
   /// fresh allocation, and the caller may change its leaves as soon as it returns. The price: the
   /// manager keeps the size of one snapshot allocated between saves. (In the MPI manager, a rank
-  /// whose entries are all written by a lower rank copies nothing.)
+  /// whose entries are all written by a lower rank copies nothing.) The exception is
+  /// `ckpt::training_state(params, state)`: its trained leaves and moments are copied after the
+  /// call returns, by the background thread and by `adam::update` before it changes each (see
+  /// there), so the call costs a copy of the other leaves only.
   /// \return true if a write was started.
   /// \throws as `save` for the argument checks and the previous write's error.
   bool save_async(std::int64_t step, std::span<const section> sections, const metadata_map& metadata = {},
