@@ -97,12 +97,34 @@ atomic_file::~atomic_file() {
   else if (leftover_ == leftover::target) ::unlinkat(target_.folder.fd(), target_.name.c_str(), 0);
 }
 
+bool atomic_file::start_direct() noexcept {
+  if (hooks().refuse_direct) return false;
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) return false;
+  direct_ = true;
+  return true;
+}
+
+bool atomic_file::left_direct_after_refusal() noexcept {
+  if (!direct_ || direct_written_ || errno != EINVAL) return false;
+  const int saved = errno;
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
+    errno = saved;  // the write's error is the one to report
+    return false;
+  }
+  direct_ = false;
+  return true;
+}
+
 void atomic_file::write(std::vector<iovec>& pieces) {
   std::size_t first = 0;
   while (first < pieces.size()) {
     const int count = static_cast<int>(std::min<std::size_t>(pieces.size() - first, IOV_MAX));
     const ssize_t n = retry_interrupted([&] { return hooks().writev(fd_, pieces.data() + first, count); });
+    if (n < 0 && left_direct_after_refusal()) continue;
     if (n < 0) throw io_error(shown_, "write", last_error());
+    direct_written_ = direct_written_ || direct_;
     // Advance past what was written; a short write leaves part of one piece to go.
     auto left = static_cast<std::size_t>(n);
     while (first < pieces.size() && left >= pieces[first].iov_len) left -= pieces[first++].iov_len;
@@ -124,9 +146,15 @@ void atomic_file::write_at(std::string_view text, off_t offset) {
     const ssize_t n = retry_interrupted([&] {
       return hooks().pwrite(fd_, text.data() + done, text.size() - done, offset + static_cast<off_t>(done));
     });
+    if (n < 0 && left_direct_after_refusal()) continue;
     if (n < 0) throw io_error(shown_, "write", last_error());
+    direct_written_ = direct_written_ || direct_;
     done += static_cast<std::size_t>(n);
   }
+}
+
+void atomic_file::truncate(off_t size) {
+  if (retry_interrupted([&] { return ::ftruncate(fd_, size); }) != 0) throw io_error(shown_, "truncate", last_error());
 }
 
 void atomic_file::commit(on_folder_sync_failure folder_failure) {

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -29,6 +30,14 @@ void drop_cached_pages(const file_at& file) noexcept;
 /// unique part of a temporary file's or folder's name.
 /// \throws std::bad_alloc
 [[nodiscard]] std::string random_suffix();
+
+/// How a file's bytes reach the disk: through the page cache, or with direct I/O (O_DIRECT), from
+/// aligned buffers straight to the device, no page cache filled (atomic_file::start_direct).
+enum class write_path { page_cache, direct };
+
+/// Direct I/O writes whole blocks of this many bytes, at offsets that are multiples of it, from
+/// buffers aligned to it (a multiple of the logical block size of every common file system).
+inline constexpr std::size_t direct_block_bytes = 4096;
 
 /// What `commit` leaves at the target when fsyncing the folder fails after the rename.
 enum class on_folder_sync_failure {
@@ -50,6 +59,17 @@ class atomic_file {
   /// the file was committed.
   ~atomic_file();
 
+  /// Switches the descriptor held to direct I/O (O_DIRECT, set with fcntl: no name is resolved
+  /// again). From then on every write must start at a multiple of direct_block_bytes, from a
+  /// buffer aligned to it, and be a whole number of blocks long (pad the tail, then `truncate`).
+  /// Returns false, changing nothing, if the file system refuses direct I/O (or the test seam
+  /// says it does: io_hooks::refuse_direct). If the first write after it is refused as invalid
+  /// (EINVAL: a file system that accepts the flag but not the writes), the file goes back to the
+  /// page cache and the write is retried there, silently: `direct()` then says false.
+  bool start_direct() noexcept;
+  /// Whether writes go with direct I/O.
+  [[nodiscard]] bool direct() const noexcept { return direct_; }
+
   /// Writes all of `pieces` at the current position, in writev calls of IOV_MAX pieces at most,
   /// resuming after short writes (`pieces` is consumed).
   /// \throws io_error naming the target.
@@ -60,6 +80,9 @@ class atomic_file {
   /// Writes all of `text` at `offset`, leaving the position alone.
   /// \throws io_error naming the target.
   void write_at(std::string_view text, off_t offset);
+  /// Cuts (or extends) the file to `size` bytes: after direct writes padded to a whole block.
+  /// \throws io_error naming the target.
+  void truncate(off_t size);
 
   /// The temporary's path, for a writer that fills it through another descriptor (the MPI-IO
   /// writer of sliced steps opens it on every rank, by this path).
@@ -76,7 +99,12 @@ class atomic_file {
   file_at target_;
   std::filesystem::path shown_;  // target_.path(), for messages
   std::string temporary_;        // its name in target_.folder
+  // After a write that failed with `errno` EINVAL: if it was the first direct one, clears
+  // O_DIRECT and returns true (retry the write through the page cache).
+  bool left_direct_after_refusal() noexcept;
   int fd_ = -1;
+  bool direct_ = false;          // O_DIRECT is set on fd_
+  bool direct_written_ = false;  // a direct write succeeded: no fallback after it
   // What the destructor removes: the temporary, the renamed target, or nothing once committed.
   enum class leftover { temporary, target, none } leftover_ = leftover::temporary;
 };

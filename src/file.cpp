@@ -16,7 +16,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
 #include <vector>
 
@@ -139,24 +142,48 @@ checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesys
 
 namespace {
 
-// Sends the bytes of a save to the temporary file in large writev batches, straight from where
-// they live, hashing them on the way when a digest is asked for, and reporting progress when
-// asked to.
+// Sends the bytes of a save (header, then data, in file order) to the temporary file, hashing
+// the data when a digest is asked for and reporting progress when asked to, in one of two ways:
+//   - through the page cache: the bytes go in large writev batches straight from where they live,
+//     each slice hashed just before it is written; the digest's digits are then patched into the
+//     header with one pwrite;
+//   - with direct I/O (atomic_file::start_direct): the bytes are copied into an aligned staging
+//     buffer, hashed there, and written a whole buffer at a time; the tail is padded to a whole
+//     block and the file cut to its size at the end. The blocks that hold the digest's digits are
+//     kept as they were written (digits zero) and written again, patched, after everything else.
+// Either way the digest is that of the same bytes fed in the same order (chunked_digest does not
+// depend on how its updates are sliced), and every write goes through the test seam.
 class data_writer {
  public:
-  // Queues `header` (the first 8 + N bytes, the digest's digits zeros; it must stay valid until
-  // the first flush) and hashes it when a digest is asked for.
-  data_writer(atomic_file& file, const save_options& options, std::uint64_t total, std::span<const std::byte> header)
-      : file_(file), progress_(options.progress), total_(total) {
+  // Takes `header` (the first 8 + N bytes, the digest's digits zeros at `digest_at` if a digest
+  // is asked for; it must stay valid until the first flush) and hashes it when a digest is
+  // asked for. `path` says how the bytes go; direct I/O is used only if the file takes it.
+  data_writer(atomic_file& file, const save_options& options, std::uint64_t total, std::span<const std::byte> header,
+              std::size_t digest_at, write_path path)
+      : file_(file), progress_(options.progress), total_(total), digest_at_(digest_at) {
     if (options.digest) digest_.emplace(detail::xxh3_of(header));
+    if (path == write_path::direct && file_.start_direct()) {
+      staging_ = aligned_buffer(detail::tuning::direct_write_bytes + kept_capacity);
+      if (digest_) {
+        kept_first_ = digest_at_ / direct_block_bytes * direct_block_bytes;
+        kept_end_ = round_up(digest_at_ + digest_digits);
+      }
+      stage(header, false);
+      return;
+    }
     // Without a digest or a progress report, nothing needs the pieces cut: the kernel gets as
     // many as one writev takes.
     slice_bytes_ = options.digest ? detail::tuning::hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
     pieces_.push_back(as_iovec(header));
     pending_ += header.size();
   }
-  // Queues data bytes; they must stay valid until the next flush.
+  // Takes data bytes. Through the page cache, they must stay valid until the next flush; with
+  // direct I/O they are copied before this returns.
   void add(std::span<const std::byte> bytes) {
+    if (staging_) {
+      stage(bytes, true);
+      return;
+    }
     if (slice_bytes_ == 0) {
       pieces_.push_back(as_iovec(bytes));
       pending_ += bytes.size();
@@ -172,6 +199,8 @@ class data_writer {
       if (pending_ >= slice_bytes_) flush();
     }
   }
+  // Writes what is queued, after which the bytes added so far may change (with direct I/O they
+  // were copied already: nothing to do).
   void flush() {
     if (pieces_.empty()) return;
     file_.write(pieces_);
@@ -180,23 +209,96 @@ class data_writer {
     pending_ = 0;
     if (progress_) progress_(written_, total_);
   }
-  [[nodiscard]] std::optional<std::uint64_t> digest() const {
-    return digest_ ? std::optional(digest_->value()) : std::nullopt;
+  // Writes the rest and the digest's digits (if any); with direct I/O, cuts the file to its size.
+  void finish() {
+    if (!staging_) {
+      flush();
+      if (digest_) file_.write_at(detail::digest_hex(digest_->value()), static_cast<off_t>(digest_at_));
+      return;
+    }
+    if (staged_ > 0) {
+      const std::size_t padded = round_up(staged_);
+      std::memset(staging_.get() + staged_, 0, padded - staged_);
+      write_staged(padded);
+    }
+    if (digest_) {
+      std::byte* kept = staging_.get() + detail::tuning::direct_write_bytes;
+      const std::string digits = detail::digest_hex(digest_->value());
+      std::memcpy(kept + (digest_at_ - kept_first_), digits.data(), digits.size());
+      file_.write_at({reinterpret_cast<const char*>(kept), kept_end_ - kept_first_}, static_cast<off_t>(kept_first_));
+    }
+    file_.truncate(static_cast<off_t>(total_));
   }
 
  private:
   static constexpr std::size_t progress_slice_bytes = std::size_t{64} << 20;
+  // The digest's digits span at most two blocks.
+  static constexpr std::size_t kept_capacity = 2 * direct_block_bytes;
+  static_assert(detail::tuning::direct_write_bytes % direct_block_bytes == 0);
+  static_assert(digest_digits <= direct_block_bytes);
+
+  struct free_bytes {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+  using buffer = std::unique_ptr<std::byte[], free_bytes>;
+  // `size` bytes (a multiple of direct_block_bytes) aligned to direct_block_bytes.
+  static buffer aligned_buffer(std::size_t size) {
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(direct_block_bytes, size));
+    if (p == nullptr) throw std::bad_alloc();
+    return buffer(p);
+  }
+  static std::size_t round_up(std::size_t n) {
+    return (n + direct_block_bytes - 1) / direct_block_bytes * direct_block_bytes;
+  }
   static iovec as_iovec(std::span<const std::byte> bytes) {
     return {const_cast<std::byte*>(bytes.data()), bytes.size()};
   }
+
+  // Copies `bytes` into the staging buffer (hashing the copy if they are data and a digest is
+  // asked for), writing the buffer each time it is full.
+  void stage(std::span<const std::byte> bytes, bool data) {
+    const std::size_t capacity = detail::tuning::direct_write_bytes;
+    while (!bytes.empty()) {
+      // A slice at a time, hashed while the copy is still in the cache.
+      const std::size_t n = std::min({bytes.size(), capacity - staged_, detail::tuning::hash_slice_bytes});
+      std::byte* to = staging_.get() + staged_;
+      std::memcpy(to, bytes.data(), n);
+      if (data && digest_) digest_->update({to, n});
+      staged_ += n;
+      bytes = bytes.subspan(n);
+      if (staged_ == capacity) write_staged(capacity);
+    }
+  }
+  // Writes the first `size` bytes of the staging buffer (whole blocks) at written_, keeping a
+  // copy of what falls in the kept blocks.
+  void write_staged(std::size_t size) {
+    const std::size_t first = std::max<std::size_t>(written_, kept_first_);
+    const std::size_t end = std::min<std::size_t>(written_ + size, kept_end_);
+    if (first < end)
+      std::memcpy(staging_.get() + detail::tuning::direct_write_bytes + (first - kept_first_),
+                  staging_.get() + (first - written_), end - first);
+    std::vector<iovec> piece{{staging_.get(), size}};
+    file_.write(piece);
+    written_ += size;
+    staged_ = 0;
+    if (progress_) progress_(std::min(written_, total_), total_);
+  }
+
   atomic_file& file_;
   const std::function<void(std::uint64_t, std::uint64_t)>& progress_;
   std::uint64_t total_;
   std::uint64_t written_ = 0;
+  std::size_t digest_at_;
+  std::optional<detail::chunked_digest> digest_;
+  // Through the page cache: the pieces queued and the slice they are hashed and written by.
   std::size_t slice_bytes_ = 0;
   std::vector<iovec> pieces_;
   std::size_t pending_ = 0;
-  std::optional<detail::chunked_digest> digest_;
+  // With direct I/O: the staging buffer (direct_write_bytes, then the kept blocks' copy), the
+  // bytes in it, and the file's range of the kept blocks (empty without a digest).
+  buffer staging_;
+  std::size_t staged_ = 0;
+  std::size_t kept_first_ = 0, kept_end_ = 0;
 };
 
 }  // namespace
@@ -225,14 +327,14 @@ file_header make_file_header(std::span<const entry_source> entries, const metada
 }
 
 void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
-                const save_options& options) {
+                const save_options& options, write_path path) {
   const file_header prepared = make_file_header(entries, metadata, options.digest ? digest_key : std::string_view());
   const std::string& header = prepared.bytes;
   const std::size_t digest_at = prepared.digest_at;
   atomic_file file(target);
   std::uint64_t total = header.size();
   for (const entry_source& e : entries) total += e.nbytes;
-  data_writer out(file, options, total, std::as_bytes(std::span(header)));
+  data_writer out(file, options, total, std::as_bytes(std::span(header)), digest_at, path);
   // Entries that need reordering arrive in bands of whole rows, made one band ahead.
   reordered_bands bands(entries);
   for (std::size_t i = 0; i < entries.size();) {
@@ -248,8 +350,7 @@ void write_file(const file_at& target, std::span<const entry_source> entries, co
     if (e.nbytes > 0) out.add({e.contiguous.data(), e.nbytes});
     ++i;
   }
-  out.flush();
-  if (const auto value = out.digest()) file.write_at(detail::digest_hex(*value), static_cast<off_t>(digest_at));
+  out.finish();
   file.commit();
 }
 

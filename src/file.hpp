@@ -6,6 +6,7 @@
 #include <ckpt/detail/entry_source.hpp>
 #include <ckpt/file.hpp>
 
+#include "atomic_file.hpp"
 #include "folder.hpp"
 
 #include <cstdint>
@@ -17,12 +18,16 @@ namespace ckpt::detail {
 
 // Writes a safetensors file of `entries` (already in the order they should be laid out, names
 // valid and distinct) and `metadata` at `target`, atomically, as `options` say; see ckpt::save.
+// `path` says how the bytes reach the disk: the same file either way. Direct I/O (what a
+// manager's background save asks for, so as not to spend the writer's CPU filling the page
+// cache) falls back to the page cache where the file system refuses it.
 void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
-                const save_options& options);
+                const save_options& options, write_path path = write_path::page_cache);
 
 // ckpt::save of a checkpoint, to a file in a folder held by its descriptor: the one-section case
-// of save_sections (src/section.hpp), defined with it in src/section.cpp.
-void save_to(const file_at& target, const checkpoint& t, const save_options& options);
+// of save_sections (src/section.hpp), defined with it in src/section.cpp. `path` as write_file's.
+void save_to(const file_at& target, const checkpoint& t, const save_options& options,
+             write_path path = write_path::page_cache);
 
 // One safetensors file: mapped, parsed, its digest verified as `options` says (src/file.cpp),
 // after which every copy out of it is checked against what was verified (mapped_file). With

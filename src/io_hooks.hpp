@@ -14,9 +14,11 @@
 namespace ckpt::detail {
 
 struct io_hooks {
-  // Every write of a save's bytes (header and data) goes through writev.
+  // Every write of a save's bytes (header and data) goes through writev (the descriptor in
+  // direct I/O, O_DIRECT, for a manager's background save: aligned whole blocks).
   ssize_t (*writev)(int fd, const iovec* pieces, int count);
-  // The digest is patched into the header with pwrite once the data are out.
+  // The digest is patched into the header with pwrite once the data are out (with direct I/O,
+  // the whole blocks that hold its digits, written again).
   ssize_t (*pwrite)(int fd, const void* data, std::size_t size, off_t offset);
   // Both the temporary file's fsync and the folder's (tell them apart with fstat).
   int (*fsync)(int fd);
@@ -32,6 +34,9 @@ struct io_hooks {
   // Not a system call: called on a background save's thread before it copies the leaves of a
   // lazy snapshot the loop has not copied (tests hold it there, so that the loop copies first).
   void (*before_lazy_copies)() = nullptr;
+  // Not a system call: when set, atomic_file::start_direct answers as a file system that refuses
+  // O_DIRECT does (tests of the fallback to the page cache).
+  bool refuse_direct = false;
 };
 
 // The table in use; initially the system calls themselves.

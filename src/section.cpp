@@ -36,13 +36,13 @@ std::vector<detail::entry_source> laid_out(std::span<const section> sections) {
 }  // namespace
 
 void detail::save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
-                           const save_options& options) {
-  write_file(target, laid_out(sections), metadata, options);
+                           const save_options& options, write_path path) {
+  write_file(target, laid_out(sections), metadata, options, path);
 }
 
-void detail::save_to(const file_at& target, const checkpoint& t, const save_options& options) {
+void detail::save_to(const file_at& target, const checkpoint& t, const save_options& options, write_path path) {
   const section whole(t);
-  save_sections(target, std::span<const section>(&whole, 1), t.metadata(), options);
+  save_sections(target, std::span<const section>(&whole, 1), t.metadata(), options, path);
 }
 
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,

@@ -5,6 +5,7 @@
 #include <ckpt/file.hpp>
 #include <ckpt/section.hpp>
 
+#include "atomic_file.hpp"
 #include "folder.hpp"
 
 #include <span>
@@ -12,9 +13,9 @@
 namespace ckpt::detail {
 
 // ckpt::save of sections, to `target`: what the managers call for a step, and ckpt::save for a
-// path.
+// path. `path` says how the bytes reach the disk (detail::write_file).
 // \throws as ckpt::save.
 void save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
-                   const save_options& options);
+                   const save_options& options, write_path path = write_path::page_cache);
 
 }  // namespace ckpt::detail

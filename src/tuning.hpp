@@ -52,6 +52,10 @@ inline constexpr std::size_t band_bytes = std::size_t{2} << 20;
 inline constexpr std::size_t threaded_bytes = std::size_t{2} << 20;
 // The writer hashes what it writes in slices of this size, each while it is still in the cache.
 inline constexpr std::size_t hash_slice_bytes = std::size_t{2} << 20;
+// A save written with direct I/O (a manager's background save) is copied into an aligned staging
+// buffer of this size and written a buffer a call: fewer, larger writes against a buffer that
+// falls out of the cache between its copy and its write.
+inline constexpr std::size_t direct_write_bytes = std::size_t{8} << 20;
 // A data section of this many bytes or more is verified on two threads: one core hashes below
 // the memory's bandwidth.
 inline constexpr std::size_t parallel_hash_bytes = std::size_t{8} << 20;

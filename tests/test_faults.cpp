@@ -1,7 +1,9 @@
 // Faults while saving, through the I/O seam (src/io_hooks.hpp): the system calls
 // a save issues and their order (the fsyncs that make the rename durable), short and interrupted
 // writes, and EIO/ENOSPC injected at every stage: the error names the file and the system error,
-// the previous file is intact byte for byte, and no temporary is left behind.
+// the previous file is intact byte for byte, and no temporary is left behind. Then the managers'
+// background saves, written with direct I/O: the same file as a save through the page cache, the
+// fallback where direct I/O is refused, and a failed write.
 #define BOOST_TEST_MODULE faults
 #include <boost/test/unit_test.hpp>
 
@@ -12,6 +14,7 @@
 
 #include <Eigen/Core>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +43,8 @@ struct fault_plan {
   int writev_errno = EIO;
   std::size_t max_write = 16 << 10;  // bytes a writev may take at once: short writes otherwise
   int fail_pwrite = 0, fail_file_fsync = 0, fail_folder_fsync = 0, fail_rename = 0, fail_unlink = 0;  // errno or 0
+  int direct_writes = 0;              // writev and pwrite calls done on a descriptor in direct I/O
+  bool refuse_direct_writes = false;  // writes in direct I/O fail with EINVAL, as some file systems do
 };
 fault_plan plan;
 
@@ -61,10 +66,19 @@ bool is_folder(int fd) {
   return S_ISDIR(info.st_mode);
 }
 
+bool is_direct(int fd) { return (::fcntl(fd, F_GETFL) & O_DIRECT) != 0; }
+
 ssize_t test_writev(int fd, const iovec* pieces, int count) {
   if (++plan.writev_calls == plan.fail_writev_at) {
     errno = plan.writev_errno;
     return -1;
+  }
+  if (is_direct(fd)) {
+    if (plan.refuse_direct_writes) {
+      errno = EINVAL;
+      return -1;
+    }
+    ++plan.direct_writes;
   }
   if (plan.events.empty() || plan.events.back() != "writev") plan.events.emplace_back("writev");
   std::vector<iovec> part;
@@ -83,6 +97,7 @@ ssize_t test_pwrite(int fd, const void* data, std::size_t size, off_t offset) {
     errno = plan.fail_pwrite;
     return -1;
   }
+  if (is_direct(fd)) ++plan.direct_writes;
   return ::pwrite(fd, data, size, offset);
 }
 
@@ -338,6 +353,161 @@ BOOST_AUTO_TEST_CASE(a_manager_save_that_fails_keeps_every_checkpoint) {
   m.save(4, {as_checkpoint(make_state(4))});  // and the next save's retention catches up
   BOOST_TEST(m.steps() == (std::vector<std::int64_t>{3, 4}));
   BOOST_TEST((ckpt::to_params(*m.load_latest(), make_state(0), {.prefix = "m"}).w == make_state(4).w));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The managers' background saves, written with direct I/O.
+namespace {
+
+// A private folder under the working directory (ctest's: the build tree), which is more likely
+// than the temporary folder (often tmpfs) to be on a file system that takes direct I/O.
+class local_dir {
+ public:
+  local_dir() {
+    std::string pattern = (fs::current_path() / "ckpt-direct-XXXXXX").string();
+    BOOST_REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  local_dir(const local_dir&) = delete;
+  local_dir& operator=(const local_dir&) = delete;
+  ~local_dir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  [[nodiscard]] const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Whether the file system of `folder` takes O_DIRECT.
+bool takes_direct_io(const fs::path& folder) {
+  const fs::path probe = folder / "probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
+  if (fd >= 0) ::close(fd);
+  fs::remove(probe);
+  return fd >= 0;
+}
+
+// Bytes of odd sizes (none a multiple of 4096), a column-major matrix among them (reordered
+// through the writer's bands), `size` scaling them.
+struct odd_state {
+  Eigen::MatrixXf w;                                                         // column-major
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> r;  // written in place
+  Eigen::Matrix<std::int16_t, Eigen::Dynamic, 1> v;
+};
+
+odd_state make_odd_state(Eigen::Index size, int seed) {
+  odd_state s{Eigen::MatrixXf(size + 3, 2 * size + 1), decltype(odd_state::r)(size + 1, size / 2 + 5),
+              Eigen::Matrix<std::int16_t, Eigen::Dynamic, 1>(size * 3 + 7)};
+  for (Eigen::Index i = 0; i < s.w.size(); ++i) s.w.data()[i] = static_cast<float>(seed) + static_cast<float>(i) * 0.25f;
+  for (Eigen::Index i = 0; i < s.r.size(); ++i) s.r.data()[i] = seed - static_cast<double>(i) / 3;
+  for (Eigen::Index i = 0; i < s.v.size(); ++i) s.v[i] = static_cast<std::int16_t>((i * 7 + seed) % 30011);
+  return s;
+}
+
+// Checkpoints of every size class: the header alone, one entry of 5 bytes, a few KiB, several MiB.
+std::vector<std::pair<std::string, ckpt::checkpoint>> checkpoints_of_odd_sizes() {
+  std::vector<std::pair<std::string, ckpt::checkpoint>> out;
+  out.emplace_back("header only", ckpt::checkpoint());
+  const std::array<std::uint8_t, 5> five{1, 2, 3, 4, 5};
+  out.emplace_back("5 bytes", ckpt::of_tensor("five", ckpt::tensor::copy_of(ckpt::dtype::u8, {5}, std::as_bytes(std::span(five)))));
+  out.emplace_back("KiB", ckpt::of_params(make_odd_state(17, 1), "m"));
+  out.emplace_back("MiB", ckpt::of_params(make_odd_state(1111, 2), "m"));  // about 11.5 MiB: two staging buffers and more
+  return out;
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(direct_io, hooked)
+
+BOOST_AUTO_TEST_CASE(a_background_save_writes_with_direct_io_the_file_a_save_through_the_cache_writes) {
+  const local_dir s;
+  const bool direct = takes_direct_io(s.path());
+  if (!direct) BOOST_TEST_MESSAGE("the file system of " << s.path() << " refuses O_DIRECT: only the fallback is tested");
+  ckpt::checkpoint_manager m(s.path() / "run", {.max_to_keep = 0});
+  std::int64_t step = 0;
+  for (const auto& [what, t] : checkpoints_of_odd_sizes()) {
+    BOOST_TEST_CONTEXT(what) {
+      plan = {};
+      m.save_async(++step, {t});
+      m.wait();
+      if (direct) BOOST_TEST(plan.direct_writes >= 2);  // the data, then the patched digest block
+      const fs::path saved = m.path_of(step);
+      const std::string bytes = read_bytes(saved);
+      BOOST_TEST(bytes.size() % 4096 != 0);  // cut to its size, not left padded
+      // Read back bit-exact, the digest verified.
+      const ckpt::checkpoint loaded = ckpt::load(saved, {.verify_digest = true});
+      BOOST_TEST(loaded.metadata().contains("ckpt.xxh3_64_file"));
+      BOOST_TEST(loaded.size() == t.size());
+      for (const std::string& name : t.names()) {
+        BOOST_TEST_CONTEXT(name) {
+          BOOST_REQUIRE(loaded.contains(name));
+          BOOST_TEST((loaded.get(name) == t.get(name)));  // dtype, shape and bytes
+        }
+      }
+      // The same checkpoint (its metadata the step's) saved through the page cache: the same
+      // bytes, digest included.
+      plan = {};
+      ckpt::save(s.path() / "cached.safetensors", loaded, {.digest = true});
+      BOOST_TEST(plan.direct_writes == 0);
+      BOOST_TEST((read_bytes(s.path() / "cached.safetensors") == bytes));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(where_direct_io_is_refused_a_background_save_goes_through_the_page_cache) {
+  const local_dir s;
+  const ckpt::checkpoint t = ckpt::of_params(make_odd_state(1111, 3), "m");
+  ckpt::checkpoint_manager m(s.path() / "run");
+  // Refused when asked for (tmpfs, say), then refused at the first write (a file system that
+  // takes the flag but not the writes).
+  std::int64_t step = 0;
+  for (const bool at_write : {false, true}) {
+    BOOST_TEST_CONTEXT((at_write ? "refused at the first write" : "refused when asked for")) {
+      plan = {};
+      plan.refuse_direct_writes = at_write;
+      ckpt::detail::io_hooks refusing = ckpt::detail::hooks();
+      refusing.refuse_direct = !at_write;
+      {
+        const ckpt::detail::io_hooks_guard refused(refusing);
+        m.save_async(++step, {t});
+        m.wait();
+      }
+      BOOST_TEST(plan.direct_writes == 0);
+      const ckpt::checkpoint loaded = ckpt::load(m.path_of(step), {.verify_digest = true});
+      ckpt::save(s.path() / "cached.safetensors", loaded, {.digest = true});
+      BOOST_TEST((read_bytes(s.path() / "cached.safetensors") == read_bytes(m.path_of(step))));
+      BOOST_TEST((loaded.get("m.w") == t.get("m.w")));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_direct_write_that_fails_leaves_no_file_and_surfaces_at_wait) {
+  const local_dir s;
+  const bool direct = takes_direct_io(s.path());
+  ckpt::checkpoint_manager m(s.path() / "run");
+  m.save(1, {ckpt::of_params(make_odd_state(20, 1), "m")});
+  const std::string one = read_bytes(m.path_of(1));
+  const ckpt::checkpoint t = ckpt::of_params(make_odd_state(1111, 4), "m");
+  // The second data write, then the patch of the digest's block (the last write).
+  for (const bool patch : {false, true}) {
+    BOOST_TEST_CONTEXT((patch ? "the digest's block" : "a data write")) {
+      plan = {};
+      if (patch) plan.fail_pwrite = ENOSPC;
+      else plan.fail_writev_at = 2;
+      m.save_async(2, {t});
+      BOOST_TEST(message_of<ckpt::io_error>([&] { m.wait(); }) ==
+                 "ckpt: cannot write '" + m.path_of(2).string() + "': " +
+                     (patch ? "No space left on device" : "Input/output error"));
+      if (direct && !patch) BOOST_TEST(plan.direct_writes == 1);
+      if (!patch) BOOST_TEST(plan.writev_calls == 2);  // nothing more was attempted
+      BOOST_TEST(m.steps() == (std::vector<std::int64_t>{1}));
+      BOOST_TEST((read_bytes(m.path_of(1)) == one));
+      require_listing(s.path() / "run", {".ckpt-manager.lock", "ckpt-0000000001.safetensors"});
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
