@@ -12,8 +12,8 @@
 //   - `--first`: only the blocking of a fresh process's first `save_async` against a memcpy of
 //     the state into fresh memory (run it in several processes: bench/loop_run.sh).
 //
-// ckpt_bench_loop --dir=DIR [--model-mib=256] [--intervals=1,2,5,10] [--pairs=5] [--seconds=20]
-//                 [--batch=32] [--eager=1] [--first]
+// ckpt_bench_loop --dir=DIR [--model-mib=256] [--order=col|row] [--intervals=1,2,5,10] [--pairs=5]
+//                 [--seconds=20] [--batch=32] [--eager=1] [--first]
 
 #include "common.hpp"
 
@@ -29,15 +29,18 @@ namespace {
 
 using namespace bench;
 
-// The model: `layers` F32 matrices of 1024 x 1024 (4 MiB each), column-major as Eigen's default.
+// The model: `layers` F32 matrices of 1024 x 1024 (4 MiB each), column-major as Eigen's default
+// (the file holds them in C order: the snapshot transposes them) or row-major (--order=row).
+template <class M>
 struct model {
-  std::vector<Eigen::MatrixXf> layers;
+  std::vector<M> layers;
 };
 
 constexpr long side = 1024;
 
-model make_model(long layers, std::uint32_t seed) {
-  model m;
+template <class M>
+model<M> make_model(long layers, std::uint32_t seed) {
+  model<M> m;
   m.layers.reserve(static_cast<std::size_t>(layers));
   for (long i = 0; i < layers; ++i) {
     m.layers.emplace_back(side, side);
@@ -68,10 +71,11 @@ std::vector<long> list_of(const std::string& text) {
 
 // The gradients of every layer computed on `threads` threads (a pool that lives as long as the
 // trainer), then one Adam update on the calling thread.
+template <class M>
 class trainer {
  public:
   trainer(long layers, long batch, std::size_t threads)
-      : params(make_model(layers, 1)), grads(make_model(layers, 7)), state(opt.init(params)),
+      : params(make_model<M>(layers, 1)), grads(make_model<M>(layers, 7)), state(opt.init(params)),
         x_(Eigen::MatrixXf::Random(side, batch)), threads_(threads), start_(static_cast<std::ptrdiff_t>(threads)),
         done_(static_cast<std::ptrdiff_t>(threads)) {
     for (std::size_t k = 1; k < threads_; ++k) pool_.emplace_back([this, k] { work(k); });
@@ -95,8 +99,8 @@ class trainer {
   }
 
   ckpt::adam opt{.lr = 1e-4};
-  model params, grads;
-  ckpt::adam_state<model> state;
+  model<M> params, grads;
+  ckpt::adam_state<model<M>> state;
 
  private:
   void gradients(std::size_t k) {
@@ -124,7 +128,8 @@ class trainer {
 
 // The same leaves as sections listed by hand, which a save copies whole before it returns, as
 // every save did before the lazy copy (the names do not matter here).
-std::vector<ckpt::section> eager_sections(trainer& t) {
+template <class M>
+std::vector<ckpt::section> eager_sections(trainer<M>& t) {
   std::vector<ckpt::section> out;
   out.emplace_back(t.params, "model");
   out.emplace_back(t.state.mu, "first_moments");
@@ -135,6 +140,7 @@ std::vector<ckpt::section> eager_sections(trainer& t) {
 
 struct run_result {
   double steps_per_s = 0;
+  long steps = 0;
   std::vector<double> blocking;  // per save: the call + the next update's excess
   std::vector<double> calls;     // per save: the call alone
   double cpu_s = 0;              // the process's CPU
@@ -143,13 +149,16 @@ struct run_result {
 
 enum class saving { none, lazy, eager };
 
-// Trains for `seconds`, saving every `interval` seconds (none: never).
-run_result run(trainer& t, ckpt::checkpoint_manager& manager, saving mode, double interval, double seconds,
+// Trains for `seconds` (a multiple of `interval`), saving at the middle of every interval (none:
+// never), so that each save's write runs inside the run. The last write is waited for outside the
+// timing, before the next run.
+template <class M>
+run_result run(trainer<M>& t, ckpt::checkpoint_manager& manager, saving mode, double interval, double seconds,
                double typical_update) {
   run_result out;
   const double cpu0 = process_cpu_s();
   const double t0 = now_s();
-  double next_save = t0 + interval;
+  double next_save = t0 + interval / 2;
   long steps = 0;
   for (double now = t0; now - t0 < seconds; now = now_s()) {
     double call = 0;
@@ -171,9 +180,10 @@ run_result run(trainer& t, ckpt::checkpoint_manager& manager, saving mode, doubl
       ++out.saves;
     }
   }
-  manager.wait();
   const double elapsed = now_s() - t0;
+  manager.wait();
   out.steps_per_s = static_cast<double>(steps) / elapsed;
+  out.steps = steps;
   out.cpu_s = process_cpu_s() - cpu0;
   return out;
 }
@@ -247,12 +257,14 @@ std::string pct(double x) {
   return text;
 }
 
+template <class M>
 void first_save(const fs::path& dir, long layers) {
   // A fresh process: the manager's arena is empty, so the first save_async copies into fresh memory.
-  trainer t(layers, 32, std::max(1u, std::thread::hardware_concurrency()));
+  trainer<M> t(layers, 32, std::max(1u, std::thread::hardware_concurrency()));
   const std::size_t state_bytes = 3 * static_cast<std::size_t>(layers) * side * side * sizeof(float);
   std::vector<double> updates;
   for (int i = 0; i < 3; ++i) updates.push_back(t.step());
+  fs::remove_all(dir);
   ckpt::checkpoint_manager manager(dir);
   const double c0 = now_s();
   manager.save_async(t.state.step, ckpt::training_state(t.params, t.state), {}, true);
@@ -270,17 +282,16 @@ void first_save(const fs::path& dir, long layers) {
               fmt_time(blocking).c_str(), fmt_time(call).c_str(), fmt_time(copy).c_str(), blocking / copy);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  const args a(argc, argv);
+template <class M>
+int measure(const args& a) {
   const fs::path dir = a.str("dir", "");
   if (dir.empty()) throw std::invalid_argument("--dir=DIR is required");
   const long model_mib = a.num("model-mib", 256);
   const long layers = std::max(1L, model_mib / 4);
+  const char* order = M::IsRowMajor ? "row-major" : "column-major";
   if (a.num("first", 0) != 0) {
     fs::create_directories(dir);
-    first_save(dir / "first", layers);
+    first_save<M>(dir / "first", layers);
     fs::remove_all(dir / "first");
     return 0;
   }
@@ -292,7 +303,7 @@ int main(int argc, char** argv) try {
   const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
   fs::create_directories(dir);
 
-  trainer t(layers, batch, threads);
+  trainer<M> t(layers, batch, threads);
   const std::size_t state_bytes = 3 * static_cast<std::size_t>(layers) * side * side * sizeof(float);
   const double state_mib = static_cast<double>(state_bytes) / (1 << 20);
   const double copy = memcpy_s(state_bytes);
@@ -304,12 +315,13 @@ int main(int argc, char** argv) try {
   const double step_s = (now_s() - s0) / 5;
   const double typical_update = median(updates);
 
-  std::printf("# ckpt_bench_loop: model %ld MiB (%ld x 1024x1024 F32, column-major), state %.0f MiB with Adam's moments; "
+  std::printf("# ckpt_bench_loop: model %ld MiB (%ld x 1024x1024 F32, %s), state %.0f MiB with Adam's moments; "
               "%zu training threads; batch %ld; step %.3f s (update %.3f s); memcpy of the state %.3f s (%.2f GB/s, one thread)\n",
-              model_mib, layers, state_mib, threads, batch, step_s, typical_update, copy,
+              model_mib, layers, order, state_mib, threads, batch, step_s, typical_update, copy,
               static_cast<double>(state_bytes) / copy / 1e9);
   writer_stages(dir, state_bytes);
 
+  fs::remove_all(dir / "run");  // a run an interrupted harness left
   ckpt::checkpoint_manager manager(dir / "run", {.max_to_keep = 2});
   // The arena's first fill, untimed: the runs show later saves.
   manager.save_async(t.state.step, ckpt::training_state(t.params, t.state), {}, true);
@@ -334,9 +346,9 @@ int main(int argc, char** argv) try {
     for (long p = 0; p < pairs; ++p) {
       // Alternate the order inside a pair, so that a drift of the machine falls on both sides.
       run_result base, lazy, eager_run;
-      const auto one = [&](saving mode) {
-        return run(t, manager, mode, static_cast<double>(interval), seconds, typical_update);
-      };
+      // Whole intervals, at least `seconds`.
+      const double length = static_cast<double>(interval) * std::max(1.0, std::round(seconds / static_cast<double>(interval)));
+      const auto one = [&](saving mode) { return run(t, manager, mode, static_cast<double>(interval), length, typical_update); };
       if (p % 2 == 0) {
         base = one(saving::none);
         lazy = one(saving::lazy);
@@ -346,17 +358,20 @@ int main(int argc, char** argv) try {
         lazy = one(saving::lazy);
         base = one(saving::none);
       }
-      const double base_cpu_per_s = base.cpu_s / seconds;
+      // The CPU beyond what training took for the same steps: the saves' (the writer's, the copies').
+      const double base_cpu_per_step = base.cpu_s / static_cast<double>(base.steps);
       loss_lazy.push_back(1 - lazy.steps_per_s / base.steps_per_s);
       block_lazy.insert(block_lazy.end(), lazy.blocking.begin(), lazy.blocking.end());
       call_lazy.insert(call_lazy.end(), lazy.calls.begin(), lazy.calls.end());
-      cpu_lazy.push_back((lazy.cpu_s - base_cpu_per_s * seconds) / static_cast<double>(std::max(1L, lazy.saves)));
+      cpu_lazy.push_back((lazy.cpu_s - base_cpu_per_step * static_cast<double>(lazy.steps)) /
+                         static_cast<double>(std::max(1L, lazy.saves)));
       saves_lazy += lazy.saves;
       if (eager) {
         loss_eager.push_back(1 - eager_run.steps_per_s / base.steps_per_s);
         block_eager.insert(block_eager.end(), eager_run.blocking.begin(), eager_run.blocking.end());
         call_eager.insert(call_eager.end(), eager_run.calls.begin(), eager_run.calls.end());
-        cpu_eager.push_back((eager_run.cpu_s - base_cpu_per_s * seconds) / static_cast<double>(std::max(1L, eager_run.saves)));
+        cpu_eager.push_back((eager_run.cpu_s - base_cpu_per_step * static_cast<double>(eager_run.steps)) /
+                            static_cast<double>(std::max(1L, eager_run.saves)));
         saves_eager += eager_run.saves;
       }
       log("interval " + std::to_string(interval) + " s, pair " + std::to_string(p + 1) + ": base " +
@@ -371,6 +386,16 @@ int main(int argc, char** argv) try {
   }
   fs::remove_all(dir / "run");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const args a(argc, argv);
+  const std::string order = a.str("order", "col");
+  if (order == "col") return measure<Eigen::MatrixXf>(a);
+  if (order == "row") return measure<row_matrix>(a);
+  throw std::invalid_argument("--order=col or --order=row");
 } catch (const std::exception& e) {
   std::fprintf(stderr, "ckpt_bench_loop: %s\n", e.what());
   return 1;

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 #include <string>
 #include <utility>
@@ -79,7 +80,7 @@ class detail::lazy_copies {
     std::atomic<int> state{0};  // 0 pending, 1 being copied, 2 copied
   };
 
-  // `sources[i]` is copied to `targets[i]`, in this order by finish; `storage` holds the targets.
+  // `sources[i]` is copied to `targets[i]`, in this order by make_all; `storage` holds the targets.
   lazy_copies(const std::vector<const entry_source*>& sources, const std::vector<std::byte*>& targets,
               std::shared_ptr<std::byte[]> storage)
       : storage_(std::move(storage)), copies_(sources.size()), remaining_(sources.size()) {
@@ -87,11 +88,11 @@ class detail::lazy_copies {
     for (std::size_t i = 0; i < by_leaf.size(); ++i) by_leaf[i] = i;
     std::sort(by_leaf.begin(), by_leaf.end(),
               [&](std::size_t a, std::size_t b) { return std::less<>()(sources[a]->lazy_leaf, sources[b]->lazy_leaf); });
-    file_order_.resize(sources.size());
+    copy_order_.resize(sources.size());
     for (std::size_t k = 0; k < by_leaf.size(); ++k) {
       copies_[k].source = *sources[by_leaf[k]];
       copies_[k].target = targets[by_leaf[k]];
-      file_order_[by_leaf[k]] = k;
+      copy_order_[by_leaf[k]] = k;
     }
   }
 
@@ -127,9 +128,9 @@ class detail::lazy_copies {
     }
   }
 
-  // Makes every copy (those pending on this thread, in the file's order) and waits for all.
+  // Makes every copy (those pending, on this thread, in the order given) and waits for all.
   void make_all() noexcept {
-    for (const std::size_t k : file_order_) make(copies_[k]);
+    for (const std::size_t k : copy_order_) make(copies_[k]);
     for (std::size_t left = remaining_.load(std::memory_order_acquire); left != 0;
          left = remaining_.load(std::memory_order_acquire))
       remaining_.wait(left, std::memory_order_acquire);
@@ -144,7 +145,7 @@ class detail::lazy_copies {
  private:
   std::shared_ptr<std::byte[]> storage_;
   std::vector<copy> copies_;            // by leaf address
-  std::vector<std::size_t> file_order_;  // indexes into copies_, in the order of the file
+  std::vector<std::size_t> copy_order_;  // indexes into copies_, in the order make_all copies them
   std::atomic<std::size_t> remaining_;
   std::mutex error_mutex_;
   std::exception_ptr error_;
@@ -277,7 +278,30 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
     }
   }
   std::shared_ptr<lazy_copies> pending;
-  if (!later.empty()) pending = std::make_shared<lazy_copies>(later, later_targets, storage);
+  if (!later.empty()) {
+    // The background copies in the order an update changes the leaves: the k-th of n lazy
+    // entries of each section at k/n (a parameter, then its moments), not in the file's order
+    // (the whole model, then the moments), which the update would overtake at its first leaf.
+    std::unordered_map<const entry_source*, std::pair<double, std::size_t>> rank;
+    for (std::size_t s = 0; s < sections.size(); ++s) {
+      const std::vector<entry_source>& entries = section_access::entries(sections[s]);
+      const auto lazy_in = static_cast<double>(
+          std::ranges::count_if(entries, [](const entry_source& e) { return e.lazy_leaf != nullptr; }));
+      std::size_t k = 0;
+      for (const entry_source& e : entries)
+        if (e.lazy_leaf != nullptr) rank.emplace(&e, std::pair(static_cast<double>(k++) / lazy_in, s));
+    }
+    std::vector<std::size_t> by_rank(later.size());
+    for (std::size_t i = 0; i < by_rank.size(); ++i) by_rank[i] = i;
+    std::ranges::stable_sort(by_rank, {}, [&](std::size_t i) { return rank.at(later[i]); });
+    std::vector<const entry_source*> sources;
+    std::vector<std::byte*> source_targets;
+    for (const std::size_t i : by_rank) {
+      sources.push_back(later[i]);
+      source_targets.push_back(later_targets[i]);
+    }
+    pending = std::make_shared<lazy_copies>(sources, source_targets, storage);
+  }
   copy_in_parallel(order, targets);
 
   std::vector<checkpoint::entry> entries;

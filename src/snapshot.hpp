@@ -27,9 +27,10 @@ class taken_snapshot {
   // The entries: every one holds its bytes once `finish` has returned.
   [[nodiscard]] const checkpoint& data() const noexcept { return data_; }
 
-  // Copies on this thread, in the file's order, the entries no one has copied yet, waits for the
-  // copies under way on other threads, and throws the first copy's error (std::bad_alloc, or the
-  // error of a leaf's row writer). Then the snapshot is complete.
+  // Copies on this thread the entries no one has copied yet (in the order an optimizer changes
+  // them: see take_snapshot), waits for the copies under way on other threads, and throws the
+  // first copy's error (std::bad_alloc, or the error of a leaf's row writer). Then the snapshot
+  // is complete.
   void finish();
 
  private:

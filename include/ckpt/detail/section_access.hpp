@@ -32,11 +32,10 @@ struct section_access {
     out.read_ = std::move(read);
     return out;
   }
-  // The entries of `s`, in the order its structure's leaves are walked.
-  static std::vector<entry_source>& entries(section& s) { return s.entries_; }
   static void add_to(const section& s, std::size_t index, read_plan& plan);
-  // The entries `s` saves.
+  // The entries `s` saves, in the order its structure's leaves are walked.
   static const std::vector<entry_source>& entries(const section& s) noexcept { return s.entries_; }
+  static std::vector<entry_source>& entries(section& s) noexcept { return s.entries_; }
 };
 
 // The entries of `sections` in name order, after checking their names (none empty, none
