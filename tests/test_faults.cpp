@@ -23,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -45,6 +46,7 @@ struct fault_plan {
   int fail_pwrite = 0, fail_file_fsync = 0, fail_folder_fsync = 0, fail_rename = 0, fail_unlink = 0;  // errno or 0
   int direct_writes = 0;              // writev and pwrite calls done on a descriptor in direct I/O
   bool refuse_direct_writes = false;  // writes in direct I/O fail with EINVAL, as some file systems do
+  std::vector<std::thread::id> unlink_threads;  // the thread of each unlink
 };
 fault_plan plan;
 
@@ -123,6 +125,7 @@ int test_rename(int from_folder, const char* from, int to_folder, const char* to
 
 int test_unlink(int folder, const char* name, int flags) {
   plan.events.push_back(std::string("unlink ") + name);
+  plan.unlink_threads.push_back(std::this_thread::get_id());
   if (plan.fail_unlink != 0) {
     errno = plan.fail_unlink;
     return -1;
@@ -203,6 +206,28 @@ BOOST_AUTO_TEST_CASE(the_manager_deletes_old_checkpoints_only_after_the_new_one_
   BOOST_TEST(plan.events[4] == "fsync folder " + std::to_string(inode_of(s.path())));
   BOOST_TEST(plan.events[5] == "unlink " + m.path_of(1).filename().string());
   require_listing(s.path(), {".ckpt-manager.lock", "ckpt-0000000002.safetensors"});
+}
+
+BOOST_AUTO_TEST_CASE(a_background_save_deletes_the_steps_it_drops_on_its_own_thread_once_it_is_durable) {
+  const temp_dir s;
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 1});
+  m.save(1, {as_checkpoint(make_state(1))});
+  plan = {};
+  const state live = make_state(2);
+  BOOST_TEST(m.save_async(2, {{live, "m"}}));
+  m.wait();
+  const std::string folder = "fsync folder " + std::to_string(inode_of(s.path()));
+  const std::string unlink = "unlink " + m.path_of(1).filename().string();
+  // The unlink comes after the new step's folder fsync, from the background thread; the commit's
+  // retention then finds nothing left to delete.
+  const auto synced = std::find(plan.events.begin(), plan.events.end(), folder);
+  BOOST_REQUIRE((synced != plan.events.end()));
+  BOOST_TEST((std::find(plan.events.begin(), synced, unlink) == synced));
+  BOOST_TEST(std::count(synced, plan.events.end(), unlink) == 1);
+  BOOST_REQUIRE(plan.unlink_threads.size() == 1u);
+  BOOST_TEST((plan.unlink_threads[0] != std::this_thread::get_id()));
+  require_listing(s.path(), {".ckpt-manager.lock", "ckpt-0000000002.safetensors"});
+  BOOST_TEST(m.steps() == (std::vector<std::int64_t>{2}));
 }
 
 BOOST_AUTO_TEST_CASE(a_retention_a_crash_interrupted_is_finished_when_the_folder_opens) {
