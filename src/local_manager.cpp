@@ -117,22 +117,20 @@ class local_state final : public detail::manager_state {
   }
 
   void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
-    release_pages_of_dropped(step, metadata);
+    static_cast<void>(release_pages_of_dropped(step, metadata));
     detail::save_sections({folder_, name_of(step)}, sections, metadata, save_options{.digest = core.options().digest});
     commit(step, metadata);
   }
 
   void save_in_background(std::int64_t step, std::span<const section> sections,
                           const metadata_map& metadata) override {
-    release_pages_of_dropped(step, metadata);
-    pending_step_ = step;
-    pending_metadata_ = metadata;
     // The step files the retention rules will drop once this one is committed: the job deletes
     // them once the new step is durable, so that the next call, which commits, does not spend
     // the time of their unlink (a large file's takes a tenth of a second) on the caller's thread.
     // What the job could not delete, the commit's retention deals with as after a save.
-    std::vector<std::string> dropped;
-    for (const std::int64_t old : core.to_drop_after(step, metadata)) dropped.push_back(name_of(old));
+    std::vector<std::string> dropped = release_pages_of_dropped(step, metadata);
+    pending_step_ = step;
+    pending_metadata_ = metadata;
     // The job owns its snapshot and its target (the folder held); the state is only touched by
     // settle(), on the caller's thread, after the job is joined.
     background.start([target = detail::file_at{folder_, name_of(step)},
@@ -180,9 +178,14 @@ class local_state final : public detail::manager_state {
 
   // The checkpoints the retention will delete once `step` is saved give their cached pages back
   // before it is written, so that its file reuses them (see detail::drop_cached_pages). They stay
-  // whole and readable: only the cache is dropped.
-  void release_pages_of_dropped(std::int64_t step, const metadata_map& metadata) const {
-    for (const std::int64_t old : core.to_drop_after(step, metadata)) detail::drop_cached_pages({folder_, name_of(old)});
+  // whole and readable: only the cache is dropped. Returns their file names.
+  std::vector<std::string> release_pages_of_dropped(std::int64_t step, const metadata_map& metadata) const {
+    std::vector<std::string> names;
+    for (const std::int64_t old : core.to_drop_after(step, metadata)) {
+      names.push_back(name_of(old));
+      detail::drop_cached_pages({folder_, names.back()});
+    }
+    return names;
   }
 
   // Records `step`'s new file and applies the retention rules.

@@ -263,19 +263,14 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
   }
   const std::shared_ptr<std::byte[]> storage = chosen->bytes;
 
-  // The entries copied now, and (lazily) those copied later.
+  // The entries copied now (their targets), and the indexes of those copied later (lazily).
   std::vector<std::byte*> targets;
   targets.reserve(order.size());
-  std::vector<const entry_source*> later;
-  std::vector<std::byte*> later_targets;
+  std::vector<std::size_t> later;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    std::byte* const target = storage.get() + offsets[i];
     const bool lazy = lazily && order[i]->lazy_leaf != nullptr && order[i]->nbytes > 0;
-    targets.push_back(lazy ? nullptr : target);
-    if (lazy) {
-      later.push_back(order[i]);
-      later_targets.push_back(target);
-    }
+    targets.push_back(lazy ? nullptr : storage.get() + offsets[i]);
+    if (lazy) later.push_back(i);
   }
   std::shared_ptr<lazy_copies> pending;
   if (!later.empty()) {
@@ -291,14 +286,12 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
       for (const entry_source& e : entries)
         if (e.lazy_leaf != nullptr) rank.emplace(&e, std::pair(static_cast<double>(k++) / lazy_in, s));
     }
-    std::vector<std::size_t> by_rank(later.size());
-    for (std::size_t i = 0; i < by_rank.size(); ++i) by_rank[i] = i;
-    std::ranges::stable_sort(by_rank, {}, [&](std::size_t i) { return rank.at(later[i]); });
+    std::ranges::stable_sort(later, {}, [&](std::size_t i) { return rank.at(order[i]); });
     std::vector<const entry_source*> sources;
     std::vector<std::byte*> source_targets;
-    for (const std::size_t i : by_rank) {
-      sources.push_back(later[i]);
-      source_targets.push_back(later_targets[i]);
+    for (const std::size_t i : later) {
+      sources.push_back(order[i]);
+      source_targets.push_back(storage.get() + offsets[i]);
     }
     pending = std::make_shared<lazy_copies>(sources, source_targets, storage);
   }
