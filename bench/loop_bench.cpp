@@ -331,18 +331,30 @@ int measure(const args& a) {
   std::printf("\n| interval | throughput loss (median of %ld pairs) | pairs | blocking per save (median) | / memcpy | "
               "of which the call | CPU per save | saves |\n|---|---|---|---|---|---|---|---|\n",
               pairs);
-  const auto report = [&](const std::string& label, const std::vector<double>& losses, const std::vector<double>& blocking,
-                          const std::vector<double>& calls, double cpu_per_save, long saves) {
-    std::string list;
-    for (double l : losses) list += (list.empty() ? "" : " ") + pct(l);
-    std::printf("| %s | %s | %s | %s | %.2fx | %s | %.3f s | %ld |\n", label.c_str(), pct(median(losses)).c_str(),
-                list.c_str(), fmt_time(median(blocking)).c_str(), median(blocking) / copy, fmt_time(median(calls)).c_str(),
-                cpu_per_save, saves);
-    std::fflush(stdout);
+  // The runs of one way of saving at one interval, against their pairs' runs without saves.
+  struct tally {
+    std::vector<double> losses, blocking, calls, cpu;
+    long saves = 0;
+    void add(const run_result& r, const run_result& base) {
+      losses.push_back(1 - r.steps_per_s / base.steps_per_s);
+      blocking.insert(blocking.end(), r.blocking.begin(), r.blocking.end());
+      calls.insert(calls.end(), r.calls.begin(), r.calls.end());
+      // The CPU beyond what training took for the same steps: the saves' (the writer's, the copies').
+      const double base_cpu_per_step = base.cpu_s / static_cast<double>(base.steps);
+      cpu.push_back((r.cpu_s - base_cpu_per_step * static_cast<double>(r.steps)) / static_cast<double>(std::max(1L, r.saves)));
+      saves += r.saves;
+    }
+    void report(const std::string& label, double copy_s) const {
+      std::string list;
+      for (double l : losses) list += (list.empty() ? "" : " ") + pct(l);
+      std::printf("| %s | %s | %s | %s | %.2fx | %s | %.3f s | %ld |\n", label.c_str(), pct(median(losses)).c_str(),
+                  list.c_str(), fmt_time(median(blocking)).c_str(), median(blocking) / copy_s,
+                  fmt_time(median(calls)).c_str(), median(cpu), saves);
+      std::fflush(stdout);
+    }
   };
   for (const long interval : intervals) {
-    std::vector<double> loss_lazy, loss_eager, block_lazy, block_eager, call_lazy, call_eager, cpu_lazy, cpu_eager;
-    long saves_lazy = 0, saves_eager = 0;
+    tally lazy_saves, eager_saves;
     for (long p = 0; p < pairs; ++p) {
       // Alternate the order inside a pair, so that a drift of the machine falls on both sides.
       run_result base, lazy, eager_run;
@@ -358,31 +370,14 @@ int measure(const args& a) {
         lazy = one(saving::lazy);
         base = one(saving::none);
       }
-      // The CPU beyond what training took for the same steps: the saves' (the writer's, the copies').
-      const double base_cpu_per_step = base.cpu_s / static_cast<double>(base.steps);
-      loss_lazy.push_back(1 - lazy.steps_per_s / base.steps_per_s);
-      block_lazy.insert(block_lazy.end(), lazy.blocking.begin(), lazy.blocking.end());
-      call_lazy.insert(call_lazy.end(), lazy.calls.begin(), lazy.calls.end());
-      cpu_lazy.push_back((lazy.cpu_s - base_cpu_per_step * static_cast<double>(lazy.steps)) /
-                         static_cast<double>(std::max(1L, lazy.saves)));
-      saves_lazy += lazy.saves;
-      if (eager) {
-        loss_eager.push_back(1 - eager_run.steps_per_s / base.steps_per_s);
-        block_eager.insert(block_eager.end(), eager_run.blocking.begin(), eager_run.blocking.end());
-        call_eager.insert(call_eager.end(), eager_run.calls.begin(), eager_run.calls.end());
-        cpu_eager.push_back((eager_run.cpu_s - base_cpu_per_step * static_cast<double>(eager_run.steps)) /
-                            static_cast<double>(std::max(1L, eager_run.saves)));
-        saves_eager += eager_run.saves;
-      }
+      lazy_saves.add(lazy, base);
+      if (eager) eager_saves.add(eager_run, base);
       log("interval " + std::to_string(interval) + " s, pair " + std::to_string(p + 1) + ": base " +
           std::to_string(base.steps_per_s) + " steps/s, lazy " + std::to_string(lazy.steps_per_s) +
           (eager ? ", eager " + std::to_string(eager_run.steps_per_s) : std::string()));
     }
-    report(std::to_string(interval) + " s, lazy copy (training_state)", loss_lazy, block_lazy, call_lazy,
-           median(cpu_lazy), saves_lazy);
-    if (eager)
-      report(std::to_string(interval) + " s, copied in the call (sections by hand)", loss_eager, block_eager,
-             call_eager, median(cpu_eager), saves_eager);
+    lazy_saves.report(std::to_string(interval) + " s, lazy copy (training_state)", copy);
+    if (eager) eager_saves.report(std::to_string(interval) + " s, copied in the call (sections by hand)", copy);
   }
   fs::remove_all(dir / "run");
   return 0;
