@@ -23,6 +23,8 @@
 
 #include <mpi.h>
 
+#include "mpi_common.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -64,16 +66,7 @@ ckpt::checkpoint part(const std::string& prefix, long count, std::size_t bytes, 
   return ckpt::checkpoint(std::move(entries));
 }
 
-// The slowest rank's time for `f`, started together after a barrier.
-double timed(MPI_Comm comm, const std::function<void()>& f) {
-  MPI_Barrier(comm);
-  const double start = MPI_Wtime();
-  f();
-  double mine = MPI_Wtime() - start;
-  double slowest = 0;
-  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return slowest;
-}
+using bench::timed;
 
 double median(std::vector<double> v) {
   std::ranges::sort(v);
@@ -85,10 +78,8 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   const MPI_Comm comm = MPI_COMM_WORLD;
-  int rank = 0;
-  int ranks = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
+  const int rank = bench::rank_of(comm);
+  const int ranks = bench::size_of(comm);
   const long mib = flag(argc, argv, "mib-per-rank", 64);
   const long tensors = flag(argc, argv, "tensors-per-rank", 16);
   const long reps = std::max(1L, flag(argc, argv, "reps", 5));

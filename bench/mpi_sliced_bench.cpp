@@ -27,6 +27,8 @@
 
 #include <mpi.h>
 
+#include "mpi_common.hpp"
+
 #include <Eigen/Core>
 
 #include <sys/resource.h>
@@ -50,25 +52,15 @@ std::string flag(int argc, char** argv, const std::string& name, const std::stri
   return fallback;
 }
 
-double timed(MPI_Comm comm, const std::function<void()>& f) {
-  MPI_Barrier(comm);
-  const double start = MPI_Wtime();
-  f();
-  double mine = MPI_Wtime() - start;
-  double slowest = 0;
-  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return slowest;
-}
+using bench::timed;
 
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   const MPI_Comm comm = MPI_COMM_WORLD;
-  int rank = 0;
-  int ranks = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
+  const int rank = bench::rank_of(comm);
+  const int ranks = bench::size_of(comm);
   const std::string what = flag(argc, argv, "what", "sliced");
   const long mib = std::atol(flag(argc, argv, "mib", "1024").c_str());
   const long tensors = std::atol(flag(argc, argv, "tensors", "16").c_str());

@@ -149,7 +149,9 @@ class local_state final : public detail::manager_state {
   // another format under a step's name (ckpt::load would read a torch.save file by its content).
   // Read through a symbolic link if the step is one (a forked run's step may point at another's).
   checkpoint load_step(std::int64_t step, const load_options& options) override {
-    if (const auto it = step_folders_.find(step); it != step_folders_.end())
+    const auto it = step_folders_.find(step);
+    last_sources = {{it != step_folders_.end() ? it->second : name_of(step), checkpoint_manager::tier::folder, 0}};
+    if (it != step_folders_.end())
       return detail::load_sharded(folder_.subfolder_to_read(it->second), detail::mpi_step_index, options);
     return detail::load_file({folder_, name_of(step)}, options);
   }

@@ -318,7 +318,7 @@ void report_uncollected(std::string_view who, const std::filesystem::path& folde
 
 void manager_state::settle_quietly() noexcept {
   try {
-    settle();
+    settle_all();
   } catch (...) {
     report_uncollected(core.who(), core.folder(), std::current_exception());
   }
@@ -385,7 +385,7 @@ bool checkpoint_manager::save_async(std::int64_t step, std::span<const section> 
   return save_step(*state_, step, sections, metadata, force, true);
 }
 
-void checkpoint_manager::wait() { state_->settle(); }
+void checkpoint_manager::wait() { state_->settle_all(); }
 
 std::vector<std::int64_t> checkpoint_manager::steps() const { return state_->core.steps(); }
 
@@ -441,6 +441,7 @@ checkpoint_manager::latest checkpoint_manager::load_latest(const load_options& o
     try {
       out.data = load_committed(*state_, *step, opts, &gone);
       out.step = *step;
+      out.sources = state_->last_sources;
       break;
     } catch (const std::exception& e) {
       if (gone) continue;  // deleted since it was listed: no longer a step, and not damage
@@ -449,6 +450,15 @@ checkpoint_manager::latest checkpoint_manager::load_latest(const load_options& o
     }
   }
   return out;
+}
+
+std::string_view to_string(checkpoint_manager::tier t) noexcept {
+  switch (t) {
+    case checkpoint_manager::tier::local: return "local";
+    case checkpoint_manager::tier::partner: return "partner";
+    case checkpoint_manager::tier::folder: break;
+  }
+  return "folder";
 }
 
 }  // namespace ckpt

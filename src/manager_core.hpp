@@ -213,6 +213,9 @@ class manager_state {
   [[nodiscard]] virtual std::filesystem::path path_of(std::int64_t step) const = 0;
   // Waits for the background write, and commits its step or throws its error, once.
   virtual void settle() = 0;
+  // settle(), and whatever else runs in the background too (the MPI manager's drain to its shared
+  // tier): what wait() and the destructor do.
+  virtual void settle_all() { settle(); }
   // After settle(): checks a save of `step`; the metadata of its files, or nothing to skip it.
   virtual std::optional<metadata_map> admit(std::int64_t step, const metadata_map& metadata, bool force) = 0;
   // Writes and commits `step`.
@@ -220,8 +223,10 @@ class manager_state {
   // Starts the background write of `step`, committed by the next settle().
   virtual void save_in_background(std::int64_t step, std::span<const section> sections,
                                   const metadata_map& metadata) = 0;
-  // After settle(): reads committed `step`.
+  // After settle(): reads committed `step`, and sets `last_sources` to where its files came from.
   [[nodiscard]] virtual checkpoint load_step(std::int64_t step, const load_options& options) = 0;
+  // What the last load_step read, for latest::sources.
+  std::vector<checkpoint_manager::source> last_sources;
   // Committed `step` was found damaged (`reason`): sets it aside (a writing manager renames it)
   // and records it in the core as damaged. Returns its status.
   virtual step_status set_aside(std::int64_t step, const std::string& reason) = 0;
@@ -235,7 +240,7 @@ class manager_state {
   // Collective in the MPI manager.
   [[nodiscard]] virtual bool gone(std::int64_t step) = 0;
 
-  // settle(), its error written to stderr: what a destructor does.
+  // settle_all(), its error written to stderr: what a destructor does.
   void settle_quietly() noexcept;
 };
 

@@ -5,6 +5,7 @@
 //   mpirun -np 4 mlp_trainer_mpi --steps 1500 --ckpt-dir runs/d            # train, checkpoint
 //   mpirun -np 3 mlp_trainer_mpi --steps 3000 --ckpt-dir runs/d --resume   # resume on 3 ranks
 //   mpirun -np 4 mlp_trainer_mpi --shard-optimizer ...                      # ZeRO-1 (zero.hpp)
+//   mpirun -np 4 mlp_trainer_mpi --local-dir /tmp/ckpt --drain-every 5 ... # multi-level checkpoints
 //
 // With the default --reduction ordered, the run is bit-identical whatever the number of ranks and
 // wherever it is stopped and resumed (see data_parallel.hpp).
@@ -39,6 +40,10 @@ struct options : training_options {
   int groups = 8;
   reduction how = reduction::ordered;
   bool shard_optimizer = false;
+  // Multi-level checkpoints (ckpt::mpi::tiers): --ckpt-dir is then the shared tier.
+  std::filesystem::path local_dir;
+  int ranks_per_node = 0;
+  std::int64_t drain_every = 1;
 };
 
 // The command line, parsed alike on every rank; a usage error or --help ends every rank with
@@ -64,6 +69,20 @@ options parse(int argc, char** argv, int rank) {
   app.add_flag("--shard-optimizer", o.shard_optimizer,
                "ZeRO-1: each rank keeps 1/P of Adam's moments, saved as slices (ckpt::mpi::save_sliced); "
                "--keep is not applied (every saved step stays)");
+  app.add_option("--local-dir", o.local_dir,
+                 "node-local tier (tmpfs or a local SSD): every step is saved there, with a partner copy on the "
+                 "next node, and every --drain-every-th step is drained to --ckpt-dir")
+      ->type_name("DIR");
+  app.add_option("--ranks-per-node", o.ranks_per_node,
+                 "with --local-dir: simulate nodes of N ranks on one machine, each with its own subfolder "
+                 "node-<k> of --local-dir (0: the ranks that share memory are a node)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--drain-every", o.drain_every,
+                 "with --local-dir: drain every M-th saved step (steps that are multiples of M x --save-every) "
+                 "to --ckpt-dir (0: never)")
+      ->check(at_least(0))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -71,6 +90,10 @@ options parse(int argc, char** argv, int rank) {
     throw usage_exit{code == 0 ? 0 : 2};
   }
   o.how = how == "ordered" ? reduction::ordered : reduction::allreduce;
+  if (o.shard_optimizer && !o.local_dir.empty()) {
+    if (rank == 0) std::cerr << "mlp_trainer_mpi: --local-dir does not go with --shard-optimizer (sliced steps are written straight to --ckpt-dir)\n";
+    throw usage_exit{2};
+  }
   return o;
 }
 
@@ -122,6 +145,17 @@ void report_skipped(int rank, const ckpt::mpi::checkpoint_manager::latest& resto
   if (rank == 0)
     for (const ckpt::mpi::checkpoint_manager::step_status& s : restored.skipped)
       std::cout << "skipped damaged step " << s.step << ": " << s.reason << '\n';
+}
+
+// Says (on rank 0) which tier served each shard of the restored step, as rank 0 read it:
+// "restored step 300: model-00001-of-00001.safetensors from the partner tier of node 0".
+void report_sources(int rank, const ckpt::mpi::checkpoint_manager::latest& restored) {
+  if (rank != 0 || !restored) return;
+  for (const ckpt::mpi::checkpoint_manager::source& s : restored.sources) {
+    std::cout << "restored step " << restored.step << ": " << s.file << " from the " << ckpt::to_string(s.from) << " tier";
+    if (s.from != ckpt::checkpoint_manager::tier::folder) std::cout << " of node " << s.node;
+    std::cout << '\n';
+  }
 }
 
 // --shard-optimizer: ZeRO-1 (zero.hpp), saved with slices straight through ckpt::mpi.
@@ -178,7 +212,9 @@ int run_sharded(MPI_Comm comm, options o) {
 int run(MPI_Comm comm, options o) {
   if (o.shard_optimizer) return run_sharded(comm, o);
   const auto [rank, ranks] = place_in(comm);
-  ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every});
+  ckpt::mpi::checkpoint_manager manager(
+      comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every},
+      {.local = o.local_dir, .ranks_per_node = o.ranks_per_node, .drain_every = o.drain_every * o.save_every});
   const std::optional<std::int64_t> latest = manager.latest_step();
   if (refuse_to_overwrite(o, latest, rank)) return 2;
   ckpt::mpi::checkpoint_manager::latest restored;
@@ -186,6 +222,7 @@ int run(MPI_Comm comm, options o) {
     // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
     restored = manager.load_latest();
     report_skipped(rank, restored);
+    report_sources(rank, restored);
     if (!restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);  // every rank alike
   }
   if (restored) continue_run(o, *restored);
@@ -221,7 +258,10 @@ int run(MPI_Comm comm, options o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // MPI_THREAD_MULTIPLE lets the checkpoint manager's background thread send the partner copies of
+  // a multi-level checkpoint (--local-dir) itself; the trainer's own MPI calls stay on this thread.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int code = 0;

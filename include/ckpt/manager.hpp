@@ -39,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ckpt {
@@ -189,6 +190,25 @@ class checkpoint_manager {
     std::string reason;
   };
 
+  /// Where a file of a loaded step was read from (a row of `latest::sources`).
+  enum class tier {
+    folder,   ///< the manager's folder (for the MPI manager with a local tier: the shared tier)
+    local,    ///< a node's local tier, the copy that node's ranks wrote (ckpt::mpi::tiers)
+    partner,  ///< a node's local tier, the partner copy it keeps of the previous node's shard
+  };
+
+  /// One file of the loaded step and where this process read it from.
+  struct source {
+    /// The file's name in its step: the step file (`ckpt-<step>.safetensors`), or a shard of an
+    /// MPI step (`model-00002-of-00004.safetensors`).
+    std::string file;
+    /// The tier whose copy was read.
+    tier from = tier::folder;
+    /// For `local` and `partner`: the node whose local folder held the copy (this rank's node,
+    /// or another node that sent the bytes over MPI); 0 otherwise.
+    int node = 0;
+  };
+
   /// What `load_latest()` restored: the newest intact step's checkpoint, if
   /// there is one, and the newer steps it skipped because they were damaged. It reads like a
   /// `std::optional<checkpoint>` (`if (auto latest = manager.load_latest()) ... *latest ...`).
@@ -200,6 +220,11 @@ class checkpoint_manager {
     /// The steps newer than `step` that were found damaged and set aside, newest first, each with
     /// its reason. A caller that resumes should report them: the run goes on from an older step.
     std::vector<step_status> skipped;
+    /// Where each file of `step` was read from, in file-name order: one row (`tier::folder`) for
+    /// the single-process manager (the step file, or an MPI step folder's name when it reads one);
+    /// one per shard for the MPI manager, as this rank read it (with
+    /// `ckpt::mpi::tiers`, from its node's local tier, another node's, or the shared folder).
+    std::vector<source> sources;
 
     /// True if a step was loaded.
     /// \throws nothing
@@ -370,5 +395,9 @@ class checkpoint_manager {
  private:
   std::unique_ptr<detail::manager_state> state_;
 };
+
+/// The name of a tier: "folder", "local" or "partner" (for a trainer's report of `latest::sources`).
+/// \throws nothing
+[[nodiscard]] std::string_view to_string(checkpoint_manager::tier t) noexcept;
 
 }  // namespace ckpt

@@ -251,6 +251,54 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 [[nodiscard]] checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                               const load_options& options = {});
 
+/// The tiers of a `checkpoint_manager` beyond its folder: SCR's and Orbax's multi-level scheme on plain
+/// safetensors step folders. Left empty (`local` empty), the manager writes every step to its
+/// folder, as without tiers.
+///
+/// **Saving.** Each rank writes its shard into its node's local folder (tmpfs or a local SSD),
+/// then sends it over MPI to its partner, the rank of the same place on the next node (node
+/// k's shards are kept on node (k + 1) mod K), which writes the copy into its own local folder.
+/// The step is committed (listed by `steps()`) once every copy is durable and each node's
+/// leader has written the step's index beside its copies. Every `drain_every`-th step is then
+/// copied from the local tier to `folder` on a background thread, each rank its own shard, and
+/// committed there by the index, written last, at the first member call after every rank's copy
+/// is done (`wait` and the destructor wait for it): a step is never committed but incomplete in
+/// `folder`, whatever is killed when. `save_async` writes the local shard on a background thread.
+/// If every rank's MPI was initialized with `MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)`, that
+/// thread also sends and receives the partner copies (on a communicator of its own); otherwise the
+/// call that commits the step (the next `save`, `save_async`, `wait`, `load` or `load_latest`)
+/// does, since MPI may then be used from the caller's thread only.
+///
+/// **Keeping.** The retention rules of `options` apply to the steps of all tiers (a step is kept
+/// while any tier holds it): `folder` deletes what they drop. A node's local tier keeps the
+/// newest `local_max_to_keep` steps (and a step until its drain is committed): it is a cache.
+///
+/// **Restoring** (`load`, `load_latest`): a step is listed if `folder` holds it or the nodes'
+/// local tiers hold every shard of it between them. Each node verifies (by digest) the copies
+/// it holds of the step, its ranks sharing the work; then each shard is read from the fastest
+/// intact copy: this node's own copy, its partner copy, another node's copy (sent over MPI by
+/// that node and written into this node's local folder), and last `folder`. A damaged copy is
+/// skipped for the next; a step with a shard that has no intact copy in any tier is damaged
+/// (`load_latest` goes on to the step before). `latest::sources` says which tier served each
+/// shard. A job restarted on another number of ranks or nodes restores the same way: every
+/// node that holds a copy offers it.
+struct tiers {
+  /// The node-local folder, as every rank of a node sees it (created if needed; the node's first
+  /// rank locks it as the manager locks `folder`). With `ranks_per_node`, node k's folder is
+  /// `<local>/node-<k>`, so that simulated nodes on one machine do not share one.
+  std::filesystem::path local{};
+  /// 0: a node is the ranks that share memory (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`).
+  /// N > 0: ranks [kN, (k + 1)N) form node k, simulated nodes for tests and benchmarks on one
+  /// machine.
+  int ranks_per_node = 0;
+  /// Keep a partner copy of each node's shards on the next node (ignored with one node).
+  bool partner = true;
+  /// Drain every `drain_every`-th step (a multiple of it) to `folder`; 0 never drains.
+  std::int64_t drain_every = 1;
+  /// How many steps a node's local tier keeps (at least 1).
+  std::size_t local_max_to_keep = 2;
+};
+
 /// Numbered steps of one MPI training job in a folder, each step saved in `ckpt::mpi::save`'s
 /// layout: a `ckpt::checkpoint_manager` (ckpt/manager.hpp, where every member, member type and
 /// rule is documented: the same `options`, `latest`, `step_status`, retention decision and
@@ -285,15 +333,24 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// error to stderr), then frees the manager's duplicated communicator (`MPI_Comm_free`,
 /// collective); after `MPI_Finalize` it does neither, and a background step stays uncommitted
 /// (the next manager removes it).
+///
+/// **Multi-level checkpoints** (`ckpt::mpi::tiers`, docs/distributed.md): with a node-local
+/// folder, every step goes to the nodes' local tiers, and only every `drain_every`-th step to
+/// `folder`, which becomes the shared tier. See `tiers` for what each tier holds and how a step is
+/// restored.
 class checkpoint_manager : public ckpt::checkpoint_manager {
  public:
+
   /// Opens `folder` (created if needed) for the ranks of `comm` (duplicated, so the manager's
-  /// messages never mix with the caller's). Collective.
+  /// messages never mix with the caller's), and, with `levels.local`, each node's local folder.
+  /// Collective.
   /// \throws std::invalid_argument on every rank if an option is out of range (as the
-  ///   single-process manager).
-  /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder
-  ///   (the cause names the lock file if another manager holds it).
-  checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, options opts = {});
+  ///   single-process manager; `ranks_per_node` or `drain_every` negative, `local_max_to_keep` 0, a
+  ///   local tier with `read_only`).
+  /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder, or a
+  ///   node's first rank its local folder (the cause names the lock file if another manager holds
+  ///   it).
+  checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, options opts = {}, tiers levels = {});
 };
 
 }  // namespace ckpt::mpi

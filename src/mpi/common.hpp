@@ -174,6 +174,34 @@ inline void broadcast(MPI_Comm comm, std::string& bytes, int root) {
   if (n > 0) MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, comm);
 }
 
+// Every rank's `mine`, on every rank, in rank order: one MPI_Allgather of the sizes, one
+// MPI_Allgatherv of the encoded values. `what` names the values in the error of a message too long.
+// \throws std::length_error if the values come to 2 GiB or more.
+template <class T>
+std::vector<T> gather_all(MPI_Comm comm, const T& mine, std::string_view what) {
+  const std::string bytes = encode(mine);
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    throw std::length_error("ckpt: mpi: " + std::string(what) + " of this rank is too long to send");
+  const int count = static_cast<int>(bytes.size());
+  std::vector<int> counts(static_cast<std::size_t>(size_of(comm)));
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  std::vector<int> offsets(counts.size());
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    offsets[r] = static_cast<int>(total);
+    total += counts[r];
+    if (total > INT_MAX) throw std::length_error("ckpt: mpi: " + std::string(what) + " of the ranks are too long to send");
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_Allgatherv(bytes.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm);
+  std::vector<T> out;
+  out.reserve(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r)
+    out.push_back(decode<T>(std::string_view(all).substr(static_cast<std::size_t>(offsets[r]),
+                                                          static_cast<std::size_t>(counts[r]))));
+  return out;
+}
+
 // A failure agreed on by every rank: the lowest failing rank and its message, and whether it
 // was one of the failures `agree` was told to prefer.
 struct failure {

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,18 @@ inline std::string shard_name(std::size_t number, std::size_t count) {
   char digits[64];
   std::snprintf(digits, sizeof digits, "model-%05zu-of-%05zu.safetensors", number, count);
   return digits;
+}
+
+// The shard count K of a name shard_name(k, K) gives (only the exact spelling counts), or nothing.
+inline std::optional<std::size_t> shard_count_of(std::string_view name) {
+  std::size_t number = 0;
+  std::size_t count = 0;
+  char tail = 0;
+  const std::string text(name);
+  if (std::sscanf(text.c_str(), "model-%5zu-of-%5zu.safetensor%c", &number, &count, &tail) != 3 || number == 0 ||
+      number > count || shard_name(number, count) != name)
+    return std::nullopt;
+  return count;
 }
 
 // What one rank brings to a save: its step, what it holds, and (rank 0) the step's metadata.
@@ -44,30 +57,9 @@ struct holding {
   std::vector<entry> entries;
 };
 
-// Every rank's holding, on every rank: one MPI_Allgather of the sizes, one MPI_Allgatherv.
+// Every rank's holding, on every rank.
 inline std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {
-  const int size = size_of(comm);
-  const std::string bytes = encode(mine);
-  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
-    throw std::length_error("ckpt: mpi::save: the description of this rank's entries is too long");
-  const int count = static_cast<int>(bytes.size());
-  std::vector<int> counts(static_cast<std::size_t>(size));
-  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
-  std::vector<int> offsets(counts.size());
-  std::int64_t total = 0;
-  for (std::size_t r = 0; r < counts.size(); ++r) {
-    offsets[r] = static_cast<int>(total);
-    total += counts[r];
-    if (total > INT_MAX) throw std::length_error("ckpt: mpi::save: the description of the entries is too long");
-  }
-  std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(bytes.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm);
-  std::vector<holding> out;
-  out.reserve(counts.size());
-  for (std::size_t r = 0; r < counts.size(); ++r)
-    out.push_back(decode<holding>(std::string_view(all).substr(static_cast<std::size_t>(offsets[r]),
-                                                                static_cast<std::size_t>(counts[r]))));
-  return out;
+  return gather_all(comm, mine, "the description of the entries");
 }
 
 // "F32 [4, 8]", for messages.

@@ -9,13 +9,16 @@
 #include "../snapshot.hpp"
 #include "common.hpp"
 #include "step.hpp"
+#include "tiers.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <map>
+#include <set>
 #include <memory>
 
 #include <optional>
@@ -40,22 +43,50 @@ struct shared_steps {
 
 // A folder of shards per step, committed by its index, written by the ranks together. Every rank
 // holds the folder by its descriptor from open to close (src/folder.hpp); rank 0 checks that
-// they all hold the folder it locked.
+// they all hold the folder it locked. With a local tier (ckpt::mpi::tiers, src/mpi/tiers.hpp),
+// every step goes to the nodes' local folders and every drain_every-th one is drained to the
+// folder, the shared tier, on a second background thread.
 class mpi_state final : public ckpt::detail::manager_state {
  public:
-  mpi_state(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts)
-      : manager_state(std::string(who), std::move(folder), std::move(opts)) {
+  mpi_state(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts, tiers levels)
+      : manager_state(std::string(who), std::move(folder), std::move(opts)), levels_(std::move(levels)) {
     MPI_Comm_dup(comm, &comm_);
   }
   ~mpi_state() override {
     static_cast<void>(background.join());  // settled by ~checkpoint_manager, unless MPI is gone
+    static_cast<void>(drain_.join());
+    tiers_.reset();  // frees its node communicator while MPI is there
     lock_ = ckpt::detail::file_descriptor(-1);  // releases the flock
-    if (!finalized()) MPI_Comm_free(&comm_);
+    if (finalized()) return;
+    if (background_comm_ != MPI_COMM_NULL) MPI_Comm_free(&background_comm_);
+    MPI_Comm_free(&comm_);
   }
 
   // Collective: rank 0 opens and locks the folder, then every rank opens it, checks that it is
-  // the one rank 0 locked, and learns its steps.
+  // the one rank 0 locked, and learns its steps; then the local tier, if there is one.
   void open() {
+    check_tiers();
+    open_shared();
+    if (levels_.local.empty()) return;
+    tiers_ = std::make_unique<detail::local_tiers>(comm_, levels_);
+    // With MPI_THREAD_MULTIPLE on every rank, save_async's thread sends the partner copies, on a
+    // communicator of its own.
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    MPI_Allreduce(MPI_IN_PLACE, &level, 1, MPI_INT, MPI_MIN, comm_);
+    if (level == MPI_THREAD_MULTIPLE) MPI_Comm_dup(comm_, &background_comm_);
+    for (const auto& [step, metric] : core.all()) drained_.insert(step);
+    // A step is listed while any tier holds it whole (the local tiers know no keep-best metric).
+    for (const std::int64_t step : tiers_->complete_steps()) {
+      if (!core.all().contains(step)) core.add(step, {});
+      local_steps_.insert(step);
+    }
+    on_rank_0_then_share([this] { retain(); }, "checkpoint_manager");
+    keep_local(levels_.local_max_to_keep);
+  }
+
+  // The shared folder: see open().
+  void open_shared() {
     on_rank_0_then_share([this] { open_on_rank_0(); }, "checkpoint_manager");
     std::exception_ptr local_error;
     std::string token = rank() == 0 ? token_ : std::string();
@@ -78,13 +109,22 @@ class mpi_state final : public ckpt::detail::manager_state {
     return detail::step_folder(core.folder(), step);
   }
 
-  // Collective: waits for this rank's background write and commits the step on every rank.
+  // Collective: waits for this rank's background write and commits the step on every rank; then
+  // commits a drain that every rank has finished.
   void settle() override {
-    if (!background.pending()) return;
-    const std::exception_ptr local_error = background.join();
-    // Without MPI, the ranks cannot agree: the step stays uncommitted (removed by the next manager).
-    if (finalized()) return;
-    commit(std::exchange(pending_, {}), local_error);
+    if (background.pending()) {
+      const std::exception_ptr local_error = background.join();
+      // Without MPI, the ranks cannot agree: the step stays uncommitted (removed by the next manager).
+      if (finalized()) return;
+      commit(std::exchange(pending_, {}), local_error, /*copies_sent=*/background_comm_ != MPI_COMM_NULL);
+    }
+    finish_drain(false);
+  }
+
+  // Collective: settle(), then waits for the drain and commits it.
+  void settle_all() override {
+    settle();
+    if (!finalized()) finish_drain(true);
   }
 
   // Collective.
@@ -115,9 +155,10 @@ class mpi_state final : public ckpt::detail::manager_state {
   void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
     const detail::step_plan plan = plan_of(step, sections, metadata, "save");
     release_pages_of_dropped(plan);
+    make_room_in_local();
     std::exception_ptr local_error;
     try {
-      detail::write_shard(plan, sections, {.digest = core.options().digest});
+      write_step(plan, sections);
     } catch (...) {
       local_error = std::current_exception();
     }
@@ -129,37 +170,64 @@ class mpi_state final : public ckpt::detail::manager_state {
                           const metadata_map& metadata) override {
     pending_ = plan_of(step, sections, metadata, "save_async");
     release_pages_of_dropped(pending_);
-    if (pending_.shard.empty()) {
+    make_room_in_local();
+    // With partner copies sent in the background, every rank's thread takes part in the exchange.
+    const bool exchange = background_comm_ != MPI_COMM_NULL;
+    if (pending_.shard.empty() && !exchange) {
       // Nothing of this rank's is written (another rank writes its entries): only the commit.
       background.finish(nullptr);
       return;
     }
     // A failure to copy is this rank's failure of the write, reported at the commit on every rank.
+    std::shared_ptr<ckpt::detail::taken_snapshot> snapshot;
+    std::exception_ptr failed;
     try {
-      background.start([plan = &pending_,
-                        snapshot = std::make_shared<ckpt::detail::taken_snapshot>(ckpt::detail::take_snapshot(arena, sections, {}, true)),
-                        digest = core.options().digest] {
-        snapshot->finish();
-        const section whole(snapshot->data());
-        detail::write_shard(*plan, {&whole, 1}, {.digest = digest});
-      });
+      if (!pending_.shard.empty())
+        snapshot = std::make_shared<ckpt::detail::taken_snapshot>(ckpt::detail::take_snapshot(arena, sections, {}, true));
     } catch (...) {
-      background.finish(std::current_exception());
+      failed = std::current_exception();
+    }
+    const auto job = [this, plan = &pending_, snapshot, failed] {
+      std::exception_ptr error = failed;
+      if (!error && snapshot) {
+        try {
+          snapshot->finish();
+          const section whole(snapshot->data());
+          write_step(*plan, {&whole, 1});
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      if (background_comm_ != MPI_COMM_NULL) tiers_->send_partner_copies(*plan, error, background_comm_);
+      if (error) std::rethrow_exception(error);
+    };
+    try {
+      background.start(job);
+    } catch (...) {
+      // No thread: the job runs here (its exchange must happen: the other ranks' threads wait for it).
+      std::exception_ptr error;
+      try {
+        job();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      background.finish(error);
     }
   }
 
   // Collective.
   checkpoint load_step(std::int64_t step, const load_options& options) override {
     last_load_damaged_ = false;
-    return detail::load_step(comm_, folder_, step, options, &last_load_damaged_);
+    if (tiers_) return tiers_->load(folder_, step, options, last_sources, &last_load_damaged_);
+    return detail::load_step(comm_, folder_, step, options, &last_load_damaged_, &last_sources);
   }
 
   // Collective: rank 0 looks; a step folder no longer committed (its index deleted, as the
-  // writer's retention does first) is gone.
+  // writer's retention does first) is gone, unless a local tier holds the step.
   bool gone(std::int64_t step) override {
     int answer = rank() == 0 && !detail::is_committed(folder_, detail::step_folder_name(step)) ? 1 : 0;
     MPI_Bcast(&answer, 1, MPI_INT, 0, comm_);
-    return answer != 0;
+    return answer != 0 && !(tiers_ && tiers_->holds(step));
   }
 
   // What every rank agreed on in load_step: some rank found the step's bytes wrong.
@@ -178,13 +246,33 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   // Collective: rank 0 sets the step folder aside, every rank learns of it.
+  // The local tiers' copies of the step, a cache, are then deleted (keep_local).
   ckpt::detail::step_status set_aside(std::int64_t step, const std::string& reason) override {
     on_rank_0_then_share([&] { set_aside_on_rank_0(step, reason); }, "load");
+    if (tiers_) keep_local(levels_.local_max_to_keep);
     return core.damaged().back();
   }
 
  private:
   [[nodiscard]] int rank() const { return detail::rank_of(comm_); }
+
+  // The option checks of the tiers, alike on every rank.
+  void check_tiers() const {
+    if (levels_.local.empty()) return;
+    const auto refuse = [this](const std::string& what) { throw std::invalid_argument(core.message(what)); };
+    if (core.options().read_only) refuse("a local tier ('" + levels_.local.string() + "') cannot be read-only");
+    if (levels_.ranks_per_node < 0) refuse("tiers::ranks_per_node is negative (" + std::to_string(levels_.ranks_per_node) + ")");
+    if (levels_.drain_every < 0) refuse("tiers::drain_every is negative (" + std::to_string(levels_.drain_every) + ")");
+    if (levels_.local_max_to_keep == 0) refuse("tiers::local_max_to_keep is 0 (a local tier keeps at least one step)");
+  }
+
+  // Local: writes this rank's shard of `plan`: to its node's local tier if there is one, else to
+  // the folder.
+  void write_step(const detail::step_plan& plan, std::span<const section> sections) const {
+    const save_options options{.digest = core.options().digest};
+    if (tiers_) tiers_->write_own(plan, sections, options);
+    else detail::write_shard(plan, sections, options);
+  }
 
   [[nodiscard]] static bool finalized() {
     int done = 0;
@@ -309,12 +397,21 @@ class mpi_state final : public ckpt::detail::manager_state {
     detail::settle(comm_, local_error, core.folder(), operation);
   }
 
+  // Collective, with a local tier: before a step is written, the local tiers drop the oldest step
+  // they will not keep, so that the new files take the memory of the old ones (tmpfs) instead of
+  // fresh pages, which cost a fault each (and, on a virtual machine, the host's too).
+  void make_room_in_local() {
+    if (!tiers_) return;
+    keep_local(levels_.local_max_to_keep - 1);
+    MPI_Barrier(comm_);
+  }
+
   // This rank's shards of the steps the retention will delete once `plan`'s step is committed give
   // their cached pages back before the new shard is written, as in the single-process manager
   // (each rank's pages are in its own node's cache). A shard named otherwise (another rank
   // count) is left alone: advice only.
   void release_pages_of_dropped(const detail::step_plan& plan) const {
-    if (plan.shard.empty()) return;
+    if (plan.shard.empty() || tiers_) return;
     for (const std::int64_t old : core.to_drop_after(plan.step, plan.metadata)) {
       try {
         ckpt::detail::drop_cached_pages({folder_.subfolder(detail::step_folder_name(old)), plan.shard});
@@ -325,10 +422,74 @@ class mpi_state final : public ckpt::detail::manager_state {
 
   // Collective: commits `plan`'s step once every rank's shard is written (`local_error` is this
   // rank's failure), then applies the retention rules.
-  void commit(const detail::step_plan& plan, const std::exception_ptr& local_error) {
-    detail::commit_step(comm_, plan, local_error);
+  // With a local tier: commits the step there (its partner copies first, unless the background
+  // thread has sent them: `copies_sent`), and starts its drain if it is due.
+  void commit(const detail::step_plan& plan, const std::exception_ptr& local_error, bool copies_sent = false) {
+    if (!tiers_) {
+      detail::commit_step(comm_, plan, local_error);
+      core.add(plan.step, plan.metadata);
+      on_rank_0_then_share([this] { retain(); }, plan.operation);
+      return;
+    }
+    tiers_->commit(plan, local_error, copies_sent);
     core.add(plan.step, plan.metadata);
+    local_steps_.insert(plan.step);
+    if (levels_.drain_every > 0 && plan.step % levels_.drain_every == 0) start_drain(plan);
     on_rank_0_then_share([this] { retain(); }, plan.operation);
+    keep_local(levels_.local_max_to_keep);
+  }
+
+  // Collective: drains `plan`'s step from the local tier to the folder on the drain's thread, once
+  // an earlier drain is committed.
+  void start_drain(const detail::step_plan& plan) {
+    finish_drain(true);
+    drain_plan_ = plan;
+    drain_done_ = false;
+    try {
+      drain_.start([this] {
+        struct done_guard {
+          std::atomic<bool>& done;
+          ~done_guard() { done = true; }
+        } guard{drain_done_};
+        tiers_->drain(drain_plan_);
+      });
+    } catch (...) {
+      drain_.finish(std::current_exception());
+      drain_done_ = true;
+    }
+  }
+
+  // Collective: if a drain is in flight and every rank's copy is done (or `wait`: once it is),
+  // commits it in the folder (rank 0 writes the index) and applies the retention rules. The step
+  // stays listed if the drain failed: its local tier holds it.
+  void finish_drain(bool wait) {
+    if (!tiers_ || !drain_.pending() || finalized()) return;
+    int done = wait || drain_done_ ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MIN, comm_);
+    if (done == 0) return;
+    const std::exception_ptr local_error = drain_.join();
+    const detail::step_plan plan = std::exchange(drain_plan_, {});
+    detail::commit_step(comm_, plan, local_error);
+    drained_.insert(plan.step);
+    // Retention may have dropped the step while it drained: it is then deleted from the folder too.
+    if (!core.all().contains(plan.step)) core.add(plan.step, plan.metadata);
+    on_rank_0_then_share([this] { retain(); }, plan.operation + " (its drain)");
+    keep_local(levels_.local_max_to_keep);
+  }
+
+  // The local tiers keep the newest `count` (local_max_to_keep) of their steps that are still
+  // listed, and the step being drained; a step that leaves them and is not in the folder is no
+  // longer listed.
+  void keep_local(std::size_t count) {
+    std::erase_if(drained_, [this](std::int64_t step) { return !core.all().contains(step); });
+    std::set<std::int64_t> keep;
+    for (auto it = local_steps_.rbegin(); it != local_steps_.rend() && keep.size() < count; ++it)
+      if (core.all().contains(*it)) keep.insert(*it);
+    if (drain_.pending()) keep.insert(drain_plan_.step);
+    for (const std::int64_t step : local_steps_)
+      if (!keep.contains(step) && !drained_.contains(step)) core.forget(step);
+    local_steps_ = keep;
+    tiers_->keep_only(keep);
   }
 
   // The step's plan, named after the calling member.
@@ -345,17 +506,29 @@ class mpi_state final : public ckpt::detail::manager_state {
   bool last_load_damaged_ = false;
   // The step this rank's background write belongs to.
   detail::step_plan pending_;
+  tiers levels_;
+  std::unique_ptr<detail::local_tiers> tiers_;  // with a local tier
+  std::set<std::int64_t> local_steps_;          // the steps the local tiers hold whole
+  std::set<std::int64_t> drained_;              // the steps committed in the folder
+  // save_async's thread's own communicator, with MPI_THREAD_MULTIPLE: it sends the partner copies.
+  MPI_Comm background_comm_ = MPI_COMM_NULL;
+  // The drain to the folder: its thread, its step's plan, and whether this rank's copy is done.
+  ckpt::detail::background_write drain_;
+  detail::step_plan drain_plan_;
+  std::atomic<bool> drain_done_ = true;
 };
 
-std::unique_ptr<mpi_state> opened(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts) {
-  auto state = std::make_unique<mpi_state>(comm, std::move(folder), std::move(opts));
+std::unique_ptr<mpi_state> opened(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts,
+                                  tiers levels) {
+  auto state = std::make_unique<mpi_state>(comm, std::move(folder), std::move(opts), std::move(levels));
   state->open();
   return state;
 }
 
 }  // namespace
 
-checkpoint_manager::checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts)
-    : ckpt::checkpoint_manager(opened(comm, std::move(folder), std::move(opts))) {}
+checkpoint_manager::checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts,
+                                       tiers levels)
+    : ckpt::checkpoint_manager(opened(comm, std::move(folder), std::move(opts), std::move(levels))) {}
 
 }  // namespace ckpt::mpi

@@ -116,7 +116,9 @@ void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr&
 // one is thrown) is damage on some rank (manager_core's is_damage): the bytes are wrong, rather
 // than a rank being short of a resource or a permission.
 // \throws collective_error on every rank, naming the failing rank (one that found damage first).
+// `sources`, if given, gets a row per shard (tier::folder).
 [[nodiscard]] checkpoint load_step(MPI_Comm comm, const ckpt::detail::folder_handle& run, std::int64_t step,
-                                   const load_options& options, bool* damaged);
+                                   const load_options& options, bool* damaged,
+                                   std::vector<checkpoint_manager::source>* sources = nullptr);
 
 }  // namespace ckpt::mpi::detail

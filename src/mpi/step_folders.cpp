@@ -241,7 +241,7 @@ std::vector<std::int64_t> committed_steps(const std::filesystem::path& folder) {
 }
 
 checkpoint load_step(MPI_Comm comm, const ckpt::detail::folder_handle& run, std::int64_t step, const load_options& options,
-                     bool* damaged) {
+                     bool* damaged, std::vector<checkpoint_manager::source>* sources) {
   const int rank = rank_of(comm);
   const int size = size_of(comm);
   checkpoint result;
@@ -309,6 +309,10 @@ checkpoint load_step(MPI_Comm comm, const ckpt::detail::folder_handle& run, std:
     local_error = std::current_exception();
   }
   settle_load();
+  if (sources != nullptr) {
+    sources->clear();
+    for (const auto& [shard, names] : by_shard) sources->push_back({shard, checkpoint_manager::tier::folder, 0});
+  }
   return result;
 }
 

@@ -1,0 +1,111 @@
+#pragma once
+// The local tiers of ckpt::mpi::checkpoint_manager (ckpt::mpi::tiers, include/ckpt/mpi.hpp): the
+// nodes of the job, each node's local folder, the partner copies sent over MPI, the drain's copy
+// to the shared folder, and the restore of a step from the fastest intact copy of each shard.
+//
+// A node's local folder holds its own step folders, `step-<s>/` (the shards its ranks wrote, and
+// shards other nodes sent it at a restore), and `partner/step-<s>/` (the copies of the previous
+// node's shards). Each is committed by the step's index, written last by the node's first rank,
+// as a shared step folder is; the index names every shard of the step, of which a node holds some.
+// Every file is written, renamed and removed relative to the folders opened once (src/folder.hpp).
+
+#include <ckpt/manager.hpp>
+#include <ckpt/mpi.hpp>
+
+#include "../folder.hpp"
+#include "step.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <exception>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ckpt::mpi::detail {
+
+// The nodes of a job: which ranks share a node, and each rank's partner.
+struct node_layout {
+  // Collective over `comm`: a node is the ranks that share memory, or, with `ranks_per_node` > 0,
+  // ranks [kN, (k + 1)N). Nodes are numbered by their lowest rank.
+  node_layout(MPI_Comm comm, int ranks_per_node);
+  ~node_layout();
+  node_layout(const node_layout&) = delete;
+  node_layout& operator=(const node_layout&) = delete;
+
+  MPI_Comm node = MPI_COMM_NULL;  // the ranks of this rank's node
+  int index = 0;                  // this rank's node
+  bool leader = false;            // this rank is its node's first
+  std::vector<int> node_of;       // each rank's node
+  std::vector<std::vector<int>> ranks_of;  // each node's ranks, ascending
+
+  [[nodiscard]] int count() const noexcept { return static_cast<int>(ranks_of.size()); }
+  [[nodiscard]] int leader_of(int n) const { return ranks_of[static_cast<std::size_t>(n)].front(); }
+  // The rank that keeps rank `r`'s partner copy: the rank of the same place on the next node
+  // (modulo that node's ranks); -1 with one node.
+  [[nodiscard]] int partner_of(int r) const;
+};
+
+class local_tiers {
+ public:
+  // Collective over `comm` (the manager's): finds the nodes; each node's first rank creates and
+  // locks its folder (and partner/), then the node's other ranks open it.
+  // \throws collective_error on every rank if a node's folder cannot be created, opened or locked.
+  local_tiers(MPI_Comm comm, const tiers& levels);
+
+  [[nodiscard]] const tiers& levels() const noexcept { return levels_; }
+  [[nodiscard]] const node_layout& nodes() const noexcept { return nodes_; }
+  // This node's folder, for messages and reports.
+  [[nodiscard]] const std::filesystem::path& folder() const noexcept { return own_.path(); }
+
+  // Collective: the steps whose every shard some node's local tier holds (in a committed step
+  // folder, own or partner), ascending.
+  [[nodiscard]] std::vector<std::int64_t> complete_steps();
+  // Collective: whether some node holds a committed copy of `step`.
+  [[nodiscard]] bool holds(std::int64_t step);
+  // Each node's first rank deletes its step folders (own and partner, committed or not) of the
+  // steps not in `keep`, the index first. A failure leaves the folder (a cache: tried again at the
+  // next call). Not collective.
+  void keep_only(const std::set<std::int64_t>& keep) const noexcept;
+
+  // Local: writes this rank's shard of `plan` into its node's step folder.
+  // \throws io_error.
+  void write_own(const step_plan& plan, std::span<const section> sections, const save_options& options) const;
+  // Collective over `comm` (the manager's, or its background thread's own): sends this rank's
+  // shard of `plan` to its partner, which writes it into its partner folder, every pair at once.
+  // `error` is this rank's failure so far (its shard unwritten: nothing is sent, by any rank), and
+  // gets a failure of the exchange.
+  void send_partner_copies(const step_plan& plan, std::exception_ptr& error, MPI_Comm comm) const;
+  // Collective: the partner copies (unless `copies_sent`: send_partner_copies was called), then,
+  // once every rank's copies are durable, each node's first rank commits the step in both folders
+  // with its index. `local_error` is this rank's failure to write its shard or its copies. If
+  // anything failed on any rank, the step's local folders are removed on every node and every
+  // rank throws.
+  // \throws collective_error on every rank.
+  void commit(const step_plan& plan, std::exception_ptr local_error, bool copies_sent);
+  // Local, on the drain's thread: copies this rank's shard of `plan` (its step, planned for the
+  // shared folder `plan.run`) from its node's step folder there, atomically.
+  // \throws io_error.
+  void drain(const step_plan& plan) const;
+
+  // Collective: step `step` from the fastest intact copy of each shard: this node's own copy, its
+  // partner copy, another node's copy (sent over MPI into this node's step folder), the shared
+  // folder `shared`. `sources` gets where this rank read each shard. `damaged` is set on every
+  // rank to whether the failure thrown is damage (a shard without an intact copy in any tier).
+  // \throws std::invalid_argument on every rank if no tier holds the step; collective_error.
+  [[nodiscard]] checkpoint load(const ckpt::detail::folder_handle& shared, std::int64_t step,
+                                const load_options& options, std::vector<checkpoint_manager::source>& sources,
+                                bool* damaged);
+
+ private:
+  MPI_Comm comm_;
+  tiers levels_;
+  node_layout nodes_;
+  ckpt::detail::folder_handle own_;      // this node's folder
+  ckpt::detail::folder_handle partner_;  // its partner/ folder
+  ckpt::detail::file_descriptor lock_{-1};  // the node's first rank
+};
+
+}  // namespace ckpt::mpi::detail

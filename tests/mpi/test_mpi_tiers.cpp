@@ -1,0 +1,283 @@
+// Multi-level checkpoints of ckpt::mpi::checkpoint_manager (ckpt::mpi::tiers) at 2 and 4 ranks,
+// as 2 simulated nodes: every step goes to the nodes' local folders with a partner copy on the
+// other node, every second one is drained to the shared folder; a restore reads each shard from
+// the fastest intact tier and says which: a lost node's shards come from the partner copies
+// without the shared folder, both nodes lost fall back to the shared folder, a corrupt partner
+// copy goes to the next tier, a step with no intact copy of a shard is skipped, and a job on
+// fewer ranks restores from the same local folders.
+
+#include "mpi_test.hpp"
+
+#include <ckpt/manager.hpp>
+#include <ckpt/mpi.hpp>
+
+#include <Eigen/Core>
+
+#include <fstream>
+#include <map>
+
+namespace {
+
+using namespace ckpt_mpi_test;
+namespace fs = std::filesystem;
+using tier = ckpt::checkpoint_manager::tier;
+
+// Rank `rank`'s part at `step`: 64 Ki floats of its own (a shard per rank), and the replicated step.
+Eigen::VectorXf part_of(int rank, std::int64_t step) {
+  Eigen::VectorXf v(1 << 16);
+  for (Eigen::Index i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(step * 1000 + rank) + static_cast<float>(i) * 0.25f;
+  return v;
+}
+
+ckpt::checkpoint state_of(int rank, std::int64_t step) {
+  return ckpt::concat({ckpt::of_params(part_of(rank, step), "part." + std::to_string(rank)),
+                       ckpt::of_int("step", static_cast<int>(step))});
+}
+
+// Two simulated nodes: ranks [0, n/2) and [n/2, n).
+ckpt::mpi::tiers tiers_in(const fs::path& folder, std::int64_t drain_every) {
+  return {.local = folder / "local",
+          .ranks_per_node = std::max(1, size_of(MPI_COMM_WORLD) / 2),
+          .drain_every = drain_every};
+}
+
+// Saves steps [first, last], every rank its part (save and save_async taking turns), then waits.
+void train(ckpt::checkpoint_manager& manager, std::int64_t first, std::int64_t last) {
+  const int rank = rank_of(MPI_COMM_WORLD);
+  for (std::int64_t step = first; step <= last; ++step) {
+    const ckpt::checkpoint state = state_of(rank, step);
+    if (step % 2 == 0) manager.save_async(step, {state});
+    else manager.save(step, {state});
+  }
+  manager.wait();
+}
+
+// Every rank's part and the step, as a restore must give them back.
+void check_step(const ckpt::checkpoint& t, std::int64_t step) {
+  for (int r = 0; r < size_of(MPI_COMM_WORLD); ++r) {
+    const Eigen::VectorXf expected = part_of(r, step);
+    CHECK(std::ranges::equal(t.get("part." + std::to_string(r)).as<float>(), expected.reshaped()));
+  }
+  CHECK_EQ(ckpt::to_int("step", t), step);
+}
+
+// "shard: tier@node" for each row, to compare with what a case expects.
+std::vector<std::string> shown(const std::vector<ckpt::checkpoint_manager::source>& sources) {
+  std::vector<std::string> out;
+  for (const auto& s : sources)
+    out.push_back(s.file.substr(6, 5) + ":" + std::string(ckpt::to_string(s.from)) +
+                  (s.from == tier::folder ? "" : "@" + std::to_string(s.node)));
+  return out;
+}
+
+std::string shard(int k) {
+  const int n = size_of(MPI_COMM_WORLD);
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k, n);
+  return name;
+}
+
+// The node of rank `r` (tiers_in's layout).
+int node_of(int r) { return r / std::max(1, size_of(MPI_COMM_WORLD) / 2); }
+
+// Rank 0 removes `path`; every rank waits for it.
+void remove_on_rank_0(const fs::path& path) {
+  if (rank_of(MPI_COMM_WORLD) == 0) fs::remove_all(path);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void every_step_goes_to_the_local_tier_and_every_second_is_drained(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    train(manager, 1, 5);
+    // Steps 1 and 3 left the local tiers (they keep 2) and were never drained.
+    CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 4, 5}));
+    CHECK_EQ(committed_steps(folder / "shared"), (std::vector<std::int64_t>{2, 4}));
+    // Node k's folder: its ranks' shards, and the other node's as partner copies; each committed.
+    const fs::path node0 = folder / "local" / "node-0";
+    CHECK_EQ(listing(node0), (std::vector<std::string>{".ckpt-manager.lock", "partner", "step-0000000004", "step-0000000005"}));
+    CHECK_EQ(listing(node0 / "partner"), (std::vector<std::string>{"step-0000000004", "step-0000000005"}));
+    std::vector<std::string> own{"model.safetensors.index.json"};
+    std::vector<std::string> partner{"model.safetensors.index.json"};
+    for (int r = 0; r < size; ++r) (node_of(r) == 0 ? own : partner).push_back(shard(r + 1));
+    std::ranges::sort(own);
+    std::ranges::sort(partner);
+    CHECK_EQ(listing(node0 / "step-0000000005"), own);
+    CHECK_EQ(listing(node0 / "partner" / "step-0000000005"), partner);
+  }
+  // A new job restores the newest step from the local tiers, each node from its own copies.
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  const auto latest = manager.load_latest();
+  CHECK_EQ(latest.step, 5);
+  check_step(*latest, 5);
+  const int mine = node_of(rank_of(MPI_COMM_WORLD));
+  std::vector<std::string> expected;
+  for (int r = 0; r < size; ++r)
+    expected.push_back(shard(r + 1).substr(6, 5) + ":" + (node_of(r) == mine ? "local" : "partner") + "@" + std::to_string(mine));
+  CHECK_EQ(shown(latest.sources), expected);
+}
+
+void a_lost_node_restores_from_the_partner_copies_without_the_shared_folder(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    train(manager, 1, 3);
+  }
+  remove_on_rank_0(folder / "local" / "node-1");
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 3}));
+  const auto latest = manager.load_latest();
+  // Step 3 was never drained: it can only have come from node 0's folder.
+  CHECK_EQ(latest.step, 3);
+  CHECK(latest.skipped.empty());
+  check_step(*latest, 3);
+  std::vector<std::string> expected;
+  for (int r = 0; r < size; ++r)
+    expected.push_back(shard(r + 1).substr(6, 5) + ":" + (node_of(r) == 0 ? "local" : "partner") + "@0");
+  CHECK_EQ(shown(latest.sources), expected);
+  // Node 1 got the shards it lacked: its folder holds step 3's shards again.
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<std::string> all;
+  for (int r = 0; r < size; ++r) all.push_back(shard(r + 1));
+  CHECK_EQ(listing(folder / "local" / "node-1" / "step-0000000003"), all);
+  // The run goes on from there.
+  train(manager, 4, 4);
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 3, 4}));
+}
+
+void both_nodes_lost_fall_back_to_the_shared_folder(const fs::path& folder) {
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    train(manager, 1, 3);
+  }
+  remove_on_rank_0(folder / "local");
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2}));
+  const auto latest = manager.load_latest();
+  CHECK_EQ(latest.step, 2);
+  check_step(*latest, 2);
+  std::vector<std::string> expected;
+  for (int r = 0; r < size_of(MPI_COMM_WORLD); ++r) expected.push_back(shard(r + 1).substr(6, 5) + ":folder");
+  CHECK_EQ(shown(latest.sources), expected);
+}
+
+// Flips a byte of the data of `file` (rank 0), past its header.
+void corrupt(const fs::path& file) {
+  if (rank_of(MPI_COMM_WORLD) == 0) {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-100, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(-100, std::ios::end);
+    f.write(&c, 1);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void a_corrupt_partner_copy_goes_to_the_next_tier(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    train(manager, 1, 4);
+  }
+  // Node 1 lost, and node 0's partner copy of the last rank's shard damaged, in steps 3 and 4.
+  remove_on_rank_0(folder / "local" / "node-1");
+  for (const char* step : {"step-0000000003", "step-0000000004"})
+    corrupt(folder / "local" / "node-0" / "partner" / step / shard(size));
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  const auto latest = manager.load_latest();
+  // Step 4 was drained: that shard comes from the shared folder, the others from node 0.
+  CHECK_EQ(latest.step, 4);
+  check_step(*latest, 4);
+  std::vector<std::string> expected;
+  for (int r = 0; r < size; ++r)
+    expected.push_back(shard(r + 1).substr(6, 5) + ":" +
+                       (r == size - 1 ? "folder" : std::string(node_of(r) == 0 ? "local" : "partner") + "@0"));
+  CHECK_EQ(shown(latest.sources), expected);
+  CHECK(latest.skipped.empty());
+}
+
+void a_step_without_an_intact_copy_of_a_shard_is_skipped(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    train(manager, 1, 3);
+  }
+  remove_on_rank_0(folder / "local" / "node-1");
+  corrupt(folder / "local" / "node-0" / "partner" / "step-0000000003" / shard(size));
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  const auto latest = manager.load_latest();
+  // Step 3 was not drained and its last shard's only copy is damaged: step 2 is restored.
+  CHECK_EQ(latest.step, 2);
+  check_step(*latest, 2);
+  CHECK_EQ(latest.skipped.size(), 1U);
+  CHECK_EQ(latest.skipped[0].step, 3);
+  const std::string& reason = latest.skipped[0].reason;
+  CHECK(reason.find("step 3 has shards without an intact copy in any tier: " + shard(size) +
+                    ": node 0's partner copy: ") != std::string::npos);
+  CHECK(reason.find("not drained") == std::string::npos || reason.find("no copy") != std::string::npos);
+  // The step is no longer listed; the run saves step 3 again.
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2}));
+  train(manager, 3, 3);
+  CHECK_EQ(manager.load_latest().step, 3);
+}
+
+void fewer_ranks_restore_from_the_same_local_folders(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  if (size < 4) return;  // two nodes of one rank each need four ranks to start from
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 3));
+    train(manager, 1, 2);
+  }
+  // The first rank of each node goes on alone: node k's folder is the same one.
+  const int rank = rank_of(MPI_COMM_WORLD);
+  MPI_Comm half = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2 == 0 ? 0 : MPI_UNDEFINED, rank, &half);
+  if (half != MPI_COMM_NULL) {
+    {
+      ckpt::mpi::checkpoint_manager manager(half, folder / "shared", {},
+                                            {.local = folder / "local", .ranks_per_node = 1, .drain_every = 3});
+      const auto latest = manager.load_latest();
+      CHECK_EQ(latest.step, 2);
+      check_step(*latest, 2);
+      CHECK_EQ(latest.sources.size(), static_cast<std::size_t>(size));
+      for (const auto& s : latest.sources) CHECK(s.from != tier::folder);
+    }
+    MPI_Comm_free(&half);
+  }
+}
+
+void options_and_a_second_manager_are_refused(const fs::path& folder) {
+  const auto bad = [&](ckpt::mpi::tiers levels, ckpt::checkpoint_manager::options options, const std::string& expected) {
+    const std::string message = MESSAGE_OF(std::invalid_argument,
+                                           ckpt::mpi::checkpoint_manager(MPI_COMM_WORLD, folder / "shared", options, levels));
+    CHECK_EQ(message, "ckpt: mpi::checkpoint_manager: " + expected);
+  };
+  bad({.local = folder / "local", .local_max_to_keep = 0}, {},
+      "tiers::local_max_to_keep is 0 (a local tier keeps at least one step)");
+  bad({.local = folder / "local", .drain_every = -1}, {}, "tiers::drain_every is negative (-1)");
+  bad({.local = folder / "local"}, {.read_only = true},
+      "a local tier ('" + (folder / "local").string() + "') cannot be read-only");
+  // Two managers of one node-local folder would delete each other's steps.
+  ckpt::mpi::checkpoint_manager first(MPI_COMM_WORLD, folder / "a", {}, tiers_in(folder, 1));
+  const std::string message = MESSAGE_OF(ckpt::mpi::collective_error,
+                                         ckpt::mpi::checkpoint_manager(MPI_COMM_WORLD, folder / "b", {}, tiers_in(folder, 1)));
+  CHECK(message.find("failed on rank 0") != std::string::npos);
+  CHECK(message.find(".ckpt-manager.lock") != std::string::npos);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_all(argc, argv, "test_mpi_tiers",
+                 {{"local_and_drained", every_step_goes_to_the_local_tier_and_every_second_is_drained},
+                  {"lost_node", a_lost_node_restores_from_the_partner_copies_without_the_shared_folder},
+                  {"both_lost", both_nodes_lost_fall_back_to_the_shared_folder},
+                  {"corrupt_partner", a_corrupt_partner_copy_goes_to_the_next_tier},
+                  {"no_intact_copy", a_step_without_an_intact_copy_of_a_shard_is_skipped},
+                  {"fewer_ranks", fewer_ranks_restore_from_the_same_local_folders},
+                  {"refused", options_and_a_second_manager_are_refused}});
+}

@@ -1,0 +1,43 @@
+# Run with cmake -P by the test mlp_trainer_mpi_tiers: the example binary with multi-level
+# checkpoints (--local-dir, 2 simulated nodes of 2 ranks, every second saved step drained to
+# --ckpt-dir), trained on 4 ranks to step 75 (steps 25, 50, 75 saved; only 50 drained), then node 0
+# lost (its local folder removed): the resume must come from node 1's partner copy of step 75,
+# say so, and end with the parameters of an uninterrupted run, byte for byte. Then both nodes
+# lost: the resume comes from the shared folder's step 100.
+# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
+cmake_minimum_required(VERSION 3.25)
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+function(train)
+  execute_process(
+    COMMAND "${MPIEXEC}" -np 4 --allow-run-as-root --oversubscribe "${TRAINER}" --log-every 1000 --save-every 25 ${ARGN}
+    RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "mlp_trainer_mpi ${ARGN} failed (${code}):\n${out}\n${err}")
+  endif()
+  set(output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(tiers --local-dir "${WORK}/local" --ranks-per-node 2 --drain-every 2 --ckpt-dir "${WORK}/shared")
+train(--steps 150 --ckpt-dir "${WORK}/straight" --params-out "${WORK}/straight.safetensors")
+train(--steps 75 ${tiers})
+file(REMOVE_RECURSE "${WORK}/local/node-0")
+train(--steps 150 ${tiers} --resume --params-out "${WORK}/resumed.safetensors")
+# Data parallel: rank 0 writes the one shard; node 1 keeps its partner copy and sends it to node 0.
+if(NOT output MATCHES "restored step 75: model-00001-of-00001.safetensors from the partner tier of node 1\n")
+  message(FATAL_ERROR "the resume after node 0's loss did not come from node 1's partner copy:\n${output}")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" -E compare_files "${WORK}/straight.safetensors" "${WORK}/resumed.safetensors"
+                RESULT_VARIABLE differ)
+if(NOT differ EQUAL 0)
+  message(FATAL_ERROR "the run resumed from the partner copy differs from the uninterrupted run")
+endif()
+# Steps 100 and 150 were drained (multiples of 2 x 25); with both nodes' folders gone, the newest
+# step in the shared folder serves.
+file(REMOVE_RECURSE "${WORK}/local")
+train(--steps 150 ${tiers} --resume)
+if(NOT output MATCHES "restored step 150: model-00001-of-00001.safetensors from the folder tier\n")
+  message(FATAL_ERROR "the resume with both nodes lost did not come from the shared folder:\n${output}")
+endif()
+file(REMOVE_RECURSE "${WORK}")
