@@ -155,7 +155,10 @@ class mpi_state final : public ckpt::detail::manager_state {
   void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
     const detail::step_plan plan = plan_of(step, sections, metadata, "save");
     release_pages_of_dropped(plan);
-    make_room_in_local();
+    if (tiers_) {
+      tiers_->keep_only(make_room_in_local(plan));
+      MPI_Barrier(comm_);  // the memory is free before any rank writes
+    }
     std::exception_ptr local_error;
     try {
       write_step(plan, sections);
@@ -170,7 +173,8 @@ class mpi_state final : public ckpt::detail::manager_state {
                           const metadata_map& metadata) override {
     pending_ = plan_of(step, sections, metadata, "save_async");
     release_pages_of_dropped(pending_);
-    make_room_in_local();
+    // The deletions are the background thread's (its first work), not the caller's.
+    const std::set<std::int64_t> room = tiers_ ? make_room_in_local(pending_) : std::set<std::int64_t>{};
     // With partner copies sent in the background, every rank's thread takes part in the exchange.
     const bool exchange = background_comm_ != MPI_COMM_NULL;
     if (pending_.shard.empty() && !exchange) {
@@ -187,7 +191,8 @@ class mpi_state final : public ckpt::detail::manager_state {
     } catch (...) {
       failed = std::current_exception();
     }
-    const auto job = [this, plan = &pending_, snapshot, failed] {
+    const auto job = [this, plan = &pending_, snapshot, failed, room] {
+      if (tiers_) tiers_->keep_only(room);
       std::exception_ptr error = failed;
       if (!error && snapshot) {
         try {
@@ -397,13 +402,15 @@ class mpi_state final : public ckpt::detail::manager_state {
     detail::settle(comm_, local_error, core.folder(), operation);
   }
 
-  // Collective, with a local tier: before a step is written, the local tiers drop the oldest step
-  // they will not keep, so that the new files take the memory of the old ones (tmpfs) instead of
-  // fresh pages, which cost a fault each (and, on a virtual machine, the host's too).
-  void make_room_in_local() {
-    if (!tiers_) return;
-    keep_local(levels_.local_max_to_keep - 1);
-    MPI_Barrier(comm_);
+  // With a local tier: before `plan`'s step is written, the local tiers drop the oldest step they
+  // will not keep, so that the new files take the memory of the old ones (tmpfs) instead of fresh
+  // pages, which cost a fault each (and, on a virtual machine, the host's too). Returns the steps
+  // kept, the new one among them, for a background save's thread to delete the others before it
+  // writes.
+  std::set<std::int64_t> make_room_in_local(const detail::step_plan& plan) {
+    std::set<std::int64_t> keep = local_steps_after(levels_.local_max_to_keep - 1);
+    keep.insert(plan.step);
+    return keep;
   }
 
   // This rank's shards of the steps the retention will delete once `plan`'s step is committed give
@@ -480,7 +487,10 @@ class mpi_state final : public ckpt::detail::manager_state {
   // The local tiers keep the newest `count` (local_max_to_keep) of their steps that are still
   // listed, and the step being drained; a step that leaves them and is not in the folder is no
   // longer listed.
-  void keep_local(std::size_t count) {
+  void keep_local(std::size_t count) { tiers_->keep_only(local_steps_after(count)); }
+
+  // keep_local's decision, recorded: the steps the local tiers keep (the caller deletes the rest).
+  [[nodiscard]] std::set<std::int64_t> local_steps_after(std::size_t count) {
     std::erase_if(drained_, [this](std::int64_t step) { return !core.all().contains(step); });
     std::set<std::int64_t> keep;
     for (auto it = local_steps_.rbegin(); it != local_steps_.rend() && keep.size() < count; ++it)
@@ -489,7 +499,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     for (const std::int64_t step : local_steps_)
       if (!keep.contains(step) && !drained_.contains(step)) core.forget(step);
     local_steps_ = keep;
-    tiers_->keep_only(keep);
+    return keep;
   }
 
   // The step's plan, named after the calling member.
