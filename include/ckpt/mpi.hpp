@@ -270,8 +270,10 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// does, since MPI may then be used from the caller's thread only.
 ///
 /// **Keeping.** The retention rules of `options` apply to the steps of all tiers (a step is kept
-/// while any tier holds it): `folder` deletes what they drop. A node's local tier keeps the
-/// newest `local_max_to_keep` steps (and a step until its drain is committed): it is a cache.
+/// while any tier holds it): `folder` deletes what they drop. A node's local tier is a cache: it
+/// keeps the newest `local_max_to_keep` steps (and a step until its drain is committed), and a
+/// save first deletes the oldest of them, so that the new step's files take its memory (fresh
+/// tmpfs pages cost a fault each): while a step is written, the tier holds one step fewer.
 ///
 /// **Restoring** (`load`, `load_latest`): a step is listed if `folder` holds it or the nodes'
 /// local tiers hold every shard of it between them. Each node verifies (by digest) the copies
@@ -281,7 +283,8 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// skipped for the next; a step with a shard that has no intact copy in any tier is damaged
 /// (`load_latest` goes on to the step before). `latest::sources` says which tier served each
 /// shard. A job restarted on another number of ranks or nodes restores the same way: every
-/// node that holds a copy offers it.
+/// node that holds a copy offers it. `path_of` and `status()` name a step's folder in `folder`,
+/// where it is, or would be once drained.
 struct tiers {
   /// The node-local folder, as every rank of a node sees it (created if needed; the node's first
   /// rank locks it as the manager locks `folder`). With `ranks_per_node`, node k's folder is

@@ -199,7 +199,7 @@ node_layout::node_layout(MPI_Comm comm, int ranks_per_node) {
   MPI_Allgather(&first, 1, MPI_INT, firsts.data(), 1, MPI_INT, comm);
   std::vector<int> leaders = firsts;
   std::ranges::sort(leaders);
-  leaders.erase(std::ranges::unique(leaders).begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
   ranks_of.resize(leaders.size());
   node_of.resize(firsts.size());
   for (std::size_t r = 0; r < firsts.size(); ++r) {
