@@ -55,6 +55,12 @@ BOOST_AUTO_TEST_CASE(files_are_numbered_and_carry_metadata) {
   BOOST_TEST(t.size() == 24u);  // 2024-05-01T12:00:00.000Z
   BOOST_TEST(t.back() == 'Z');
   BOOST_TEST((m.latest_step() == 42));
+  // One file, read from the manager's folder.
+  const auto latest = m.load_latest();
+  BOOST_TEST_REQUIRE(latest.sources.size() == 1u);
+  BOOST_TEST(latest.sources[0].file == "ckpt-0000000042.safetensors");
+  BOOST_TEST(ckpt::to_string(latest.sources[0].from) == "folder");
+  BOOST_TEST(latest.sources[0].node == 0);
   BOOST_TEST(m.load(42).get("w").as<float>()[0] == 1.0f);
   BOOST_CHECK_THROW((void)m.load(41), std::invalid_argument);
   BOOST_CHECK_THROW(m.save(41, {value(0)}), std::invalid_argument);  // older than the latest

@@ -87,6 +87,15 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
     CHECK(latest.has_value());
     CHECK_EQ(ckpt::to_int("part." + std::to_string(rank), *latest), 90 + rank);
     CHECK_EQ(latest->metadata().at("step"), std::string("9"));
+    // Without tiers, every shard is read from the folder: one row each, in name order.
+    const int size = size_of(comm);
+    CHECK_EQ(latest.sources.size(), static_cast<std::size_t>(size));
+    for (std::size_t k = 0; k < latest.sources.size(); ++k) {
+      char shard[64];
+      std::snprintf(shard, sizeof shard, "model-%05zu-of-%05d.safetensors", k + 1, size);
+      CHECK_EQ(latest.sources[k].file, std::string(shard));
+      CHECK(latest.sources[k].from == ckpt::checkpoint_manager::tier::folder);
+    }
     CHECK(latest->metadata().contains("wall_time"));
     CHECK_EQ(ckpt::to_int("step", manager.load(4)), 4);
   }
