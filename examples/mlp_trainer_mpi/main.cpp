@@ -251,7 +251,10 @@ int run(MPI_Comm comm, options o) {
   if (state.step > first || !manager.latest_step())
     manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
   manager.wait();
-  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(state.step));
+  // With --local-dir, the last step is in the shared folder only if it was drained.
+  std::filesystem::path last = manager.path_of(state.step);
+  if (!o.local_dir.empty() && !std::filesystem::exists(last)) last = o.local_dir;
+  if (rank == 0) report_end(o.params_out, params, data, last);
   return 0;
 }
 

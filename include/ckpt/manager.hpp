@@ -327,8 +327,9 @@ class checkpoint_manager {
   /// call returns, by the background thread and by `adam::update` before it changes each (see
   /// there), so the call costs a copy of the other leaves only. In `ckpt::checkpoint_manager`,
   /// the step files the retention rules drop are deleted by the background write once the new
-  /// step is durable (the next call commits it and lists them as gone), so that their unlink is
-  /// not spent on the caller's thread either.
+  /// step is durable (the next call commits it and lists them as gone); in the MPI manager, the
+  /// commit deletes a dropped step's index (the step is then gone) and the next background save's
+  /// thread its shards. So their unlink is not spent on the caller's thread either.
   /// \return true if a write was started.
   /// \throws as `save` for the argument checks and the previous write's error.
   bool save_async(std::int64_t step, std::span<const section> sections, const metadata_map& metadata = {},

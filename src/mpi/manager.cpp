@@ -81,7 +81,7 @@ class mpi_state final : public ckpt::detail::manager_state {
       if (!core.all().contains(step)) core.add(step, {});
       local_steps_.insert(step);
     }
-    on_rank_0_then_share([this] { retain(); }, "checkpoint_manager");
+    on_rank_0_then_share([this] { retain(/*defer=*/false); }, "checkpoint_manager");
     keep_local(levels_.local_max_to_keep);
   }
 
@@ -116,15 +116,20 @@ class mpi_state final : public ckpt::detail::manager_state {
       const std::exception_ptr local_error = background.join();
       // Without MPI, the ranks cannot agree: the step stays uncommitted (removed by the next manager).
       if (finalized()) return;
-      commit(std::exchange(pending_, {}), local_error, /*copies_sent=*/background_comm_ != MPI_COMM_NULL);
+      commit(std::exchange(pending_, {}), local_error, /*copies_sent=*/background_comm_ != MPI_COMM_NULL,
+             /*defer_deletions=*/true);
     }
     finish_drain(false);
   }
 
-  // Collective: settle(), then waits for the drain and commits it.
+  // Collective: settle(), then waits for the drain and commits it; the dropped steps' folders are
+  // deleted before it returns.
   void settle_all() override {
     settle();
-    if (!finalized()) finish_drain(true);
+    if (finalized()) return;
+    finish_drain(true);
+    clear_debris(folder_, std::exchange(debris_, {}));
+    MPI_Barrier(comm_);  // the folder is tidy on every rank's return
   }
 
   // Collective.
@@ -165,7 +170,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     } catch (...) {
       local_error = std::current_exception();
     }
-    commit(plan, local_error);
+    commit(plan, local_error, /*copies_sent=*/false, /*defer_deletions=*/false);
   }
 
   // Collective (the plan); the write is this rank's own.
@@ -179,6 +184,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     const bool exchange = background_comm_ != MPI_COMM_NULL;
     if (pending_.shard.empty() && !exchange) {
       // Nothing of this rank's is written (another rank writes its entries): only the commit.
+      clear_debris(folder_, std::exchange(debris_, {}));
       background.finish(nullptr);
       return;
     }
@@ -191,7 +197,8 @@ class mpi_state final : public ckpt::detail::manager_state {
     } catch (...) {
       failed = std::current_exception();
     }
-    const auto job = [this, plan = &pending_, snapshot, failed, room] {
+    const auto job = [this, plan = &pending_, snapshot, failed, room, debris = std::exchange(debris_, {})] {
+      clear_debris(folder_, debris);
       if (tiers_) tiers_->keep_only(room);
       std::exception_ptr error = failed;
       if (!error && snapshot) {
@@ -317,7 +324,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);
     // Finishes the retention of a job that died between a commit and its deletions, so that
     // crashes do not pile up steps the rules drop (as the single-process manager does).
-    retain();
+    retain(/*defer=*/false);
   }
 
   // Rank 0: step folders set aside as damaged by an earlier run, listed as damaged.
@@ -336,9 +343,10 @@ class mpi_state final : public ckpt::detail::manager_state {
   // whole or not there at all, even if this stops half-way. A step that is a link (a forked
   // run's) is unlinked: nothing it points at is touched. A step whose index cannot be deleted
   // stays, reported by status() (manager_core::retain); the folder of a step whose index is gone
-  // is debris, removed as far as it can be (and by the next manager if not).
-  void retain() {
-    core.retain([this](std::int64_t step) {
+  // is debris, removed as far as it can be (`defer`: later, see below), and by the next manager if
+  // not.
+  void retain(bool defer) {
+    core.retain([this, defer](std::int64_t step) {
       const std::string name = detail::step_folder_name(step);
       const std::optional<struct stat> info = folder_.status(name);
       if (!info) return;
@@ -351,11 +359,28 @@ class mpi_state final : public ckpt::detail::manager_state {
       const std::string index(detail::index_file_name);
       if (ckpt::detail::hooks().unlinkat(dir.fd(), index.c_str(), 0) != 0 && errno != ENOENT)
         throw io_error(dir.path_of(index), "remove", ckpt::detail::last_error());
+      // The step is gone. With `defer`, its shards are deleted off the caller's thread by the next
+      // background save (their unlink is the costly part: 0.1 s a GiB here), or by `wait`.
+      if (defer) {
+        debris_.push_back(name);
+        return;
+      }
       try {
         static_cast<void>(folder_.remove(name));
       } catch (const io_error&) {
       }
     });
+  }
+
+  // Rank 0: deletes the folders of the steps the retention dropped (debris left is only wasted
+  // space: the next manager removes it when it opens).
+  static void clear_debris(const ckpt::detail::folder_handle& folder, std::vector<std::string> debris) noexcept {
+    for (const std::string& name : debris) {
+      try {
+        static_cast<void>(folder.remove(name));
+      } catch (const std::exception&) {
+      }
+    }
   }
 
   // Rank 0, holding the lock: writes a random token into the lock file, which every other rank
@@ -431,18 +456,21 @@ class mpi_state final : public ckpt::detail::manager_state {
   // rank's failure), then applies the retention rules.
   // With a local tier: commits the step there (its partner copies first, unless the background
   // thread has sent them: `copies_sent`), and starts its drain if it is due.
-  void commit(const detail::step_plan& plan, const std::exception_ptr& local_error, bool copies_sent = false) {
+  // `defer_deletions`: the dropped steps' shards are deleted later, off the caller's thread (see
+  // retain).
+  void commit(const detail::step_plan& plan, const std::exception_ptr& local_error, bool copies_sent,
+              bool defer_deletions) {
     if (!tiers_) {
       detail::commit_step(comm_, plan, local_error);
       core.add(plan.step, plan.metadata);
-      on_rank_0_then_share([this] { retain(); }, plan.operation);
+      on_rank_0_then_share([this, defer_deletions] { retain(defer_deletions); }, plan.operation);
       return;
     }
     tiers_->commit(plan, local_error, copies_sent);
     core.add(plan.step, plan.metadata);
     local_steps_.insert(plan.step);
     if (levels_.drain_every > 0 && plan.step % levels_.drain_every == 0) start_drain(plan);
-    on_rank_0_then_share([this] { retain(); }, plan.operation);
+    on_rank_0_then_share([this, defer_deletions] { retain(defer_deletions); }, plan.operation);
     keep_local(levels_.local_max_to_keep);
   }
 
@@ -480,7 +508,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     drained_.insert(plan.step);
     // Retention may have dropped the step while it drained: it is then deleted from the folder too.
     if (!core.all().contains(plan.step)) core.add(plan.step, plan.metadata);
-    on_rank_0_then_share([this] { retain(); }, plan.operation + " (its drain)");
+    on_rank_0_then_share([this] { retain(/*defer=*/true); }, plan.operation + " (its drain)");
     keep_local(levels_.local_max_to_keep);
   }
 
@@ -520,6 +548,8 @@ class mpi_state final : public ckpt::detail::manager_state {
   std::unique_ptr<detail::local_tiers> tiers_;  // with a local tier
   std::set<std::int64_t> local_steps_;          // the steps the local tiers hold whole
   std::set<std::int64_t> drained_;              // the steps committed in the folder
+  // Rank 0: the folders of steps the retention dropped (their index deleted), to delete.
+  std::vector<std::string> debris_;
   // save_async's thread's own communicator, with MPI_THREAD_MULTIPLE: it sends the partner copies.
   MPI_Comm background_comm_ = MPI_COMM_NULL;
   // The drain to the folder: its thread, its step's plan, and whether this rank's copy is done.

@@ -20,6 +20,7 @@
 
 #include <fstream>
 #include <map>
+#include <thread>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define CKPT_MPI_SANITIZED 1
@@ -282,6 +283,43 @@ void a_step_whose_index_cannot_be_deleted_never_blocks_a_save(const fs::path& fo
   MPI_Barrier(comm);
 }
 
+// The shard files the retention unlinks, and whether each went on the main thread.
+std::thread::id main_thread;                                    // NOLINT: set by the case
+std::vector<std::pair<std::string, bool>> shard_unlinks;        // NOLINT: rank 0's, read after wait()
+int recording_unlink(int folder, const char* name, int flags) {
+  if (std::string_view(name).starts_with("model-")) shard_unlinks.emplace_back(name, std::this_thread::get_id() == main_thread);
+  return ::unlinkat(folder, name, flags);
+}
+
+// The commit of a background save deletes the dropped step's index at once (the step is gone);
+// its shards are unlinked by the next background save's thread, not the caller's; wait() leaves
+// the folder tidy.
+void a_background_commit_leaves_the_dropped_shards_to_the_next_background_save(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 1});
+  main_thread = std::this_thread::get_id();
+  shard_unlinks.clear();
+  ckpt::detail::io_hooks hooks = ckpt::detail::system_hooks();
+  hooks.unlinkat = recording_unlink;
+  const ckpt::detail::io_hooks_guard guard(hooks);
+  CHECK(manager.save_async(1, {state_of(rank, 1)}));
+  CHECK(manager.save_async(2, {state_of(rank, 2)}));  // commits 1
+  CHECK(manager.save_async(3, {state_of(rank, 3)}));  // commits 2, drops 1
+  CHECK_EQ(manager.steps(), std::vector<std::int64_t>{2});
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 1) / ckpt::mpi::detail::index_file_name));
+  manager.wait();  // commits 3, drops 2
+  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", "step-0000000003"}));
+  if (rank == 0) {
+    // Step 1's shards (one a rank) went on save_async(3)'s thread; step 2's, dropped by wait(), on
+    // the caller's, since no background save follows.
+    const auto off_main = std::ranges::count_if(shard_unlinks, [](const auto& u) { return !u.second; });
+    CHECK_EQ(static_cast<int>(off_main), size_of(comm));
+    CHECK_EQ(shard_unlinks.size(), 2 * static_cast<std::size_t>(size_of(comm)));
+  }
+  MPI_Barrier(comm);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,5 +333,7 @@ int main(int argc, char** argv) {
         a_job_keeps_to_the_folder_it_opened_when_its_path_is_switched},
        {"steps_of_many_shards_load_under_a_descriptor_limit_and_a_resource_failure_is_not_damage",
         steps_of_many_shards_load_under_a_descriptor_limit_and_a_resource_failure_is_not_damage},
-       {"a_step_whose_index_cannot_be_deleted_never_blocks_a_save", a_step_whose_index_cannot_be_deleted_never_blocks_a_save}});
+       {"a_step_whose_index_cannot_be_deleted_never_blocks_a_save", a_step_whose_index_cannot_be_deleted_never_blocks_a_save},
+       {"a_background_commit_leaves_the_dropped_shards_to_the_next_background_save",
+        a_background_commit_leaves_the_dropped_shards_to_the_next_background_save}});
 }
