@@ -259,8 +259,8 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// then sends it over MPI to its partner, the rank of the same place on the next node (node
 /// k's shards are kept on node (k + 1) mod K), which writes the copy into its own local folder.
 /// The step is committed (listed by `steps()`) once every copy is durable and each node's
-/// leader has written the step's index beside its copies. Every `drain_every`-th step is then
-/// copied from the local tier to `folder` on a background thread, each rank its own shard, and
+/// leader has written the step's index beside its copies. A step whose number is a multiple of
+/// `drain_every` is then copied from the local tier to `folder` on a background thread, each rank its own shard, and
 /// committed there by the index, written last, at the first member call after every rank's copy
 /// is done (`wait` and the destructor wait for it): a step is never committed but incomplete in
 /// `folder`, whatever is killed when. `save_async` writes the local shard on a background thread.
@@ -296,7 +296,7 @@ struct tiers {
   int ranks_per_node = 0;
   /// Keep a partner copy of each node's shards on the next node (ignored with one node).
   bool partner = true;
-  /// Drain every `drain_every`-th step (a multiple of it) to `folder`; 0 never drains.
+  /// Drain the steps whose number is a multiple of this to `folder`; 0 never drains.
   std::int64_t drain_every = 1;
   /// How many steps a node's local tier keeps (at least 1).
   std::size_t local_max_to_keep = 2;

@@ -76,11 +76,14 @@ class mpi_state final : public ckpt::detail::manager_state {
     MPI_Allreduce(MPI_IN_PLACE, &level, 1, MPI_INT, MPI_MIN, comm_);
     if (level == MPI_THREAD_MULTIPLE) MPI_Comm_dup(comm_, &background_comm_);
     for (const auto& [step, metric] : core.all()) drained_.insert(step);
-    // A step is listed while any tier holds it whole (the local tiers know no keep-best metric).
-    for (const std::int64_t step : tiers_->complete_steps()) {
-      if (!core.all().contains(step)) core.add(step, {});
-      local_steps_.insert(step);
-    }
+    // A step is listed while any tier holds it whole (the local tiers know no keep-best metric);
+    // the local copies of a listed step are kept even if some node's are gone (the shared folder
+    // serves the rest), the others are debris.
+    const std::map<std::int64_t, bool> held = tiers_->held_steps();
+    for (const auto& [step, whole] : held)
+      if (whole && !core.all().contains(step)) core.add(step, {});
+    for (const auto& [step, whole] : held)
+      if (core.all().contains(step)) local_steps_.insert(step);
     on_rank_0_then_share([this] { retain(/*defer=*/false); }, "checkpoint_manager");
     keep_local(levels_.local_max_to_keep);
   }

@@ -251,7 +251,7 @@ local_tiers::local_tiers(MPI_Comm comm, const tiers& levels)
   settle(comm_, error, levels.local, "checkpoint_manager (the local tier)");
 }
 
-std::vector<std::int64_t> local_tiers::complete_steps() {
+std::map<std::int64_t, bool> local_tiers::held_steps() {
   std::map<std::int64_t, node_copies> mine;
   std::exception_ptr error;
   if (nodes_.leader) {
@@ -273,9 +273,8 @@ std::vector<std::int64_t> local_tiers::complete_steps() {
       shards[held.step].insert(held.own.begin(), held.own.end());
       shards[held.step].insert(held.partner.begin(), held.partner.end());
     }
-  std::vector<std::int64_t> out;
-  for (const auto& [step, names] : shards)
-    if (every_shard(names)) out.push_back(step);
+  std::map<std::int64_t, bool> out;
+  for (const auto& [step, names] : shards) out.emplace(step, every_shard(names));
   return out;
 }
 
@@ -347,9 +346,11 @@ void local_tiers::commit(const step_plan& plan, std::exception_ptr local_error, 
   if (!f && nodes_.leader) {
     try {
       const std::string index = ckpt::detail::index_text(plan.total_size, plan.weight_map);
+      const bool partners = levels_.partner && nodes_.count() > 1;
       for (const folder_handle* run : {&own_, &partner_})
-        ckpt::detail::write_atomically({run->subfolder(plan.dir_name, /*create=*/true), std::string(index_file_name)},
-                                       index, ckpt::detail::on_folder_sync_failure::remove_new_file);
+        if (run == &own_ || partners)
+          ckpt::detail::write_atomically({run->subfolder(plan.dir_name, /*create=*/true), std::string(index_file_name)},
+                                         index, ckpt::detail::on_folder_sync_failure::remove_new_file);
     } catch (...) {
       record(error);
     }

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -60,9 +61,9 @@ class local_tiers {
   // This node's folder, for messages and reports.
   [[nodiscard]] const std::filesystem::path& folder() const noexcept { return own_.path(); }
 
-  // Collective: the steps whose every shard some node's local tier holds (in a committed step
-  // folder, own or partner), ascending.
-  [[nodiscard]] std::vector<std::int64_t> complete_steps();
+  // Collective: the steps of which some node's local tier holds a committed step folder (own or
+  // partner), each with whether the nodes hold every shard of it between them.
+  [[nodiscard]] std::map<std::int64_t, bool> held_steps();
   // Collective: whether some node holds a committed copy of `step`.
   [[nodiscard]] bool holds(std::int64_t step);
   // Each node's first rank deletes its step folders (own and partner, committed or not) of the

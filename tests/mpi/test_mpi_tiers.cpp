@@ -250,6 +250,28 @@ void fewer_ranks_restore_from_the_same_local_folders(const fs::path& folder) {
   }
 }
 
+void without_partner_copies_a_lost_node_falls_back_to_the_shared_folder(const fs::path& folder) {
+  ckpt::mpi::tiers levels = tiers_in(folder, 2);
+  levels.partner = false;
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, levels);
+    train(manager, 1, 3);
+    CHECK(listing(folder / "local" / "node-0" / "partner" / "step-0000000003").empty());
+  }
+  remove_on_rank_0(folder / "local" / "node-1");
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, levels);
+  // Step 3 lived on both nodes' own folders only: with node 1 gone it is incomplete, not listed.
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2}));
+  const auto latest = manager.load_latest();
+  CHECK_EQ(latest.step, 2);
+  check_step(*latest, 2);
+  // Node 0's shards come from its folder (node 1 gets them sent), node 1's from the shared folder.
+  const int size = size_of(MPI_COMM_WORLD);
+  std::vector<std::string> expected;
+  for (int r = 0; r < size; ++r) expected.push_back(shard(r + 1).substr(6, 5) + ":" + (node_of(r) == 0 ? "local@0" : "folder"));
+  CHECK_EQ(shown(latest.sources), expected);
+}
+
 void options_and_a_second_manager_are_refused(const fs::path& folder) {
   const auto bad = [&](ckpt::mpi::tiers levels, ckpt::checkpoint_manager::options options, const std::string& expected) {
     const std::string message = MESSAGE_OF(std::invalid_argument,
@@ -279,5 +301,6 @@ int main(int argc, char** argv) {
                   {"corrupt_partner", a_corrupt_partner_copy_goes_to_the_next_tier},
                   {"no_intact_copy", a_step_without_an_intact_copy_of_a_shard_is_skipped},
                   {"fewer_ranks", fewer_ranks_restore_from_the_same_local_folders},
+                  {"no_partner", without_partner_copies_a_lost_node_falls_back_to_the_shared_folder},
                   {"refused", options_and_a_second_manager_are_refused}});
 }
