@@ -97,6 +97,10 @@ void write_shard(const step_plan& plan, std::span<const section> sections, const
 // \throws collective_error on every rank, naming the lowest failing rank.
 void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr& local_error);
 
+// Whether the failure `e` (null: none) says a step's bytes are wrong (ckpt::detail::is_damage),
+// which the ranks prefer to report when they agree on a failed load.
+[[nodiscard]] bool is_damage(const std::exception_ptr& e) noexcept;
+
 // Whether `name` in `run` is a committed step folder: one holding its index (read through a
 // symbolic link: a forked run's step may be a link to another run's).
 [[nodiscard]] bool is_committed(const ckpt::detail::folder_handle& run, const std::string& name);

@@ -220,6 +220,17 @@ void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr&
   }
 }
 
+bool is_damage(const std::exception_ptr& e) noexcept {
+  if (!e) return false;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return ckpt::detail::is_damage(x);
+  } catch (...) {
+    return false;
+  }
+}
+
 bool is_committed(const ckpt::detail::folder_handle& run, const std::string& name) {
   struct stat info {};
   return ::fstatat(run.fd(), (name + "/" + std::string(index_file_name)).c_str(), &info, 0) == 0 && S_ISREG(info.st_mode);
@@ -277,16 +288,7 @@ checkpoint load_step(MPI_Comm comm, const ckpt::detail::folder_handle& run, std:
     local_error = std::current_exception();
   }
   const auto settle_load = [&] {
-    const bool mine = local_error && [&] {
-      try {
-        std::rethrow_exception(local_error);
-      } catch (const std::exception& e) {
-        return ckpt::detail::is_damage(e);
-      } catch (...) {
-        return false;
-      }
-    }();
-    if (const std::optional<failure> f = agree(comm, local_error, mine)) {
+    if (const std::optional<failure> f = agree(comm, local_error, is_damage(local_error))) {
       if (damaged != nullptr) *damaged = f->preferred;
       throw_failure(comm, *f, local_error, run.path(), operation);
     }

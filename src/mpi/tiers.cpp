@@ -176,16 +176,6 @@ struct copy_check {
   std::vector<std::uint64_t> hashes;  // verify_file's
 };
 
-bool damage_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return ckpt::detail::is_damage(x);
-  } catch (...) {
-    return false;
-  }
-}
-
 }  // namespace
 
 node_layout::node_layout(MPI_Comm comm, int ranks_per_node) {
@@ -444,7 +434,7 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
       record(error);
     }
   }
-  settle_load(error, error && damage_of(error));
+  settle_load(error, is_damage(error));
   broadcast(comm_, bytes, reader);
   by_shard = decode<decltype(by_shard)>(bytes);
 
@@ -594,7 +584,7 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
   } catch (...) {
     record(error);
   }
-  settle_load(error, error && damage_of(error));
+  settle_load(error, is_damage(error));
   return result;
 }
 
