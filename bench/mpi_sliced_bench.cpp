@@ -1,4 +1,4 @@
-// ckpt_mpi_sliced_bench: the cost of ckpt::mpi::save_sliced (one file, written collectively with
+// ckpt_mpi_sliced_bench: the cost of ckpt::mpi::save of slices (ckpt::mpi::sliced: one file, written collectively with
 // MPI-IO) at the number of ranks it is run with, for a state held as 1/P slices (ZeRO/FSDP), against
 // the same bytes written without coordination and through the whole-entry ckpt::mpi::save. Run by
 // bench/mpi_sliced_run.sh at 1, 2 and 4 ranks, one process per row so that each row's peak RSS is
@@ -11,12 +11,15 @@
 //
 //  - independent: every rank ckpt::save's its slices, as entries of their own, to a file of its
 //    own (digest on): no exchange, no agreement, no index; the floor;
-//  - sliced:      ckpt::mpi::save_sliced, digest on (ranks read their share of the chunks back);
+//  - sliced:      ckpt::mpi::save of ckpt::mpi::sliced(slices), digest on (ranks read their share of the chunks back);
 //  - sliced-nodigest: the same without the digest;
 //  - pieces:      today's whole-entry ckpt::mpi::save, each slice an entry of its own
 //                 (`t.<i>.part<r>`), one shard per rank;
 //  - load:        ckpt::mpi::load of a sliced step (headers only) and read_flat of each rank's
-//                 slices (pread of its ranges).
+//                 slices (pread of its ranges);
+//  - manager:     a ckpt::mpi::checkpoint_manager's save of the slices (digest on, keeps 2 steps);
+//  - manager-async: the time its save_async call blocks (MPI_THREAD_MULTIPLE: the manager's thread
+//                 writes), each step waited for (untimed) before the next.
 //
 // Every sample is timed between barriers, as the slowest rank sees it; the median of --reps is
 // printed as a RESULT line: what, ranks, MiB in all, median s, MiB/s in all, the largest peak
@@ -39,6 +42,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,11 +61,14 @@ using bench::timed;
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  const std::string what = flag(argc, argv, "what", "sliced");
+  const bool managed = what == "manager" || what == "manager-async";
+  int provided = 0;
+  if (managed) MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  else MPI_Init(&argc, &argv);
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = bench::rank_of(comm);
   const int ranks = bench::size_of(comm);
-  const std::string what = flag(argc, argv, "what", "sliced");
   const long mib = std::atol(flag(argc, argv, "mib", "1024").c_str());
   const long tensors = std::atol(flag(argc, argv, "tensors", "16").c_str());
   const long reps = std::max(1L, std::atol(flag(argc, argv, "reps", "3").c_str()));
@@ -91,6 +98,8 @@ int main(int argc, char** argv) {
   if (rank == 0) fs::create_directories(dir);
   MPI_Barrier(comm);
 
+  std::optional<ckpt::mpi::checkpoint_manager> manager;
+  if (managed) manager.emplace(comm, dir / "run", ckpt::checkpoint_manager::options{.max_to_keep = 2, .digest = true});
   std::vector<double> samples;
   for (long rep = 0; rep < reps; ++rep) {
     const std::int64_t step = rep + 1;
@@ -101,13 +110,13 @@ int main(int argc, char** argv) {
       fs::remove(own);
     } else if (what == "sliced" || what == "sliced-nodigest") {
       samples.push_back(timed(comm, [&] {
-        written = ckpt::mpi::save_sliced(comm, dir / "steps", step, slices, {}, {}, {.digest = what == "sliced"});
+        written = ckpt::mpi::save(comm, dir / "steps", step, {ckpt::mpi::sliced(slices)}, {}, {.digest = what == "sliced"});
       }));
     } else if (what == "pieces") {
       samples.push_back(
           timed(comm, [&] { written = ckpt::mpi::save(comm, dir / "steps", step, {pieces}, {}, {.digest = true}); }));
     } else if (what == "load") {
-      if (rep == 0) ckpt::mpi::save_sliced(comm, dir / "steps", 1, slices, {}, {}, {.digest = false});
+      if (rep == 0) ckpt::mpi::save(comm, dir / "steps", 1, {ckpt::mpi::sliced(slices)}, {}, {.digest = false});
       std::vector<Eigen::VectorXf> back(state.size(), Eigen::VectorXf(end - first));
       samples.push_back(timed(comm, [&] {
         const ckpt::checkpoint t = ckpt::mpi::load(comm, dir / "steps", 1, {.verify_digest = false});
@@ -117,6 +126,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "rank %d: the slices read back differ\n", rank);
         MPI_Abort(comm, 1);
       }
+    } else if (what == "manager") {
+      samples.push_back(timed(comm, [&] { manager->save(step, {ckpt::mpi::sliced(slices)}); }));
+    } else if (what == "manager-async") {
+      samples.push_back(timed(comm, [&] { manager->save_async(step, {ckpt::mpi::sliced(slices)}); }));
+      manager->wait();
     } else {
       if (rank == 0) std::fprintf(stderr, "unknown --what=%s\n", what.c_str());
       MPI_Abort(comm, 2);
@@ -125,6 +139,7 @@ int main(int argc, char** argv) {
     if (rank == 0 && !written.empty()) fs::remove_all(written);
     MPI_Barrier(comm);
   }
+  manager.reset();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   long peak_kib = usage.ru_maxrss, largest = 0;

@@ -8,7 +8,7 @@ bench="$BUILD/bench/ckpt_mpi_sliced_bench"
 echo "| what | ranks | MiB in all | median s | MiB/s in all | peak RSS of a rank, MiB | state per rank, MiB |"
 echo "|---|---|---|---|---|---|---|"
 for n in 1 2 4; do
-  for what in independent sliced sliced-nodigest pieces load; do
+  for what in independent sliced sliced-nodigest pieces load manager manager-async; do
     mpirun --allow-run-as-root --oversubscribe -np "$n" "$bench" --what="$what" --dir="$work" "${args[@]}" |
       sed -n 's/^RESULT //p'
   done

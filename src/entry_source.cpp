@@ -20,7 +20,7 @@ std::size_t entry_source::row_count() const { return nbytes / row_size(); }
 entry_source tensor_source(std::string name, const tensor& x) {
   const std::span<const std::int64_t> shape = x.shape();
   entry_source out{.name = std::move(name), .dtype = x.dtype(), .shape = dims(shape.begin(), shape.end()),
-                   .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = x};
+                   .nbytes = x.nbytes(), .contiguous = x.bytes(), .write_rows = {}, .keep_alive = x, .global_shape = {}, .first = -1};
   const mapped_file* file = tensor_access::file_of(x);
   if (file == nullptr || x.nbytes() == 0) return out;
   // Rows of one byte: bands of the writer's size, however the entry is shaped.

@@ -53,9 +53,12 @@ void order_entries(std::vector<const entry_source*>& entries, std::string_view f
   // A checkpoint's entries (the one-section save) come in name order already: checked in one pass.
   if (!std::ranges::is_sorted(entries, {}, [](const entry_source* e) { return std::string_view(e->name); }))
     sort_by_name(entries);
-  // Sorted, an empty name comes first and a name given twice is next to itself.
+  // Sorted, an empty name comes first and a name given twice is next to itself. Slices may share
+  // a name: a rank may hold several pieces of one global tensor (the MPI save checks that they
+  // do not overlap).
   for (std::size_t i = 0; i < entries.size(); ++i)
-    if (entries[i]->name.empty() || (i > 0 && entries[i]->name == entries[i - 1]->name))
+    if (entries[i]->name.empty() || (i > 0 && entries[i]->name == entries[i - 1]->name &&
+                                     (entries[i]->first < 0 || entries[i - 1]->first < 0)))
       entry_name_error(entries[i]->name, function);
 }
 

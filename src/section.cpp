@@ -12,10 +12,17 @@ namespace ckpt {
 
 namespace detail {
 
-std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function) {
+std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function,
+                                                 slices_are slices) {
   std::vector<const entry_source*> order;
   for (const section& s : sections)
-    for (const entry_source& e : section_access::entries(s)) order.push_back(&e);
+    for (const entry_source& e : section_access::entries(s)) {
+      if (e.first >= 0 && slices == slices_are::refused)
+        throw std::invalid_argument("ckpt: " + std::string(function) + ": '" + e.name +
+                                    "' is a slice of a global tensor (ckpt::mpi::sliced); slices are saved by all the "
+                                    "ranks together, with ckpt::mpi::save or a ckpt::mpi::checkpoint_manager");
+      order.push_back(&e);
+    }
   order_entries(order, function);
   return order;
 }

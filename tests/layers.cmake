@@ -96,7 +96,7 @@ set(layer_mpi/step 4)
 set(layer_mpi/manager 4)
 set(layer_mpi/holding 4)       # what ranks exchange before a save (steps, entries, slices)
 set(layer_mpi/step_folders 4)  # mpi::save, mpi::load and the committed steps of step folders
-set(layer_mpi/sliced 4)        # mpi::save_sliced and the resharded reads
+set(layer_mpi/sliced 4)        # mpi::save of slices and the resharded reads
 set(layer_mpi/tiers 4)         # the manager's local tiers: nodes, partner copies, drain, restore
 
 # A file's unit: include/ckpt/X.hpp, src/X.cpp and src/X.hpp are X; include/ckpt/detail/X.hpp is

@@ -67,8 +67,8 @@ options parse(int argc, char** argv, int rank) {
       ->check(CLI::IsMember({"ordered", "allreduce"}))
       ->capture_default_str();
   app.add_flag("--shard-optimizer", o.shard_optimizer,
-               "ZeRO-1: each rank keeps 1/P of Adam's moments, saved as slices (ckpt::mpi::save_sliced); "
-               "--keep is not applied (every saved step stays)");
+               "ZeRO-1: each rank keeps 1/P of Adam's moments, saved as slices (ckpt::mpi::sliced) by the "
+               "checkpoint manager");
   app.add_option("--local-dir", o.local_dir,
                  "node-local tier (tmpfs or a local SSD): every step is saved there, with a partner copy on the "
                  "next node, and every --drain-every-th step is drained to --ckpt-dir")
@@ -91,7 +91,7 @@ options parse(int argc, char** argv, int rank) {
   }
   o.how = how == "ordered" ? reduction::ordered : reduction::allreduce;
   if (o.shard_optimizer && !o.local_dir.empty()) {
-    if (rank == 0) std::cerr << "mlp_trainer_mpi: --local-dir does not go with --shard-optimizer (sliced steps are written straight to --ckpt-dir)\n";
+    if (rank == 0) std::cerr << "mlp_trainer_mpi: --local-dir does not go with --shard-optimizer (the local tiers do not take sliced steps)\n";
     throw usage_exit{2};
   }
   return o;
@@ -158,24 +158,18 @@ void report_sources(int rank, const ckpt::mpi::checkpoint_manager::latest& resto
   }
 }
 
-// --shard-optimizer: ZeRO-1 (zero.hpp), saved with slices straight through ckpt::mpi.
+// --shard-optimizer: ZeRO-1 (zero.hpp), each rank's slices saved by the checkpoint manager.
 int run_sharded(MPI_Comm comm, options o) {
   const auto [rank, ranks] = place_in(comm);
-  // The steps are written by save_sliced, which the manager does not take; a manager is opened
-  // only to find the newest step that loads (setting damaged newer ones aside, as the replicated
-  // run does) and closed before training.
-  std::optional<std::int64_t> latest;
+  ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every});
+  const std::optional<std::int64_t> latest = manager.latest_step();
+  if (refuse_to_overwrite(o, latest, rank)) return 2;
   ckpt::mpi::checkpoint_manager::latest restored;
-  std::filesystem::path last_step;  // the folder of the newest step, restored or saved
-  {
-    ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = 0});  // keeps every step
-    latest = manager.latest_step();
-    if (refuse_to_overwrite(o, latest, rank)) return 2;
-    if (latest) restored = manager.load_latest();
-    if (o.resume && !restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);
-    if (restored) last_step = manager.path_of(restored.step);
+  if (o.resume) {
+    restored = manager.load_latest();  // the newest step that loads, as in the replicated run
+    report_skipped(rank, restored);
+    if (!restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);  // every rank alike
   }
-  report_skipped(rank, restored);
   if (restored) continue_run(o, *restored);
   auto [data, order, opt, params] = start_of(o);
   zero_optimizer optimizer(comm, opt, params);
@@ -202,10 +196,13 @@ int run_sharded(MPI_Comm comm, options o) {
                   static_cast<long long>(o.steps), static_cast<double>(loss), ranks);
       std::fflush(stdout);
     }
-    if (step % o.save_every == 0 && step != o.steps) last_step = optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
+    if (manager.should_save(step) && step != o.steps)
+      optimizer.save(manager, params, run_metadata(o, loss), /*in_background=*/true);
   }
-  if (optimizer.steps() > first || !restored) last_step = optimizer.save(o.ckpt_dir, params, run_metadata(o, loss));
-  if (rank == 0) report_end(o.params_out, params, data, last_step);
+  if (optimizer.steps() > first || !manager.latest_step())
+    optimizer.save(manager, params, run_metadata(o, loss), /*in_background=*/false);
+  manager.wait();
+  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(optimizer.steps()));
   return 0;
 }
 

@@ -17,14 +17,15 @@
 // rank's state is the training state of its slices, `ckpt::training_state(p, state)` with `p` its
 // slices of the parameters: the same entry names as the replicated run's (a section's prefix, then
 // the leaf's name, `l1.w`... in both), and each of its tensor entries is this rank's part of the
-// whole entry of that name. The save writes those parts with ckpt::mpi::save_sliced, and the step
-// whole; the restore reads this rank's part of every tensor entry with ckpt::mpi::read_flat (those
+// whole entry of that name. The checkpoint manager writes those parts (a section of slices,
+// ckpt::mpi::sliced), and the step whole; the restore reads this rank's part of every tensor entry with ckpt::mpi::read_flat (those
 // bytes only, whichever rank count wrote the step), reads the training state of its slices out of
 // them, as strictly as the replicated run reads its own, and gathers the parameters whole.
 
 #include "data_parallel.hpp"
 
 #include <ckpt/adam.hpp>
+#include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 #include <ckpt/params.hpp>
 #include <ckpt/section.hpp>
@@ -122,11 +123,12 @@ class zero_optimizer {
     return n;
   }
 
-  // Saves step steps() collectively (see the top of this file): every tensor entry of the training
-  // state of this rank's slices as its part of the whole entry (the parameters too: each rank
-  // writes its part of them), the step whole (written once). Returns the step's folder.
-  std::filesystem::path save(const std::filesystem::path& folder, const mlp& params,
-                             const ckpt::metadata_map& metadata) {
+  // Saves step steps() collectively through `manager` (see the top of this file), in the
+  // background if `in_background` (the next save or wait() commits it): every tensor entry of the
+  // training state of this rank's slices as its part of the whole entry (the parameters too: each
+  // rank writes its part of them), the step whole (written once).
+  void save(ckpt::checkpoint_manager& manager, const mlp& params, const ckpt::metadata_map& metadata,
+            bool in_background) {
     flat_mlp p = slice_of(params);
     const ckpt::checkpoint mine = arena_.snapshot(ckpt::training_state(p, state_));
     std::vector<ckpt::mpi::slice> slices;
@@ -138,8 +140,9 @@ class zero_optimizer {
       else
         whole.emplace_back(name, x);
     }
-    return ckpt::mpi::save_sliced(comm_, folder, state_.step, slices, {ckpt::checkpoint(std::move(whole))}, metadata,
-                                  {.digest = true});
+    const std::vector<ckpt::section> sections{ckpt::mpi::sliced(slices), ckpt::checkpoint(std::move(whole))};
+    if (in_background) manager.save_async(state_.step, sections, metadata);
+    else manager.save(state_.step, sections, metadata, /*force=*/true);
   }
 
   // Restores the parameters and this rank's slices of the moments from a step saved on any number

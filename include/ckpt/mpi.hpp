@@ -78,7 +78,9 @@ class collective_error : public error {
 /// Saves step `step` collectively: `local` is what this rank holds, as the sections of
 /// `ckpt::save(path, {sections})` (its model-parallel part, or the whole replicated state in data
 /// parallelism, or a mix): a braced list, or any contiguous range of sections built at run time.
-/// The leaves must not change during the call.
+/// The leaves must not change during the call. A rank may also hold pieces of global tensors (a
+/// section of slices, `sliced`: ZeRO, tensor parallelism): the step is then written as `sliced`
+/// describes, one shard by all ranks together, instead of as below.
 ///
 /// 1. The ranks exchange the names, dtypes and shapes of their entries (one `MPI_Allgatherv` of
 ///    a few bytes per entry; no tensor data crosses the network). An entry held by several ranks
@@ -118,10 +120,11 @@ inline std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& fo
 }
 
 /// A piece of one global tensor that this rank holds (ZeRO/FSDP's flat partition, or a
-/// tensor-parallel block of rows), for `save_sliced`: elements [first(), first() + count()) of
-/// the global tensor flattened in C order. The rank's leaf is referred to, not copied: it must
-/// outlive the slice and not change until `save_sliced` returns. Its bytes need not stand in C
-/// order (a column-major `Eigen::MatrixXf` block is reordered a band of rows at a time).
+/// tensor-parallel block of rows), saved through a section of them (`sliced`): elements
+/// [first(), first() + count()) of the global tensor flattened in C order. The rank's leaf is
+/// referred to, not copied: it must outlive the slice and not change until the save returns (a
+/// manager's `save_async`: until it returns). Its bytes need not stand in C order (a column-major
+/// `Eigen::MatrixXf` block is reordered a band of rows at a time).
 class slice {
  public:
   /// `local` holds elements [first, first + numel(local)) of the global tensor `name` of shape
@@ -171,42 +174,45 @@ class slice {
   ckpt::detail::entry_source local_;
 };
 
-/// Saves step `step` collectively as one file of whole tensors written by all ranks at once:
-/// the global tensors of which the ranks hold `slices`, and the entries of the sections `whole`
-/// (a braced list or a range, as for `save`; replicated or not: each written once, by the lowest
-/// rank holding it). The step folder
-/// holds one shard, `model-00001-of-00001.safetensors`, and the index, so it loads as any step
-/// (`load`, the single-process `ckpt::load`, the `ckpt` tool): the shard is byte for byte the file
-/// `ckpt::save` writes of the same whole tensors and metadata.
+/// A section of the pieces of global tensors this rank holds, to save with `ckpt::mpi::save` or
+/// an MPI `checkpoint_manager`'s `save`/`save_async` beside the sections of whole entries (ZeRO:
+/// each rank's slices of the parameters and moments, and the step whole):
+/// \code
+/// std::vector<ckpt::mpi::slice> mine{ckpt::mpi::slice::flat("model.l1.w", {512, 256}, first, part)};
+/// manager.save_async(step, {ckpt::mpi::sliced(mine), ckpt::of_int("step", step)});
+/// \endcode
+/// A step in which any rank holds slices is one file of whole tensors written by all ranks at
+/// once (below); a whole entry held by several ranks is written once, by the lowest rank holding
+/// it. The step folder holds one shard, `model-00001-of-00001.safetensors`, and the index, so it
+/// loads as any step (`load`, the single-process `ckpt::load`, the `ckpt` tool): the shard is byte
+/// for byte the file `ckpt::save` writes of the same whole tensors and metadata.
 ///
-/// 1. The ranks exchange the names, dtypes, global shapes and ranges of their pieces (one
-///    `MPI_Allgatherv`; no tensor data crosses the network) and every rank checks them and lays
-///    the file out (the header, from the same builder as `ckpt::save`'s).
+/// 1. The ranks exchange the names, dtypes, global shapes and ranges of their pieces (no tensor
+///    data crosses the network) and every rank checks them and lays the file out (the header,
+///    from the same builder as `ckpt::save`'s).
 /// 2. The ranks open a temporary file with MPI-IO and write their pieces at their offsets with
 ///    collective writes (`MPI_File_write_at_all`, in rounds of at most 64 MiB a rank, straight
 ///    from a leaf that stands in C order, else reordered through a staging buffer), rank 0 the
 ///    header too, then `MPI_File_sync`.
 /// 3. With `options.digest`, each rank reads back a share of the data's 1 MiB chunks (the page
 ///    cache) and hashes them; rank 0 gathers the hashes and writes the digest into the header.
-///    Rank 0 renames the file into place, and commits the step with the index as `save` does.
+///    Rank 0 renames the file into place, and the index commits the step, as for any step.
 ///
-/// Every shard's `__metadata__` is rank 0's `metadata` and `step`. Of `options`, `digest` is
-/// used (the digest computed as described in 3.); `progress` is not (the writes are collective).
-/// \throws std::invalid_argument on every rank, before anything is written, for what `save`
-///   refuses, and if the pieces of a tensor overlap or leave a gap, or disagree on its dtype or
-///   global shape, or a tensor is held whole and in slices (each message names the tensor, the
-///   ranks and their ranges, dtypes or shapes).
-/// \throws collective_error on every rank if a rank failed (an I/O error, an exception); the
-///   step is then not committed and no file of it is left.
-std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                                  std::span<const slice> slices, std::span<const section> whole = {},
-                                  const metadata_map& metadata = {}, const ckpt::save_options& options = {});
-/// \copydoc save_sliced(MPI_Comm, const std::filesystem::path&, std::int64_t, std::span<const slice>, std::span<const section>, const metadata_map&, const ckpt::save_options&)
-inline std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                                         std::span<const slice> slices, std::initializer_list<section> whole,
-                                         const metadata_map& metadata = {}, const ckpt::save_options& options = {}) {
-  return save_sliced(comm, folder, step, slices, std::span<const section>(whole.begin(), whole.size()), metadata,
-                     options);
+/// Of the save's options, `progress` is not used for such a step (the writes are collective). A
+/// manager's `save_async` snapshots the slices and writes them on its background thread if every
+/// rank's MPI was initialized with `MPI_THREAD_MULTIPLE` (the writes are MPI-IO calls, on a
+/// communicator of the manager's own); otherwise it writes them before returning, as `save` does.
+/// The slices' leaves are referred to, not copied: they must outlive the section.
+/// \throws std::invalid_argument (by the save, on every rank, before anything is written) for
+///   what `save` refuses, and if the pieces of a tensor overlap or leave a gap, or disagree on its
+///   dtype or global shape, or a tensor is held whole and in slices (each message names the
+///   tensor, the ranks and their ranges, dtypes or shapes). A single-process save (`ckpt::save`,
+///   `ckpt::checkpoint_manager`, a `snapshot_arena`) refuses a section of slices, naming the entry.
+/// \throws std::bad_alloc
+[[nodiscard]] section sliced(std::span<const slice> slices);
+/// \copydoc sliced(std::span<const slice>)
+[[nodiscard]] inline section sliced(std::initializer_list<slice> slices) {
+  return sliced(std::span<const slice>(slices.begin(), slices.size()));
 }
 
 /// Reads elements [first, first + numel(local)) of the flattened entry `name` of `t` (a step
@@ -337,10 +343,15 @@ struct tiers {
 /// collective); after `MPI_Finalize` it does neither, and a background step stays uncommitted
 /// (the next manager removes it).
 ///
+/// **Steps of slices** (ZeRO, tensor parallelism): `save` and `save_async` take sections of
+/// slices (`sliced`) beside whole entries; such a step is one file all ranks write together (see
+/// `sliced`, also for when `save_async` writes in the background).
+///
 /// **Multi-level checkpoints** (`ckpt::mpi::tiers`, docs/distributed.md): with a node-local
 /// folder, every step goes to the nodes' local tiers, and only every `drain_every`-th step to
 /// `folder`, which becomes the shared tier. See `tiers` for what each tier holds and how a step is
-/// restored.
+/// restored. The local tiers do not take steps of slices: a tiered manager refuses them
+/// (`std::invalid_argument` on every rank, before anything is written).
 class checkpoint_manager : public ckpt::checkpoint_manager {
  public:
 

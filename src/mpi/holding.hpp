@@ -78,4 +78,11 @@ std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::
                                      const metadata_map& metadata, std::string_view function,
                                      const std::function<void(std::vector<holding::entry>&)>& describe_mine);
 
+// Collective data, local work: plans a step in which some rank holds slices (src/mpi/sliced.cpp):
+// checks that the slices of each global tensor cover it exactly once and that the ranks agree on
+// its dtype and shape, and lays out the step's one shard (step_plan::sliced), alike on every rank
+// from every rank's holding `all`. `rank` is this rank.
+// \throws std::invalid_argument naming the tensor, the ranks and their ranges, dtypes or shapes.
+void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank);
+
 }  // namespace ckpt::mpi::detail

@@ -18,10 +18,9 @@
 #include <atomic>
 #include <cerrno>
 #include <map>
-#include <set>
 #include <memory>
-
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
@@ -67,14 +66,14 @@ class mpi_state final : public ckpt::detail::manager_state {
   void open() {
     check_tiers();
     open_shared();
-    if (levels_.local.empty()) return;
-    tiers_ = std::make_unique<detail::local_tiers>(comm_, levels_);
-    // With MPI_THREAD_MULTIPLE on every rank, save_async's thread sends the partner copies, on a
-    // communicator of its own.
+    // With MPI_THREAD_MULTIPLE on every rank, save_async's thread writes a step of slices and
+    // sends the partner copies, on a communicator of its own.
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     MPI_Allreduce(MPI_IN_PLACE, &level, 1, MPI_INT, MPI_MIN, comm_);
     if (level == MPI_THREAD_MULTIPLE) MPI_Comm_dup(comm_, &background_comm_);
+    if (levels_.local.empty()) return;
+    tiers_ = std::make_unique<detail::local_tiers>(comm_, levels_);
     for (const auto& [step, metric] : core.all()) drained_.insert(step);
     // A step is listed while any tier holds it whole (the local tiers know no keep-best metric);
     // the local copies of a listed step are kept even if some node's are gone (the shared folder
@@ -168,11 +167,7 @@ class mpi_state final : public ckpt::detail::manager_state {
       MPI_Barrier(comm_);  // the memory is free before any rank writes
     }
     std::exception_ptr local_error;
-    try {
-      write_step(plan, sections);
-    } catch (...) {
-      local_error = std::current_exception();
-    }
+    write_step(comm_, plan, sections, local_error);
     commit(plan, local_error, /*copies_sent=*/false, /*defer_deletions=*/false);
   }
 
@@ -181,11 +176,22 @@ class mpi_state final : public ckpt::detail::manager_state {
                           const metadata_map& metadata) override {
     pending_ = plan_of(step, sections, metadata, "save_async");
     release_pages_of_dropped(pending_);
+    const bool sliced = !pending_.sliced.empty();
+    // The writes of a step of slices are collective MPI-IO calls: without a communicator for the
+    // background thread, they are made here, and the next call commits the step as usual.
+    if (sliced && background_comm_ == MPI_COMM_NULL) {
+      clear_debris(folder_, std::exchange(debris_, {}));
+      std::exception_ptr error;
+      write_step(comm_, pending_, sections, error);
+      background.finish(error);
+      return;
+    }
     // The deletions are the background thread's (its first work), not the caller's.
     const std::set<std::int64_t> room = tiers_ ? make_room_in_local(pending_) : std::set<std::int64_t>{};
-    // With partner copies sent in the background, every rank's thread takes part in the exchange.
-    const bool exchange = background_comm_ != MPI_COMM_NULL;
-    if (pending_.shard.empty() && !exchange) {
+    // With partner copies or a step of slices written in the background, every rank's thread
+    // takes part in the exchange.
+    const bool exchange = background_comm_ != MPI_COMM_NULL && (tiers_ || sliced);
+    if (pending_.mine.empty() && !exchange) {
       // Nothing of this rank's is written (another rank writes its entries): only the commit.
       clear_debris(folder_, std::exchange(debris_, {}));
       background.finish(nullptr);
@@ -194,26 +200,34 @@ class mpi_state final : public ckpt::detail::manager_state {
     // A failure to copy is this rank's failure of the write, reported at the commit on every rank.
     std::shared_ptr<ckpt::detail::taken_snapshot> snapshot;
     std::exception_ptr failed;
+    slice_places slices;
     try {
-      if (!pending_.shard.empty())
-        snapshot = std::make_shared<ckpt::detail::taken_snapshot>(ckpt::detail::take_snapshot(arena, sections, {}, true));
+      if (!pending_.mine.empty())
+        snapshot = std::make_shared<ckpt::detail::taken_snapshot>(
+            ckpt::detail::take_snapshot(arena, sliced ? without_slices(sections, slices) : sections, {}, true));
     } catch (...) {
       failed = std::current_exception();
     }
-    const auto job = [this, plan = &pending_, snapshot, failed, room, debris = std::exchange(debris_, {})] {
+    const auto job = [this, plan = &pending_, snapshot, failed, room, slices = std::move(slices),
+                      debris = std::exchange(debris_, {})] {
       clear_debris(folder_, debris);
       if (tiers_) tiers_->keep_only(room);
       std::exception_ptr error = failed;
+      std::vector<section> copy;  // the snapshot's entries (a step of slices: as slices again)
       if (!error && snapshot) {
         try {
           snapshot->finish();
-          const section whole(snapshot->data());
-          write_step(*plan, {&whole, 1});
+          copy.push_back(slices.empty() ? section(snapshot->data()) : with_slices(snapshot->data(), slices));
         } catch (...) {
           error = std::current_exception();
         }
       }
-      if (background_comm_ != MPI_COMM_NULL) tiers_->send_partner_copies(*plan, error, background_comm_);
+      if (!plan->sliced.empty()) {
+        write_step(background_comm_, *plan, copy, error);
+      } else if (!error && snapshot) {
+        write_step(MPI_COMM_NULL, *plan, copy, error);
+      }
+      if (tiers_ && background_comm_ != MPI_COMM_NULL) tiers_->send_partner_copies(*plan, error, background_comm_);
       if (error) std::rethrow_exception(error);
     };
     try {
@@ -281,12 +295,58 @@ class mpi_state final : public ckpt::detail::manager_state {
     if (levels_.local_max_to_keep == 0) refuse("tiers::local_max_to_keep is 0 (a local tier keeps at least one step)");
   }
 
-  // Local: writes this rank's shard of `plan`: to its node's local tier if there is one, else to
-  // the folder.
-  void write_step(const detail::step_plan& plan, std::span<const section> sections) const {
+  // Writes this rank's part of `plan`'s step (keeping a failure in `error`): its shard, to its
+  // node's local tier if there is one, else to the folder; a step of slices collectively, on
+  // `comm` (the manager's ranks).
+  void write_step(MPI_Comm comm, const detail::step_plan& plan, std::span<const section> sections,
+                  std::exception_ptr& error) const {
     const save_options options{.digest = core.options().digest};
-    if (tiers_) tiers_->write_own(plan, sections, options);
-    else detail::write_shard(plan, sections, options);
+    if (!plan.sliced.empty()) return detail::write_sliced(comm, plan, sections, options, error);
+    try {
+      if (tiers_) tiers_->write_own(plan, sections, options);
+      else detail::write_shard(plan, sections, options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+
+  // A slice as a snapshot holds it: the entry `key` (not a name of the step's: see without_slices)
+  // is the slice `name`'s bytes.
+  struct slice_place {
+    std::string name;
+    dims global_shape;
+    std::int64_t first;
+  };
+  using slice_places = std::map<std::string, slice_place, std::less<>>;
+
+  // A copy of `sections` whose slices are plain entries (for a snapshot, which takes no slices),
+  // each renamed to a key of its own (a rank may hold several slices of one tensor): the name, a
+  // NUL, and its number, recorded in `slices`.
+  static std::vector<section> without_slices(std::span<const section> sections, slice_places& slices) {
+    std::vector<section> out(sections.begin(), sections.end());
+    for (section& s : out)
+      for (ckpt::detail::entry_source& e : ckpt::detail::section_access::entries(s))
+        if (e.first >= 0) {
+          std::string key = e.name + '\0' + std::to_string(slices.size());
+          slices.emplace(key, slice_place{std::exchange(e.name, key), std::exchange(e.global_shape, {}),
+                                          std::exchange(e.first, -1)});
+        }
+    return out;
+  }
+
+  // The section of the snapshot `t` of without_slices' sections: its entries, the slices again.
+  static section with_slices(const checkpoint& t, const slice_places& slices) {
+    std::vector<ckpt::detail::entry_source> entries;
+    for (const auto& [key, x] : t) {
+      const auto it = slices.find(key);
+      ckpt::detail::entry_source& e =
+          entries.emplace_back(ckpt::detail::tensor_source(it == slices.end() ? key : it->second.name, x));
+      if (it != slices.end()) {
+        e.global_shape = it->second.global_shape;
+        e.first = it->second.first;
+      }
+    }
+    return ckpt::detail::section_access::of_entries(std::move(entries));
   }
 
   [[nodiscard]] static bool finalized() {
@@ -536,8 +596,14 @@ class mpi_state final : public ckpt::detail::manager_state {
   // The step's plan, named after the calling member.
   detail::step_plan plan_of(std::int64_t step, std::span<const section> sections, const metadata_map& metadata,
                             std::string_view member) {
-    return detail::plan_step(comm_, core.folder(), &folder_, step, sections, metadata,
-                             "checkpoint_manager::" + std::string(member));
+    detail::step_plan plan = detail::plan_step(comm_, core.folder(), &folder_, step, sections, metadata,
+                                               "checkpoint_manager::" + std::string(member));
+    if (tiers_ && !plan.sliced.empty())  // alike on every rank
+      throw std::invalid_argument(core.message("step " + std::to_string(step) +
+                                               " holds slices (ckpt::mpi::sliced), which the local tier '" +
+                                               levels_.local.string() + "' does not take (a manager without tiers "
+                                               "saves them to '" + core.folder().string() + "')"));
+    return plan;
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;

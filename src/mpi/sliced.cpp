@@ -1,5 +1,6 @@
-// ckpt::mpi::save_sliced: global tensors held in pieces by the ranks, written collectively with
-// MPI-IO into one plain safetensors file; and the reads of slices (read_flat, read_rows).
+// Steps of slices (ckpt::mpi::sliced): global tensors held in pieces by the ranks, laid out and
+// checked by plan_step, written collectively with MPI-IO into one plain safetensors file; and the
+// reads of slices (read_flat, read_rows).
 
 #include <ckpt/mpi.hpp>
 #include <ckpt/detail/pages.hpp>
@@ -81,7 +82,7 @@ void check_flat(std::string_view function, std::string_view name, std::int64_t n
                  std::error_code(number, std::system_category()));
 }
 
-// One global tensor of a sliced step, as every rank plans it.
+// One global tensor of a step of slices, as every rank plans it.
 struct global_tensor {
   ckpt::dtype type;
   dims shape;
@@ -92,7 +93,6 @@ struct global_tensor {
     int rank;
   };
   std::vector<piece> pieces;  // the slices, but for empty ones
-  std::uint64_t offset = 0;   // its data offset in the file
 };
 
 // Checks that the slices of each tensor cover it exactly once; the message names the tensor,
@@ -191,7 +191,8 @@ void write_units(MPI_Comm comm, MPI_File file, const std::filesystem::path& path
         for (std::size_t i = starts[static_cast<std::size_t>(round)]; i < starts[static_cast<std::size_t>(round) + 1]; ++i) {
           const unit& u = units[i];
           if (u.length > static_cast<std::size_t>(INT_MAX))
-            throw std::length_error("ckpt: mpi::save_sliced: a row of " + std::to_string(u.length) + " bytes is too long");
+            throw std::length_error("ckpt: mpi: a row of " + std::to_string(u.length) + " bytes of '" + path.string() +
+                                    "' is too long for one MPI-IO write");
           const std::byte* from = u.bytes;
           if (u.source != nullptr) {
             u.source->write_rows(u.first_row, u.rows, staging.data() + staged);
@@ -285,104 +286,108 @@ std::int64_t first_of_rows(const checkpoint& t, std::string_view name, std::int6
 
 }  // namespace detail
 
-std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
-                                  std::span<const slice> slices, std::span<const section> whole,
-                                  const metadata_map& metadata, const save_options& options) {
-  const int rank = detail::rank_of(comm);
-  const int size = detail::size_of(comm);
-  // Each rank opens the folder once, in the plan; the step folder is made and used relative to it.
-  detail::step_plan plan;
-  std::vector<const ckpt::detail::entry_source*> wholes;
-  const std::vector<detail::holding> all = detail::gather_holdings(
-      comm, plan, folder, nullptr, step, metadata, "save_sliced", [&](std::vector<detail::holding::entry>& entries) {
-        wholes = ckpt::detail::ordered_entries(whole, "mpi::save_sliced");
-        for (const auto* e : wholes) entries.push_back({e->name, e->dtype, e->shape, 0, -1});
-        for (const slice& s : slices) {
-          if (s.name().empty() || s.name() == "__metadata__")
-            throw std::invalid_argument("ckpt: mpi::save_sliced: a slice cannot be named '" + s.name() + "'");
-          entries.push_back({s.name(), s.dtype(), s.global_shape(), s.first(), s.count()});
-        }
-      });
+section sliced(std::span<const slice> slices) {
+  std::vector<ckpt::detail::entry_source> entries;
+  entries.reserve(slices.size());
+  for (const slice& s : slices) {
+    ckpt::detail::entry_source& e = entries.emplace_back(s.local());
+    e.name = s.name();
+    e.global_shape = s.global_shape();
+    e.first = s.first();
+  }
+  return ckpt::detail::section_access::of_entries(std::move(entries));
+}
 
+namespace detail {
+
+void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank) {
   // The global tensors, checked identically on every rank.
   std::map<std::string, global_tensor, std::less<>> tensors;
-  for (int r = 0; r < size; ++r) {
-    for (const detail::holding::entry& x : all[static_cast<std::size_t>(r)].entries) {
-      const auto [it, inserted] = tensors.try_emplace(x.name, global_tensor{x.type, x.shape, r, -1, {}, 0});
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    for (const holding::entry& x : all[r].entries) {
+      const auto [it, inserted] = tensors.try_emplace(x.name, global_tensor{x.type, x.shape, static_cast<int>(r), -1, {}});
       global_tensor& t = it->second;
       if (!inserted && (t.type != x.type || t.shape != x.shape))
         throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": the entry '" + x.name + "' is " +
-                                    detail::describe_entry(t.type, t.shape) + " on rank " + std::to_string(t.described_by) +
-                                    " but " + detail::describe_entry(x.type, x.shape) + " on rank " + std::to_string(r));
+                                    describe_entry(t.type, t.shape) + " on rank " + std::to_string(t.described_by) +
+                                    " but " + describe_entry(x.type, x.shape) + " on rank " + std::to_string(r));
       if (x.count < 0) {
-        if (t.whole_writer < 0) t.whole_writer = r;
+        if (t.whole_writer < 0) t.whole_writer = static_cast<int>(r);
       } else if (x.count > 0) {
-        t.pieces.push_back({x.first, x.count, r});
+        t.pieces.push_back({x.first, x.count, static_cast<int>(r)});
       }
     }
   }
   for (auto& [name, t] : tensors) check_coverage(plan.operation, name, t);
 
   // The file, laid out as ckpt::save lays out the same whole tensors (name order).
+  const std::string shard = shard_name(1, 1);
+  plan.shards.assign(all.size(), std::string());
+  plan.shards[0] = shard;
+  plan.shard = plan.shards[static_cast<std::size_t>(rank)];
+  for (const auto& [name, t] : tensors) {
+    plan.sliced.push_back({name, t.type, t.shape, plan.total_size, t.whole_writer});
+    plan.total_size += ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape));
+    plan.weight_map.emplace_back(name, shard);
+    if (t.whole_writer == rank || std::ranges::any_of(t.pieces, [&](const auto& p) { return p.rank == rank; }))
+      plan.mine.insert(name);
+  }
+}
+
+void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section> sections, const save_options& options,
+                  std::exception_ptr& error) {
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  std::map<std::string_view, const step_plan::global_tensor*, std::less<>> by_name;
   std::vector<ckpt::detail::entry_source> layout;
-  layout.reserve(tensors.size());
-  for (auto& [name, t] : tensors) {
-    t.offset = plan.total_size;
-    const std::size_t nbytes = ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape));
-    plan.total_size += nbytes;
-    layout.push_back({.name = name, .dtype = t.type, .shape = t.shape, .nbytes = nbytes, .contiguous = {}, .write_rows = {}, .keep_alive = {}});
+  layout.reserve(plan.sliced.size());
+  for (const step_plan::global_tensor& t : plan.sliced) {
+    by_name.emplace(t.name, &t);
+    layout.push_back({.name = t.name, .dtype = t.type, .shape = t.shape,
+                      .nbytes = ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape)), .contiguous = {},
+                      .write_rows = {}, .keep_alive = {}, .global_shape = {}, .first = -1});
   }
   const ckpt::detail::file_header header = ckpt::detail::make_file_header(
       layout, plan.metadata, options.digest ? ckpt::detail::digest_key : std::string_view());
-  const std::string shard = detail::shard_name(1, 1);
-  plan.shards.assign(static_cast<std::size_t>(size), std::string());
-  plan.shards[0] = shard;
-  plan.shard = plan.shards[static_cast<std::size_t>(rank)];
-  for (const auto& [name, t] : tensors) plan.weight_map.emplace_back(name, shard);
+  const std::string& shard = plan.shards[0];
+  const std::filesystem::path target = plan.dir / shard;
 
   // What this rank writes, in file order.
   const std::uint64_t data_start = header.bytes.size();
   std::vector<unit> units;
-  if (rank == 0) units.push_back({0, header.bytes.size(), reinterpret_cast<const std::byte*>(header.bytes.data()), nullptr, 0, 0});
-  for (const auto* e : wholes)
-    if (const global_tensor& t = tensors.find(e->name)->second; t.whole_writer == rank)
-      add_units(units, *e, data_start + t.offset);
-  for (const slice& s : slices)
-    add_units(units, s.local(),
-              data_start + tensors.find(s.name())->second.offset +
-                  static_cast<std::uint64_t>(s.first()) * ckpt::detail::nbytes_of(s.dtype(), 1));
-  std::ranges::sort(units, {}, &unit::offset);
+  keep_error(error, [&] {
+    if (rank == 0) units.push_back({0, header.bytes.size(), reinterpret_cast<const std::byte*>(header.bytes.data()), nullptr, 0, 0});
+    for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation, ckpt::detail::slices_are::taken)) {
+      if (!plan.mine.contains(e->name)) continue;
+      const step_plan::global_tensor& t = *by_name.at(e->name);
+      const std::uint64_t at = e->first < 0 ? 0 : static_cast<std::uint64_t>(e->first) * ckpt::detail::nbytes_of(e->dtype, 1);
+      add_units(units, *e, data_start + t.offset + at);
+    }
+    std::ranges::sort(units, {}, &unit::offset);
+  });
 
-  const std::filesystem::path target = plan.dir / shard;
-  std::exception_ptr error;
   std::optional<ckpt::detail::folder_handle> dir;
   std::optional<ckpt::detail::atomic_file> file;
   std::string temporary;
-  // A failure so far, on any rank: the temporary goes (rank 0), the step folder too, and every
-  // rank throws.
-  const auto settle = [&] {
-    if (!detail::agree(comm, error)) return;
-    file.reset();
-    detail::commit_step(comm, plan, error);
-  };
   keep_error(error, [&] {
-    dir = detail::open_step_folder(plan);  // never through a link
+    dir = open_step_folder(plan);  // never through a link
     if (rank == 0) {
       file.emplace(ckpt::detail::file_at{*dir, shard});
       temporary = file->temporary();
     }
   });
-  settle();
-  detail::broadcast(comm, temporary, 0);
+  // A failure so far, on any rank, ends the write on every rank (commit_step reports it).
+  if (agree(comm, error)) return;
+  broadcast(comm, temporary, 0);
 
   MPI_File handle = MPI_FILE_NULL;
   const int opened = MPI_File_open(comm, temporary.c_str(), MPI_MODE_WRONLY, MPI_INFO_NULL, &handle);
   if (opened != MPI_SUCCESS) keep_error(error, [&] { throw_mpi_io(target, "open", opened); });
-  settle();
+  if (agree(comm, error)) return;
   write_units(comm, handle, target, units, error);
   if (const int code = MPI_File_sync(handle); code != MPI_SUCCESS) keep_error(error, [&] { throw_mpi_io(target, "fsync", code); });
   if (const int code = MPI_File_close(&handle); code != MPI_SUCCESS) keep_error(error, [&] { throw_mpi_io(target, "close", code); });
-  settle();
+  if (agree(comm, error)) return;
 
   if (options.digest) {
     // Each rank hashes a share of the data's chunks, read back (from the page cache) with pread.
@@ -409,7 +414,7 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
     std::vector<std::uint64_t> hashes(rank == 0 ? chunks : 0);
     MPI_Gatherv(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, hashes.data(), counts.data(),
                 displacements.data(), MPI_UINT64_T, 0, comm);
-    settle();
+    if (agree(comm, error)) return;
     if (rank == 0)
       keep_error(error, [&] {
         const std::uint64_t value =
@@ -418,8 +423,8 @@ std::filesystem::path save_sliced(MPI_Comm comm, const std::filesystem::path& fo
       });
   }
   if (rank == 0) keep_error(error, [&] { file->commit(); });
-  detail::commit_step(comm, plan, error);
-  return plan.dir;
 }
+
+}  // namespace detail
 
 }  // namespace ckpt::mpi

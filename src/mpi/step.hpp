@@ -2,7 +2,8 @@
 // The three phases of saving a step of an MPI job, shared by ckpt::mpi::save and
 // ckpt::mpi::checkpoint_manager (whose save_async runs the second phase on a background thread):
 //   1. plan_step (collective): who writes which entry into which shard;
-//   2. write_shard (local): this rank writes its shard;
+//   2. write_shard (local): this rank writes its shard; or, for a step of slices,
+//      write_sliced (collective): the ranks write the one shard together;
 //   3. commit_step (collective): once every rank's shard is durable, rank 0 writes the index.
 
 #include <ckpt/mpi.hpp>
@@ -64,6 +65,18 @@ struct step_plan {
   // The index: each entry's shard, in name order, and the bytes of all the data.
   std::vector<std::pair<std::string, std::string>> weight_map;
   std::uint64_t total_size = 0;
+  // A step in which some rank holds slices (ckpt::mpi::sliced): its one shard (shards[0], rank
+  // 0's) holds every global tensor, in name order, each at `offset` in the data; a whole entry is
+  // written by `whole_writer` (-1: the tensor is in slices, each written by its rank). `mine`
+  // names what this rank writes: its slices and the whole entries it writes.
+  struct global_tensor {
+    std::string name;
+    ckpt::dtype type = ckpt::dtype::f32;
+    dims shape;
+    std::uint64_t offset = 0;
+    int whole_writer = -1;
+  };
+  std::vector<global_tensor> sliced;
 };
 
 // Collective: exchanges the names, dtypes and shapes every rank holds in `sections`, checks them
@@ -78,6 +91,14 @@ struct step_plan {
                                   const ckpt::detail::folder_handle* held, std::int64_t step,
                                   std::span<const section> sections, const metadata_map& metadata,
                                   std::string_view function);
+
+// Collective: writes the one shard of a step of slices (`plan.sliced` not empty) from every rank's
+// `sections` (the entries plan_step saw, live or a snapshot) with MPI-IO, on `comm` (the plan's
+// ranks, in the same order), and rank 0 renames it into place; the digest, with
+// `options.digest`. A failure on any rank ends it on every rank: `error` then holds this rank's
+// failure (null on the others), for commit_step to report on every rank.
+void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section> sections, const save_options& options,
+                  std::exception_ptr& error);
 
 // The step folder of `plan` on this rank, created if absent, never through a symbolic link: a
 // link or a file under the step folder's name is refused (an io_error naming it).

@@ -133,9 +133,19 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, const ck
   step_plan plan;
   const std::vector<holding> all =
       gather_holdings(comm, plan, folder, held, step, metadata, function, [&](std::vector<holding::entry>& entries) {
-        for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + std::string(function)))
-          entries.push_back({e->name, e->dtype, e->shape});
+        for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + std::string(function),
+                                                           ckpt::detail::slices_are::taken)) {
+          if (e->first < 0) entries.push_back({e->name, e->dtype, e->shape});
+          else entries.push_back({e->name, e->dtype, e->global_shape, e->first, ckpt::detail::numel_of(e->shape)});
+        }
       });
+  // A step with slices is one shard, of whole tensors, that the ranks write together.
+  if (std::ranges::any_of(all, [](const holding& h) {
+        return std::ranges::any_of(h.entries, [](const holding::entry& x) { return x.count >= 0; });
+      })) {
+    lay_out_slices(plan, all, rank_of(comm));
+    return plan;
+  }
   struct placement {
     int writer;
     const holding::entry* first;
@@ -326,10 +336,14 @@ std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, s
   // metadata count.
   const detail::step_plan plan = detail::plan_step(comm, folder, nullptr, step, local, metadata, "save");
   std::exception_ptr local_error;
-  try {
-    detail::write_shard(plan, local, options);
-  } catch (...) {
-    local_error = std::current_exception();
+  if (!plan.sliced.empty()) {
+    detail::write_sliced(comm, plan, local, options, local_error);
+  } else {
+    try {
+      detail::write_shard(plan, local, options);
+    } catch (...) {
+      local_error = std::current_exception();
+    }
   }
   detail::commit_step(comm, plan, local_error);
   return plan.dir;

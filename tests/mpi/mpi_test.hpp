@@ -22,6 +22,7 @@
 #include <ranges>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -171,8 +172,16 @@ struct test_case {
   std::function<void(const std::filesystem::path& folder)> run;
 };
 
+// With the argument --thread-multiple, MPI is initialized with MPI_THREAD_MULTIPLE (the managers'
+// background threads then take part in collective work), else with MPI_Init.
 inline int run_all(int argc, char** argv, const char* program, const std::vector<test_case>& cases) {
-  MPI_Init(&argc, &argv);
+  if (argc > 1 && std::string_view(argv[1]) == "--thread-multiple") {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) fail(program, 0, "MPI_THREAD_MULTIPLE is not provided");
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   {
     const shared_dir dir(program);
     for (const test_case& c : cases) {

@@ -1,5 +1,5 @@
 # Run with cmake -P by the test mpi_sliced_kill: a 4-rank job saves step 1 with
-# ckpt::mpi::save_sliced, then its last rank is SIGKILLed during the collective write of step 2;
+# ckpt::mpi::save of slices (ckpt::mpi::sliced), then its last rank is SIGKILLed during the collective write of step 2;
 # mpirun must fail, and one process must then find step 1 intact and step 2 not committed.
 # Inputs: MPIEXEC, PROGRAM, WORK (a scratch folder, emptied first).
 cmake_minimum_required(VERSION 3.25)

@@ -1,4 +1,4 @@
-// ckpt::mpi::save_sliced and the reads of slices, run by mpirun at 1, 2, 3 and 4 ranks: global
+// ckpt::mpi::save of sections of slices (ckpt::mpi::sliced) and the reads of slices, run by mpirun at 1, 2, 3 and 4 ranks: global
 // tensors held in pieces (ZeRO's flat ranges, tensor-parallel row blocks held column-major, empty
 // pieces, replicated whole entries in the same save) written collectively into one file that is
 // byte for byte ckpt::save's of the whole tensors, with the digest the spec defines; the step
@@ -9,6 +9,7 @@
 #include "mpi_test.hpp"
 
 #include <ckpt/file.hpp>
+#include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 #include <ckpt/params.hpp>
 #include <ckpt/sharded.hpp>
@@ -72,14 +73,14 @@ std::vector<ckpt::mpi::slice> slices_of(const rank_state& s) {
           ckpt::mpi::slice::flat("big", {big_size}, s.big_first, s.big)};
 }
 
-// The same tensors whole, as one process holds them.
-ckpt::checkpoint whole_tensors() {
+// The same tensors whole, as one process holds them (`plus` added to every float value).
+ckpt::checkpoint whole_tensors(float plus = 0) {
   Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w(w_rows, w_cols);
   for (Eigen::Index i = 0; i < w_rows; ++i)
-    for (Eigen::Index j = 0; j < w_cols; ++j) w(i, j) = w_at(i, j);
+    for (Eigen::Index j = 0; j < w_cols; ++j) w(i, j) = w_at(i, j) + plus;
   Eigen::VectorXf mu(mu_size), big(big_size);
-  for (Eigen::Index k = 0; k < mu_size; ++k) mu[k] = mu_at(k);
-  for (Eigen::Index k = 0; k < big_size; ++k) big[k] = big_at(k);
+  for (Eigen::Index k = 0; k < mu_size; ++k) mu[k] = mu_at(k) + plus;
+  for (Eigen::Index k = 0; k < big_size; ++k) big[k] = big_at(k) + plus;
   return ckpt::concat({ckpt::of_params(w, "w"), ckpt::of_params(mu, "mu"), ckpt::of_params(big, "big"),
                        ckpt::of_params(Eigen::VectorXd(Eigen::VectorXd::LinSpaced(5, 1.0, 5.0)), "b")});
 }
@@ -120,10 +121,10 @@ void saved_file_is_saves_file(const fs::path& folder) {
   const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   const rank_state s = pieces_of(rank, size);
   const std::vector<ckpt::mpi::slice> slices = slices_of(s);
-  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 1, slices, {ckpt::of_params(s.b, "b")},
-                         {{"run", "a"}}, {.digest = false});
-  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 2, slices, {ckpt::of_params(s.b, "b")}, {{"run", "a"}},
-                         {.digest = true});
+  ckpt::mpi::save(MPI_COMM_WORLD, folder, 1, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")}, {{"run", "a"}},
+                  {.digest = false});
+  ckpt::mpi::save(MPI_COMM_WORLD, folder, 2, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")}, {{"run", "a"}},
+                  {.digest = true});
   if (rank == 0) {
     CHECK_EQ(listing(ckpt::mpi::detail::step_folder(folder, 1)),
              (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));
@@ -170,7 +171,7 @@ void check_resliced(MPI_Comm comm, const fs::path& folder, std::int64_t step) {
 void loads_as_other_slices(const fs::path& folder) {
   const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   const rank_state s = pieces_of(rank, size);
-  ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 7, slices_of(s), {ckpt::of_params(s.b, "b")});
+  ckpt::mpi::save(MPI_COMM_WORLD, folder, 7, {ckpt::mpi::sliced(slices_of(s)), ckpt::of_params(s.b, "b")});
   // The job's first 3, 2 and 1 ranks read the step as their own splits.
   for (const int ranks : {3, 2, 1}) {
     MPI_Comm sub = MPI_COMM_NULL;
@@ -195,14 +196,14 @@ void loads_as_other_slices(const fs::path& folder) {
 
 // Each refusal is the same std::invalid_argument on every rank, and nothing is written.
 void refuses(const fs::path& folder, const std::vector<ckpt::mpi::slice>& slices, const std::string& message) {
-  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 3, slices)), message);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(MPI_COMM_WORLD, folder, 3, {ckpt::mpi::sliced(slices)})), message);
   CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 3)));
 }
 
 void overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing(const fs::path& folder) {
   const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   const int last = size - 1;
-  const std::string prefix = "ckpt: mpi::save_sliced of step 3: ";
+  const std::string prefix = "ckpt: mpi::save of step 3: ";
   Eigen::VectorXf ten = Eigen::VectorXf::Zero(10);
   Eigen::VectorXd ten_doubles = Eigen::VectorXd::Zero(10);
   // Every rank holds elements [10 r, 10 r + 10) of v [10 P], but the last rank starts 2 early
@@ -242,7 +243,7 @@ void overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_
     std::vector<ckpt::mpi::slice> parts;
     if (rank != 0) parts.push_back(ckpt::mpi::slice::flat("v", {10}, 0, ten));
     const ckpt::checkpoint whole = rank == 0 ? ckpt::of_params(ten, "v") : ckpt::checkpoint();
-    CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save_sliced(MPI_COMM_WORLD, folder, 3, parts, {whole})),
+    CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::mpi::save(MPI_COMM_WORLD, folder, 3, {ckpt::mpi::sliced(parts), whole})),
              prefix + "the entry 'v' is held whole by rank 0 and in part by rank 1 (elements [0, 10))");
   }
   // Local misuse, refused when the slice is made.
@@ -255,11 +256,91 @@ void overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_
            std::string("ckpt: mpi::slice::rows: rows [3, 5) of 'm' are outside its 4 rows"));
 }
 
+// Steps of slices through the MPI checkpoint manager: save_async copies the slices before it
+// returns (the leaves change right after each call), also when a rank holds two slices of one
+// tensor; the retention rules apply; each step loads as the whole tensors of its call; a
+// synchronous save too. (Run with MPI_THREAD_MULTIPLE, the manager's thread writes the slices;
+// without, save_async writes them before returning.)
+void manager_saves_slices(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  rank_state s = pieces_of(rank, size);
+  // This rank's range of "big" as two slices.
+  const Eigen::Index half = s.big.size() / 2;
+  Eigen::VectorXf big_head = s.big.head(half), big_tail = s.big.tail(s.big.size() - half);
+  const std::vector<ckpt::mpi::slice> slices{
+      ckpt::mpi::slice::rows("w", {w_rows, w_cols}, s.w_first, s.w),
+      ckpt::mpi::slice::flat("mu", {mu_size}, s.mu_first, s.mu),
+      ckpt::mpi::slice::flat("big", {big_size}, s.big_first, big_head),
+      ckpt::mpi::slice::flat("big", {big_size}, s.big_first + half, big_tail)};
+  const fs::path run = folder / "run";
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, run, {.max_to_keep = 2});
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      CHECK(manager.save_async(step, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")}, {{"run", "a"}}));
+      // Step k holds the values plus k - 1, whatever the leaves hold by the time it is written.
+      for (Eigen::VectorXf* v : {&s.mu, &big_head, &big_tail}) v->array() += 1.0f;
+      s.w.array() += 1.0f;
+    }
+    CHECK(manager.save(4, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")}));
+    CHECK(manager.steps() == (std::vector<std::int64_t>{3, 4}));
+    CHECK(same(manager.load(3), whole_tensors(2.0f)));
+  }
+  ckpt::mpi::checkpoint_manager reopened(MPI_COMM_WORLD, run, {.max_to_keep = 2});
+  CHECK(reopened.steps() == (std::vector<std::int64_t>{3, 4}));
+  const ckpt::mpi::checkpoint_manager::latest latest = reopened.load_latest();
+  CHECK(latest && latest.step == 4);
+  CHECK(same(*latest, whole_tensors(3.0f)));
+  CHECK_EQ(latest->metadata().at("step"), std::string("4"));
+  if (rank == 0) {
+    CHECK(!fs::exists(ckpt::mpi::detail::step_folder(run, 2)));
+    CHECK_EQ(listing(ckpt::mpi::detail::step_folder(run, 3)),
+             (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));
+    CHECK(same(ckpt::load(ckpt::mpi::detail::step_folder(run, 3), {.verify_digest = true}), whole_tensors(2.0f)));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Slices go where every rank writes together: the local tiers refuse them, on every rank alike,
+// and so does every single-process save (naming the entry); nothing is written.
+void slices_are_refused_where_they_cannot_go(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  const rank_state s = pieces_of(rank, size);
+  const std::vector<ckpt::mpi::slice> slices = slices_of(s);
+  {
+    ckpt::mpi::checkpoint_manager tiered(MPI_COMM_WORLD, folder / "shared", {},
+                                         {.local = folder / "local", .ranks_per_node = 1});
+    for (const bool background : {false, true}) {
+      const std::string message = MESSAGE_OF(std::invalid_argument, background
+                                                 ? tiered.save_async(1, {ckpt::mpi::sliced(slices)})
+                                                 : tiered.save(1, {ckpt::mpi::sliced(slices)}));
+      CHECK_EQ(message, "ckpt: mpi::checkpoint_manager: step 1 holds slices (ckpt::mpi::sliced), which the local "
+                        "tier '" + (folder / "local").string() + "' does not take (a manager without tiers saves them "
+                        "to '" + (folder / "shared").string() + "')");
+    }
+    CHECK(tiered.steps().empty());
+  }
+  const std::string refusal = "' is a slice of a global tensor (ckpt::mpi::sliced); slices are saved by all the ranks "
+                              "together, with ckpt::mpi::save or a ckpt::mpi::checkpoint_manager";
+  const fs::path own = folder / ("rank-" + std::to_string(rank));
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, ckpt::save(own / "one.safetensors", {ckpt::mpi::sliced(slices)})),
+           "ckpt: save: 'w" + refusal);
+  ckpt::checkpoint_manager alone(own / "run");
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, alone.save(1, {ckpt::mpi::sliced(slices)})), "ckpt: save: 'w" + refusal);
+  CHECK_EQ(MESSAGE_OF(std::invalid_argument, alone.save_async(1, {ckpt::mpi::sliced(slices)})),
+           "ckpt: snapshot: 'w" + refusal);
+  alone.wait();
+  CHECK(alone.steps().empty());
+  CHECK(!fs::exists(own / "one.safetensors"));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return run_all(argc, argv, "test_mpi_sliced",
                  {{"saved_file_is_saves_file", saved_file_is_saves_file},
                   {"loads_as_other_slices", loads_as_other_slices},
-                  {"overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing", overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing}});
+                  {"overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing", overlapping_gapped_or_disagreeing_slices_are_refused_on_every_rank_writing_nothing},
+                  {"manager_saves_slices", manager_saves_slices},
+                  {"slices_are_refused_where_they_cannot_go", slices_are_refused_where_they_cannot_go}});
 }

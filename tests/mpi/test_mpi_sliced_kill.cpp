@@ -1,4 +1,4 @@
-// A rank killed (SIGKILL) during the collective write of ckpt::mpi::save_sliced: the job dies, and
+// A rank killed (SIGKILL) during the collective write of ckpt::mpi::save of slices: the job dies, and
 // the folder must hold the earlier step intact and no committed trace of the step being written.
 // Not a run_all program: trainer-style, driven by sliced_kill.cmake.
 //   mpirun -np P test_mpi_sliced_kill save <folder>   saves step 1, then dies in step 2
@@ -59,7 +59,7 @@ void save(MPI_Comm comm, const fs::path& folder, std::int64_t step, bool kill_la
   const int rank = rank_of(comm), size = size_of(comm);
   const Eigen::Index first = n * rank / size, end = n * (rank + 1) / size;
   const fatal_vector mine{values(step, first, end), kill_last && rank == size - 1};
-  ckpt::mpi::save_sliced(comm, folder, step, std::vector{ckpt::mpi::slice::flat("v", {n}, first, mine)});
+  ckpt::mpi::save(comm, folder, step, {ckpt::mpi::sliced({ckpt::mpi::slice::flat("v", {n}, first, mine)})});
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 # Run with cmake -P by the test mlp_trainer_mpi_sharded: the example binary with --shard-optimizer
-# (ZeRO-1: each rank keeps its slice of Adam's moments, saved with ckpt::mpi::save_sliced), trained
+# (ZeRO-1: each rank keeps its slice of Adam's moments, saved as slices by the checkpoint manager), trained
 # on 4 ranks to step 50 and resumed on 3 to 100, on 2 to 150 and, step 150 then damaged, in one
 # process (no mpirun) from step 100 to 200,
 # must end with the parameters of an uninterrupted sharded 4-rank run and of the replicated run,
@@ -25,10 +25,15 @@ function(train ranks)
 endfunction()
 
 train(4 --steps 200 --ckpt-dir "${WORK}/replicated" --params-out "${WORK}/replicated.safetensors")
-train(4 --steps 200 --shard-optimizer --ckpt-dir "${WORK}/straight" --params-out "${WORK}/straight.safetensors")
+train(4 --steps 200 --shard-optimizer --keep 2 --ckpt-dir "${WORK}/straight" --params-out "${WORK}/straight.safetensors")
 # 32 hidden units: 2 x 4 x (32 x 2 + 32 + 2 x 32 + 2) = 1296 bytes of moments, split over 4 ranks.
 if(NOT output MATCHES "optimizer state per rank \\(bytes\\): 320 328 320 328 \\(replicated: 1296\\)")
   message(FATAL_ERROR "the sharded run does not hold 1/4 of the moments per rank:\n${output}")
+endif()
+# The manager's retention keeps the newest 2 of the 4 sliced steps (saved in the background).
+file(GLOB kept RELATIVE "${WORK}/straight" "${WORK}/straight/step-*")
+if(NOT kept STREQUAL "step-0000000150;step-0000000200")
+  message(FATAL_ERROR "the sharded run with --keep 2 kept ${kept}, not steps 150 and 200")
 endif()
 # The sliced steps of the 4-rank run, through the ckpt tool (when built): verify checks every
 # step's digest; each step folder is a Hugging Face sharded checkpoint whose index's total_size is
@@ -37,8 +42,8 @@ if(TOOL)
   execute_process(COMMAND "${TOOL}" verify "${WORK}/straight" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
   string(REGEX MATCHALL "ok, digest verified" verified "${out}")
   list(LENGTH verified n)
-  if(NOT code EQUAL 0 OR NOT n EQUAL 4)
-    message(FATAL_ERROR "ckpt verify of the sliced run (${code}) did not verify its 4 steps:\n${out}\n${err}")
+  if(NOT code EQUAL 0 OR NOT n EQUAL 2)
+    message(FATAL_ERROR "ckpt verify of the sliced run (${code}) did not verify its 2 steps:\n${out}\n${err}")
   endif()
   file(GLOB step "${WORK}/straight/*200")
   execute_process(COMMAND "${TOOL}" inspect --json "${step}" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -9,6 +9,7 @@
 #include <ckpt/tensor.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -31,6 +32,11 @@ struct entry_source {
   const void* lazy_leaf = nullptr;
   // Keeps bytes alive that the source had to snapshot (a leaf type without a row writer).
   tensor keep_alive;
+  // A slice (ckpt::mpi::sliced) when `first` >= 0: the bytes are elements [first, first +
+  // numel(shape)) of the global tensor `name` of shape `global_shape`, flattened in C order.
+  // Only the MPI saves take slices (ordered_entries refuses them elsewhere).
+  dims global_shape;
+  std::int64_t first = -1;
 
   // The bytes of one of the rows `write_rows` writes, and how many there are (nbytes > 0).
   [[nodiscard]] std::size_t row_size() const;

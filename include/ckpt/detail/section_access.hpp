@@ -32,15 +32,26 @@ struct section_access {
     out.read_ = std::move(read);
     return out;
   }
+  // A section that only saves `entries` (ckpt::mpi::sliced's slices).
+  static section of_entries(std::vector<entry_source> entries) {
+    section out;
+    out.entries_ = std::move(entries);
+    return out;
+  }
   static void add_to(const section& s, std::size_t index, read_plan& plan);
   // The entries `s` saves, in the order its structure's leaves are walked.
   static const std::vector<entry_source>& entries(const section& s) noexcept { return s.entries_; }
   static std::vector<entry_source>& entries(section& s) noexcept { return s.entries_; }
 };
 
+// Whether a save takes slices of global tensors (entry_source::first >= 0): only the MPI saves do.
+enum class slices_are : bool { refused, taken };
+
 // The entries of `sections` in name order, after checking their names (none empty, none
-// `__metadata__`, no two equal). `function` names the caller in the error messages.
-// Throws std::invalid_argument naming a bad name; std::bad_alloc.
-std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function);
+// `__metadata__`, no two equal) and, unless `slices` are taken, that none is a slice.
+// `function` names the caller in the error messages.
+// Throws std::invalid_argument naming a bad name or a slice; std::bad_alloc.
+std::vector<const entry_source*> ordered_entries(std::span<const section> sections, std::string_view function,
+                                                 slices_are slices = slices_are::refused);
 
 }  // namespace ckpt::detail
