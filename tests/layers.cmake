@@ -98,6 +98,7 @@ set(layer_mpi/holding 4)       # what ranks exchange before a save (steps, entri
 set(layer_mpi/step_folders 4)  # mpi::save, mpi::load and the committed steps of step folders
 set(layer_mpi/sliced 4)        # mpi::save of slices and the resharded reads
 set(layer_mpi/tiers 4)         # the manager's local tiers: nodes, partner copies, drain, restore
+set(layer_s3/client 2)         # the S3 client on libcurl (object storage, I/O)
 
 # A file's unit: include/ckpt/X.hpp, src/X.cpp and src/X.hpp are X; include/ckpt/detail/X.hpp is
 # detail/X; src/mpi/X.* is mpi/X, except src/mpi/mpi.cpp, which is mpi.
