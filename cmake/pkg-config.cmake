@@ -49,6 +49,8 @@ function(ckpt_write_pkg_config)
       list(APPEND requires_private "${${CMAKE_MATCH_1}_MODULE_NAME}")  # pkg_check_modules' module
     elseif(item STREQUAL "re2::re2")
       list(APPEND requires_private "re2")
+    elseif(item STREQUAL "CURL::libcurl")
+      list(APPEND requires_private "libcurl")
     elseif(item STREQUAL "Boost::json")
       get_target_property(file Boost::json LOCATION)
       ckpt_pkg_config_library("${file}" flags)

@@ -7,6 +7,7 @@
 // the folder's fsync. Every call that can fail goes through the test seam (io_hooks.hpp). Errors
 // name the target, the file the caller knows, not the temporary's random name.
 
+#include "byte_sink.hpp"
 #include "folder.hpp"
 
 #include <sys/types.h>
@@ -45,7 +46,7 @@ enum class on_folder_sync_failure {
   remove_new_file,  ///< the new file is removed, so that nothing names it as committed
 };
 
-class atomic_file {
+class atomic_file final : public byte_sink {
  public:
   /// Creates the temporary beside `target` in its folder (never through a symbolic link), with
   /// the permissions the umask gives a new file.
@@ -57,7 +58,7 @@ class atomic_file {
   atomic_file& operator=(const atomic_file&) = delete;
   /// Removes the temporary (or, after a failed commit that asked for it, the renamed file) unless
   /// the file was committed.
-  ~atomic_file();
+  ~atomic_file() override;
 
   /// Switches the descriptor held to direct I/O (O_DIRECT, set with fcntl: no name is resolved
   /// again). From then on every write must start at a multiple of direct_block_bytes, from a
@@ -66,23 +67,23 @@ class atomic_file {
   /// says it does: io_hooks::refuse_direct). If the first write after it is refused as invalid
   /// (EINVAL: a file system that accepts the flag but not the writes), the file goes back to the
   /// page cache and the write is retried there, silently: `direct()` then says false.
-  bool start_direct() noexcept;
+  bool start_direct() noexcept override;
   /// Whether writes go with direct I/O.
   [[nodiscard]] bool direct() const noexcept { return direct_; }
 
   /// Writes all of `pieces` at the current position, in writev calls of IOV_MAX pieces at most,
   /// resuming after short writes (`pieces` is consumed).
   /// \throws io_error naming the target.
-  void write(std::vector<iovec>& pieces);
+  void write(std::vector<iovec>& pieces) override;
   /// Writes all of `text` at the current position.
   /// \throws io_error naming the target.
   void write(std::string_view text);
   /// Writes all of `text` at `offset`, leaving the position alone.
   /// \throws io_error naming the target.
-  void write_at(std::string_view text, off_t offset);
+  void write_at(std::string_view text, off_t offset) override;
   /// Cuts (or extends) the file to `size` bytes: after direct writes padded to a whole block.
   /// \throws io_error naming the target.
-  void truncate(off_t size);
+  void truncate(off_t size) override;
 
   /// The temporary's path, for a writer that fills it through another descriptor (the MPI-IO
   /// writer of sliced steps opens it on every rank, by this path).

@@ -44,4 +44,12 @@ checkpoint parse_by_content(std::span<const std::byte> file_bytes, const std::fi
   return parse_bytes(file_bytes, origin, options);
 }
 
+checkpoint parse_owned_by_content(std::shared_ptr<std::byte[]> bytes, std::size_t size,
+                                  const std::filesystem::path& origin, const load_options& options,
+                                  const torch_options& torch) {
+  const std::span<const std::byte> file(bytes.get(), size);
+  if (looks_like_torch(file)) return parse_torch(file, origin, torch);
+  return parse_owned(std::move(bytes), size, origin, options);
+}
+
 }  // namespace ckpt::detail

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <span>
 
 namespace ckpt::detail {
@@ -27,5 +28,11 @@ namespace ckpt::detail {
 /// \throws as ckpt::parse.
 [[nodiscard]] checkpoint parse_by_content(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
                                           const load_options& options, const torch_options& torch);
+
+/// The same, of bytes the checkpoint keeps (`size` of them at `bytes`: a download), not copied.
+/// \throws as ckpt::parse.
+[[nodiscard]] checkpoint parse_owned_by_content(std::shared_ptr<std::byte[]> bytes, std::size_t size,
+                                                const std::filesystem::path& origin, const load_options& options,
+                                                const torch_options& torch);
 
 }  // namespace ckpt::detail

@@ -134,9 +134,14 @@ checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesys
                        const load_options& options) {
   auto copy = std::make_shared_for_overwrite<std::byte[]>(file_bytes.size());
   if (!file_bytes.empty()) std::memcpy(copy.get(), file_bytes.data(), file_bytes.size());
-  detail::parsed_file parsed =
-      detail::parse_file({copy.get(), file_bytes.size()}, origin, copy, nullptr, options.skipped);
-  static_cast<void>(verify_digest(parsed, {copy.get(), file_bytes.size()}, nullptr, origin, options, {}));
+  return parse_owned(std::move(copy), file_bytes.size(), origin, options);
+}
+
+checkpoint parse_owned(std::shared_ptr<std::byte[]> bytes, std::size_t size, const std::filesystem::path& origin,
+                       const load_options& options) {
+  const std::span<const std::byte> file(bytes.get(), size);
+  detail::parsed_file parsed = detail::parse_file(file, origin, std::move(bytes), nullptr, options.skipped);
+  static_cast<void>(verify_digest(parsed, file, nullptr, origin, options, {}));
   return std::move(parsed.contents);
 }
 
@@ -158,7 +163,7 @@ class data_writer {
   // Takes `header` (the first 8 + N bytes, the digest's digits zeros at `digest_at` if a digest
   // is asked for; it must stay valid until the first flush) and hashes it when a digest is
   // asked for. `path` says how the bytes go; direct I/O is used only if the file takes it.
-  data_writer(atomic_file& file, const save_options& options, std::uint64_t total, std::span<const std::byte> header,
+  data_writer(byte_sink& file, const save_options& options, std::uint64_t total, std::span<const std::byte> header,
               std::size_t digest_at, write_path path)
       : file_(file), progress_(options.progress), total_(total), digest_at_(digest_at) {
     if (options.digest) digest_.emplace(detail::xxh3_of(header));
@@ -284,7 +289,7 @@ class data_writer {
     if (progress_) progress_(std::min(written_, total_), total_);
   }
 
-  atomic_file& file_;
+  byte_sink& file_;
   const std::function<void(std::uint64_t, std::uint64_t)>& progress_;
   std::uint64_t total_;
   std::uint64_t written_ = 0;
@@ -328,12 +333,19 @@ file_header make_file_header(std::span<const entry_source> entries, const metada
 
 void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
                 const save_options& options, write_path path) {
+  atomic_file file(target);
+  write_file(file, entries, metadata, options, path);
+  file.commit();
+}
+
+void write_file(byte_sink& file, std::span<const entry_source> entries, const metadata_map& metadata,
+                const save_options& options, write_path path) {
   const file_header prepared = make_file_header(entries, metadata, options.digest ? digest_key : std::string_view());
   const std::string& header = prepared.bytes;
   const std::size_t digest_at = prepared.digest_at;
-  atomic_file file(target);
   std::uint64_t total = header.size();
   for (const entry_source& e : entries) total += e.nbytes;
+  file.begin(total);
   data_writer out(file, options, total, std::as_bytes(std::span(header)), digest_at, path);
   // Entries that need reordering arrive in bands of whole rows, made one band ahead.
   reordered_bands bands(entries);
@@ -351,7 +363,6 @@ void write_file(const file_at& target, std::span<const entry_source> entries, co
     ++i;
   }
   out.finish();
-  file.commit();
 }
 
 }  // namespace detail

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,6 +23,9 @@ namespace ckpt::detail {
 // manager's background save asks for, so as not to spend the writer's CPU filling the page
 // cache) falls back to the page cache where the file system refuses it.
 void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
+                const save_options& options, write_path path = write_path::page_cache);
+// The same bytes to `sink` (which the caller then commits: an upload, src/s3/object_file.cpp).
+void write_file(byte_sink& sink, std::span<const entry_source> entries, const metadata_map& metadata,
                 const save_options& options, write_path path = write_path::page_cache);
 
 // ckpt::save of a checkpoint, to a file in a folder held by its descriptor: the one-section case
@@ -47,6 +51,9 @@ checkpoint load_file(const file_at& file, const load_options& options, std::span
 // The bytes of one safetensors file in memory: copied, parsed, their digest verified as
 // `options` says. `ckpt::parse` (src/load.cpp) calls it for bytes that are not a torch.save file.
 checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
+                       const load_options& options);
+// The same, of bytes the checkpoint then keeps (`bytes`, `size` of them: a download), not copied.
+checkpoint parse_owned(std::shared_ptr<std::byte[]> bytes, std::size_t size, const std::filesystem::path& origin,
                        const load_options& options);
 
 }  // namespace ckpt::detail

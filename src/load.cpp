@@ -10,6 +10,7 @@
 #include <ckpt/torch.hpp>
 
 #include "by_content.hpp"
+#include "remote.hpp"
 #include "sharded.hpp"
 
 #include <algorithm>
@@ -77,6 +78,7 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
 }  // namespace
 
 checkpoint load(const std::filesystem::path& path, const load_options& options, const torch_options& torch) {
+  if (detail::is_remote(path)) return detail::load_remote(path, options, torch);
   const std::string_view name(path.native());
   if (name.ends_with(".index.json")) {
     if (name.ends_with(detail::safetensors_index_suffix)) return detail::load_sharded(path, options);

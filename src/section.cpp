@@ -1,6 +1,7 @@
 #include <ckpt/section.hpp>
 
 #include "file.hpp"
+#include "remote.hpp"
 #include "safetensors.hpp"
 #include "section.hpp"
 
@@ -56,6 +57,7 @@ void save(const std::filesystem::path& path, std::span<const section> sections, 
           const save_options& options) {
   // The entries are checked before the folder is opened: a bad name is refused as such.
   const std::vector<detail::entry_source> entries = laid_out(sections);
+  if (detail::is_remote(path)) return detail::save_remote(path, entries, metadata, options);
   detail::write_file(detail::target_in_folder(path), entries, metadata, options);
 }
 

@@ -1,0 +1,33 @@
+#pragma once
+// Checkpoints in object storage (`s3://bucket/key`), as ckpt::save and ckpt::load reach them: the
+// one test of whether a path names an object, and the save and load of one file there. Built
+// with the S3 client when libcurl was found (src/s3/object_file.cpp), else refusing
+// (src/remote.cpp), so that an `s3://` path is never taken for a local one.
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/entry_source.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/torch.hpp>
+
+#include <filesystem>
+#include <span>
+
+namespace ckpt::detail {
+
+// Whether `path` names an object in object storage: it starts with `s3://`.
+[[nodiscard]] bool is_remote(const std::filesystem::path& path) noexcept;
+
+// Writes a safetensors file of `entries` (laid out, names checked) to the object `url`, streamed
+// as a multipart upload: the object appears whole once the upload completes, or not at all.
+// \throws std::invalid_argument if `url` is not an object URL, no credentials are set, or this
+// build has no S3 support; ckpt::error (the S3 client's remote_error) if a request fails.
+void save_remote(const std::filesystem::path& url, std::span<const entry_source> entries, const metadata_map& metadata,
+                 const save_options& options);
+
+// The checkpoint in the object `url` (a safetensors or torch.save file), downloaded with ranged
+// GETs in parallel, its digest verified as `options` says.
+// \throws as save_remote, and as ckpt::parse for the bytes.
+[[nodiscard]] checkpoint load_remote(const std::filesystem::path& url, const load_options& options,
+                                     const torch_options& torch);
+
+}  // namespace ckpt::detail

@@ -1,0 +1,214 @@
+// Checkpoint files as S3 objects (src/s3/object_file.hpp), and ckpt::save / ckpt::load of
+// `s3://` URLs (src/remote.hpp) on them.
+#include "object_file.hpp"
+
+#include "../by_content.hpp"
+#include "../file.hpp"
+#include "../remote.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+
+namespace ckpt::detail::s3 {
+
+namespace {
+
+// S3's limits: at most 10,000 parts, each at least 5 MiB but the last.
+constexpr std::uint64_t max_parts = 10'000;
+constexpr std::size_t min_part_bytes = std::size_t{5} << 20;
+
+}  // namespace
+
+upload::upload(config settings, object target, transfer_options options)
+    : config_(std::move(settings)), target_(std::move(target)), options_(options), client_(config_) {
+  options_.part_bytes = std::max(options_.part_bytes, min_part_bytes);
+  options_.threads = std::max(options_.threads, 1);
+}
+
+upload::~upload() {
+  stop();
+  if (committed_ || upload_id_.empty()) return;
+  try {
+    client_.abort_upload(target_, upload_id_);
+  } catch (const std::exception&) {  // the server drops it after its own delay; a new manager aborts it too
+  }
+}
+
+void upload::begin(std::uint64_t total) {
+  // Parts large enough for the whole file to fit in 10,000, in whole MiB.
+  const std::uint64_t needed = (total + max_parts - 1) / max_parts;
+  const std::uint64_t mib = std::uint64_t{1} << 20;
+  options_.part_bytes = std::max<std::size_t>(options_.part_bytes, static_cast<std::size_t>((needed + mib - 1) / mib * mib));
+}
+
+void upload::write(std::vector<iovec>& pieces) {
+  rethrow_failure();
+  for (const iovec& piece : pieces) add(static_cast<const std::byte*>(piece.iov_base), piece.iov_len);
+  pieces.clear();
+}
+
+void upload::add(const std::byte* bytes, std::size_t n) {
+  while (n > 0) {
+    // The first part is kept to the end; the others go as soon as they are full.
+    std::vector<std::byte>& into = first_.size() < options_.part_bytes ? first_ : filling_;
+    if (into.capacity() < options_.part_bytes) into.reserve(options_.part_bytes);
+    const std::size_t take = std::min(n, options_.part_bytes - into.size());
+    into.insert(into.end(), bytes, bytes + take);
+    bytes += take;
+    n -= take;
+    written_ += take;
+    if (&into == &filling_ && filling_.size() == options_.part_bytes) submit();
+  }
+}
+
+void upload::submit() {
+  if (upload_id_.empty()) {
+    upload_id_ = client_.start_upload(target_);
+    for (int i = 0; i < options_.threads; ++i) senders_.emplace_back([this] { work(); });
+  }
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return failure_ || static_cast<int>(queue_.size()) + busy_ < options_.threads; });
+  if (failure_) std::rethrow_exception(failure_);
+  queue_.push_back({next_number_++, std::move(filling_)});
+  filling_ = {};
+  changed_.notify_all();
+}
+
+void upload::work() {
+  client mine(config_);
+  for (;;) {
+    part p;
+    bool failed_already = false;
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      p = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+      failed_already = failure_ != nullptr;
+    }
+    std::string etag;
+    std::exception_ptr failed;
+    try {
+      if (!failed_already) etag = mine.upload_part(target_, upload_id_, p.number, p.bytes);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    const std::lock_guard lock(mutex_);
+    --busy_;
+    if (failed && !failure_) failure_ = failed;
+    if (!etag.empty()) {
+      if (etags_.size() < static_cast<std::size_t>(p.number)) etags_.resize(static_cast<std::size_t>(p.number));
+      etags_[static_cast<std::size_t>(p.number) - 1] = std::move(etag);
+    }
+    changed_.notify_all();
+  }
+}
+
+void upload::rethrow_failure() {
+  const std::lock_guard lock(mutex_);
+  if (failure_) std::rethrow_exception(failure_);
+}
+
+void upload::stop() noexcept {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (std::thread& t : senders_) t.join();
+  senders_.clear();
+}
+
+void upload::write_at(std::string_view text, off_t offset) {
+  const auto at = static_cast<std::size_t>(offset);
+  if (at + text.size() > first_.size())
+    throw std::logic_error("ckpt: s3: '" + target_.url() + "': a rewrite past the first part of the upload (at " +
+                           std::to_string(at) + ")");
+  std::memcpy(first_.data() + at, text.data(), text.size());
+}
+
+void upload::truncate(off_t size) {
+  if (static_cast<std::uint64_t>(size) != written_)
+    throw std::logic_error("ckpt: s3: '" + target_.url() + "': an upload cannot be cut");
+}
+
+void upload::commit() {
+  if (upload_id_.empty() && filling_.empty()) {  // one part: one PUT
+    client_.put(target_, first_);
+    committed_ = true;
+    return;
+  }
+  if (!filling_.empty()) submit();
+  // Every part sent, then the first, then the object.
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return failure_ || (queue_.empty() && busy_ == 0); });
+    if (failure_) std::rethrow_exception(failure_);
+  }
+  const std::string first = client_.upload_part(target_, upload_id_, 1, first_);
+  std::vector<std::string> etags = etags_;
+  etags.resize(static_cast<std::size_t>(next_number_ - 1));
+  etags[0] = first;
+  client_.complete_upload(target_, upload_id_, etags);
+  committed_ = true;
+}
+
+std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
+                                      transfer_options options) {
+  client first(settings);
+  const std::optional<object_info> info = first.head(o);
+  if (!info) throw remote_error(o.url(), "HEAD", 404, "NoSuchKey", "no such object");
+  size = static_cast<std::size_t>(info->size);
+  auto bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(size, 1));
+  const std::size_t part = std::max<std::size_t>(options.part_bytes, 1);
+  const std::size_t parts = (size + part - 1) / part;
+  std::atomic<std::size_t> next{0};
+  std::mutex mutex;
+  std::exception_ptr failure;
+  const auto fetch = [&](client& c) {
+    for (std::size_t k = next++; k < parts; k = next++) {
+      const std::size_t at = k * part, n = std::min(part, size - at);
+      try {
+        if (c.get(o, at, {bytes.get() + at, n}) != n)
+          throw remote_error(o.url(), "GET", 206, "", "the object is shorter than its size: it changed during the read");
+      } catch (...) {
+        const std::lock_guard lock(mutex);
+        if (!failure) failure = std::current_exception();
+        next = parts;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < std::min<int>(options.threads, static_cast<int>(parts)); ++i)
+    threads.emplace_back([&] {
+      client c(settings);
+      fetch(c);
+    });
+  fetch(first);
+  for (std::thread& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return bytes;
+}
+
+}  // namespace ckpt::detail::s3
+
+namespace ckpt::detail {
+
+void save_remote(const std::filesystem::path& url, std::span<const entry_source> entries, const metadata_map& metadata,
+                 const save_options& options) {
+  s3::upload out(s3::config::from_environment(), s3::object::parse(url.native()));
+  write_file(out, entries, metadata, options);
+  out.commit();
+}
+
+checkpoint load_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
+  std::size_t size = 0;
+  std::shared_ptr<std::byte[]> bytes = s3::download(s3::config::from_environment(), s3::object::parse(url.native()), size);
+  return parse_owned_by_content(std::move(bytes), size, url, options, torch);
+}
+
+}  // namespace ckpt::detail

@@ -1,0 +1,89 @@
+#pragma once
+// One checkpoint file as an S3 object (src/remote.hpp's save and load, issue 40): written by the
+// file writer into an `upload` (a multipart upload, parts sent in parallel while the writer goes
+// on, memory bounded by a few parts), read back by ranged GETs in parallel.
+
+#include "../byte_sink.hpp"
+#include "client.hpp"
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace ckpt::detail::s3 {
+
+// How transfers are cut: parts of `part_bytes` (S3 wants at least 5 MiB but for the last, and at
+// most 10,000 parts: a larger file gets larger parts), `threads` requests at once.
+struct transfer_options {
+  std::size_t part_bytes = std::size_t{8} << 20;
+  int threads = 4;
+};
+
+// The bytes of one object, written in order by the file writer, as a multipart upload. The first
+// part is kept in memory until the end (the digest's digits, in the header, are written last);
+// the others go as soon as they are full, `threads` at a time, the writer waiting when that many
+// are in flight: memory holds at most threads + 2 parts. `commit` sends the first part and
+// completes the upload, and only then does the object exist (a file of one part is one PUT).
+// Dropped without a commit, or after a failure, the upload is aborted: no object, no parts kept.
+class upload final : public byte_sink {
+ public:
+  upload(config settings, object target, transfer_options options = {});
+  upload(const upload&) = delete;
+  upload& operator=(const upload&) = delete;
+  ~upload() override;
+
+  void begin(std::uint64_t total) override;
+  void write(std::vector<iovec>& pieces) override;
+  // Only within the first part (or the part being filled).
+  void write_at(std::string_view text, off_t offset) override;
+  void truncate(off_t size) override;  // the file is as long as what was written: a check
+  // Sends what is left and completes the upload.
+  // \throws remote_error.
+  void commit();
+
+ private:
+  void add(const std::byte* bytes, std::size_t n);
+  void submit();           // sends `filling_` as the next part
+  void work();             // a sender thread
+  void rethrow_failure();  // the first sender's failure, if any
+  void stop() noexcept;
+
+  config config_;
+  object target_;
+  transfer_options options_;
+  client client_;  // this thread's: the upload's start, its first part, its end
+  std::string upload_id_;
+  std::vector<std::byte> first_, filling_;
+  std::uint64_t written_ = 0;
+  int next_number_ = 2;
+  bool committed_ = false;
+
+  struct part {
+    int number;
+    std::vector<std::byte> bytes;
+  };
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<part> queue_;
+  int busy_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr failure_;
+  std::vector<std::string> etags_;  // etags_[n - 1]: part n's
+  std::vector<std::thread> senders_;
+};
+
+// The whole object `o`, read by ranged GETs of `options.part_bytes`, `options.threads` at once,
+// into memory the result owns; its size in `size`.
+// \throws remote_error (a missing object: HTTP 404).
+std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
+                                      transfer_options options = {});
+
+}  // namespace ckpt::detail::s3

@@ -1,0 +1,250 @@
+// ckpt::save and ckpt::load of `s3://bucket/key` against the local S3 server of the CTest fixture
+// s3_server (tests/s3/s3_server.sh): the object is byte for byte the file a local save writes,
+// single PUT or multipart; a failed or killed upload leaves no object; a missing object, a bad
+// URL, missing credentials are errors that say so.
+#define BOOST_TEST_MODULE s3_checkpoints
+#include <boost/test/unit_test.hpp>
+
+#include <ckpt/ckpt.hpp>
+
+#include "s3/client.hpp"
+#include "s3/object_file.hpp"
+
+#include <Eigen/Core>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+
+namespace s3 = ckpt::detail::s3;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct linear {
+  Eigen::MatrixXf w;  // column-major: written transposed into C order
+  Eigen::VectorXf b;
+};
+struct model {
+  linear l1, l2;
+};
+
+model make_model(Eigen::Index hidden, float seed) {
+  model m;
+  m.l1.w = Eigen::MatrixXf::NullaryExpr(hidden, 64, [&](Eigen::Index i, Eigen::Index j) {
+    return seed + static_cast<float>(i) * 0.001f - static_cast<float>(j);
+  });
+  m.l1.b = Eigen::VectorXf::LinSpaced(hidden, seed, seed + 1);
+  m.l2.w = Eigen::MatrixXf::Constant(3, hidden, seed * 2);
+  m.l2.b = Eigen::VectorXf::Constant(3, -seed);
+  return m;
+}
+
+// The fixture's server, set in the standard AWS environment that ckpt::save and ckpt::load read.
+s3::config use_server() {
+  const char* dir = std::getenv("CKPT_S3_SERVER_DIR");
+  BOOST_TEST_REQUIRE(dir != nullptr, "CKPT_S3_SERVER_DIR is not set: run the test through ctest (fixture s3_server)");
+  std::ifstream in(std::string(dir) + "/endpoint");
+  std::string endpoint;
+  in >> endpoint;
+  BOOST_TEST_REQUIRE(!endpoint.empty());
+  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "test:tester", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "testing", 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  return s3::config::from_environment();
+}
+
+std::string fresh_bucket(s3::client& c) {
+  static int n = 0;
+  const std::string bucket = "ckpt-files-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+  c.create_bucket(bucket);
+  return bucket;
+}
+
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("ckpt-s3-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+bool same(const model& a, const model& b) {
+  return a.l1.w == b.l1.w && a.l1.b == b.l1.b && a.l2.w == b.l2.w && a.l2.b == b.l2.b;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_saved_object_is_the_local_file_and_loads_back) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  // 64 x 16 floats: one PUT; 64 x 40,000 floats (10 MiB): a multipart upload of 2 parts.
+  for (const Eigen::Index hidden : {Eigen::Index{16}, Eigen::Index{40'000}}) {
+    const model m = make_model(hidden, 1.5f);
+    const std::string url = "s3://" + bucket + "/runs/a/model-" + std::to_string(hidden) + ".safetensors";
+    ckpt::save(url, {{m, "model"}}, {{"step", "7"}}, {.digest = true});
+    const fs::path local = scratch("model.safetensors");
+    ckpt::save(local, {{m, "model"}}, {{"step", "7"}}, {.digest = true});
+    BOOST_TEST(c.get(s3::object::parse(url)) == file_bytes(local));
+    BOOST_TEST(c.uploads(bucket, "").empty());
+
+    const ckpt::checkpoint t = ckpt::load(url, {.verify_digest = true});
+    BOOST_TEST(t.metadata().at("step") == "7");
+    model back = make_model(hidden, 0.0f);
+    ckpt::read_params(t, {{back, "model"}});
+    BOOST_TEST(same(back, m));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_changed_object_fails_its_digest) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/model.safetensors";
+  ckpt::save(url, ckpt::of_params(make_model(16, 2.0f), "model"), {.digest = true});
+  std::string bytes = c.get(s3::object::parse(url));
+  bytes[bytes.size() - 5] = static_cast<char>(bytes[bytes.size() - 5] ^ 1);
+  c.put(s3::object::parse(url), std::as_bytes(std::span(bytes)));
+  BOOST_CHECK_THROW(static_cast<void>(ckpt::load(url, {.verify_digest = true})), ckpt::integrity_error);
+  // Without verification the bytes load as they are.
+  BOOST_CHECK_NO_THROW(static_cast<void>(ckpt::load(url, {.verify_digest = false})));
+}
+
+BOOST_AUTO_TEST_CASE(errors_name_the_object) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  try {
+    static_cast<void>(ckpt::load("s3://" + bucket + "/absent.safetensors"));
+    BOOST_FAIL("an absent object loaded");
+  } catch (const s3::remote_error& e) {
+    BOOST_TEST(e.status() == 404);
+    BOOST_TEST(std::string(e.what()) == "ckpt: s3: HEAD 's3://" + bucket +
+                                            "/absent.safetensors' failed: HTTP 404 NoSuchKey: no such object");
+  }
+  // A save into a bucket that does not exist leaves nothing.
+  BOOST_CHECK_THROW(ckpt::save("s3://ckpt-no-such-bucket/m.safetensors", ckpt::of_params(make_model(16, 1.0f))),
+                    s3::remote_error);
+  try {
+    ckpt::save("s3://" + bucket, ckpt::of_params(make_model(16, 1.0f)));
+    BOOST_FAIL("a bucket without a key was saved to");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "ckpt: s3: 's3://" + bucket + "' is not an object URL s3://<bucket>/<key>: no key");
+  }
+  const std::string secret = std::getenv("AWS_SECRET_ACCESS_KEY");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  try {
+    ckpt::save("s3://" + bucket + "/m.safetensors", ckpt::of_params(make_model(16, 1.0f)));
+    BOOST_FAIL("saved without credentials");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "ckpt: s3: no credentials: AWS_SECRET_ACCESS_KEY is not set");
+  }
+  ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
+  BOOST_TEST(c.list(bucket, "").empty());
+}
+
+BOOST_AUTO_TEST_CASE(an_upload_dropped_before_its_commit_is_aborted) {
+  const s3::config settings = use_server();
+  s3::client c(settings);
+  const std::string bucket = fresh_bucket(c);
+  const s3::object o{bucket, "dropped.safetensors"};
+  {
+    s3::upload u(settings, o, {.part_bytes = std::size_t{5} << 20, .threads = 2});
+    const std::vector<std::byte> bytes(std::size_t{17} << 20, std::byte{7});
+    std::vector<iovec> pieces{{const_cast<std::byte*>(bytes.data()), bytes.size()}};
+    u.begin(bytes.size());
+    u.write(pieces);  // parts 2 and 3 sent, part 1 and the tail kept
+    BOOST_TEST(c.uploads(bucket, "").size() == 1u);
+  }
+  BOOST_TEST(c.uploads(bucket, "").empty());
+  BOOST_TEST(!c.head(o).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_save_killed_during_its_upload_leaves_no_object) {
+  const s3::config settings = use_server();
+  s3::client c(settings);
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/killed.safetensors";
+  const model m = make_model(250'000, 3.0f);  // 64 MiB
+  const pid_t child = ::fork();
+  BOOST_TEST_REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      ckpt::save(url, ckpt::of_params(m, "model"));
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  // Killed as soon as its upload is under way.
+  bool seen = false;
+  for (int i = 0; i < 2000 && !seen; ++i) {
+    seen = !c.uploads(bucket, "").empty();
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST(seen);
+  BOOST_TEST(WIFSIGNALED(status));
+  BOOST_TEST(!c.head(s3::object::parse(url)).has_value());
+  // The upload stays until someone aborts it (the manager will, for its own prefix).
+  for (const s3::upload_info& u : c.uploads(bucket, "")) c.abort_upload({bucket, u.key}, u.upload_id);
+  BOOST_TEST(c.uploads(bucket, "").empty());
+  // The next save goes through.
+  ckpt::save(url, ckpt::of_params(make_model(16, 3.0f), "model"));
+  BOOST_TEST(c.head(s3::object::parse(url)).has_value());
+}
+
+#ifdef CKPT_TOOL
+namespace {
+
+// The tool's exit code and what it printed (stdout and stderr).
+std::pair<int, std::string> run_tool(const std::string& arguments) {
+  std::string out;
+  FILE* pipe = ::popen((std::string(CKPT_TOOL) + " " + arguments + " 2>&1").c_str(), "r");
+  BOOST_TEST_REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_tool_reads_and_writes_objects) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/model.safetensors";
+  ckpt::save(url, ckpt::of_params(make_model(16, 4.0f), "model"), {.digest = true});
+
+  const auto [inspected, listing] = run_tool("inspect " + url);
+  BOOST_TEST(inspected == 0);
+  BOOST_TEST(listing.find("model.l1.w  F32    [16, 64]") != std::string::npos, listing);
+  const auto [verified, verdict] = run_tool("verify " + url);
+  BOOST_TEST(verified == 0);
+  BOOST_TEST(verdict == url + ": ok, digest verified\n");
+
+  // Down to a file, back up under another key: the same entries.
+  const fs::path local = scratch("from-s3.safetensors");
+  BOOST_TEST(run_tool("convert " + url + " " + local.string()).first == 0);
+  BOOST_TEST(run_tool("convert " + local.string() + " s3://" + bucket + "/copy.safetensors").first == 0);
+  const auto [compared, difference] = run_tool("diff " + url + " s3://" + bucket + "/copy.safetensors");
+  BOOST_TEST(compared == 0, difference);
+  BOOST_TEST(difference.find("same: 4 entries") != std::string::npos, difference);
+
+  // A missing object: the server's answer, naming it.
+  const auto [missing, message] = run_tool("inspect s3://" + bucket + "/absent.safetensors");
+  BOOST_TEST(missing != 0);
+  BOOST_TEST(message.find("HTTP 404 NoSuchKey") != std::string::npos, message);
+}
+#endif
