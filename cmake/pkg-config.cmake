@@ -50,7 +50,10 @@ function(ckpt_write_pkg_config)
     elseif(item STREQUAL "re2::re2")
       list(APPEND requires_private "re2")
     elseif(item STREQUAL "CURL::libcurl")
-      list(APPEND requires_private "libcurl")
+      # By name, not as a Requires.private module: libcurl.pc's own private dependencies (nghttp2,
+      # ssh2, ldap...) have no -dev package installed with libcurl4-openssl-dev, and the shared
+      # libcurl that a static ckpt links needs none of them.
+      list(APPEND libs_private "-lcurl")
     elseif(item STREQUAL "Boost::json")
       get_target_property(file Boost::json LOCATION)
       ckpt_pkg_config_library("${file}" flags)

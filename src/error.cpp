@@ -35,4 +35,14 @@ lock_error::lock_error(const std::filesystem::path& folder, const std::filesyste
                         "' is in use by another checkpoint_manager (lock file '" + lock_file.string() + "')") {}
 lock_error::~lock_error() = default;
 
+remote_error::remote_error(const std::string& url, const std::string& method, long status, std::string code,
+                           const std::string& message)
+    : error(url, "ckpt: s3: " + method + " '" + url + "' failed: " +
+                     (status == 0 ? message
+                                  : "HTTP " + std::to_string(status) + (code.empty() ? "" : " " + code) +
+                                        (message.empty() ? "" : ": " + message))),
+      status_(status),
+      code_(std::move(code)) {}
+remote_error::~remote_error() = default;
+
 }  // namespace ckpt

@@ -116,4 +116,30 @@ class lock_error : public error {
   ~lock_error() override;
 };
 
+/// A request to object storage (a checkpoint at `s3://bucket/key`) was refused by the server, or
+/// failed after every retry (the failures that may pass, a dropped connection, a 5xx, throttling,
+/// are retried with backoff, bounded in tries and time). The message reads
+/// `ckpt: s3: <METHOD> 's3://bucket/key' failed: HTTP <status> <code>: <the server's message>`,
+/// with ` (after N tries)` when retries ran out, or the transport's error with status 0. A network
+/// failure is never damage: a manager's resume does not go back to an older step because of it.
+class remote_error : public error {
+ public:
+  /// \param url the object (or bucket) concerned; \param method the HTTP method; \param status
+  /// the HTTP status (0: no answer); \param code the server's error code (may be empty);
+  /// \param message the server's message, or the transport's.
+  remote_error(const std::string& url, const std::string& method, long status, std::string code,
+               const std::string& message);
+  ~remote_error() override;
+  /// The HTTP status, 0 if no answer came.
+  /// \throws nothing
+  [[nodiscard]] long status() const noexcept { return status_; }
+  /// The server's error code (`NoSuchKey`, `AccessDenied`, `SlowDown`...), or empty.
+  /// \throws nothing
+  [[nodiscard]] const std::string& code() const noexcept { return code_; }
+
+ private:
+  long status_;
+  std::string code_;
+};
+
 }  // namespace ckpt

@@ -80,7 +80,15 @@ struct load_options {
 ///
 /// It is the one-section case of the save of sections (ckpt/section.hpp), through the same
 /// writer: `save(path, {t}, t.metadata(), options)`.
+///
+/// **Object storage.** A `path` of the form `s3://bucket/key` is saved as that object (the same
+/// bytes), streamed as a multipart upload that makes the object appear whole or not at all;
+/// credentials and endpoint come from the AWS environment (the guide's "Checkpoints in object
+/// storage").
 /// \throws io_error on an I/O error (the message names the file and the system error).
+/// \throws remote_error if a request to object storage fails (naming the URL, quoting the
+/// server); std::invalid_argument if an `s3://` path names no object, no credentials are set, or
+/// ckpt was built without S3 support.
 /// \throws std::invalid_argument if the header would exceed the format's 100,000,000 bytes, or a
 /// metadata entry would read as a damaged digest entry (see "The digest" above).
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options = {});
@@ -121,7 +129,9 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// - a folder: its `model.safetensors` or `pytorch_model.bin` (each by content), or its one
 ///   `*.bin.index.json`, or else its one `*.safetensors.index.json`. A folder holding
 ///   checkpoints of both kinds (say `model.safetensors` and `pytorch_model.bin`), or a single
-///   file beside an index of its kind, is refused naming both.
+///   file beside an index of its kind, is refused naming both;
+/// - `s3://bucket/key`: the object, a file as above, read whole with ranged GETs in parallel into
+///   memory the checkpoint owns (see `save` and the guide's "Checkpoints in object storage").
 ///
 /// **Sharded checkpoints.** The index must be a JSON object with a `weight_map` object of entry
 /// names to shard file names; a `metadata` member, if present, must be an object (its contents
@@ -144,6 +154,7 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 /// \throws io_error if the file, the index or a shard cannot be opened or read (the message
 ///   names it).
 /// \throws integrity_error if the file (or a shard) does not match the recorded digest.
+/// \throws remote_error, std::invalid_argument for an `s3://` path, as `save`.
 /// \throws format_error if it (or a shard) is not a valid safetensors file (the message names
 /// the file and the broken rule), including a digest value that is not 16 lowercase hex digits
 /// written plain and a damaged digest entry (see `save`; both checked even when verification is

@@ -102,8 +102,11 @@ class section {
 /// for (const auto& [name, table] : embeddings) sections.emplace_back(table, "embed." + name);
 /// ckpt::save(path, sections);
 /// \endcode
+/// A `path` of the form `s3://bucket/key` is saved as that object, as `save` of a checkpoint
+/// (ckpt/file.hpp) says.
 /// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted).
-/// \throws io_error on an I/O error.
+/// \throws io_error on an I/O error; remote_error (and std::invalid_argument) for an `s3://`
+/// path, as `save` of a checkpoint.
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata = {},
           const save_options& options = {});
 /// \copydoc save(const std::filesystem::path&, std::span<const section>, const metadata_map&, const save_options&)

@@ -108,16 +108,6 @@ object object::parse(std::string_view url, bool key_required) {
 
 std::string object::url() const { return "s3://" + bucket + "/" + key; }
 
-remote_error::remote_error(const std::string& url, const std::string& method, long status, std::string code,
-                           const std::string& message)
-    : error(url, "ckpt: s3: " + method + " '" + url + "' failed: " +
-                     (status == 0 ? message
-                                  : "HTTP " + std::to_string(status) + (code.empty() ? "" : " " + code) +
-                                        (message.empty() ? "" : ": " + message))),
-      status_(status),
-      code_(std::move(code)) {}
-remote_error::~remote_error() = default;
-
 struct client::curl_handle {
   CURL* easy = nullptr;
   ~curl_handle() {

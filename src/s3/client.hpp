@@ -60,23 +60,8 @@ struct object {
 // Whether `text` is an `s3://` URL.
 [[nodiscard]] bool is_url(std::string_view text) noexcept;
 
-// The server refused a request, or it failed after every retry. The message reads
-// `ckpt: s3: <METHOD> 's3://bucket/key' failed: HTTP <status> <Code>: <server message>` (or the
-// transport's error, with status 0).
-class remote_error : public ckpt::error {
- public:
-  remote_error(const std::string& url, const std::string& method, long status, std::string code,
-               const std::string& message);
-  ~remote_error() override;
-  // The HTTP status (0: no answer).
-  [[nodiscard]] long status() const noexcept { return status_; }
-  // The server's error code (`NoSuchKey`, `AccessDenied`...), or empty.
-  [[nodiscard]] const std::string& code() const noexcept { return code_; }
-
- private:
-  long status_;
-  std::string code_;
-};
+// Failures are ckpt::remote_error (ckpt/error.hpp).
+using ckpt::remote_error;
 
 struct object_info {
   std::string key;
