@@ -26,13 +26,13 @@ tests/s3/s3_server.sh start "$server"
 trap 'tests/s3/s3_server.sh stop "$server"; rm -rf "$work"' EXIT
 export AWS_ENDPOINT_URL=$(cat "$server/endpoint") AWS_ACCESS_KEY_ID=test:tester AWS_SECRET_ACCESS_KEY=testing \
        AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-aws=(/usr/bin/aws --endpoint-url "$AWS_ENDPOINT_URL" --only-show-errors)
+aws=(/usr/bin/aws --endpoint-url "$AWS_ENDPOINT_URL")
 "${aws[@]}" s3 mb s3://bench > /dev/null
 bench=build-bench/bench/ckpt_s3_bench
 # The file aws moves: the one ckpt writes (downloaded once), from the page cache.
 "$bench" --what=save --mib="$mib" --url=s3://bench/ckpt.safetensors > /dev/null
-"${aws[@]}" s3 cp s3://bench/ckpt.safetensors "$work/local.safetensors"
-timed() { local t0=$(date +%s.%N); "$@" > /dev/null; echo "$(date +%s.%N) - $t0" | bc; }
+"${aws[@]}" s3 cp s3://bench/ckpt.safetensors "$work/local.safetensors" > /dev/null
+timed() { local t0=$(date +%s.%N); "$@" > /dev/null; printf "%.3f" "$(echo "$(date +%s.%N) - $t0" | bc)"; }
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) MiB, loopback; $(date -u +%F' '%H:%M) UTC; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | ckpt save: s, MiB/s, peak RSS above the state MiB | aws s3 cp up: s | ckpt load: s, MiB/s, peak RSS MiB | aws s3 cp down: s |"
 echo "|---|---|---|---|---|"

@@ -1,6 +1,7 @@
 #include "folder.hpp"
 
 #include "io_hooks.hpp"
+#include "remote_path.hpp"
 
 #include <ckpt/error.hpp>
 
@@ -12,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -78,6 +80,10 @@ void empty_folder(int fd, const std::filesystem::path& shown, int depth) {
 }  // namespace
 
 folder_handle folder_handle::open(const std::filesystem::path& path, bool create) {
+  if (is_remote(path))
+    throw std::invalid_argument("ckpt: '" + path.string() +
+                                "' is in object storage, and this takes a local folder (s3:// paths are taken by "
+                                "ckpt::save and ckpt::load of one file, and by the ckpt tool, so far)");
   if (create) {
     std::error_code ec;
     std::filesystem::create_directories(path, ec);

@@ -1,12 +1,10 @@
-// Whether a path names an object (src/remote.hpp); without S3 support, the refusals.
+// Without S3 support: the refusals of s3:// paths (src/remote.hpp).
 #include "remote.hpp"
 
 #include <stdexcept>
 #include <string>
 
 namespace ckpt::detail {
-
-bool is_remote(const std::filesystem::path& path) noexcept { return path.native().starts_with("s3://"); }
 
 #ifndef CKPT_HAVE_S3
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
-// Checkpoints in object storage (`s3://bucket/key`), as ckpt::save and ckpt::load reach them: the
-// one test of whether a path names an object, and the save and load of one file there. Built
+// Checkpoints in object storage (`s3://bucket/key`, src/remote_path.hpp), as ckpt::save and
+// ckpt::load reach them: the save and load of one file there. Built
 // with the S3 client when libcurl was found (src/s3/object_file.cpp), else refusing
 // (src/remote.cpp), so that an `s3://` path is never taken for a local one.
 
@@ -9,13 +9,12 @@
 #include <ckpt/file.hpp>
 #include <ckpt/torch.hpp>
 
+#include "remote_path.hpp"
+
 #include <filesystem>
 #include <span>
 
 namespace ckpt::detail {
-
-// Whether `path` names an object in object storage: it starts with `s3://`.
-[[nodiscard]] bool is_remote(const std::filesystem::path& path) noexcept;
 
 // Writes a safetensors file of `entries` (laid out, names checked) to the object `url`, streamed
 // as a multipart upload: the object appears whole once the upload completes, or not at all.

@@ -243,7 +243,8 @@ class checkpoint_manager {
   /// the retention rules (a crash may have left a step they drop); or, with `read_only`, opens it
   /// to read (see `options::read_only`).
   /// \throws std::invalid_argument if an option is out of range (`save_interval_steps` < 1,
-  /// `keep_every_n_steps` < 0, `keep_best` > 0 with an empty `best_metric`).
+  /// `keep_every_n_steps` < 0, `keep_best` > 0 with an empty `best_metric`), or `folder` is an
+  /// `s3://` path (a run in a bucket is not taken yet; the guide's "Checkpoints in object storage").
   /// \throws lock_error if another manager holds the folder.
   /// \throws io_error if the folder or lock file cannot be created or listed (`ELOOP`: the lock
   /// file is a symbolic link), or, with keep-best, a checkpoint's header cannot be read for

@@ -9,7 +9,7 @@
 # answers; the S3 key is "test:tester", the secret "testing", the region us-east-1.
 set -euo pipefail
 action=${1:?start or stop}
-dir=${2:?the server folder}
+dir=$(realpath -m "${2:?the server folder}")
 
 stop() {
   local pids=()

@@ -151,6 +151,19 @@ BOOST_AUTO_TEST_CASE(errors_name_the_object) {
   }
   ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
   BOOST_TEST(c.list(bucket, "").empty());
+  // What takes a folder refuses an s3:// path, rather than making a local folder 's3:'.
+  const std::string refusal = "ckpt: 's3://" + bucket + "/run' is in object storage, and this takes a local folder "
+                              "(s3:// paths are taken by ckpt::save and ckpt::load of one file, and by the ckpt tool, "
+                              "so far)";
+  try {
+    ckpt::checkpoint_manager manager("s3://" + bucket + "/run");
+    BOOST_FAIL("a manager opened a run in a bucket");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == refusal);
+  }
+  BOOST_CHECK_THROW(ckpt::save_sharded("s3://" + bucket + "/run", ckpt::of_params(make_model(16, 1.0f)), 1 << 20),
+                    std::invalid_argument);
+  BOOST_TEST(!fs::exists("s3:"));
 }
 
 BOOST_AUTO_TEST_CASE(an_upload_dropped_before_its_commit_is_aborted) {
