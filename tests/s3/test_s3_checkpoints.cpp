@@ -7,6 +7,7 @@
 
 #include <ckpt/ckpt.hpp>
 
+#include "local_server.hpp"
 #include "s3/client.hpp"
 #include "s3/object_file.hpp"
 
@@ -50,15 +51,10 @@ model make_model(Eigen::Index hidden, float seed) {
 
 // The fixture's server, set in the standard AWS environment that ckpt::save and ckpt::load read.
 s3::config use_server() {
-  const char* dir = std::getenv("CKPT_S3_SERVER_DIR");
-  BOOST_TEST_REQUIRE(dir != nullptr, "CKPT_S3_SERVER_DIR is not set: run the test through ctest (fixture s3_server)");
-  std::ifstream in(std::string(dir) + "/endpoint");
-  std::string endpoint;
-  in >> endpoint;
-  BOOST_TEST_REQUIRE(!endpoint.empty());
-  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
-  ::setenv("AWS_ACCESS_KEY_ID", "test:tester", 1);
-  ::setenv("AWS_SECRET_ACCESS_KEY", "testing", 1);
+  const s3::config server = ckpt_s3_test::local_server();
+  ::setenv("AWS_ENDPOINT_URL", server.endpoint.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", server.access_key.c_str(), 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", server.secret_key.c_str(), 1);
   ::setenv("AWS_REGION", "us-east-1", 1);
   return s3::config::from_environment();
 }

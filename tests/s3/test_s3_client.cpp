@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE s3_client
 #include <boost/test/unit_test.hpp>
 
+#include "local_server.hpp"
 #include "s3/client.hpp"
 
 #include <arpa/inet.h>
@@ -25,21 +26,7 @@ namespace s3 = ckpt::detail::s3;
 
 namespace {
 
-// The fixture's server, as the standard AWS environment names it.
-s3::config server() {
-  const char* dir = std::getenv("CKPT_S3_SERVER_DIR");
-  BOOST_TEST_REQUIRE(dir != nullptr, "CKPT_S3_SERVER_DIR is not set: run the test through ctest (fixture s3_server)");
-  std::ifstream in(std::string(dir) + "/endpoint");
-  std::string endpoint;
-  in >> endpoint;
-  BOOST_TEST_REQUIRE(!endpoint.empty());
-  s3::config c;
-  c.endpoint = endpoint;
-  c.access_key = "test:tester";
-  c.secret_key = "testing";
-  c.path_style = true;
-  return c;
-}
+s3::config server() { return ckpt_s3_test::local_server(); }
 
 // A bucket of its own for each test case.
 std::string fresh_bucket(s3::client& c) {
