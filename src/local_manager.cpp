@@ -10,10 +10,14 @@
 #include "io_hooks.hpp"
 #include "manager_core.hpp"
 #include "posix_file.hpp"
+#include "remote.hpp"
 #include "section.hpp"
 #include "sharded.hpp"
 #include "snapshot.hpp"
 #include "temporary_name.hpp"
+#ifdef CKPT_HAVE_S3
+#include "s3/run.hpp"
+#endif
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -109,11 +113,7 @@ class local_state final : public detail::manager_state {
   }
 
   std::optional<metadata_map> admit(std::int64_t step, const metadata_map& metadata, bool force) override {
-    metadata_map merged = metadata;
-    merged.insert_or_assign("step", std::to_string(step));
-    merged.insert_or_assign("wall_time", detail::wall_time_now());
-    if (!core.admit(step, merged, force)) return std::nullopt;
-    return merged;
+    return detail::admit_here(core, step, metadata, force);
   }
 
   void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
@@ -271,7 +271,15 @@ class local_state final : public detail::manager_state {
   metadata_map pending_metadata_;
 };
 
-std::unique_ptr<local_state> opened(std::filesystem::path folder, checkpoint_manager::options opts) {
+std::unique_ptr<detail::manager_state> opened(std::filesystem::path folder, checkpoint_manager::options opts) {
+  // A run in a bucket: the same manager, its files objects (src/s3/run.hpp).
+  if (detail::is_remote(folder)) {
+#ifdef CKPT_HAVE_S3
+    return detail::s3::open_run(std::move(folder), std::move(opts));
+#else
+    detail::refuse_without_s3(folder);
+#endif
+  }
   auto state = std::make_unique<local_state>(std::move(folder), std::move(opts));
   state->open();
   return state;

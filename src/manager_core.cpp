@@ -172,24 +172,43 @@ void manager_core::mark_damaged(std::int64_t step, std::filesystem::path path, s
   damaged_.push_back({.step = step, .state = step_state::damaged, .path = std::move(path), .reason = std::move(reason)});
 }
 
+namespace {
+
+run_files run_files_of(const folder_handle& folder) {
+  return {[&folder](const std::string& from, const std::string& to) { return folder.rename_unless_taken(from, to); },
+          [&folder](const std::string& name) { static_cast<void>(folder.remove(name)); },
+          [&folder](const std::string& name) { return folder.path_of(name); }};
+}
+
+}  // namespace
+
 const step_status& manager_core::set_aside(std::int64_t step, const folder_handle& folder, const std::string& name,
+                                           std::string reason) {
+  return set_aside(step, run_files_of(folder), name, std::move(reason));
+}
+
+std::vector<step_status> manager_core::remove_set_aside(const folder_handle& folder) {
+  return remove_set_aside(run_files_of(folder));
+}
+
+const step_status& manager_core::set_aside(std::int64_t step, const run_files& run, const std::string& name,
                                            std::string reason) {
   std::string now = name;
   if (!options_.read_only) {
     // The first of `<name>.damaged`, `<name>.damaged-2`, ... that is free: never over another.
     std::string aside = name + ".damaged";
     try {
-      for (int k = 2; !folder.rename_unless_taken(name, aside); ++k) aside = name + ".damaged-" + std::to_string(k);
+      for (int k = 2; !run.rename_unless_taken(name, aside); ++k) aside = name + ".damaged-" + std::to_string(k);
       now = aside;
     } catch (const io_error& e) {
-      if (e.code() != std::errc::no_such_file_or_directory) throw io_error(folder.path_of(name), "set aside (rename)", e.code());
+      if (e.code() != std::errc::no_such_file_or_directory) throw io_error(run.path_of(name), "set aside (rename)", e.code());
     }
   }
-  mark_damaged(step, folder.path_of(now), std::move(reason));
+  mark_damaged(step, run.path_of(now), std::move(reason));
   return damaged_.back();
 }
 
-std::vector<step_status> manager_core::remove_set_aside(const folder_handle& folder) {
+std::vector<step_status> manager_core::remove_set_aside(const run_files& run) {
   std::vector<step_status> removed;
   // What stays: the rows not set aside here, and (after a failure) those not tried yet.
   std::vector<step_status> kept;
@@ -199,7 +218,7 @@ std::vector<step_status> manager_core::remove_set_aside(const folder_handle& fol
       const step_status& s = damaged_[i];
       const std::string name = s.path.filename().string();
       if (step_set_aside(name, file_step_prefix, file_step_suffix) || step_set_aside(name, mpi_step_prefix)) {
-        static_cast<void>(folder.remove(name));
+        run.remove(name);
         removed.push_back(s);
       } else {
         kept.push_back(s);
@@ -237,7 +256,7 @@ void manager_core::retain(const std::function<void(std::int64_t step)>& remove) 
     try {
       remove(step);
       forget(step);
-    } catch (const io_error& e) {
+    } catch (const error& e) {  // an io_error, or a bucket's remote_error
       undeletable_.insert_or_assign(step, std::string("the retention rules drop it, but it could not be deleted: ") + e.what());
     }
   }
@@ -322,6 +341,15 @@ void manager_state::settle_quietly() noexcept {
   } catch (...) {
     report_uncollected(core.who(), core.folder(), std::current_exception());
   }
+}
+
+std::optional<metadata_map> admit_here(const manager_core& core, std::int64_t step, const metadata_map& metadata,
+                                       bool force) {
+  metadata_map merged = metadata;
+  merged.insert_or_assign("step", std::to_string(step));
+  merged.insert_or_assign("wall_time", wall_time_now());
+  if (!core.admit(step, merged, force)) return std::nullopt;
+  return merged;
 }
 
 }  // namespace ckpt::detail

@@ -71,6 +71,18 @@ inline constexpr std::string_view mpi_step_index = "model.safetensors.index.json
 [[nodiscard]] std::string wall_time_now();
 
 // The steps of one manager's folder and the rules over them.
+// What the set-aside and the removal of damaged steps need of where a run's files live: a folder
+// held by its descriptor (run_files_of), or a bucket's prefix (src/s3/run.cpp).
+struct run_files {
+  // Renames `from` to `to` unless `to` is taken (then false). \throws io_error, with ENOENT if
+  // `from` is gone.
+  std::function<bool(const std::string& from, const std::string& to)> rename_unless_taken;
+  // Deletes `name`. \throws io_error naming it.
+  std::function<void(const std::string& name)> remove;
+  // Where `name` is, for messages and statuses.
+  std::function<std::filesystem::path(const std::string& name)> path_of;
+};
+
 class manager_core {
  public:
   // Every step with its keep-best metric (nothing if keep-best is off or the step has none).
@@ -113,17 +125,19 @@ class manager_core {
   void mark_intact(std::int64_t step) { intact_.insert(step); }
   // `step` is damaged: no longer a committed step; `path` is where it is now.
   void mark_damaged(std::int64_t step, std::filesystem::path path, std::string reason);
-  // Committed `step`, whose checkpoint is `name` in `folder`, is damaged: a writing manager renames
+  // Committed `step`, whose checkpoint is `name` in `run`, is damaged: a writing manager renames
   // it aside (`<name>.damaged`, or `.damaged-K` if that is taken; a missing `name` is only
   // recorded), then it is marked damaged. Returns its status.
-  // \throws io_error if the rename fails.
+  // \throws io_error (or the run's own error) if the rename fails.
+  const step_status& set_aside(std::int64_t step, const run_files& run, const std::string& name, std::string reason);
   const step_status& set_aside(std::int64_t step, const folder_handle& folder, const std::string& name,
                                std::string reason);
   [[nodiscard]] const std::vector<step_status>& damaged() const noexcept { return damaged_; }
-  // Deletes the damaged steps set aside in `folder` (a name `step_set_aside` reads; a step whose
+  // Deletes the damaged steps set aside in `run` (a name `step_set_aside` reads; a step whose
   // set-aside failed keeps its own name and is left alone), never through a link, and forgets
   // them. Returns those deleted.
   // \throws io_error naming one that cannot be deleted; those deleted before are forgotten.
+  std::vector<step_status> remove_set_aside(const run_files& run);
   std::vector<step_status> remove_set_aside(const folder_handle& folder);
   void replace_damaged(std::vector<step_status> damaged) { damaged_ = std::move(damaged); }
   // Every step with its state, ascending; `path_of` gives a committed step's path.
@@ -132,8 +146,8 @@ class manager_core {
   // The retention decision: the steps no rule keeps, oldest first.
   [[nodiscard]] std::vector<std::int64_t> to_drop() const;
   // Applies it: `remove(step)` deletes each step to_drop() names (returning once the step is no
-  // longer committed), which is then forgotten. A step whose removal throws an io_error stays a
-  // step, marked undeletable with the error's message (status()), and the others are still
+  // longer committed), which is then forgotten. A step whose removal throws a ckpt::error (an
+  // io_error, a bucket's remote_error) stays a step, marked undeletable with the error's message (status()), and the others are still
   // removed: a step that cannot be deleted never blocks a save (include/ckpt/manager.hpp).
   void retain(const std::function<void(std::int64_t step)>& remove);
   // The steps the retention rules drop but could not delete, with why.
@@ -197,6 +211,11 @@ void report_uncollected(std::string_view who, const std::filesystem::path& folde
 // src/mpi/manager.cpp). checkpoint_manager's members (in manager_core.cpp) are the one
 // implementation of the rules over these, for both managers: an MPI manager is a
 // checkpoint_manager over an mpi_state, and stays one when moved into a plain checkpoint_manager.
+// A manager of one process (a folder's or a bucket's): `metadata` with the step and this
+// process's clock (`wall_time`), if `core` admits the save.
+[[nodiscard]] std::optional<metadata_map> admit_here(const manager_core& core, std::int64_t step,
+                                                     const metadata_map& metadata, bool force);
+
 class manager_state {
  public:
   manager_state(std::string who, std::filesystem::path folder, manager_options options)

@@ -29,4 +29,7 @@ void save_remote(const std::filesystem::path& url, std::span<const entry_source>
 [[nodiscard]] checkpoint load_remote(const std::filesystem::path& url, const load_options& options,
                                      const torch_options& torch);
 
+// Without S3 support: throws the std::invalid_argument that says so, naming `url`.
+[[noreturn]] void refuse_without_s3(const std::filesystem::path& url);
+
 }  // namespace ckpt::detail

@@ -613,4 +613,10 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
   return out + json;
 }
 
+metadata_map header_metadata(std::span<const std::byte> head, const std::filesystem::path& origin) {
+  const parsed_header header = parse_header(header_json(head, origin), origin);
+  check_digest_entry(header, origin);
+  return header.metadata;
+}
+
 }  // namespace ckpt::detail

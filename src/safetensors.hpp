@@ -43,6 +43,11 @@ parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::p
                       const std::shared_ptr<const void>& owner, const mapped_file* mapping,
                       const std::function<void(std::string_view, std::string_view)>& skipped);
 
+// The `__metadata__` of the file whose first bytes are `head` (the 8-byte length and at least the
+// header: what a ranged read of a stored object fetches when only its metadata are wanted), after
+// the header's rules and the digest entry's. Throws format_error naming `origin`.
+metadata_map header_metadata(std::span<const std::byte> head, const std::filesystem::path& origin);
+
 // Whether a `__metadata__` entry other than digest_key reads as digest_key's entry with one byte
 // of its key changed: its key as JSON spells it has digest_key's length and differs from it in
 // exactly one byte, and its value is 16 hex digits. The reader refuses such an entry, and

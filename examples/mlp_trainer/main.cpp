@@ -5,6 +5,7 @@
 //   mlp_trainer --steps 6000 --ckpt-dir runs/a --resume       # continue to step 6000
 //   mlp_trainer --steps 8000 --ckpt-dir runs/a --resume --hidden 64 --adapt   # wider, from a's state
 //   mlp_trainer --steps 3000 --ckpt-dir runs/b --init-from runs/a --hidden 64 # warm start of a new run
+//   mlp_trainer --steps 3000 --ckpt-dir s3://bucket/runs/c    # a run in a bucket (AWS_* environment)
 //
 // SIGINT or SIGTERM finish the current step, save a checkpoint and exit 0.
 
@@ -40,19 +41,24 @@ namespace {
 using namespace mlp_example;
 
 struct options : training_options {
-  std::filesystem::path csv;        // default: <ckpt-dir>/loss.csv
+  std::filesystem::path csv;        // default: <ckpt-dir>/loss.csv (loss.csv here for a run in a bucket)
   std::filesystem::path init_from;  // a run folder whose newest model starts this run (warm start)
   bool adapt = false;               // read a checkpoint of another width: the overlap, fresh values elsewhere
 };
 
 // The command line; exits with CLI11's message (status 2 for a usage error, 0 for --help).
+// Whether the run folder is a prefix of a bucket (`s3://bucket/run`): the manager keeps the steps
+// there as objects (the guide's "Checkpoints in object storage").
+bool in_bucket(const std::filesystem::path& folder) { return folder.native().starts_with("s3://"); }
+
 options parse(int argc, char** argv) {
   options o;
   o.ckpt_dir = "checkpoints";
   CLI::App app{"Trains a small MLP on two spirals with Adam, checkpointing and resuming bit-exactly.",
                "mlp_trainer"};
   add_training_flags(app, o);
-  app.add_option("--csv", o.csv, "loss per step (default <ckpt-dir>/loss.csv)")->type_name("FILE");
+  app.add_option("--csv", o.csv, "loss per step (default <ckpt-dir>/loss.csv; loss.csv in the working folder for an "
+                                 "s3:// --ckpt-dir)")->type_name("FILE");
   app.add_option("--init-from", o.init_from,
                  "warm start: a new run in --ckpt-dir, from step 0 with a fresh Adam state and the data order of "
                  "--seed, whose parameters are the model of RUN's newest intact step (RUN is only read, never "
@@ -80,7 +86,7 @@ options parse(int argc, char** argv) {
     std::cerr << "mlp_trainer: --adapt needs --resume or --init-from (it says how to read a checkpoint)\n";
     std::exit(2);
   }
-  if (o.csv.empty()) o.csv = o.ckpt_dir / "loss.csv";
+  if (o.csv.empty()) o.csv = in_bucket(o.ckpt_dir) ? std::filesystem::path("loss.csv") : o.ckpt_dir / "loss.csv";
   return o;
 }
 
@@ -134,7 +140,7 @@ bool same_folder(const fs::path& a, const fs::path& b) {
 // as soon as it opens.
 std::optional<std::int64_t> newest_step_in(const fs::path& folder) {
   std::error_code ec;
-  if (!fs::is_directory(folder, ec)) return std::nullopt;
+  if (!in_bucket(folder) && !fs::is_directory(folder, ec)) return std::nullopt;
   return ckpt::checkpoint_manager(folder, {.read_only = true}).latest_step();
 }
 

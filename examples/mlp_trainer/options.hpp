@@ -62,7 +62,8 @@ inline void add_training_flags(CLI::App& app, training_options& o) {
   app.add_option("--lr", o.lr, "Adam learning rate")->check(at_least(0, true))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the data set, initial parameters and batch order")
       ->capture_default_str();
-  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint folder")->capture_default_str();
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint folder, or s3://bucket/prefix for a run in object storage")
+      ->capture_default_str();
   app.add_option("--save-every", o.save_every, "save every N steps; the last step is always saved")
       ->check(at_least(1))
       ->capture_default_str();

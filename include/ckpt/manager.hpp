@@ -72,6 +72,15 @@ class manager_state;  // src/manager_core.hpp
 /// only ever renamed or deleted as a link: nothing it points at is written or deleted, and the
 /// lock file is never opened through a link.
 ///
+/// **A run in a bucket.** `folder` may be `s3://bucket/prefix` (with S3 support: the guide's
+/// "Checkpoints in object storage"): the steps are the objects
+/// `<prefix>/ckpt-<step, 10 digits>.safetensors`, each written by a multipart upload that makes it
+/// appear whole or not at all, under the same rules (retention, damaged steps set aside as
+/// `<name>.damaged` by a server-side copy and a delete, `load_latest` past them; a network error
+/// is an error, never damage). Opening a writing manager aborts the incomplete uploads of its own
+/// step objects (a killed writer's). A bucket has no lock: only one writer may use a run's prefix,
+/// which is the caller's to ensure. `path_of` gives the step's `s3://` URL.
+///
 /// **Saving a step again.** A saved step is never rewritten: `save` and `save_async` refuse a
 /// step that is not newer than `latest_step()`. So a reader (a tool listing the folder, another
 /// process loading the latest checkpoint, a job restarting on another number of ranks) never
@@ -244,7 +253,8 @@ class checkpoint_manager {
   /// to read (see `options::read_only`).
   /// \throws std::invalid_argument if an option is out of range (`save_interval_steps` < 1,
   /// `keep_every_n_steps` < 0, `keep_best` > 0 with an empty `best_metric`), or `folder` is an
-  /// `s3://` path (a run in a bucket is not taken yet; the guide's "Checkpoints in object storage").
+  /// `s3://` URL and no credentials are set, or ckpt was built without S3 support.
+  /// \throws remote_error if a run in a bucket cannot be listed (naming the URL).
   /// \throws lock_error if another manager holds the folder.
   /// \throws io_error if the folder or lock file cannot be created or listed (`ELOOP`: the lock
   /// file is a symbolic link), or, with keep-best, a checkpoint's header cannot be read for

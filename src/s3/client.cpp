@@ -280,6 +280,9 @@ client::response client::try_once(const request& r) {
     curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, "DELETE");
   }
   out.transport = curl_easy_perform(easy);
+  // Nothing of this call's stack stays with the handle (its connections outlive the call).
+  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
   curl_slist_free_all(headers);
   if (out.transport != CURLE_OK) {
     out.transport_message = error_text[0] != '\0' ? std::string(error_text) : curl_easy_strerror(out.transport);
@@ -420,6 +423,14 @@ std::vector<object_info> client::list(const std::string& bucket, const std::stri
 void client::remove(const object& o) {
   const response out = perform({.method = "DELETE", .target = o});
   if (!is_success(out.status) && out.status != 404) refuse(o, "DELETE", out.status, out.body);
+}
+
+void client::copy(const object& from, const object& to) {
+  const response out = perform({.method = "PUT",
+                                .target = to,
+                                .headers = {"x-amz-copy-source: /" + from.bucket + "/" + encode(from.key, true)}});
+  // A 200 may still carry an error (a copy that failed after it began).
+  if (!is_success(out.status) || out.body.find("<Error>") != std::string::npos) refuse(to, "PUT", out.status, out.body);
 }
 
 std::string client::start_upload(const object& o) {

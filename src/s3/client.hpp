@@ -100,6 +100,8 @@ class client {
   std::vector<object_info> list(const std::string& bucket, const std::string& prefix, int page_size = 1000);
   // Deletes `o` (no error if it is not there).
   void remove(const object& o);
+  // Copies `from` to `to` on the server (objects up to 5 GiB, the protocol's limit for one copy).
+  void copy(const object& from, const object& to);
 
   // Multipart upload: a part is at least 5 MiB but for the last; numbers run from 1.
   std::string start_upload(const object& o);

@@ -148,17 +148,14 @@ BOOST_AUTO_TEST_CASE(errors_name_the_object) {
   ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
   BOOST_TEST(c.list(bucket, "").empty());
   // What takes a folder refuses an s3:// path, rather than making a local folder 's3:'.
-  const std::string refusal = "ckpt: 's3://" + bucket + "/run' is in object storage, and this takes a local folder "
-                              "(s3:// paths are taken by ckpt::save and ckpt::load of one file, and by the ckpt tool, "
-                              "so far)";
   try {
-    ckpt::checkpoint_manager manager("s3://" + bucket + "/run");
-    BOOST_FAIL("a manager opened a run in a bucket");
+    static_cast<void>(ckpt::save_sharded("s3://" + bucket + "/run", ckpt::of_params(make_model(16, 1.0f)), 1 << 20));
+    BOOST_FAIL("a sharded checkpoint was saved into a bucket");
   } catch (const std::invalid_argument& e) {
-    BOOST_TEST(std::string(e.what()) == refusal);
+    BOOST_TEST(std::string(e.what()) == "ckpt: 's3://" + bucket + "/run' is in object storage, and this takes a local "
+                                        "folder (s3:// paths are taken by ckpt::save, ckpt::load, "
+                                        "ckpt::checkpoint_manager and the ckpt tool)");
   }
-  BOOST_CHECK_THROW(ckpt::save_sharded("s3://" + bucket + "/run", ckpt::of_params(make_model(16, 1.0f)), 1 << 20),
-                    std::invalid_argument);
   BOOST_TEST(!fs::exists("s3:"));
 }
 
@@ -255,5 +252,160 @@ BOOST_AUTO_TEST_CASE(the_tool_reads_and_writes_objects) {
   const auto [missing, message] = run_tool("inspect s3://" + bucket + "/absent.safetensors");
   BOOST_TEST(missing != 0);
   BOOST_TEST(message.find("HTTP 404 NoSuchKey") != std::string::npos, message);
+}
+#endif
+
+namespace {
+
+std::vector<std::string> keys_under(s3::client& c, const std::string& bucket, const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (const s3::object_info& o : c.list(bucket, prefix)) keys.push_back(o.key.substr(prefix.size()));
+  return keys;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_manager_keeps_its_run_in_a_bucket) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/runs/a";
+  // A killed writer's upload of a step of this run, and one of another run's.
+  static_cast<void>(c.start_upload({bucket, "runs/a/ckpt-0000000009.safetensors"}));
+  static_cast<void>(c.start_upload({bucket, "runs/b/ckpt-0000000009.safetensors"}));
+  model m = make_model(16, 1.0f);
+  {
+    ckpt::checkpoint_manager manager(url, {.max_to_keep = 2});
+    // Its own stale upload aborted, the other run's left alone.
+    BOOST_TEST(c.uploads(bucket, "runs/a/").empty());
+    BOOST_TEST(c.uploads(bucket, "runs/b/").size() == 1u);
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      m.l1.b.array() += 1.0f;
+      if (step < 3) BOOST_TEST(manager.save_async(step, {{m, "model"}}, {{"loss", "0.5"}}));
+      else BOOST_TEST(manager.save(step, {{m, "model"}}, {{"loss", "0.5"}}));
+    }
+    BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{2, 3}), boost::test_tools::per_element());
+    BOOST_TEST(manager.path_of(3) == fs::path(url + "/ckpt-0000000003.safetensors"));
+  }
+  BOOST_TEST(keys_under(c, bucket, "runs/a/") ==
+                 (std::vector<std::string>{"ckpt-0000000002.safetensors", "ckpt-0000000003.safetensors"}),
+             boost::test_tools::per_element());
+
+  // Reopened: the steps; the newest loads as saved.
+  {
+    ckpt::checkpoint_manager again(url, {.max_to_keep = 2});
+    BOOST_TEST(again.steps() == (std::vector<std::int64_t>{2, 3}), boost::test_tools::per_element());
+    const ckpt::checkpoint_manager::latest latest = again.load_latest();
+    BOOST_TEST_REQUIRE(static_cast<bool>(latest));
+    BOOST_TEST(latest.step == 3);
+    model back = make_model(16, 0.0f);
+    ckpt::read_params(*latest, {{back, "model"}});
+    BOOST_TEST(same(back, m));
+  }
+
+  // The newest step damaged in the bucket: set aside, and the resume takes the one before.
+  const s3::object newest{bucket, "runs/a/ckpt-0000000003.safetensors"};
+  std::string bytes = c.get(newest);
+  bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 1);
+  c.put(newest, std::as_bytes(std::span(bytes)));
+  ckpt::checkpoint_manager third(url, {.max_to_keep = 2});
+  const ckpt::checkpoint_manager::latest latest = third.load_latest();
+  BOOST_TEST_REQUIRE(static_cast<bool>(latest));
+  BOOST_TEST(latest.step == 2);
+  BOOST_TEST_REQUIRE(latest.skipped.size() == 1u);
+  BOOST_TEST(latest.skipped[0].path == fs::path(url + "/ckpt-0000000003.safetensors.damaged"));
+  BOOST_TEST(keys_under(c, bucket, "runs/a/") ==
+                 (std::vector<std::string>{"ckpt-0000000002.safetensors", "ckpt-0000000003.safetensors.damaged"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(third.remove_damaged().size() == 1u);
+  BOOST_TEST(keys_under(c, bucket, "runs/a/") == (std::vector<std::string>{"ckpt-0000000002.safetensors"}),
+             boost::test_tools::per_element());
+  // A read-only manager lists without touching anything.
+  static_cast<void>(c.start_upload({bucket, "runs/a/ckpt-0000000009.safetensors"}));
+  ckpt::checkpoint_manager reader(url, {.read_only = true});
+  BOOST_TEST(reader.steps() == (std::vector<std::int64_t>{2}), boost::test_tools::per_element());
+  BOOST_TEST(c.uploads(bucket, "runs/a/").size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(keep_best_reads_only_the_headers_of_a_runs_steps) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/best";
+  const ckpt::checkpoint_manager::options options{
+      .max_to_keep = 1, .keep_best = 1, .best_metric = "loss", .best_mode = ckpt::checkpoint_manager::metric_mode::min};
+  const model m = make_model(40'000, 1.0f);  // 10 MiB a step
+  {
+    ckpt::checkpoint_manager manager(url, options);
+    for (const auto& [step, loss] : std::vector<std::pair<std::int64_t, std::string>>{{1, "0.5"}, {2, "0.9"}, {3, "0.7"}})
+      manager.save(step, {{m, "model"}}, {{"loss", loss}});
+    BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{1, 3}), boost::test_tools::per_element());
+  }
+  // Reopened, the metric of each step comes from its header (two small ranged reads a step).
+  ckpt::checkpoint_manager again(url, options);
+  BOOST_TEST(again.steps() == (std::vector<std::int64_t>{1, 3}), boost::test_tools::per_element());
+  again.save(4, {{m, "model"}}, {{"loss", "0.6"}});
+  BOOST_TEST(again.steps() == (std::vector<std::int64_t>{1, 4}), boost::test_tools::per_element());
+}
+
+#ifdef CKPT_MLP_TRAINER
+namespace {
+
+std::string trainer_flags(const std::string& run, std::int64_t steps, const fs::path& csv) {
+  return "--seed 3 --batch 48 --lr 0.02 --save-every 100 --keep 2 --log-every 100000 --ckpt-dir " + run +
+         " --steps " + std::to_string(steps) + " --csv '" + csv.string() + "'";
+}
+
+// Runs the example trainer with `args`; returns its exit status and output.
+std::pair<int, std::string> run_trainer(const std::string& args) {
+  const fs::path log = scratch("trainer.log");
+  const int status = std::system((std::string("'") + CKPT_MLP_TRAINER + "' " + args + " > '" + log.string() + "' 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, file_bytes(log)};
+}
+
+}  // namespace
+
+// A user points --ckpt-dir at a bucket, trains, is killed (SIGKILL), resumes: the parameters of an
+// uninterrupted run, byte for byte; a new run over the steps there is refused.
+BOOST_AUTO_TEST_CASE(the_trainer_resumes_a_killed_run_from_a_bucket_bit_exact) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const fs::path straight = scratch("straight.safetensors"), resumed = scratch("resumed.safetensors");
+  const auto [done, out] = run_trainer(trainer_flags("s3://" + bucket + "/straight", 2000, scratch("a.csv")) +
+                                       " --params-out '" + straight.string() + "'");
+  BOOST_TEST_REQUIRE(done == 0, out);
+
+  const std::string run = "s3://" + bucket + "/run";
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  BOOST_TEST_REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::string csv = scratch("b.csv").string();
+    std::freopen("/dev/null", "w", stdout);
+    ::execl(CKPT_MLP_TRAINER, CKPT_MLP_TRAINER, "--seed", "3", "--batch", "48", "--lr", "0.02", "--save-every", "100",
+            "--keep", "2", "--log-every", "100000", "--ckpt-dir", run.c_str(), "--steps", "1000000", "--csv",
+            csv.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!c.head({bucket, "run/ckpt-0000000300.safetensors"}) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST_REQUIRE(WIFSIGNALED(status));
+
+  const auto [again, log] = run_trainer(trainer_flags(run, 2000, scratch("b.csv")) + " --resume --params-out '" +
+                                        resumed.string() + "'");
+  BOOST_TEST_REQUIRE(again == 0, log);
+  BOOST_TEST(log.find("resumed from") != std::string::npos, log);
+  BOOST_TEST(file_bytes(straight) == file_bytes(resumed));
+  BOOST_TEST(c.uploads(bucket, "run/").empty());  // the killed save's upload, aborted by the resume
+  const auto [refused, message] = run_trainer(trainer_flags(run, 3000, scratch("c.csv")));
+  BOOST_TEST(refused == 2, message);
+
+#ifdef CKPT_TOOL
+  const auto [verified, verdict] = run_tool("verify " + run);
+  BOOST_TEST(verified == 0, verdict);
+  BOOST_TEST(verdict.find(run + "/ckpt-0000002000.safetensors: ok, digest verified") != std::string::npos, verdict);
+#endif
 }
 #endif

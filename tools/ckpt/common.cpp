@@ -84,9 +84,20 @@ std::uint64_t parse_size(std::string_view text) {
   return count * it->second;
 }
 
+namespace {
+
+// A checkpoint_manager's run in a bucket: an s3:// prefix, not an object of a checkpoint file.
+bool names_run_in_bucket(const std::filesystem::path& path) {
+  const std::string_view text(path.native());
+  return text.starts_with("s3://") && !text.ends_with(".safetensors") && !text.ends_with(".json") &&
+         !text.ends_with(".bin") && !text.ends_with(".pt");
+}
+
+}  // namespace
+
 std::vector<listed_step> steps_in(const std::filesystem::path& path) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(path, ec)) return {};
+  if (!std::filesystem::is_directory(path, ec) && !names_run_in_bucket(path)) return {};
   const auto reader = std::make_shared<ckpt::checkpoint_manager>(path, ckpt::checkpoint_manager::options{.read_only = true});
   std::vector<listed_step> out;
   for (const ckpt::checkpoint_manager::step_status& s : reader->status()) {
@@ -205,6 +216,8 @@ std::string to_string(const footprint& f) {
 
 std::vector<leftover> leftovers_in(const std::filesystem::path& folder) {
   std::vector<leftover> out;
+  // A run in a bucket has no files of an interrupted save (its uploads are invisible to a reader).
+  if (names_run_in_bucket(folder)) return out;
   std::error_code ec;
   std::filesystem::directory_iterator it(folder, ec);
   for (const std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec)) {
