@@ -91,7 +91,7 @@ class remote_run final : public manager_state {
                           const metadata_map& metadata) override {
     pending_step_ = step;
     pending_metadata_ = metadata;
-    background.start([this, name = name_of(step), metadata,
+    background.start([this, name = name_of(step),
                       snapshot = std::make_shared<taken_snapshot>(take_snapshot(arena, sections, metadata, true))] {
       snapshot->finish();
       const section whole(snapshot->data());
