@@ -83,7 +83,7 @@ void check_flat(std::string_view function, std::string_view name, std::int64_t n
 }
 
 // One global tensor of a step of slices, as every rank plans it.
-struct global_tensor {
+struct tensor_pieces {
   ckpt::dtype type;
   dims shape;
   int described_by;  // the rank whose description the others are checked against
@@ -97,7 +97,7 @@ struct global_tensor {
 
 // Checks that the slices of each tensor cover it exactly once; the message names the tensor,
 // the ranks and their ranges.
-void check_coverage(const std::string& operation, const std::string& name, global_tensor& t) {
+void check_coverage(const std::string& operation, const std::string& name, tensor_pieces& t) {
   const std::string what = "ckpt: mpi::" + operation + ": ";
   if (t.whole_writer >= 0) {
     if (!t.pieces.empty())
@@ -108,12 +108,12 @@ void check_coverage(const std::string& operation, const std::string& name, globa
     return;
   }
   std::ranges::sort(t.pieces, [](const auto& a, const auto& b) { return a.first != b.first ? a.first < b.first : a.rank < b.rank; });
-  const auto held = [](const global_tensor::piece& p) {
+  const auto held = [](const tensor_pieces::piece& p) {
     return "rank " + std::to_string(p.rank) + "'s " + range(p.first, p.first + p.count);
   };
   std::int64_t end = 0;
-  const global_tensor::piece* previous = nullptr;
-  for (const global_tensor::piece& p : t.pieces) {
+  const tensor_pieces::piece* previous = nullptr;
+  for (const tensor_pieces::piece& p : t.pieces) {
     if (p.first < end)
       throw std::invalid_argument(what + "the slices of '" + name + "' overlap: rank " + std::to_string(previous->rank) +
                                   " holds elements " + range(previous->first, previous->first + previous->count) +
@@ -302,11 +302,11 @@ namespace detail {
 
 void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank) {
   // The global tensors, checked identically on every rank.
-  std::map<std::string, global_tensor, std::less<>> tensors;
+  std::map<std::string, tensor_pieces, std::less<>> tensors;
   for (std::size_t r = 0; r < all.size(); ++r) {
     for (const holding::entry& x : all[r].entries) {
-      const auto [it, inserted] = tensors.try_emplace(x.name, global_tensor{x.type, x.shape, static_cast<int>(r), -1, {}});
-      global_tensor& t = it->second;
+      const auto [it, inserted] = tensors.try_emplace(x.name, tensor_pieces{x.type, x.shape, static_cast<int>(r), -1, {}});
+      tensor_pieces& t = it->second;
       if (!inserted && (t.type != x.type || t.shape != x.shape))
         throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": the entry '" + x.name + "' is " +
                                     describe_entry(t.type, t.shape) + " on rank " + std::to_string(t.described_by) +

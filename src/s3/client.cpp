@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace ckpt::detail::s3 {
@@ -59,6 +60,18 @@ boost::property_tree::ptree parse_xml(const std::string& body) {
 }
 
 bool is_success(long status) { return status >= 200 && status < 300; }
+
+// The code and message of an S3 error body (`<Error><Code>..</Code><Message>..</Message>`); a body
+// that is not XML says what it is by its start.
+std::pair<std::string, std::string> error_in(const std::string& body) {
+  if (body.empty()) return {};
+  try {
+    const boost::property_tree::ptree tree = parse_xml(body);
+    return {text_of(tree, "Error.Code"), text_of(tree, "Error.Message")};
+  } catch (const std::exception&) {
+    return {std::string(), body.substr(0, 200)};
+  }
+}
 
 void global_init() {
   static std::once_flag once;
@@ -318,15 +331,7 @@ client::response client::perform(const request& r) {
     } else {
       // A status that is not a failure that may pass is the caller's to take or refuse.
       if (out.status < 500 && out.status != 429 && out.status != 400) return out;
-      if (!out.body.empty()) {
-        try {
-          const boost::property_tree::ptree tree = parse_xml(out.body);
-          code = text_of(tree, "Error.Code");
-          message = text_of(tree, "Error.Message");
-        } catch (const std::exception&) {  // not XML: the start of the body says what it is
-          message = out.body.substr(0, 200);
-        }
-      }
+      if (!out.body.empty()) std::tie(code, message) = error_in(out.body);
       may_pass = out.status >= 500 || out.status == 429 || code == "SlowDown" || code == "RequestTimeout" ||
                  code == "InternalError" || code == "ServiceUnavailable";
       if (!may_pass) return out;
@@ -345,13 +350,7 @@ namespace {
 
 // The error of a request that came back with a status the caller does not take.
 [[noreturn]] void refuse(const object& o, const std::string& method, long status, const std::string& body) {
-  std::string code, message;
-  try {
-    const boost::property_tree::ptree tree = parse_xml(body);
-    code = text_of(tree, "Error.Code");
-    message = text_of(tree, "Error.Message");
-  } catch (const std::exception&) {
-  }
+  auto [code, message] = error_in(body);
   if (code.empty() && status == 404) code = "NoSuchKey";
   throw remote_error(o.url(), method, status, std::move(code), message);
 }

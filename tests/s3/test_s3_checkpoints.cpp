@@ -71,17 +71,31 @@ std::string file_bytes(const fs::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+fs::path scratch_folder() { return fs::temp_directory_path() / ("ckpt-s3-" + std::to_string(::getpid())); }
+
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("ckpt-s3-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  fs::create_directories(scratch_folder());
+  return scratch_folder() / name;
 }
+
+// The scratch folder goes with the test program.
+struct remove_scratch {
+  remove_scratch() = default;
+  remove_scratch(const remove_scratch&) = delete;
+  remove_scratch& operator=(const remove_scratch&) = delete;
+  ~remove_scratch() {
+    std::error_code ignored;
+    fs::remove_all(scratch_folder(), ignored);
+  }
+};
 
 bool same(const model& a, const model& b) {
   return a.l1.w == b.l1.w && a.l1.b == b.l1.b && a.l2.w == b.l2.w && a.l2.b == b.l2.b;
 }
 
 }  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(remove_scratch);
 
 BOOST_AUTO_TEST_CASE(a_saved_object_is_the_local_file_and_loads_back) {
   s3::client c(use_server());
