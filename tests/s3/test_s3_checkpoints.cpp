@@ -388,11 +388,11 @@ BOOST_AUTO_TEST_CASE(the_trainer_resumes_a_killed_run_from_a_bucket_bit_exact) {
   BOOST_TEST_REQUIRE(done == 0, out);
 
   const std::string run = "s3://" + bucket + "/run";
+  const std::string csv = scratch("b.csv").string();  // here: the child's getpid() is its own
   std::fflush(nullptr);
   const pid_t child = ::fork();
   BOOST_TEST_REQUIRE(child >= 0);
   if (child == 0) {
-    const std::string csv = scratch("b.csv").string();
     std::freopen("/dev/null", "w", stdout);
     ::execl(CKPT_MLP_TRAINER, CKPT_MLP_TRAINER, "--seed", "3", "--batch", "48", "--lr", "0.02", "--save-every", "100",
             "--keep", "2", "--log-every", "100000", "--ckpt-dir", run.c_str(), "--steps", "1000000", "--csv",
