@@ -7,9 +7,13 @@
 //  - save: ckpt::save of --mib MiB of F32 tensors (4 MiB each, 1024 x 1024, row-major: no
 //    transposes) held in memory, digest on; RESULT save <seconds> <MiB/s> <peak RSS above the
 //    state's, MiB: the upload's buffers>;
-//  - load: ckpt::load of the object, digest verified; RESULT load <seconds> <MiB/s> <peak RSS, MiB>.
+//  - load: ckpt::load of the object, digest verified; RESULT load <seconds> <MiB/s> <peak RSS, MiB>;
+//  - partial: ckpt::load of one 4 MiB tensor of the object (`load_options::only`); RESULT partial
+//    <seconds> <bytes the server sent> <the object's size in bytes>.
 
 #include <ckpt/ckpt.hpp>
+
+#include "s3/client.hpp"  // s3::bytes_received: what the server sent (private; bench/CMakeLists.txt)
 
 #include <Eigen/Core>
 
@@ -17,6 +21,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -56,6 +61,13 @@ int main(int argc, char** argv) {
     const ckpt::checkpoint t = ckpt::load(url, {.verify_digest = true});
     const double s = seconds();
     std::printf("RESULT load %.3f %.0f %ld\n", s, static_cast<double>(mib) / s, peak_rss_mib());
+  } else if (what == "partial") {
+    const ckpt::checkpoint t = ckpt::load(url, {.only = ckpt::name_pattern(R"(^layers\.17$)")});
+    const double s = seconds();
+    const std::uint64_t fetched = ckpt::detail::s3::bytes_received();
+    if (t.size() != 1) return 1;
+    std::printf("RESULT partial %.3f %llu %llu\n", s, static_cast<unsigned long long>(fetched),
+                static_cast<unsigned long long>(static_cast<std::uint64_t>(mib) << 20));
   } else {
     std::fprintf(stderr, "unknown --what=%s\n", what.c_str());
     return 2;

@@ -34,13 +34,14 @@ bench=build-bench/bench/ckpt_s3_bench
 "${aws[@]}" s3 cp s3://bench/ckpt.safetensors "$work/local.safetensors" > /dev/null
 timed() { local t0=$(date +%s.%N); "$@" > /dev/null; printf "%.3f" "$(echo "$(date +%s.%N) - $t0" | bc)"; }
 echo "machine: $(nproc) CPUs, $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) MiB, loopback; $(date -u +%F' '%H:%M) UTC; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| round | ckpt save: s, MiB/s, peak RSS above the state MiB | aws s3 cp up: s | ckpt load: s, MiB/s, peak RSS MiB | aws s3 cp down: s |"
-echo "|---|---|---|---|---|"
+echo "| round | ckpt save: s, MiB/s, peak RSS above the state MiB | aws s3 cp up: s | ckpt load: s, MiB/s, peak RSS MiB | aws s3 cp down: s | ckpt load of one 4 MiB tensor: s, bytes fetched of the object's |"
+echo "|---|---|---|---|---|---|"
 for round in $(seq 1 "$reps"); do
   read -r _ _ s_save r_save m_save < <("$bench" --what=save --mib="$mib" --url=s3://bench/ckpt.safetensors | grep '^RESULT')
   up=$(timed "${aws[@]}" s3 cp "$work/local.safetensors" s3://bench/aws.safetensors)
   read -r _ _ s_load r_load m_load < <("$bench" --what=load --mib="$mib" --url=s3://bench/ckpt.safetensors | grep '^RESULT')
   down=$(timed "${aws[@]}" s3 cp s3://bench/aws.safetensors "$work/down.safetensors")
   rm -f "$work/down.safetensors"
-  echo "| $round | $s_save, $r_save, $m_save | $up | $s_load, $r_load, $m_load | $down |"
+  read -r _ _ s_part fetched size < <("$bench" --what=partial --mib="$mib" --url=s3://bench/ckpt.safetensors | grep '^RESULT')
+  echo "| $round | $s_save, $r_save, $m_save | $up | $s_load, $r_load, $m_load | $down | $s_part, $fetched of $size |"
 done

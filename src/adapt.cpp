@@ -68,21 +68,6 @@ checkpoint rename(const checkpoint& t, const name_pattern& pattern, std::string_
   return rename(t, [&](std::string_view name) { return pattern.replace(name, replacement); });
 }
 
-namespace {
-
-checkpoint entries_where(const checkpoint& t, const name_pattern& pattern, bool matching) {
-  std::vector<checkpoint::entry> entries;
-  for (const auto& e : t)
-    if (pattern.matches(e.first) == matching) entries.push_back(e);
-  return checkpoint(std::move(entries), t.metadata());
-}
-
-}  // namespace
-
-checkpoint select(const checkpoint& t, const name_pattern& pattern) { return entries_where(t, pattern, true); }
-
-checkpoint drop(const checkpoint& t, const name_pattern& pattern) { return entries_where(t, pattern, false); }
-
 checkpoint transpose(const checkpoint& t, std::string_view name) {
   const tensor& x = entry_of(t, name, "transpose");
   if (x.rank() < 2)

@@ -1,4 +1,5 @@
 #include <ckpt/file.hpp>
+#include <ckpt/name_pattern.hpp>
 
 #include "atomic_file.hpp"
 #include "digest.hpp"
@@ -92,7 +93,7 @@ std::vector<std::uint64_t> chunk_hashes_of(std::uint64_t header, std::span<const
 std::vector<std::uint64_t> verify_digest(const detail::parsed_file& parsed, std::span<const std::byte> file,
                                         detail::mapped_file* mapped, const std::filesystem::path& origin,
                                         const load_options& options, std::span<const std::uint64_t> verified) {
-  if (!parsed.digest_at || !options.verify_digest) return {};
+  if (!parsed.digest_at || !detail::checks_digest(options)) return {};
   // The header as it was hashed when written: its digits still the placeholder's zeros.
   const std::uint64_t header = detail::header_hash(file.first(parsed.data_start), *parsed.digest_at);
   std::vector<std::uint64_t> hashes;
@@ -144,6 +145,10 @@ checkpoint parse_owned(std::shared_ptr<std::byte[]> bytes, std::size_t size, con
   detail::parsed_file parsed = detail::parse_file(file, origin, bytes, nullptr, options.skipped);
   static_cast<void>(verify_digest(parsed, file, nullptr, origin, options, {}));
   return std::move(parsed.contents);
+}
+
+checkpoint chosen(const checkpoint& t, const load_options& options) {
+  return options.only ? select(t, *options.only) : t;
 }
 
 namespace {

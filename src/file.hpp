@@ -33,6 +33,16 @@ void write_file(byte_sink& sink, std::span<const entry_source> entries, const me
 void save_to(const file_at& target, const checkpoint& t, const save_options& options,
              write_path path = write_path::page_cache);
 
+// Whether a load with `options` checks a file's digest: asked to (`verify_digest`), and reading
+// the whole file (no `only`: a digest covers every byte).
+[[nodiscard]] inline bool checks_digest(const load_options& options) noexcept {
+  return options.verify_digest && !options.only;
+}
+
+// `t`, loaded with `options`, as they choose its entries: those `options.only` matches, or all.
+// The one place ckpt::load, ckpt::parse, the managers' loads and ckpt::mpi::load choose them.
+[[nodiscard]] checkpoint chosen(const checkpoint& t, const load_options& options);
+
 // One safetensors file: mapped, parsed, its digest verified as `options` says (src/file.cpp),
 // after which every copy out of it is checked against what was verified (mapped_file). With
 // `verified` (what verify_file returned for this file in another process), only the header is

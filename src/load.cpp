@@ -7,9 +7,11 @@
 // in memory to src/by_content.hpp. The dispatch sits above the file, sharded and torch readers,
 // none of which calls it.
 #include <ckpt/file.hpp>
+#include <ckpt/name_pattern.hpp>
 #include <ckpt/torch.hpp>
 
 #include "by_content.hpp"
+#include "file.hpp"
 #include "remote.hpp"
 #include "sharded.hpp"
 
@@ -75,9 +77,7 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
   return detail::load_sharded(folder, options);
 }
 
-}  // namespace
-
-checkpoint load(const std::filesystem::path& path, const load_options& options, const torch_options& torch) {
+checkpoint load_whole(const std::filesystem::path& path, const load_options& options, const torch_options& torch) {
   if (detail::is_remote(path)) return detail::load_remote(path, options, torch);
   const std::string_view name(path.native());
   if (name.ends_with(".index.json")) {
@@ -89,11 +89,19 @@ checkpoint load(const std::filesystem::path& path, const load_options& options, 
   return detail::load_by_content(path, options, torch);
 }
 
+}  // namespace
+
+checkpoint load(const std::filesystem::path& path, const load_options& options, const torch_options& torch) {
+  // The readers leave the digest unchecked when `only` is set (a remote one fetches only what it
+  // matches); the choice of entries is made here, once, for every layout.
+  return detail::chosen(load_whole(path, options, torch), options);
+}
+
 checkpoint load(const std::filesystem::path& path, const load_options& options) { return load(path, options, {}); }
 
 checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin, const load_options& options,
                  const torch_options& torch) {
-  return detail::parse_by_content(file_bytes, origin, options, torch);
+  return detail::chosen(detail::parse_by_content(file_bytes, origin, options, torch), options);
 }
 
 checkpoint parse(std::span<const std::byte> file_bytes, const std::filesystem::path& origin, const load_options& options) {

@@ -2,6 +2,8 @@
 
 #include <ckpt/error.hpp>
 
+#include "file.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -434,7 +436,7 @@ checkpoint load_committed(manager_state& state, std::int64_t step, const load_op
   try {
     checkpoint t = state.load_step(step, options);
     state.core.mark_intact(step);
-    return t;
+    return detail::chosen(t, options);
   } catch (const std::exception& e) {
     if (state.gone(step)) {
       state.core.forget(step);

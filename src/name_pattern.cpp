@@ -1,13 +1,15 @@
-// ckpt::name_pattern (include/ckpt/adapt.hpp): regular expressions over entry names, run by RE2,
+// ckpt::name_pattern, select and drop (include/ckpt/name_pattern.hpp): regular expressions over entry names, run by RE2,
 // whose matching needs time linear in the text and no recursion (std::regex recurses once per
 // character and overflowed the stack on a name of 40,000 characters: issue 25).
-#include <ckpt/adapt.hpp>
+#include <ckpt/name_pattern.hpp>
 
 #include <re2/re2.h>
 
 #include <cctype>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ckpt {
 
@@ -81,5 +83,20 @@ std::string name_pattern::replace(std::string_view name, std::string_view replac
   re2::RE2::GlobalReplace(&out, compiled_->re, rewrite);
   return out;
 }
+
+namespace {
+
+checkpoint entries_where(const checkpoint& t, const name_pattern& pattern, bool matching) {
+  std::vector<checkpoint::entry> entries;
+  for (const auto& e : t)
+    if (pattern.matches(e.first) == matching) entries.push_back(e);
+  return checkpoint(std::move(entries), t.metadata());
+}
+
+}  // namespace
+
+checkpoint select(const checkpoint& t, const name_pattern& pattern) { return entries_where(t, pattern, true); }
+
+checkpoint drop(const checkpoint& t, const name_pattern& pattern) { return entries_where(t, pattern, false); }
 
 }  // namespace ckpt

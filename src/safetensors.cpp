@@ -414,20 +414,24 @@ void check_digest_entry(const parsed_header& header, const std::filesystem::path
                      "' spells its digits with JSON escapes, where ckpt writes them plain");
 }
 
-// The 8-byte little-endian length that starts the file, and the JSON header of that length
-// that follows it: the file holds the 8 bytes, and the header within max_header_size and the file.
-std::string_view header_json(std::span<const std::byte> file, const std::filesystem::path& origin) {
-  if (file.size() < 8)
-    fail(origin, "the file has " + std::to_string(file.size()) +
-                     " bytes, fewer than the 8 of the header length");
-  const std::uint64_t header_size = read_le64(file.data());
+// The 8-byte little-endian length that starts a file of `file_size` bytes, and the JSON header of
+// that length that follows it: the file holds the 8 bytes, and the header within max_header_size
+// and the file. `head`, the file's first bytes, holds the header whenever those rules hold (read in
+// parts, a file may have changed between the reads).
+std::string_view header_json(std::span<const std::byte> head, std::uint64_t file_size,
+                             const std::filesystem::path& origin) {
+  if (file_size < 8)
+    fail(origin, "the file has " + std::to_string(file_size) + " bytes, fewer than the 8 of the header length");
+  const std::uint64_t header_size = read_le64(head.data());
   if (header_size > max_header_size)
     fail(origin, "the header length " + std::to_string(header_size) + " exceeds the limit of " +
                      std::to_string(max_header_size) + " bytes");
-  if (header_size > file.size() - 8)
+  if (header_size > file_size - 8)
     fail(origin, "the header length " + std::to_string(header_size) + " runs past the end of the " +
-                     std::to_string(file.size()) + "-byte file");
-  return {reinterpret_cast<const char*>(file.data() + 8), static_cast<std::size_t>(header_size)};
+                     std::to_string(file_size) + "-byte file");
+  if (head.size() < 8 + header_size)  // a file read in parts that changed between the reads
+    fail(origin, "the header runs past the " + std::to_string(head.size()) + " bytes read: the file changed while it was being read");
+  return {reinterpret_cast<const char*>(head.data() + 8), static_cast<std::size_t>(header_size)};
 }
 
 // The entries in name order, whose names must be distinct, even where two entries would describe
@@ -498,13 +502,11 @@ void check_tiling(std::vector<const header_entry*> by_offset, std::size_t data_s
                      " trailing bytes after the last entry");
 }
 
-// The checked entries as tensors viewing `data`; an entry of a dtype the format does not define
-// is passed to `skipped`, or without it reported on std::cerr, and left out.
-std::vector<checkpoint::entry> viewed_entries(std::vector<header_entry>& entries, std::span<const std::byte> data,
-                                             const std::filesystem::path& origin,
-                                             const std::shared_ptr<const void>& owner, const mapped_file* mapping,
-                                             const std::function<void(std::string_view, std::string_view)>& skipped) {
-  std::vector<checkpoint::entry> out;
+// The checked entries of a known dtype, in the header's order; an entry of a dtype the format
+// does not define is passed to `skipped`, or without it reported on std::cerr, and left out.
+std::vector<file_layout::entry> known_entries(std::vector<header_entry>& entries, const std::filesystem::path& origin,
+                                              const std::function<void(std::string_view, std::string_view)>& skipped) {
+  std::vector<file_layout::entry> out;
   out.reserve(entries.size());
   for (header_entry& e : entries) {
     if (!e.type) {
@@ -515,29 +517,41 @@ std::vector<checkpoint::entry> viewed_entries(std::vector<header_entry>& entries
                   << "' of unknown dtype '" << e.dtype_spelling << "'\n";
       continue;
     }
-    out.emplace_back(std::move(e.name),
-                     tensor_access::view_of(*e.type, std::move(e.shape),
-                                     data.subspan(e.begin, e.end - e.begin), owner, mapping));
+    out.push_back({.name = std::move(e.name), .type = *e.type, .shape = std::move(e.shape), .begin = e.begin, .end = e.end});
   }
   return out;
 }
 
 }  // namespace
 
+file_layout parse_layout(std::span<const std::byte> head, std::uint64_t file_size, const std::filesystem::path& origin,
+                         const std::function<void(std::string_view, std::string_view)>& skipped) {
+  const std::string_view json = header_json(head, file_size, origin);
+  parsed_header header = parse_header(json, origin);
+  check_digest_entry(header, origin);
+  const std::uint64_t data_size = file_size - 8 - json.size();
+  std::vector<const header_entry*> by_name = distinct_names(header.entries, origin);
+  for (const header_entry& e : header.entries) check_entry(e, data_size, origin);
+  check_tiling(std::move(by_name), data_size, origin);
+  return {.entries = known_entries(header.entries, origin, skipped),
+          .metadata = std::move(header.metadata),
+          .data_start = 8 + json.size(),
+          .digest_at = header.digest_at ? std::optional(8 + *header.digest_at) : std::nullopt};
+}
+
 parsed_file parse_file(std::span<const std::byte> file, const std::filesystem::path& origin,
                        const std::shared_ptr<const void>& owner, const mapped_file* mapping,
                        const std::function<void(std::string_view, std::string_view)>& skipped) {
-  const std::string_view json = header_json(file, origin);
-  parsed_header header = parse_header(json, origin);
-  check_digest_entry(header, origin);
-  const std::span<const std::byte> data = file.subspan(8 + json.size());
-  std::vector<const header_entry*> by_name = distinct_names(header.entries, origin);
-  for (const header_entry& e : header.entries) check_entry(e, data.size(), origin);
-  check_tiling(std::move(by_name), data.size(), origin);
-  std::vector<checkpoint::entry> entries = viewed_entries(header.entries, data, origin, owner, mapping, skipped);
-  return {.contents = checkpoint(std::move(entries), std::move(header.metadata)),
-          .data_start = 8 + json.size(),
-          .digest_at = header.digest_at ? std::optional(8 + *header.digest_at) : std::nullopt};
+  file_layout layout = parse_layout(file, file.size(), origin, skipped);
+  const std::span<const std::byte> data = file.subspan(layout.data_start);
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(layout.entries.size());
+  for (file_layout::entry& e : layout.entries)
+    entries.emplace_back(std::move(e.name), tensor_access::view_of(e.type, std::move(e.shape),
+                                                                   data.subspan(e.begin, e.end - e.begin), owner, mapping));
+  return {.contents = checkpoint(std::move(entries), std::move(layout.metadata)),
+          .data_start = layout.data_start,
+          .digest_at = layout.digest_at};
 }
 
 namespace {
@@ -614,7 +628,7 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
 }
 
 metadata_map header_metadata(std::span<const std::byte> head, const std::filesystem::path& origin) {
-  const parsed_header header = parse_header(header_json(head, origin), origin);
+  const parsed_header header = parse_header(header_json(head, head.size(), origin), origin);
   check_digest_entry(header, origin);
   return header.metadata;
 }

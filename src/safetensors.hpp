@@ -13,9 +13,10 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <string>
 #include <functional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace ckpt::detail {
 
@@ -32,6 +33,30 @@ struct parsed_file {
   // digits.
   std::optional<std::size_t> digest_at;
 };
+
+// A file's layout as its header gives it, after every rule of the header and the layout (those of
+// parse_file): the entries of known dtypes in the header's order, their offsets within the data
+// section, which starts at `data_start` (8 + N).
+struct file_layout {
+  struct entry {
+    std::string name;
+    dtype type;
+    dims shape;
+    std::uint64_t begin = 0, end = 0;
+  };
+  std::vector<entry> entries;
+  metadata_map metadata;
+  std::size_t data_start = 0;
+  // As parsed_file's.
+  std::optional<std::size_t> digest_at;
+};
+
+// The layout of a file of `file_size` bytes whose first bytes are `head`: at least the 8-byte
+// length and, when that length is within the format's limit and the file, the whole header (a
+// reader of part of a file reads the length first, then the header). Throws as parse_file;
+// `skipped` hears of the entries of unknown dtypes, which are left out.
+file_layout parse_layout(std::span<const std::byte> head, std::uint64_t file_size, const std::filesystem::path& origin,
+                         const std::function<void(std::string_view, std::string_view)>& skipped);
 
 // Builds a checkpoint from the bytes of a whole file. Tensors view `file`, kept alive by
 // `owner`; `mapping` is the loaded file `file` maps, or null for bytes in memory. Throws

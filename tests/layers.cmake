@@ -83,7 +83,7 @@ set(layer_json_sax 2)           # what the SAX handlers of the JSON readers shar
 set(layer_safetensors 2)       # the format's header parser and writer
 set(layer_cast 2)              # dtype conversion (src/cast.hpp, src/cast.cpp; the API is ckpt::cast of adapt.hpp)
 set(layer_hf_index 2)          # the sharded index's reader
-set(layer_name_pattern 4)      # ckpt::name_pattern (adapt.hpp), on RE2
+set(layer_name_pattern 2)      # ckpt::name_pattern, select, drop (name_pattern.hpp), on RE2
 set(layer_load 2)              # src/load.cpp: load dispatches to the file and the sharded reader
 set(layer_by_content 2)        # a file or bytes by content, to the torch or the safetensors reader (load.cpp, sharded.cpp)
 set(layer_torch_error 2)       # the torch reader's error and budgets (src/torch_error.hpp, for pickle, torch_tensors, torch)

@@ -616,3 +616,46 @@ BOOST_AUTO_TEST_CASE(a_file_name_as_long_as_a_folder_takes_is_saved) {
              "ckpt: cannot rename a temporary file over '" + (s.path() / too_long).string() + "': File name too long");
   BOOST_TEST(folder_listing(s.path()).size() == 2u);
 }
+
+// load_options::only: the entries a pattern matches, wherever the file is (a file, bytes in memory,
+// a sharded index, a manager's step), their bytes as a whole load gives them; the digest, which
+// covers the whole file, is not checked, so a flipped byte in an entry left out does not stop it.
+BOOST_AUTO_TEST_CASE(a_load_of_chosen_entries_holds_them_only) {
+  const temp_dir s;
+  Eigen::MatrixXf w(3, 5);  // column-major: stored transposed
+  for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(i) * 0.25f;
+  const ckpt::checkpoint t = ckpt::concat({ckpt::of_params(w, "model.w"),
+                                           ckpt::of_params(Eigen::VectorXd::LinSpaced(7, -1, 1).eval(), "model.b"),
+                                           ckpt::of_params(Eigen::VectorXf::Constant(9, 2.0f).eval(), "optim.mu"),
+                                           ckpt::of_int("optim.step", 12)})
+                                 .with_metadata({{"note", "hello"}});
+  const fs::path path = s.path() / "f.safetensors";
+  ckpt::save(path, t, {.digest = true});
+  const ckpt::load_options model_only{.only = ckpt::name_pattern(R"(^model\.)")};
+  const auto check = [&](const ckpt::checkpoint& got) {
+    BOOST_TEST(got.size() == 2u);
+    BOOST_TEST((got.get("model.w") == t.get("model.w")));
+    BOOST_TEST((got.get("model.b") == t.get("model.b")));
+    BOOST_TEST(got.find("optim.mu") == nullptr);
+    BOOST_TEST(got.metadata().at("note") == "hello");
+  };
+  check(ckpt::load(path, model_only));
+  std::string bytes = read_bytes(path);
+  check(ckpt::parse(std::as_bytes(std::span(bytes)), "mem", model_only));
+
+  // A flipped byte in the last entry (optim.step, in name order): a whole load refuses the file,
+  // a load of the model's entries does not read those bytes, nor the digest.
+  bytes.back() = static_cast<char>(bytes.back() ^ 1);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  BOOST_CHECK_THROW(static_cast<void>(ckpt::load(path)), ckpt::integrity_error);
+  check(ckpt::load(path, model_only));
+  BOOST_TEST(ckpt::load(path, {.only = ckpt::name_pattern("^nothing$")}).size() == 0u);
+
+  // A sharded checkpoint, and a manager's step.
+  static_cast<void>(ckpt::save_sharded(s.path() / "sharded", t, 64));
+  check(ckpt::load(s.path() / "sharded", model_only));
+  ckpt::checkpoint_manager manager(s.path() / "run");
+  manager.save(3, {ckpt::section(t)}, {{"note", "hello"}}, true);
+  check(manager.load(3, model_only));
+  check(*manager.load_latest(model_only));
+}

@@ -7,6 +7,7 @@
 /// - ckpt/tensor.hpp      one immutable entry
 /// - ckpt/checkpoint.hpp  the immutable collection of entries (no templates: the small core)
 /// - ckpt/file.hpp        save and load
+/// - ckpt/name_pattern.hpp regular expressions over entry names (select, drop, rename, load_options::only)
 /// - ckpt/leaf.hpp        Eigen objects and scalars as entries
 /// - ckpt/ptree.hpp       run-time parameter trees
 /// - ckpt/named.hpp       walking and naming structures; the ckpt::fields customization point
@@ -28,6 +29,7 @@
 #include <ckpt/dtype.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
+#include <ckpt/name_pattern.hpp>
 #include <ckpt/leaf.hpp>
 #include <ckpt/leafwise.hpp>
 #include <ckpt/manager.hpp>

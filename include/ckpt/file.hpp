@@ -4,11 +4,13 @@
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/name_pattern.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,7 +36,17 @@ struct load_options {
   /// this reads the whole file once at load time. False trusts the file (the header rules still
   /// apply, those of the digest entry's form included). The data-only digests of earlier versions
   /// of ckpt (`ckpt.xxh3_64_per_mib`, `ckpt.xxh3_64`) are never checked.
+  /// Not checked by a load of part of a file (`only`): the digest covers the whole file.
   bool verify_digest = true;
+  /// If set, only the entries whose names it matches are loaded: the result is
+  /// `select(load(path), *only)`, and the other entries' bytes are never read. For a file on
+  /// disk that saves little (only what is read is read); for an object in S3 it is what makes a
+  /// partial load cheap: the header comes by one ranged GET, then the selected entries by ranged
+  /// GETs in parallel (neighbours within 1 MiB fetched together), and nothing else is fetched.
+  /// The header's rules apply to every entry; the file's digest, which covers every byte, is not
+  /// checked. Every layout `load` opens takes it (a `torch.save` file, read whole, is selected
+  /// after reading).
+  std::optional<name_pattern> only = {};
   /// If set, called on the loading thread while a digest is verified, with the bytes of the data
   /// section hashed so far and their total: after each 64 MiB the loading thread hashes (a helper
   /// thread hashes the second half of a file of 8 MiB or more at the same time; the count

@@ -286,7 +286,7 @@ checkpoint load_step(MPI_Comm comm, const ckpt::detail::folder_handle& run, std:
     const ckpt::detail::file_descriptor fd = dir->open_to_read(index_file_name, info);
     by_shard = ckpt::detail::read_weight_map(fd.get(), index);
     hashes.resize(by_shard.size());
-    if (options.verify_digest) {
+    if (ckpt::detail::checks_digest(options)) {
       std::size_t k = 0;
       for (const auto& [shard, names] : by_shard) {
         if (k % static_cast<std::size_t>(size) == static_cast<std::size_t>(rank))
@@ -358,7 +358,7 @@ checkpoint load(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t
     open_error = std::current_exception();
   }
   detail::settle(comm, open_error, folder, "load of step " + std::to_string(step));
-  return detail::load_step(comm, run, step, options, nullptr);
+  return ckpt::detail::chosen(detail::load_step(comm, run, step, options, nullptr), options);
 }
 
 }  // namespace ckpt::mpi

@@ -8,6 +8,7 @@
 #include <boost/property_tree/xml_parser.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -173,8 +174,9 @@ struct transfer {
   std::string* body;
   std::size_t* sunk;
   std::string* etag;
-  std::uint64_t* received;
 };
+
+std::atomic<std::uint64_t> received_by_process{0};
 
 std::size_t on_read(char* buffer, std::size_t size, std::size_t count, void* user) {
   auto& t = *static_cast<transfer*>(user);
@@ -203,7 +205,7 @@ std::size_t on_header(char* buffer, std::size_t size, std::size_t count, void* u
 std::size_t on_write(char* buffer, std::size_t size, std::size_t count, void* user) {
   auto& t = *static_cast<transfer*>(user);
   const std::size_t n = size * count;
-  *t.received += n;
+  received_by_process.fetch_add(n, std::memory_order_relaxed);
   long status = 0;
   curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
   if (t.sink.data() == nullptr || !is_success(status)) {
@@ -272,7 +274,7 @@ client::response client::try_once(const request& r) {
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
 
   response out;
-  transfer t{easy, r.body, 0, r.sink, r.offset, r.ranged, false, &out.body, &out.sunk, &out.etag, &received_};
+  transfer t{easy, r.body, 0, r.sink, r.offset, r.ranged, false, &out.body, &out.sunk, &out.etag};
   curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_write);
@@ -493,5 +495,7 @@ std::vector<upload_info> client::uploads(const std::string& bucket, const std::s
   }
   return found;
 }
+
+std::uint64_t bytes_received() noexcept { return received_by_process.load(std::memory_order_relaxed); }
 
 }  // namespace ckpt::detail::s3

@@ -113,9 +113,6 @@ class client {
   // The uploads started and neither completed nor aborted, of keys starting with `prefix`.
   std::vector<upload_info> uploads(const std::string& bucket, const std::string& prefix);
 
-  // Every request and its tries, for tests: the bytes of response bodies received.
-  [[nodiscard]] std::uint64_t bytes_received() const noexcept { return received_; }
-
  private:
   struct request;
   struct response;
@@ -125,7 +122,10 @@ class client {
   config config_;
   struct curl_handle;
   std::unique_ptr<curl_handle> curl_;
-  std::uint64_t received_ = 0;
 };
+
+// The bytes of response bodies every client of this process has received, over every request and
+// its tries: what the servers sent (for tests, and the bench's count of a partial load's bytes).
+[[nodiscard]] std::uint64_t bytes_received() noexcept;
 
 }  // namespace ckpt::detail::s3

@@ -5,6 +5,8 @@
 #include "../by_content.hpp"
 #include "../file.hpp"
 #include "../remote.hpp"
+#include "../safetensors.hpp"
+#include "../torch.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -157,40 +159,65 @@ void upload::commit() {
   committed_ = true;
 }
 
-std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
-                                      transfer_options options) {
-  client first(settings);
-  const std::optional<object_info> info = first.head(o);
-  if (!info) throw remote_error(o.url(), "HEAD", 404, "NoSuchKey", "no such object");
-  size = static_cast<std::size_t>(info->size);
-  auto bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(size, 1));
-  const std::size_t part = std::max<std::size_t>(options.part_bytes, 1);
-  const std::size_t parts = (size + part - 1) / part;
+void fetch(const config& settings, client& first, const object& o, std::span<const piece> pieces, int threads) {
   std::atomic<std::size_t> next{0};
   std::mutex mutex;
   std::exception_ptr failure;
-  const auto fetch = [&](client& c) {
-    for (std::size_t k = next++; k < parts; k = next++) {
-      const std::size_t at = k * part, n = std::min(part, size - at);
+  const auto work = [&](client& c) {
+    for (std::size_t k = next++; k < pieces.size(); k = next++) {
+      const piece& p = pieces[k];
       try {
-        if (c.get(o, at, {bytes.get() + at, n}) != n)
+        if (c.get(o, p.offset, p.out) != p.out.size())
           throw remote_error(o.url(), "GET", 206, "", "the object is shorter than its size: it changed during the read");
       } catch (...) {
         const std::lock_guard lock(mutex);
         if (!failure) failure = std::current_exception();
-        next = parts;
+        next = pieces.size();
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < std::min<int>(options.threads, static_cast<int>(parts)); ++i)
-    threads.emplace_back([&] {
+  std::vector<std::thread> helpers;
+  for (std::size_t i = 1; i < std::min(static_cast<std::size_t>(std::max(threads, 1)), pieces.size()); ++i)
+    helpers.emplace_back([&] {
       client c(settings);
-      fetch(c);
+      work(c);
     });
-  fetch(first);
-  for (std::thread& t : threads) t.join();
+  work(first);
+  for (std::thread& t : helpers) t.join();
   if (failure) std::rethrow_exception(failure);
+}
+
+std::uint64_t size_of(client& c, const object& o) {
+  const std::optional<object_info> info = c.head(o);
+  if (!info) throw remote_error(o.url(), "HEAD", 404, "NoSuchKey", "no such object");
+  return info->size;
+}
+
+std::vector<std::byte> read_head(client& c, const object& o) {
+  // 64 KiB hold the length and the header of files of up to some 600 entries.
+  constexpr std::size_t first_read = std::size_t{64} << 10;
+  std::vector<std::byte> head(first_read);
+  head.resize(c.get(o, 0, head));
+  std::uint64_t length = 0;
+  if (head.size() < 8 || looks_like_torch(head)) return head;
+  std::memcpy(&length, head.data(), sizeof length);
+  if (head.size() == first_read && length <= max_header_size && 8 + length > head.size()) {
+    const std::size_t had = head.size();
+    head.resize(static_cast<std::size_t>(8 + length));
+    head.resize(had + c.get(o, had, std::span(head).subspan(had)));
+  }
+  return head;
+}
+
+std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
+                                      transfer_options options) {
+  client first(settings);
+  size = static_cast<std::size_t>(size_of(first, o));
+  auto bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(size, 1));
+  const std::size_t part = std::max<std::size_t>(options.part_bytes, 1);
+  std::vector<piece> pieces;
+  for (std::size_t at = 0; at < size; at += part) pieces.push_back({at, {bytes.get() + at, std::min(part, size - at)}});
+  fetch(settings, first, o, pieces, options.threads);
   return bytes;
 }
 
@@ -205,9 +232,79 @@ void save_remote(const std::filesystem::path& url, std::span<const entry_source>
   out.commit();
 }
 
+namespace {
+
+// Entries whose bytes lie within this many bytes of each other are fetched by one ranged GET:
+// about what a request costs in time on a fast link, so that a selection of many small
+// neighbouring entries is a few requests, not one each.
+constexpr std::uint64_t coalesce_gap = std::uint64_t{1} << 20;
+
+// The safetensors object `o` of `size` bytes, whose first bytes `head` holds (read_head), with
+// only the entries `options.only` matches: their bytes by ranged GETs in parallel, neighbours
+// coalesced, into memory the checkpoint owns.
+checkpoint load_chosen(const s3::config& settings, s3::client& c, const s3::object& o, std::uint64_t size,
+                       std::span<const std::byte> head, const std::filesystem::path& url, const load_options& options) {
+  file_layout layout = parse_layout(head, size, url, options.skipped);
+  std::vector<file_layout::entry*> chosen;
+  for (file_layout::entry& e : layout.entries)
+    if (options.only->matches(e.name)) chosen.push_back(&e);
+  std::ranges::sort(chosen, {}, &file_layout::entry::begin);
+
+  // Runs of chosen entries fetched together, each placed in the buffer at an address with the
+  // file offset's place in a 64-byte line, so that an entry aligned in the file is aligned here.
+  struct run {
+    std::uint64_t begin, end;  // in the data section
+    std::size_t at;            // in the buffer
+  };
+  std::vector<run> runs;
+  std::size_t total = 0;
+  for (const file_layout::entry* e : chosen) {
+    if (e->begin == e->end) continue;
+    if (!runs.empty() && e->begin <= runs.back().end + coalesce_gap) {
+      runs.back().end = std::max(runs.back().end, e->end);
+      continue;
+    }
+    if (!runs.empty()) total += static_cast<std::size_t>(runs.back().end - runs.back().begin);
+    total = (total + 63) / 64 * 64 + static_cast<std::size_t>((layout.data_start + e->begin) % 64);
+    runs.push_back({e->begin, e->end, total});
+  }
+  if (!runs.empty()) total += static_cast<std::size_t>(runs.back().end - runs.back().begin);
+  const std::shared_ptr<std::byte[]> bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(total, 1));
+  std::vector<s3::piece> pieces;
+  const std::size_t part = s3::transfer_options{}.part_bytes;
+  for (const run& r : runs)
+    for (std::uint64_t at = r.begin; at < r.end; at += part)
+      pieces.push_back({layout.data_start + at, {bytes.get() + r.at + (at - r.begin),
+                                                 static_cast<std::size_t>(std::min<std::uint64_t>(part, r.end - at))}});
+  s3::fetch(settings, c, o, pieces, s3::transfer_options{}.threads);
+
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(chosen.size());
+  auto r = runs.begin();
+  for (file_layout::entry* e : chosen) {
+    while (r != runs.end() && r->end < e->end) ++r;
+    const std::span<const std::byte> data =
+        e->begin == e->end ? std::span<const std::byte>()
+                           : std::span<const std::byte>(bytes.get() + r->at + (e->begin - r->begin), e->end - e->begin);
+    entries.emplace_back(std::move(e->name), tensor::view_of(e->type, std::move(e->shape), data, bytes));
+  }
+  return checkpoint(std::move(entries), std::move(layout.metadata));
+}
+
+}  // namespace
+
 checkpoint load_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
+  const s3::config settings = s3::config::from_environment();
+  const s3::object o = s3::object::parse(url.native());
+  if (options.only) {
+    s3::client c(settings);
+    const std::uint64_t size = s3::size_of(c, o);
+    const std::vector<std::byte> head = s3::read_head(c, o);
+    // A torch.save file is read whole (its entries are found by unpickling, not by offsets).
+    if (!looks_like_torch(head)) return load_chosen(settings, c, o, size, head, url, options);
+  }
   std::size_t size = 0;
-  std::shared_ptr<std::byte[]> bytes = s3::download(s3::config::from_environment(), s3::object::parse(url.native()), size);
+  std::shared_ptr<std::byte[]> bytes = s3::download(settings, o, size);
   return parse_owned_by_content(std::move(bytes), size, url, options, torch);
 }
 

@@ -13,6 +13,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -79,6 +80,29 @@ class upload final : public byte_sink {
   std::vector<std::string> etags_;  // etags_[n - 1]: part n's
   std::vector<std::thread> senders_;
 };
+
+// Bytes [offset, offset + out.size()) of an object, into `out`.
+struct piece {
+  std::uint64_t offset = 0;
+  std::span<std::byte> out;
+};
+
+// Reads `pieces` of `o`, one ranged GET each, `threads` at once: `first` reads, and threads
+// with clients of their own from `settings` help.
+// \throws remote_error (the first that failed; the others stop), naming `o`; one if a piece
+// comes back short (the object changed meanwhile).
+void fetch(const config& settings, client& first, const object& o, std::span<const piece> pieces, int threads);
+
+// The size of `o`.
+// \throws remote_error (a missing object: HTTP 404).
+std::uint64_t size_of(client& c, const object& o);
+
+// The first bytes of the object `o` (a checkpoint file): its first 64 KiB, and as much more as
+// the header needs when they begin with a safetensors length within the format's limit (not for
+// a torch.save zip): one ranged GET for most files, two for headers of more than some 600
+// entries. Fewer bytes if the object is shorter; the header's rules are the parser's to check.
+// \throws remote_error.
+std::vector<std::byte> read_head(client& c, const object& o);
 
 // The whole object `o`, read by ranged GETs of `options.part_bytes`, `options.threads` at once,
 // into memory the result owns; its size in `size`.

@@ -129,22 +129,10 @@ class remote_run final : public manager_state {
     out.commit();
   }
 
-  // The metadata of the step file `name`, from its header alone (two ranged reads).
+  // The metadata of the step file `name`, from its header alone (read_head: one ranged read).
   metadata_map metadata_of(const std::string& name) {
     const object o = key(name);
-    std::byte length[8];
-    if (client_.get(o, 0, length) != sizeof length)
-      throw format_error(o.url(), "the file has fewer than the 8 bytes of the header length");
-    std::uint64_t n = 0;
-    std::memcpy(&n, length, sizeof n);
-    if (n > max_header_size)
-      throw format_error(o.url(), "the header length " + std::to_string(n) + " exceeds the limit of " +
-                                      std::to_string(max_header_size) + " bytes");
-    std::vector<std::byte> head(8 + static_cast<std::size_t>(n));
-    std::memcpy(head.data(), length, sizeof length);
-    const std::size_t got = client_.get(o, 8, std::span(head).subspan(8));
-    head.resize(8 + got);
-    return header_metadata(head, o.url());
+    return header_metadata(read_head(client_, o), o.url());
   }
 
   // The run's objects, for the core's set-aside (a server-side copy, then the delete) and removal.

@@ -131,6 +131,73 @@ BOOST_AUTO_TEST_CASE(a_changed_object_fails_its_digest) {
   BOOST_CHECK_NO_THROW(static_cast<void>(ckpt::load(url, {.verify_digest = false})));
 }
 
+// A load of chosen entries (load_options::only) fetches the header and those entries' bytes, and
+// nothing else: counted as the bytes the server sent to this process. The model's l1.w is 10 MiB
+// of the file; the others are small.
+BOOST_AUTO_TEST_CASE(a_partial_load_fetches_the_header_and_the_chosen_entries_only) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/model.safetensors";
+  const model m = make_model(40'000, 3.0f);
+  ckpt::save(url, {{m, "model"}}, {{"step", "9"}}, {.digest = true});
+  const std::uint64_t size = c.head(s3::object::parse(url))->size;
+  const ckpt::checkpoint whole = ckpt::load(url);
+  // The header is well under 64 KiB: the first ranged GET, of at most 64 KiB, holds it.
+  const std::uint64_t first_read = std::min<std::uint64_t>(size, 64 * 1024);
+
+  // One tensor: l2.w, 3 x 40,000 floats (469 KiB) at the end of the file.
+  std::uint64_t before = s3::bytes_received();
+  ckpt::checkpoint part = ckpt::load(url, {.only = ckpt::name_pattern(R"(^model\.l2\.w$)")});
+  std::uint64_t fetched = s3::bytes_received() - before;
+  BOOST_TEST(part.size() == 1u);
+  BOOST_TEST((part.get("model.l2.w") == whole.get("model.l2.w")));
+  BOOST_TEST(part.metadata().at("step") == "9");
+  BOOST_TEST(fetched == first_read + whole.get("model.l2.w").nbytes());
+  BOOST_TEST(fetched * 10 < size);
+
+  // Two entries 10 MiB apart (the biases): two ranged GETs, not the 10 MiB between them.
+  before = s3::bytes_received();
+  part = ckpt::load(url, {.only = ckpt::name_pattern(R"(\.b$)")});
+  fetched = s3::bytes_received() - before;
+  BOOST_TEST(part.size() == 2u);
+  BOOST_TEST((part.get("model.l1.b") == whole.get("model.l1.b")));
+  BOOST_TEST((part.get("model.l2.b") == whole.get("model.l2.b")));
+  BOOST_TEST(fetched <= first_read + whole.get("model.l1.b").nbytes() + whole.get("model.l2.b").nbytes());
+  model back = make_model(40'000, 0.0f);
+  static_cast<void>(ckpt::read_params(part, {{back.l1.b, "model.l1.b"}, {back.l2.b, "model.l2.b"}}));
+  BOOST_TEST(back.l1.b == m.l1.b);
+  BOOST_TEST(back.l2.b == m.l2.b);
+
+  // Nothing chosen: the first read only.
+  before = s3::bytes_received();
+  BOOST_TEST(ckpt::load(url, {.only = ckpt::name_pattern("^none$")}).empty());
+  BOOST_TEST(s3::bytes_received() - before == first_read);
+
+  // A header longer than the first read: fetched in a second GET, and still nothing else. 5,000
+  // entries of 1 KiB give a header of some 300 KiB before 5 MiB of data.
+  std::vector<ckpt::checkpoint::entry> many;
+  for (int i = 0; i < 5000; ++i)
+    many.emplace_back("e" + std::to_string(10000 + i),
+                      ckpt::of_params(Eigen::VectorXf::Constant(256, static_cast<float>(i)).eval(), "x").get("x"));
+  const std::string many_url = "s3://" + bucket + "/many.safetensors";
+  ckpt::save(many_url, ckpt::checkpoint(std::move(many)));
+  before = s3::bytes_received();
+  part = ckpt::load(many_url, {.only = ckpt::name_pattern("^e12345$")});
+  fetched = s3::bytes_received() - before;
+  BOOST_TEST(part.size() == 1u);
+  BOOST_TEST(part.get("e12345").as<float>()[255] == 2345.0f);
+  const std::uint64_t many_size = c.head(s3::object::parse(many_url))->size;
+  BOOST_TEST(fetched > 64u * 1024);
+  BOOST_TEST(fetched * 10 < many_size);
+
+  // A damaged header is a format_error naming the object, as for a whole load.
+  std::string bad = c.get(s3::object::parse(url));
+  bad.resize(4096);
+  c.put(s3::object::parse(url), std::as_bytes(std::span(bad)));
+  BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(url, {.only = ckpt::name_pattern("w")})), ckpt::format_error,
+                        [&](const ckpt::format_error& e) { return std::string(e.what()).find(url) != std::string::npos; });
+}
+
 BOOST_AUTO_TEST_CASE(errors_name_the_object) {
   s3::client c(use_server());
   const std::string bucket = fresh_bucket(c);
@@ -338,6 +405,45 @@ BOOST_AUTO_TEST_CASE(a_manager_keeps_its_run_in_a_bucket) {
   ckpt::checkpoint_manager reader(url, {.read_only = true});
   BOOST_TEST(reader.steps() == (std::vector<std::int64_t>{2}), boost::test_tools::per_element());
   BOOST_TEST(c.uploads(bucket, "runs/a/").size() == 1u);
+}
+
+// A resume that cannot reach the store fails: it never takes the newest step for damaged, sets
+// it aside or falls back to an older one. The run's listing comes back (steps 10 and 20), every
+// read of a step is a 503 (after the client's retries); the manager writes nothing to the bucket.
+BOOST_AUTO_TEST_CASE(a_network_failure_during_a_resume_is_an_error_not_damage) {
+  using ckpt_s3_test::answer;
+  using ckpt_s3_test::s3_error;
+  const auto listing = [](const std::string& keys) {
+    return answer(200, "OK",
+                  "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><IsTruncated>false</IsTruncated>" + keys +
+                      "</ListBucketResult>");
+  };
+  const std::string steps = "<Contents><Key>run/ckpt-0000000010.safetensors</Key><Size>1000</Size></Contents>"
+                            "<Contents><Key>run/ckpt-0000000020.safetensors</Key><Size>1000</Size></Contents>";
+  ckpt_s3_test::scripted_server server([&](const std::string& head) {
+    const std::string line = head.substr(0, head.find("\r\n"));
+    if (line.starts_with("GET /bucket/?") && line.find("uploads") != std::string::npos)
+      return answer(200, "OK", "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>");
+    if (line.starts_with("GET /bucket/?") && line.find("list-type=2") != std::string::npos) return listing(steps);
+    if (line.starts_with("HEAD ") || line.starts_with("GET "))
+      return answer(503, "Service Unavailable", s3_error("ServiceUnavailable", "Please try again."));
+    return answer(200, "OK", "");
+  });
+  ::setenv("AWS_ENDPOINT_URL", server.endpoint().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+  ckpt::checkpoint_manager manager("s3://bucket/run");
+  BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{10, 20}));
+  BOOST_CHECK_EXCEPTION(static_cast<void>(manager.load_latest()), ckpt::remote_error,
+                        [](const ckpt::remote_error& e) { return e.status() == 503; });
+  BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{10, 20}));
+  for (const ckpt::checkpoint_manager::step_status& s : manager.status())
+    BOOST_TEST((s.state != ckpt::checkpoint_manager::step_state::damaged));
+  for (const std::string& line : server.request_lines()) {
+    BOOST_TEST_INFO(line);
+    BOOST_TEST((line.starts_with("GET ") || line.starts_with("HEAD ")));
+    BOOST_TEST(line.find("ckpt-0000000010") == std::string::npos);  // never fell back to step 10
+  }
 }
 
 BOOST_AUTO_TEST_CASE(keep_best_reads_only_the_headers_of_a_runs_steps) {

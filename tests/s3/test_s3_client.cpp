@@ -8,17 +8,11 @@
 #include "local_server.hpp"
 #include "s3/client.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace s3 = ckpt::detail::s3;
@@ -125,9 +119,9 @@ BOOST_AUTO_TEST_CASE(objects_round_trip_with_ranges) {
 
   // A range in the middle: those bytes, and only those, come over the wire.
   std::vector<std::byte> middle(1000);
-  const std::uint64_t before = c.bytes_received();
+  const std::uint64_t before = s3::bytes_received();
   BOOST_TEST(c.get(o, 123456, middle) == 1000u);
-  BOOST_TEST(c.bytes_received() - before == 1000u);
+  BOOST_TEST(s3::bytes_received() - before == 1000u);
   BOOST_TEST(text(middle) == text(std::span(bytes).subspan(123456, 1000)));
   // A range past the end is cut short; one that starts at the end is empty.
   std::vector<std::byte> tail(100);
@@ -213,66 +207,9 @@ BOOST_AUTO_TEST_CASE(refusals_name_the_url_and_quote_the_server) {
 
 namespace {
 
-// An HTTP server on 127.0.0.1 that answers each request with the next of `answers` (a status
-// line, headers and body, written as they are), or closes the connection without an answer
-// where an answer is empty; it counts the requests.
-class scripted_server {
- public:
-  explicit scripted_server(std::vector<std::string> answers) : answers_(std::move(answers)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    BOOST_TEST_REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-    BOOST_TEST_REQUIRE(::listen(listener_, 8) == 0);
-    socklen_t length = sizeof address;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
-    port_ = ntohs(address.sin_port);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~scripted_server() {
-    ::shutdown(listener_, SHUT_RDWR);
-    ::close(listener_);
-    thread_.join();
-  }
-  [[nodiscard]] std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  [[nodiscard]] int requests() const { return requests_; }
-
- private:
-  void serve() {
-    for (const std::string& answer : answers_) {
-      const int connection = ::accept(listener_, nullptr, nullptr);
-      if (connection < 0) return;
-      // The request's head (the tests send no bodies).
-      std::string head;
-      char buffer[4096];
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t n = ::read(connection, buffer, sizeof buffer);
-        if (n <= 0) break;
-        head.append(buffer, static_cast<std::size_t>(n));
-      }
-      ++requests_;
-      if (!answer.empty()) static_cast<void>(::write(connection, answer.data(), answer.size()));
-      ::close(connection);
-    }
-  }
-
-  std::vector<std::string> answers_;
-  int listener_ = -1;
-  int port_ = 0;
-  std::atomic<int> requests_{0};
-  std::thread thread_;
-};
-
-std::string answer(int status, const std::string& reason, const std::string& body) {
-  return "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\nConnection: close\r\n\r\n" + body;
-}
-
-std::string s3_error(const std::string& code, const std::string& message) {
-  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>" + code + "</Code><Message>" + message +
-         "</Message></Error>";
-}
+using ckpt_s3_test::answer;
+using ckpt_s3_test::s3_error;
+using ckpt_s3_test::scripted_server;
 
 s3::config scripted(const scripted_server& s, int attempts) {
   s3::config c;
