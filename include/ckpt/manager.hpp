@@ -79,7 +79,11 @@ class manager_state;  // src/manager_core.hpp
 /// `<name>.damaged` by a server-side copy and a delete, `load_latest` past them; a network error
 /// is an error, never damage). Opening a writing manager aborts the incomplete uploads of its own
 /// step objects (a killed writer's). A bucket has no lock: only one writer may use a run's prefix,
-/// which is the caller's to ensure. `path_of` gives the step's `s3://` URL.
+/// which is the caller's to ensure; a step is still never overwritten, a save finding its step's
+/// object there (another writer's) throwing `io_error` (`std::errc::file_exists`): the commit is
+/// a conditional write (`If-None-Match: *`) where the store has them (AWS S3, MinIO, R2), a look
+/// before the write, which a writer in between can race, where it has not (Swift's s3api).
+/// `path_of` gives the step's `s3://` URL.
 ///
 /// **Saving a step again.** A saved step is never rewritten: `save` and `save_async` refuse a
 /// step that is not newer than `latest_step()`. So a reader (a tool listing the folder, another

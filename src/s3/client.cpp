@@ -331,10 +331,13 @@ client::response client::perform(const request& r) {
           break;
       }
     } else {
-      // A status that is not a failure that may pass is the caller's to take or refuse.
-      if (out.status < 500 && out.status != 429 && out.status != 400) return out;
+      // A status that is not a failure that may pass is the caller's to take or refuse; so are 501
+      // and 505, a feature the server lacks (conditional writes, on Swift's s3api), which no retry
+      // brings.
+      const bool server_failure = out.status >= 500 && out.status != 501 && out.status != 505;
+      if (!server_failure && out.status != 429 && out.status != 400) return out;
       if (!out.body.empty()) std::tie(code, message) = error_in(out.body);
-      may_pass = out.status >= 500 || out.status == 429 || code == "SlowDown" || code == "RequestTimeout" ||
+      may_pass = server_failure || out.status == 429 || code == "SlowDown" || code == "RequestTimeout" ||
                  code == "InternalError" || code == "ServiceUnavailable";
       if (!may_pass) return out;
     }
@@ -456,18 +459,23 @@ std::string client::upload_part(const object& o, const std::string& upload_id, i
   return out.etag;
 }
 
-void client::complete_upload(const object& o, const std::string& upload_id, const std::vector<std::string>& etags) {
+bool client::complete_upload(const object& o, const std::string& upload_id, const std::vector<std::string>& etags,
+                             bool if_absent) {
   std::string xml = "<CompleteMultipartUpload>";
   for (std::size_t i = 0; i < etags.size(); ++i)
     xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
   xml += "</CompleteMultipartUpload>";
-  const response out = perform({.method = "POST",
-                                .target = o,
-                                .query = {{"uploadId", upload_id}},
-                                .headers = {"Content-Type: application/xml"},
-                                .body = std::as_bytes(std::span(xml))});
+  request r{.method = "POST",
+            .target = o,
+            .query = {{"uploadId", upload_id}},
+            .headers = {"Content-Type: application/xml"},
+            .body = std::as_bytes(std::span(xml))};
+  if (if_absent) r.headers.emplace_back("If-None-Match: *");
+  const response out = perform(r);
+  if (if_absent && out.status == 412) return false;
   // A 200 may still carry an error (S3 reports a failure that came late in the body).
   if (!is_success(out.status) || out.body.find("<Error>") != std::string::npos) refuse(o, "POST", out.status, out.body);
+  return true;
 }
 
 void client::abort_upload(const object& o, const std::string& upload_id) {

@@ -107,8 +107,10 @@ class client {
   std::string start_upload(const object& o);
   // Returns the part's ETag, for complete_upload.
   std::string upload_part(const object& o, const std::string& upload_id, int number, std::span<const std::byte> bytes);
-  // Makes the object of the parts, in order (`etags[i]` is part i + 1's).
-  void complete_upload(const object& o, const std::string& upload_id, const std::vector<std::string>& etags);
+  // Makes the object of the parts, in order (`etags[i]` is part i + 1's). With `if_absent`, only if
+  // no object is there (`If-None-Match: *`): false if one is (HTTP 412), the upload left open.
+  bool complete_upload(const object& o, const std::string& upload_id, const std::vector<std::string>& etags,
+                       bool if_absent = false);
   void abort_upload(const object& o, const std::string& upload_id);
   // The uploads started and neither completed nor aborted, of keys starting with `prefix`.
   std::vector<upload_info> uploads(const std::string& bucket, const std::string& prefix);

@@ -23,8 +23,8 @@ constexpr std::size_t min_part_bytes = std::size_t{5} << 20;
 
 }  // namespace
 
-upload::upload(config settings, object target, transfer_options options)
-    : config_(std::move(settings)), target_(std::move(target)), options_(options), client_(config_) {
+upload::upload(config settings, object target, transfer_options options, existing rule)
+    : config_(std::move(settings)), target_(std::move(target)), options_(options), rule_(rule), client_(config_) {
   options_.part_bytes = std::max(options_.part_bytes, min_part_bytes);
   options_.threads = std::max(options_.threads, 1);
 }
@@ -138,12 +138,27 @@ void upload::truncate(off_t size) {
     throw std::logic_error("ckpt: s3: '" + target_.url() + "': an upload cannot be cut");
 }
 
-void upload::commit() {
-  if (upload_id_.empty() && filling_.empty()) {  // one part: one PUT
-    client_.put(target_, first_);
-    committed_ = true;
-    return;
+bool upload::commit() {
+  std::vector<std::string> etags;
+  const bool one_part = upload_id_.empty() && filling_.empty();  // one PUT
+  if (!one_part) send_parts(etags);
+  const auto write = [&](bool if_absent) {
+    return one_part ? client_.put(target_, first_, if_absent) : client_.complete_upload(target_, upload_id_, etags, if_absent);
+  };
+  if (rule_ == existing::replaced) {
+    committed_ = write(false);
+  } else {
+    try {
+      committed_ = write(true);
+    } catch (const remote_error& e) {
+      if (e.status() != 501) throw;
+      committed_ = !client_.head(target_) && write(false);
+    }
   }
+  return committed_;
+}
+
+void upload::send_parts(std::vector<std::string>& etags) {
   if (!filling_.empty()) submit();
   // Every part sent, then the first, then the object.
   {
@@ -152,11 +167,9 @@ void upload::commit() {
     if (failure_) std::rethrow_exception(failure_);
   }
   const std::string first = client_.upload_part(target_, upload_id_, 1, first_);
-  std::vector<std::string> etags = etags_;
+  etags = etags_;
   etags.resize(static_cast<std::size_t>(next_number_ - 1));
   etags[0] = first;
-  client_.complete_upload(target_, upload_id_, etags);
-  committed_ = true;
 }
 
 void fetch(const config& settings, client& first, const object& o, std::span<const piece> pieces, int threads) {
@@ -229,7 +242,7 @@ void save_remote(const std::filesystem::path& url, std::span<const entry_source>
                  const save_options& options) {
   s3::upload out(s3::config::from_environment(), s3::object::parse(url.native()));
   write_file(out, entries, metadata, options);
-  out.commit();
+  static_cast<void>(out.commit());
 }
 
 namespace {

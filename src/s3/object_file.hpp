@@ -36,7 +36,10 @@ struct transfer_options {
 // Dropped without a commit, or after a failure, the upload is aborted: no object, no parts kept.
 class upload final : public byte_sink {
  public:
-  upload(config settings, object target, transfer_options options = {});
+  // Whether the commit may replace an object at the target.
+  enum class existing { replaced, kept };
+
+  upload(config settings, object target, transfer_options options = {}, existing rule = existing::replaced);
   upload(const upload&) = delete;
   upload& operator=(const upload&) = delete;
   ~upload() override;
@@ -46,13 +49,17 @@ class upload final : public byte_sink {
   // Only within the first part (or the part being filled).
   void write_at(std::string_view text, off_t offset) override;
   void truncate(off_t size) override;  // the file is as long as what was written: a check
-  // Sends what is left and completes the upload.
+  // Sends what is left and completes the upload: true once the object is there. With
+  // `existing::kept`, false, and no object written, if one is there already: a conditional write
+  // (`If-None-Match: *`) where the server has them (AWS S3, MinIO, R2); where it answers that it
+  // has none (HTTP 501: Swift's s3api), a HEAD first, which a writer between the two can race.
   // \throws remote_error.
-  void commit();
+  bool commit();
 
  private:
   void add(const std::byte* bytes, std::size_t n);
   void submit();           // sends `filling_` as the next part
+  void send_parts(std::vector<std::string>& etags);  // every part, the first last; their ETags
   void work();             // a sender thread
   void rethrow_failure();  // the first sender's failure, if any
   void stop() noexcept;
@@ -60,6 +67,7 @@ class upload final : public byte_sink {
   config config_;
   object target_;
   transfer_options options_;
+  existing rule_;
   client client_;  // this thread's: the upload's start, its first part, its end
   std::string upload_id_;
   std::vector<std::byte> first_, filling_;

@@ -122,11 +122,18 @@ class remote_run final : public manager_state {
   [[nodiscard]] object key(const std::string& name) const { return {run_.bucket, prefix_ + name}; }
   [[nodiscard]] std::filesystem::path url_of(const std::string& name) const { return key(name).url(); }
 
-  // Writes the step file `name` (its own client: the background thread's or this one's turn).
+  // Writes the step file `name` (its own client: the background thread's or this one's turn),
+  // never over an object there: another writer of the run may have committed the step since this
+  // manager listed it (see upload::commit for how far a server without conditional writes
+  // guarantees it).
   void upload(const std::string& name, const std::vector<entry_source>& entries, const metadata_map& metadata) const {
-    s3::upload out(settings_, key(name));
+    s3::upload out(settings_, key(name), {}, s3::upload::existing::kept);
     write_file(out, entries, metadata, save_options{.digest = core.options().digest});
-    out.commit();
+    if (!out.commit())
+      throw io_error(url_of(name),
+                     "commit the step (another writer of the run committed it since this manager listed the run: a "
+                     "step is never overwritten) at",
+                     std::make_error_code(std::errc::file_exists));
   }
 
   // The metadata of the step file `name`, from its header alone (read_head: one ranged read).

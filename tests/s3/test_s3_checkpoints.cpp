@@ -446,6 +446,57 @@ BOOST_AUTO_TEST_CASE(a_network_failure_during_a_resume_is_an_error_not_damage) {
   }
 }
 
+// A bucket has no lock: a second writer of a run may commit a step after this manager listed the
+// run. The manager never overwrites it, in one PUT (a small step) or a multipart upload (10 MiB):
+// Swift's s3api has no conditional writes (501), so the manager looks first.
+BOOST_AUTO_TEST_CASE(a_manager_never_overwrites_a_step_another_writer_committed) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/runs/a";
+  ckpt::checkpoint_manager manager(url);
+  for (const Eigen::Index hidden : {Eigen::Index{16}, Eigen::Index{40'000}}) {
+    const std::int64_t step = hidden;
+    const s3::object theirs{bucket, "runs/a/ckpt-00000" + std::to_string(100000 + step).substr(1) + ".safetensors"};
+    BOOST_TEST_REQUIRE(fs::path(theirs.url()) == manager.path_of(step));
+    const std::string other = "another writer's step";
+    c.put(theirs, std::as_bytes(std::span(other)));
+    std::string message;
+    try {
+      manager.save(step, {{make_model(hidden, 1.0f), "model"}}, {}, true);
+    } catch (const ckpt::io_error& e) {
+      message = e.what();
+    }
+    BOOST_TEST(message == "ckpt: cannot commit the step (another writer of the run committed it since this manager listed "
+                          "the run: a step is never overwritten) at '" + theirs.url() + "': File exists");
+    BOOST_TEST(c.get(theirs) == other);
+    BOOST_TEST(c.uploads(bucket, "runs/a/").empty());
+  }
+}
+
+// Where the server has conditional writes, the commit is one: `If-None-Match: *`, and a 412 is
+// the step found there (a scripted server that refuses any PUT that asks so).
+BOOST_AUTO_TEST_CASE(a_managers_commit_is_a_conditional_write) {
+  using ckpt_s3_test::answer;
+  ckpt_s3_test::scripted_server server([](const std::string& head) {
+    const std::string line = head.substr(0, head.find("\r\n"));
+    if (line.find("uploads") != std::string::npos)
+      return answer(200, "OK", "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>");
+    if (line.find("list-type=2") != std::string::npos)
+      return answer(200, "OK", "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
+    if (line.starts_with("PUT ") && head.find("\r\nIf-None-Match: *\r\n") != std::string::npos)
+      return answer(412, "Precondition Failed",
+                    ckpt_s3_test::s3_error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold"));
+    return answer(200, "OK", "");
+  });
+  ::setenv("AWS_ENDPOINT_URL", server.endpoint().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+  ckpt::checkpoint_manager manager("s3://bucket/run");
+  BOOST_CHECK_EXCEPTION(manager.save(1, {{make_model(16, 1.0f), "model"}}, {}, true), ckpt::io_error,
+                        [](const ckpt::io_error& e) { return e.code() == std::errc::file_exists; });
+  BOOST_TEST(manager.steps().empty());
+}
+
 BOOST_AUTO_TEST_CASE(keep_best_reads_only_the_headers_of_a_runs_steps) {
   s3::client c(use_server());
   const std::string bucket = fresh_bucket(c);

@@ -254,6 +254,15 @@ BOOST_AUTO_TEST_CASE(failures_that_may_pass_are_retried_with_a_bound) {
     BOOST_TEST(s.requests() == 1);
   }
   {
+    // 501, a feature the server lacks (Swift's answer to a conditional write): no retry brings it.
+    scripted_server s({answer(501, "Not Implemented", s3_error("NotImplemented", "A header you provided implies functionality that is not implemented")),
+                       answer(200, "OK", "")});
+    s3::client c(scripted(s, 6));
+    const s3::remote_error e = failure_of([&] { static_cast<void>(c.put({"bucket", "key"}, {}, /*if_absent=*/true)); });
+    BOOST_TEST(e.status() == 501);
+    BOOST_TEST(s.requests() == 1);
+  }
+  {
     // Nobody listening: the transport's error, after the tries.
     s3::config c;
     c.endpoint = "http://127.0.0.1:1";
