@@ -19,11 +19,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace s3 = ckpt::detail::s3;
 namespace fs = std::filesystem;
@@ -196,6 +198,46 @@ BOOST_AUTO_TEST_CASE(a_partial_load_fetches_the_header_and_the_chosen_entries_on
   c.put(s3::object::parse(url), std::as_bytes(std::span(bad)));
   BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(url, {.only = ckpt::name_pattern("w")})), ckpt::format_error,
                         [&](const ckpt::format_error& e) { return std::string(e.what()).find(url) != std::string::npos; });
+}
+
+// The size of a real step: 1 GiB (256 F32 layers of 1024 x 1024, 4 MiB each) up as a multipart
+// upload of 128 parts, two of its layers loaded by ranged GETs (the bytes counted), then the whole
+// object, verified, back into fresh memory bit for bit. Its own CTest test, test_s3_large (label
+// `large`: left out of the sanitizer stage, where it would take minutes).
+BOOST_AUTO_TEST_CASE(a_1_gib_step_uploads_and_loads_in_part_and_whole) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/big.safetensors";
+  using layer = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  std::vector<layer> state(256, layer(1024, 1024));
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    state[i].setConstant(static_cast<float>(i));
+    state[i](static_cast<Eigen::Index>(i), 1023 - static_cast<Eigen::Index>(i)) = -1.0f;
+  }
+  ckpt::save(url, {{state, "layers"}}, {{"step", "1"}}, {.digest = true});
+  BOOST_TEST(c.uploads(bucket, "").empty());
+  const std::uint64_t size = c.head(s3::object::parse(url))->size;
+  BOOST_TEST(size > (std::uint64_t{1} << 30));
+
+  const std::uint64_t before = s3::bytes_received();
+  const ckpt::checkpoint part = ckpt::load(url, {.only = ckpt::name_pattern(R"(^layers\.(17|200)$)")});
+  BOOST_TEST(s3::bytes_received() - before == 64u * 1024 + 2 * (std::uint64_t{4} << 20));
+  BOOST_TEST(part.size() == 2u);
+  layer l17(1024, 1024), l200(1024, 1024);
+  static_cast<void>(ckpt::read_params(part, {{l17, "layers.17"}, {l200, "layers.200"}}));
+  BOOST_TEST((l17 == state[17]));
+  BOOST_TEST((l200 == state[200]));
+
+  {
+    std::vector<layer> back(256, layer(1024, 1024));
+    for (layer& l : back) l.setZero();
+    static_cast<void>(ckpt::read_params(ckpt::load(url, {.verify_digest = true}), {{back, "layers"}}));
+    bool same_bits = true;
+    for (std::size_t i = 0; i < state.size(); ++i)
+      same_bits = same_bits && std::memcmp(back[i].data(), state[i].data(), sizeof(float) << 20) == 0;
+    BOOST_TEST(same_bits);
+  }
+  c.remove(s3::object::parse(url));
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_object) {
