@@ -317,17 +317,25 @@ class index_handler : public unlimited_sax_handler {
   std::vector<entry_at> order_;
 };
 
+// An index lists names only; one larger than the format's header cap is no index.
+void check_index_size(std::uint64_t size, const std::filesystem::path& shown) {
+  if (size > max_header_size)
+    throw index_error(shown, "it is " + std::to_string(size) + " bytes, more than the " +
+                                 std::to_string(max_header_size) + " an index may have");
+}
+
+[[noreturn]] void not_json(const error_code& ec, const std::filesystem::path& shown) {
+  throw index_error(shown, "it is not JSON: " + ec.message());
+}
+
 }  // namespace
 
 shard_lists read_weight_map(int fd, const std::filesystem::path& shown) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) throw io_error(shown, "stat", last_error());
   if (!S_ISREG(info.st_mode)) throw index_error(shown, "it is not a regular file");
-  // An index lists names only; one larger than the format's header cap is no index.
   const auto size = static_cast<std::uint64_t>(info.st_size);
-  if (size > max_header_size)
-    throw index_error(shown, "it is " + std::to_string(size) + " bytes, more than the " +
-                                 std::to_string(max_header_size) + " an index may have");
+  check_index_size(size, shown);
 
   // The parser's defaults are JSON's rules (no comments, no trailing commas, valid UTF-8) and a
   // nesting depth of 32, which it keeps without recursing deeper.
@@ -345,7 +353,18 @@ shard_lists read_weight_map(int fd, const std::filesystem::path& shown) {
     if (got < wanted) break;
   }
   if (!ec) parser.write_some(false, nullptr, 0, ec);
-  if (ec) throw index_error(shown, "it is not JSON: " + ec.message());
+  if (ec) not_json(ec, shown);
+  return parser.handler().result();
+}
+
+shard_lists parse_weight_map(std::string_view text, const std::filesystem::path& shown) {
+  check_index_size(text.size(), shown);
+  boost::json::basic_parser<index_handler> parser(boost::json::parse_options{}, shown);
+  error_code ec;
+  const std::size_t used = parser.write_some(false, text.data(), text.size(), ec);
+  // After the document's value, nothing but spaces.
+  if (!ec && used < text.size()) ec = boost::json::error::extra_data;
+  if (ec) not_json(ec, shown);
   return parser.handler().result();
 }
 

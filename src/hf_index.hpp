@@ -58,6 +58,11 @@ bool is_plain_file_name(std::string_view name);
 std::map<std::string, std::vector<std::string>, std::less<>> read_weight_map(int fd,
                                                                              const std::filesystem::path& shown);
 
+/// The same, of an index's text already in memory (an object read from a bucket).
+/// \throws index_error as above.
+std::map<std::string, std::vector<std::string>, std::less<>> parse_weight_map(std::string_view text,
+                                                                              const std::filesystem::path& shown);
+
 /// The weight_map of the index file `index`, opened with open_to_read: read_weight_map(fd, index).
 /// \throws index_error naming `index` if it is not an index (see above); io_error if it cannot
 ///   be opened or read.

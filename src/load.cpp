@@ -78,8 +78,12 @@ checkpoint load_folder(const std::filesystem::path& folder, const load_options& 
 }
 
 checkpoint load_whole(const std::filesystem::path& path, const load_options& options, const torch_options& torch) {
-  if (detail::is_remote(path)) return detail::load_remote(path, options, torch);
   const std::string_view name(path.native());
+  if (detail::is_remote(path)) {
+    // An index in a bucket: its shards, objects beside it, each recognized by its content.
+    if (name.ends_with(".index.json")) return detail::load_sharded_by_content(path, options, torch);
+    return detail::load_remote(path, options, torch);
+  }
   if (name.ends_with(".index.json")) {
     if (name.ends_with(detail::safetensors_index_suffix)) return detail::load_sharded(path, options);
     return detail::load_sharded_by_content(path, options, torch);

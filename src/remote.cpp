@@ -21,6 +21,16 @@ void save_remote(const std::filesystem::path& url, std::span<const entry_source>
 }
 
 checkpoint load_remote(const std::filesystem::path& url, const load_options&, const torch_options&) { refuse_without_s3(url); }
+
+struct remote_folder::impl {};
+remote_folder::remote_folder(const std::filesystem::path& url) { refuse_without_s3(url); }
+remote_folder::~remote_folder() = default;
+// Unreachable: no remote_folder is ever made without S3 support.
+std::optional<std::string> remote_folder::read(const std::string&) { return std::nullopt; }
+void remote_folder::write(const std::string&, std::string_view) {}
+std::vector<std::string> remote_folder::names() { return {}; }
+void remote_folder::remove(const std::string&) {}
+std::filesystem::path remote_folder::path_of(const std::string& name) const { return name; }
 #endif
 
 }  // namespace ckpt::detail

@@ -14,6 +14,7 @@
 #include "io_hooks.hpp"
 #include "posix_file.hpp"
 #include "file.hpp"
+#include "remote.hpp"
 #include "safetensors.hpp"
 #include "sharded.hpp"
 #include "utf8.hpp"
@@ -172,7 +173,6 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
     throw std::invalid_argument("ckpt: save_sharded: the base name '" + options.base_name +
                                 "' is not a plain file name part");
   static_cast<void>(python_json_string(options.base_name));  // valid UTF-8, before anything is written
-  const detail::folder_handle held = detail::folder_handle::open(folder, /*create=*/true);
 
   // huggingface_hub's split_state_dict_into_shards_factory, in name order: an entry over the
   // limit is appended as a shard of its own at once; the others fill the current shard, which is
@@ -199,26 +199,54 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
 
   sharded_files files;
   files.index = folder / (options.base_name + std::string(safetensors_index_suffix));
+  const std::string index_name = files.index.filename().string();
   std::vector<std::pair<std::string, std::string>> weight_map;
   weight_map.reserve(t.size());
-  // Every shard is written into a staging folder first: a save that fails part-way (a name that
-  // is not UTF-8, a full disk) removes it and leaves the folder as it was.
-  staging_folder staging(held);
   std::vector<std::string> names;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const std::string name = shard_name(options.base_name, i + 1, groups.size());
     for (const auto& e : groups[i]) weight_map.emplace_back(e.first, name);
     files.shards.push_back(folder / name);
     names.push_back(name);
-    detail::save_to({staging.folder(), name}, checkpoint(std::move(groups[i]), t.metadata()), options.save);
   }
   // Sorted by name, as transformers' json.dumps(sort_keys=True) writes it.
   std::sort(weight_map.begin(), weight_map.end());
   const std::string index = detail::index_text(total_size, weight_map);
+  const auto is_stale = [&](const std::string& name) {
+    return is_shard_name(name, options.base_name) && std::ranges::find(names, name) == names.end();
+  };
+
+  if (detail::is_remote(folder)) {
+    // In a bucket each shard appears whole when its upload completes, and the index is written
+    // last, as on disk; a shard that replaces one of the previous save's removes that save's index
+    // first. There is no staging: a save that fails part-way leaves the shards it wrote (no index
+    // names them if the previous one had to go, else they are stale shards no index names).
+    detail::remote_folder out(folder);
+    const std::vector<std::string> present = out.names();
+    const auto there = [&](const std::string& name) { return std::ranges::find(present, name) != present.end(); };
+    if (std::ranges::any_of(names, there) && there(index_name)) out.remove(index_name);
+    for (std::size_t i = 0; i < groups.size(); ++i)
+      save(out.path_of(names[i]), checkpoint(std::move(groups[i]), t.metadata()), options.save);
+    out.write(index_name, index);
+    if (options.remove_stale_shards) {
+      try {
+        for (const std::string& name : present)
+          if (is_stale(name)) out.remove(name);
+      } catch (const error&) {  // best effort, as on disk
+      }
+    }
+    return files;
+  }
+
+  const detail::folder_handle held = detail::folder_handle::open(folder, /*create=*/true);
+  // Every shard is written into a staging folder first: a save that fails part-way (a name that
+  // is not UTF-8, a full disk) removes it and leaves the folder as it was.
+  staging_folder staging(held);
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    detail::save_to({staging.folder(), names[i]}, checkpoint(std::move(groups[i]), t.metadata()), options.save);
   // Then the shards move into place. If one replaces a shard of the previous save, that save's
   // index goes first: an interruption from here on leaves a folder without an index (which
   // `load` refuses), never an index naming shards of two saves.
-  const std::string index_name = files.index.filename().string();
   const bool replaces = std::ranges::any_of(names, [&](const std::string& name) { return held.status(name).has_value(); });
   if (replaces && ::unlinkat(held.fd(), index_name.c_str(), 0) != 0 && errno != ENOENT)
     throw io_error(files.index, "remove the previous index", last_error());
@@ -234,9 +262,7 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
     // only wasted space (no index names it).
     try {
       for (const std::string& name : held.names())
-        if (const auto info = held.status(name); info && !S_ISDIR(info->st_mode) &&
-                                                  is_shard_name(name, options.base_name) &&
-                                                  std::ranges::find(names, name) == names.end())
+        if (const auto info = held.status(name); info && !S_ISDIR(info->st_mode) && is_stale(name))
           static_cast<void>(held.remove(name));
     } catch (const error&) {
     }
@@ -276,19 +302,43 @@ checkpoint assemble_shards(const std::filesystem::path& index,
   return checkpoint(std::move(entries), std::move(metadata));
 }
 
+namespace {
+
+using shard_lists = std::map<std::string, std::vector<std::string>, std::less<>>;
+
+// The shards of `by_shard` that hold an entry `options.only` chooses, with those entries only;
+// all of them without `only`.
+shard_lists chosen_shards(shard_lists by_shard, const load_options& options) {
+  if (!options.only) return by_shard;
+  for (auto it = by_shard.begin(); it != by_shard.end();) {
+    std::erase_if(it->second, [&](const std::string& name) { return !options.only->matches(name); });
+    it = it->second.empty() ? by_shard.erase(it) : std::next(it);
+  }
+  return by_shard;
+}
+
+}  // namespace
+
 checkpoint load_sharded(const folder_handle& folder, std::string_view index, const load_options& options) {
   struct stat info {};
   const file_descriptor fd = folder.open_to_read(index, info);
   const std::filesystem::path shown = folder.path_of(index);
   // Entry names by shard, each shard loaded once, from the folder held.
-  return detail::assemble_shards(shown, detail::read_weight_map(fd.get(), shown), [&](const std::string& shard) {
-    return detail::load_file({folder, shard}, options);
-  });
+  return detail::assemble_shards(shown, chosen_shards(detail::read_weight_map(fd.get(), shown), options),
+                                 [&](const std::string& shard) { return detail::load_file({folder, shard}, options); });
 }
 
 checkpoint load_sharded_by_content(const std::filesystem::path& index, const load_options& options,
                                    const torch_options& torch) {
-  return assemble_shards(index, read_weight_map(index), [&](const std::string& shard) {
+  if (is_remote(index)) {
+    remote_folder folder(index.parent_path());
+    const std::optional<std::string> text = folder.read(index.filename().string());
+    if (!text) throw remote_error(index.string(), "GET", 404, "NoSuchKey", "no such object");
+    return assemble_shards(index, chosen_shards(parse_weight_map(*text, index), options), [&](const std::string& shard) {
+      return load_remote(folder.path_of(shard), options, torch);
+    });
+  }
+  return assemble_shards(index, chosen_shards(read_weight_map(index), options), [&](const std::string& shard) {
     return load_by_content(index.parent_path() / shard, options, torch);
   });
 }

@@ -45,7 +45,8 @@ struct load_options {
   /// GETs in parallel (neighbours within 1 MiB fetched together), and nothing else is fetched.
   /// The header's rules apply to every entry; the file's digest, which covers every byte, is not
   /// checked. Every layout `load` opens takes it (a `torch.save` file, read whole, is selected
-  /// after reading).
+  /// after reading); of a sharded checkpoint only the shards that hold a chosen entry are read,
+  /// and the metadata are those common to them.
   std::optional<name_pattern> only = {};
   /// If set, called on the loading thread while a digest is verified, with the bytes of the data
   /// section hashed so far and their total: after each 64 MiB the loading thread hashes (a helper
@@ -143,7 +144,10 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 ///   checkpoints of both kinds (say `model.safetensors` and `pytorch_model.bin`), or a single
 ///   file beside an index of its kind, is refused naming both;
 /// - `s3://bucket/key`: the object, a file as above, read whole with ranged GETs in parallel into
-///   memory the checkpoint owns (see `save` and the guide's "Checkpoints in object storage").
+///   memory the checkpoint owns (see `save` and the guide's "Checkpoints in object storage"), or
+///   in part (`load_options::only`); an object whose key ends with `.index.json`: a sharded
+///   checkpoint whose shards are the objects beside it (ckpt/sharded.hpp's `save_sharded` writes
+///   one), each recognized by its content.
 ///
 /// **Sharded checkpoints.** The index must be a JSON object with a `weight_map` object of entry
 /// names to shard file names; a `metadata` member, if present, must be an object (its contents

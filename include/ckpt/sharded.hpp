@@ -80,10 +80,20 @@ struct sharded_files {
 /// does) leaves a folder without an index, which `load` refuses, never an index naming shards of
 /// two saves. `metadata.total_size` is the sum of the entries' byte counts. The folder is
 /// created if missing.
+///
+/// `folder` may be `s3://bucket/prefix` (with S3 support: the guide's "Checkpoints in object
+/// storage"): each shard is an object uploaded as `ckpt::save` uploads one, appearing whole when
+/// its upload completes, and the index is written last, after the previous index if a shard
+/// replaces one of the previous save's. A bucket has no staging folder: a save that fails
+/// part-way leaves the shards it uploaded, which no index names when the previous one had to go
+/// (then `load` of the index fails with HTTP 404) and are otherwise stale shards of no index.
+/// `ckpt::load` of the index object loads it, reading only the shards that hold a chosen entry
+/// under `load_options::only`.
 /// \throws std::invalid_argument if `max_shard_bytes` is 0 or `options.base_name` is empty,
 ///   holds `/` or is not valid UTF-8 (the message names the value); as `save` for a shard (an
 ///   entry name that is not valid UTF-8), leaving `folder` as it was.
-/// \throws io_error on an I/O error (the message names the file).
+/// \throws io_error on an I/O error (the message names the file); remote_error for a request a
+///   bucket refuses, and std::invalid_argument as `save` for an `s3://` path.
 /// \returns the files written.
 sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint& t,
                            std::uint64_t max_shard_bytes, const shard_options& options = {});

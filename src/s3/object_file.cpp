@@ -306,6 +306,48 @@ checkpoint load_chosen(const s3::config& settings, s3::client& c, const s3::obje
 
 }  // namespace
 
+struct remote_folder::impl {
+  s3::client client;
+  s3::object prefix;  // the key: "" or ending with '/'
+};
+
+remote_folder::remote_folder(const std::filesystem::path& url) {
+  s3::object prefix = s3::object::parse(url.native(), /*key_required=*/false);
+  while (prefix.key.ends_with('/')) prefix.key.pop_back();
+  if (!prefix.key.empty()) prefix.key += '/';
+  impl_ = std::make_unique<impl>(impl{s3::client(s3::config::from_environment()), std::move(prefix)});
+}
+
+remote_folder::~remote_folder() = default;
+
+std::optional<std::string> remote_folder::read(const std::string& name) {
+  const s3::object o{impl_->prefix.bucket, impl_->prefix.key + name};
+  try {
+    return impl_->client.get(o);
+  } catch (const remote_error& e) {
+    if (e.status() == 404 && e.code() != "NoSuchBucket") return std::nullopt;
+    throw;
+  }
+}
+
+void remote_folder::write(const std::string& name, std::string_view text) {
+  static_cast<void>(impl_->client.put({impl_->prefix.bucket, impl_->prefix.key + name}, std::as_bytes(std::span(text))));
+}
+
+std::vector<std::string> remote_folder::names() {
+  std::vector<std::string> out;
+  for (const s3::object_info& o : impl_->client.list(impl_->prefix.bucket, impl_->prefix.key))
+    if (std::string name = o.key.substr(impl_->prefix.key.size()); name.find('/') == std::string::npos)
+      out.push_back(std::move(name));
+  return out;
+}
+
+void remote_folder::remove(const std::string& name) { impl_->client.remove({impl_->prefix.bucket, impl_->prefix.key + name}); }
+
+std::filesystem::path remote_folder::path_of(const std::string& name) const {
+  return s3::object{impl_->prefix.bucket, impl_->prefix.key + name}.url();
+}
+
 checkpoint load_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
   const s3::config settings = s3::config::from_environment();
   const s3::object o = s3::object::parse(url.native());

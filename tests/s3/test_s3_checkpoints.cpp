@@ -8,6 +8,7 @@
 #include <ckpt/ckpt.hpp>
 
 #include "local_server.hpp"
+#include "folder.hpp"
 #include "s3/client.hpp"
 #include "s3/object_file.hpp"
 
@@ -90,6 +91,12 @@ struct remove_scratch {
     fs::remove_all(scratch_folder(), ignored);
   }
 };
+
+std::vector<std::string> keys_under(s3::client& c, const std::string& bucket, const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (const s3::object_info& o : c.list(bucket, prefix)) keys.push_back(o.key.substr(prefix.size()));
+  return keys;
+}
 
 bool same(const model& a, const model& b) {
   return a.l1.w == b.l1.w && a.l1.b == b.l1.b && a.l2.w == b.l2.w && a.l2.b == b.l2.b;
@@ -270,16 +277,62 @@ BOOST_AUTO_TEST_CASE(errors_name_the_object) {
   }
   ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
   BOOST_TEST(c.list(bucket, "").empty());
-  // What takes a folder refuses an s3:// path, rather than making a local folder 's3:'.
+  // What takes a folder (ckpt::mpi's saves and loads) refuses an s3:// path, rather than making a
+  // local folder 's3:'.
   try {
-    static_cast<void>(ckpt::save_sharded("s3://" + bucket + "/run", ckpt::of_params(make_model(16, 1.0f)), 1 << 20));
-    BOOST_FAIL("a sharded checkpoint was saved into a bucket");
+    static_cast<void>(ckpt::detail::folder_handle::open("s3://" + bucket + "/run", /*create=*/true));
+    BOOST_FAIL("a folder in a bucket was opened");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()) == "ckpt: 's3://" + bucket + "/run' is in object storage, and this takes a local "
                                         "folder (s3:// paths are taken by ckpt::save, ckpt::load, "
-                                        "ckpt::checkpoint_manager and the ckpt tool)");
+                                        "ckpt::save_sharded, ckpt::checkpoint_manager and the ckpt tool)");
   }
   BOOST_TEST(!fs::exists("s3:"));
+}
+
+// A Hugging Face sharded checkpoint in a bucket: the shards as objects, the index written last,
+// loaded by its index whole or in part (only the shards that hold a chosen entry are read); a
+// second save with fewer shards replaces the index and removes the stale shards.
+BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_lives_in_a_bucket) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string folder = "s3://" + bucket + "/hf/model";
+  const model m = make_model(4096, 2.0f);  // l1.w: 1 MiB; l1.b 16 KiB, l2.w 48 KiB, l2.b 12 B
+  const ckpt::checkpoint t = ckpt::of_params(m, "model");
+  const ckpt::sharded_files files = ckpt::save_sharded(folder, t, 64 * 1024);
+  BOOST_TEST(files.index == fs::path(folder + "/model.safetensors.index.json"));
+  BOOST_TEST(files.shards.size() == 3u);  // l1.b | l1.w (over the limit: its own) | l2.b + l2.w
+  BOOST_TEST(keys_under(c, bucket, "hf/model/") ==
+                 (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                           "model-00003-of-00003.safetensors", "model.safetensors.index.json"}),
+             boost::test_tools::per_element());
+  // The index is transformers' text, as a local save writes it.
+  const fs::path local = scratch("hf");
+  static_cast<void>(ckpt::save_sharded(local, t, 64 * 1024));
+  BOOST_TEST(c.get({bucket, "hf/model/model.safetensors.index.json"}) == file_bytes(local / "model.safetensors.index.json"));
+
+  const ckpt::checkpoint whole = ckpt::load(files.index);
+  BOOST_TEST(whole.size() == 4u);
+  model back = make_model(4096, 0.0f);
+  ckpt::read_params(whole, {{back, "model"}});
+  BOOST_TEST(same(back, m));
+  // One entry: the index, and that entry's shard's header and bytes; the 1 MiB shard untouched.
+  const std::uint64_t before = s3::bytes_received();
+  const ckpt::checkpoint part = ckpt::load(files.index, {.only = ckpt::name_pattern(R"(^model\.l2\.b$)")});
+  BOOST_TEST(part.size() == 1u);
+  BOOST_TEST((part.get("model.l2.b") == whole.get("model.l2.b")));
+  BOOST_TEST(s3::bytes_received() - before < 64u * 1024);
+
+  // Saved again in one shard: the index names it, the three earlier shards are gone.
+  static_cast<void>(ckpt::save_sharded(folder, t, 64u << 20));
+  BOOST_TEST(keys_under(c, bucket, "hf/model/") ==
+                 (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}),
+             boost::test_tools::per_element());
+  ckpt::read_params(ckpt::load(files.index), {{back, "model"}});
+  BOOST_TEST(same(back, m));
+  // A missing index is the server's 404, naming it.
+  BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(folder + "/other.safetensors.index.json")), ckpt::remote_error,
+                        [](const ckpt::remote_error& e) { return e.status() == 404; });
 }
 
 BOOST_AUTO_TEST_CASE(an_upload_dropped_before_its_commit_is_aborted) {
@@ -377,16 +430,6 @@ BOOST_AUTO_TEST_CASE(the_tool_reads_and_writes_objects) {
   BOOST_TEST(message.find("HTTP 404 NoSuchKey") != std::string::npos, message);
 }
 #endif
-
-namespace {
-
-std::vector<std::string> keys_under(s3::client& c, const std::string& bucket, const std::string& prefix) {
-  std::vector<std::string> keys;
-  for (const s3::object_info& o : c.list(bucket, prefix)) keys.push_back(o.key.substr(prefix.size()));
-  return keys;
-}
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(a_manager_keeps_its_run_in_a_bucket) {
   s3::client c(use_server());
