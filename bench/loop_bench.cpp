@@ -7,15 +7,18 @@
 //     an update without a save), against a memcpy of the whole state;
 //   - the same with the leaves copied before the call returns (sections typed by hand, which a
 //     save copies whole), side by side;
+//   - `--normal-priority=1`: the same lazy saves with the writer left at the loop's priority (the
+//     library lowers it once the copies are made: tuning::writer_nice), side by side;
 //   - the writer's CPU per GiB saved by stage (copy, hash, write into the page cache, fsync), and
 //     the CPU a save costs the whole process;
 //   - `--first`: only the blocking of a fresh process's first `save_async` against a memcpy of
 //     the state into fresh memory (run it in several processes: bench/loop_run.sh).
 //
 // ckpt_bench_loop --dir=DIR [--model-mib=256] [--order=col|row] [--intervals=1,2,5,10] [--pairs=5]
-//                 [--seconds=20] [--batch=32] [--eager=1] [--first]
+//                 [--seconds=20] [--batch=32] [--eager=1] [--normal-priority=0] [--first]
 
 #include "common.hpp"
+#include "io_hooks.hpp"  // the writer's priority, left as it was for --normal-priority (private: src/)
 
 #include <xxhash.h>
 
@@ -147,7 +150,7 @@ struct run_result {
   long saves = 0;
 };
 
-enum class saving { none, lazy, eager };
+enum class saving { none, lazy, lazy_normal_priority, eager };
 
 // Trains for `seconds` (a multiple of `interval`), saving at the middle of every interval (none:
 // never), so that each save's write runs inside the run. The last write is waited for outside the
@@ -156,6 +159,10 @@ template <class M>
 run_result run(trainer<M>& t, ckpt::checkpoint_manager& manager, saving mode, double interval, double seconds,
                double typical_update) {
   run_result out;
+  // The writer's priority change, a no-op for this run (restored when it ends, after its wait).
+  ckpt::detail::io_hooks unchanged = ckpt::detail::hooks();
+  if (mode == saving::lazy_normal_priority) unchanged.setpriority = [](int, id_t, int) { return 0; };
+  const ckpt::detail::io_hooks_guard priority(unchanged);
   const double cpu0 = process_cpu_s();
   const double t0 = now_s();
   double next_save = t0 + interval / 2;
@@ -166,7 +173,7 @@ run_result run(trainer<M>& t, ckpt::checkpoint_manager& manager, saving mode, do
     if (saving_now) {
       const double c0 = now_s();
       const auto step = t.state.step;
-      if (mode == saving::lazy) manager.save_async(step, ckpt::training_state(t.params, t.state), {}, true);
+      if (mode != saving::eager) manager.save_async(step, ckpt::training_state(t.params, t.state), {}, true);
       else manager.save_async(step, eager_sections(t), {}, true);
       call = now_s() - c0;
       next_save += interval;
@@ -300,6 +307,7 @@ int measure(const args& a) {
   const double seconds = a.real("seconds", 20);
   const long batch = a.num("batch", 32);
   const bool eager = a.num("eager", 1) != 0;
+  const bool normal = a.num("normal-priority", 0) != 0;
   const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
   fs::create_directories(dir);
 
@@ -354,29 +362,34 @@ int measure(const args& a) {
     }
   };
   for (const long interval : intervals) {
-    tally lazy_saves, eager_saves;
+    tally lazy_saves, eager_saves, normal_saves;
     for (long p = 0; p < pairs; ++p) {
       // Alternate the order inside a pair, so that a drift of the machine falls on both sides.
-      run_result base, lazy, eager_run;
+      run_result base, lazy, eager_run, normal_run;
       // Whole intervals, at least `seconds`.
       const double length = static_cast<double>(interval) * std::max(1.0, std::round(seconds / static_cast<double>(interval)));
       const auto one = [&](saving mode) { return run(t, manager, mode, static_cast<double>(interval), length, typical_update); };
       if (p % 2 == 0) {
         base = one(saving::none);
         lazy = one(saving::lazy);
+        if (normal) normal_run = one(saving::lazy_normal_priority);
         if (eager) eager_run = one(saving::eager);
       } else {
         if (eager) eager_run = one(saving::eager);
+        if (normal) normal_run = one(saving::lazy_normal_priority);
         lazy = one(saving::lazy);
         base = one(saving::none);
       }
       lazy_saves.add(lazy, base);
+      if (normal) normal_saves.add(normal_run, base);
       if (eager) eager_saves.add(eager_run, base);
       log("interval " + std::to_string(interval) + " s, pair " + std::to_string(p + 1) + ": base " +
           std::to_string(base.steps_per_s) + " steps/s, lazy " + std::to_string(lazy.steps_per_s) +
+          (normal ? ", lazy at normal priority " + std::to_string(normal_run.steps_per_s) : std::string()) +
           (eager ? ", eager " + std::to_string(eager_run.steps_per_s) : std::string()));
     }
     lazy_saves.report(std::to_string(interval) + " s, lazy copy (training_state)", copy);
+    if (normal) normal_saves.report(std::to_string(interval) + " s, lazy copy, writer at normal priority", copy);
     if (eager) eager_saves.report(std::to_string(interval) + " s, copied in the call (sections by hand)", copy);
   }
   fs::remove_all(dir / "run");

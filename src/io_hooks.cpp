@@ -1,6 +1,7 @@
 #include "io_hooks.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -9,7 +10,8 @@
 namespace ckpt::detail {
 
 io_hooks system_hooks() noexcept {
-  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .renameat = ::renameat, .unlinkat = ::unlinkat, .pread = ::pread};
+  return {.writev = ::writev, .pwrite = ::pwrite, .fsync = ::fsync, .renameat = ::renameat, .unlinkat = ::unlinkat, .pread = ::pread,
+          .setpriority = ::setpriority};
 }
 
 io_hooks& hooks() noexcept {

@@ -31,6 +31,9 @@ struct io_hooks {
   // Every read of a file's bytes after it is opened (read_fully, posix_file.hpp): a loaded
   // file's entries, its digest, the shards' index.
   ssize_t (*pread)(int fd, void* out, std::size_t size, off_t offset);
+  // Every change of a thread's priority: a background save's, once its snapshot is complete
+  // (manager_core.hpp, background_write::yield).
+  int (*setpriority)(int which, id_t who, int priority);
   // Not a system call: called on a background save's thread before it copies the leaves of a
   // lazy snapshot the loop has not copied (tests hold it there, so that the loop copies first).
   void (*before_lazy_copies)() = nullptr;

@@ -137,6 +137,7 @@ class local_state final : public detail::manager_state {
                       snapshot = std::make_shared<detail::taken_snapshot>(detail::take_snapshot(arena, sections, metadata, true)),
                       digest = core.options().digest, folder = folder_.fd(), dropped = std::move(dropped)] {
       snapshot->finish();
+      detail::background_write::yield();
       // Direct I/O: the writer's CPU is the copy into its staging buffer and the hash, not the
       // kernel's copy into fresh page-cache pages, taken from a loop that uses every core.
       detail::save_to(target, snapshot->data(), save_options{.digest = digest}, detail::write_path::direct);

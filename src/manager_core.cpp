@@ -3,6 +3,11 @@
 #include <ckpt/error.hpp>
 
 #include "file.hpp"
+#include "io_hooks.hpp"
+#include "tuning.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -313,6 +318,11 @@ void background_write::start(std::function<void()> job) {
 void background_write::finish(std::exception_ptr error) noexcept {
   error_ = std::move(error);
   pending_ = true;
+}
+
+void background_write::yield() noexcept {
+  // Linux takes a thread's id where POSIX says a process: the niceness of this thread alone.
+  static_cast<void>(hooks().setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), tuning::writer_nice));
 }
 
 std::exception_ptr background_write::join() noexcept {

@@ -195,6 +195,10 @@ class background_write {
   [[nodiscard]] bool pending() const noexcept { return pending_; }
   // Waits for the write; its error, or null. The write is no longer pending afterwards.
   std::exception_ptr join() noexcept;
+  // Called by a job on its thread once what the loop may wait for is done (its snapshot's
+  // copies): the rest of the write runs at the lowest priority (tuning::writer_nice), in the time
+  // the training threads leave idle. Where the system refuses, the job goes on as it was.
+  static void yield() noexcept;
 
  private:
   std::thread worker_;

@@ -60,6 +60,11 @@ inline constexpr std::size_t direct_write_bytes = std::size_t{8} << 20;
 // the memory's bandwidth.
 inline constexpr std::size_t parallel_hash_bytes = std::size_t{8} << 20;
 
+// A manager's background save, once its snapshot's copies are made, runs at this niceness (19,
+// the lowest priority): where training keeps every core busy, its hashing and writing then take
+// the time the loop leaves idle (a single-threaded optimizer step) rather than the loop's.
+inline constexpr int writer_nice = 19;
+
 // Snapshots (src/snapshot.cpp).
 // A snapshot's copy takes a thread (up to four) per this many bytes: a thread's start against
 // the bandwidth it adds.

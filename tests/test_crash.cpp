@@ -18,6 +18,7 @@
 #include "io_hooks.hpp"  // the build's private seam (src/)
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -127,7 +128,8 @@ ckpt::checkpoint checkpoint_of(std::int64_t step) {
   int code = 0;
   try {
     ckpt::detail::hooks() = {.writev = marked_writev, .pwrite = marked_pwrite, .fsync = marked_fsync,
-                             .renameat = marked_rename, .unlinkat = marked_unlink, .pread = ::pread};
+                             .renameat = marked_rename, .unlinkat = marked_unlink, .pread = ::pread,
+                             .setpriority = ::setpriority};
     ckpt::checkpoint_manager manager(folder, {.max_to_keep = max_to_keep});
     std::int64_t step = manager.latest_step().value_or(0);
     shared->phase.store(computing);

@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -136,7 +137,7 @@ int test_unlink(int folder, const char* name, int flags) {
 // Installs the test hooks with a fresh plan for one test case.
 struct hooked {
   hooked() : guard({.writev = test_writev, .pwrite = test_pwrite, .fsync = test_fsync, .renameat = test_rename,
-                    .unlinkat = test_unlink, .pread = ::pread}) {
+                    .unlinkat = test_unlink, .pread = ::pread, .setpriority = ::setpriority}) {
     plan = {};
   }
   ckpt::detail::io_hooks_guard guard;

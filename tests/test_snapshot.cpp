@@ -27,7 +27,9 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -518,13 +520,23 @@ BOOST_AUTO_TEST_CASE(the_state_and_parameters_may_end_right_after_a_background_s
   BOOST_TEST(same_entries(manager.load(1), expected));
 }
 
-BOOST_AUTO_TEST_CASE(a_read_into_the_parameters_waits_for_the_copies_of_a_background_save) {
-  const temp_dir s(temp_dir::absent);
-  ckpt::checkpoint_manager manager(s.path());
-  const ckpt::adam opt{.lr = 1e-2};
+namespace {
+
+// A manager in a fresh folder, and a model with its Adam state one step into training.
+struct one_step_in {
+  temp_dir s{temp_dir::absent};
+  ckpt::checkpoint_manager manager{s.path()};
+  ckpt::adam opt{.lr = 1e-2};
   trained params = make_trained(5);
   ckpt::adam_state<trained> state = opt.init(params);
-  train_step(opt, params, make_trained(6), state);
+  one_step_in() { train_step(opt, params, make_trained(6), state); }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_read_into_the_parameters_waits_for_the_copies_of_a_background_save) {
+  one_step_in run;
+  auto& [s, manager, opt, params, state] = run;
   const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
   // Another state to read back, of other values and another step.
   trained other = make_trained(7);
@@ -542,4 +554,49 @@ BOOST_AUTO_TEST_CASE(a_read_into_the_parameters_waits_for_the_copies_of_a_backgr
   held_copies::release();
   manager.wait();
   BOOST_TEST(same_entries(manager.load(1), expected));
+}
+
+// A background save lowers its thread's priority (tuning::writer_nice) once its snapshot's
+// copies are made, and only then: on its own thread, never the loop's; the loop's thread keeps
+// its priority.
+BOOST_AUTO_TEST_CASE(a_background_save_writes_at_the_lowest_priority_after_its_copies) {
+  struct seen {
+    std::mutex mutex;
+    std::vector<std::string> events;
+    std::vector<std::pair<id_t, int>> calls;
+  };
+  static seen record;
+  {
+    const std::lock_guard lock(record.mutex);
+    record.events.clear();
+    record.calls.clear();
+  }
+  ckpt::detail::io_hooks h = ckpt::detail::system_hooks();
+  h.before_lazy_copies = [] {
+    const std::lock_guard lock(record.mutex);
+    record.events.emplace_back("copies");
+  };
+  h.setpriority = [](int which, id_t who, int priority) {
+    const std::lock_guard lock(record.mutex);
+    record.events.emplace_back("priority");
+    record.calls.emplace_back(who, priority);
+    return which == PRIO_PROCESS ? 0 : -1;
+  };
+  const ckpt::detail::io_hooks_guard guard(h);
+  one_step_in run;
+  auto& [s, manager, opt, params, state] = run;
+  BOOST_TEST(manager.save_async(state.step, ckpt::training_state(params, state)));
+  manager.wait();
+  {
+    const std::lock_guard lock(record.mutex);
+    BOOST_TEST(record.events == (std::vector<std::string>{"copies", "priority"}), boost::test_tools::per_element());
+    BOOST_REQUIRE(record.calls.size() == 1u);
+    BOOST_TEST(record.calls[0].first != static_cast<id_t>(::gettid()));  // the writer's thread, not this one
+    BOOST_TEST(record.calls[0].first != 0u);
+    BOOST_TEST(record.calls[0].second == 19);
+  }
+  // A synchronous save changes no priority.
+  manager.save(state.step + 1, ckpt::training_state(params, state));
+  const std::lock_guard lock(record.mutex);
+  BOOST_TEST(record.calls.size() == 1u);
 }

@@ -94,6 +94,7 @@ class remote_run final : public manager_state {
     background.start([this, name = name_of(step),
                       snapshot = std::make_shared<taken_snapshot>(take_snapshot(arena, sections, metadata, true))] {
       snapshot->finish();
+      background_write::yield();
       const section whole(snapshot->data());
       upload(name, entries_of({&whole, 1}), snapshot->data().metadata());
     });
