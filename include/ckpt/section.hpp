@@ -77,6 +77,7 @@ class section {
   /// save only. The section shares the entries' bytes: `t` may be a temporary.
   /// \throws std::bad_alloc
   section(const checkpoint& t) {  // NOLINT: implicit on purpose
+    entries_.reserve(t.size());
     for (const auto& [name, x] : t) entries_.push_back(detail::live_source(name, x, "save"));
   }
 
