@@ -70,7 +70,6 @@ inline constexpr std::string_view mpi_step_index = "model.safetensors.index.json
 // Now, in UTC, as ISO 8601 with milliseconds: the `wall_time` metadata of a manager's checkpoint.
 [[nodiscard]] std::string wall_time_now();
 
-// The steps of one manager's folder and the rules over them.
 // What the set-aside and the removal of damaged steps need of where a run's files live: a folder
 // held by its descriptor (run_files_of), or a bucket's prefix (src/s3/run.cpp).
 struct run_files {
@@ -83,6 +82,7 @@ struct run_files {
   std::function<std::filesystem::path(const std::string& name)> path_of;
 };
 
+// The steps of one manager's folder and the rules over them.
 class manager_core {
  public:
   // Every step with its keep-best metric (nothing if keep-best is off or the step has none).
@@ -210,16 +210,17 @@ class background_write {
 // to stderr: what a destructor does with an error it cannot throw.
 void report_uncollected(std::string_view who, const std::filesystem::path& folder, const std::exception_ptr& error) noexcept;
 
-// The state behind a ckpt::checkpoint_manager: the core, the background write and the arena of its
-// snapshots, and what each manager does its own way (local_state, src/local_manager.cpp; mpi_state,
-// src/mpi/manager.cpp). checkpoint_manager's members (in manager_core.cpp) are the one
-// implementation of the rules over these, for both managers: an MPI manager is a
-// checkpoint_manager over an mpi_state, and stays one when moved into a plain checkpoint_manager.
 // A manager of one process (a folder's or a bucket's): `metadata` with the step and this
 // process's clock (`wall_time`), if `core` admits the save.
 [[nodiscard]] std::optional<metadata_map> admit_here(const manager_core& core, std::int64_t step,
                                                      const metadata_map& metadata, bool force);
 
+// The state behind a ckpt::checkpoint_manager: the core, the background write and the arena of its
+// snapshots, and what each manager does its own way (local_state, src/local_manager.cpp; mpi_state,
+// src/mpi/manager.cpp; remote_run, src/s3/run.cpp). checkpoint_manager's members (in
+// manager_core.cpp) are the one implementation of the rules over these, for every manager: an MPI
+// manager is a checkpoint_manager over an mpi_state, and stays one when moved into a plain
+// checkpoint_manager.
 class manager_state {
  public:
   manager_state(std::string who, std::filesystem::path folder, manager_options options)

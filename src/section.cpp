@@ -30,10 +30,7 @@ std::vector<const entry_source*> ordered_entries(std::span<const section> sectio
 
 }  // namespace detail
 
-namespace {
-
-// The entries of `sections`, checked, their descriptors (not the bytes) laid out in name order.
-std::vector<detail::entry_source> laid_out(std::span<const section> sections) {
+std::vector<detail::entry_source> detail::laid_out(std::span<const section> sections) {
   const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "save");
   std::vector<detail::entry_source> entries;
   entries.reserve(order.size());
@@ -41,11 +38,9 @@ std::vector<detail::entry_source> laid_out(std::span<const section> sections) {
   return entries;
 }
 
-}  // namespace
-
 void detail::save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
                            const save_options& options, write_path path) {
-  write_file(target, laid_out(sections), metadata, options, path);
+  write_file(target, detail::laid_out(sections), metadata, options, path);
 }
 
 void detail::save_to(const file_at& target, const checkpoint& t, const save_options& options, write_path path) {
@@ -56,7 +51,7 @@ void detail::save_to(const file_at& target, const checkpoint& t, const save_opti
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,
           const save_options& options) {
   // The entries are checked before the folder is opened: a bad name is refused as such.
-  const std::vector<detail::entry_source> entries = laid_out(sections);
+  const std::vector<detail::entry_source> entries = detail::laid_out(sections);
   if (detail::is_remote(path)) return detail::save_remote(path, entries, metadata, options);
   detail::write_file(detail::target_in_folder(path), entries, metadata, options);
 }

@@ -172,6 +172,13 @@ void upload::send_parts(std::vector<std::string>& etags) {
   etags[0] = first;
 }
 
+bool write_object(const config& settings, const object& target, std::span<const entry_source> entries,
+                  const metadata_map& metadata, const save_options& options, upload::existing rule) {
+  upload out(settings, target, {}, rule);
+  write_file(out, entries, metadata, options);
+  return out.commit();
+}
+
 void fetch(const config& settings, client& first, const object& o, std::span<const piece> pieces, int threads) {
   std::atomic<std::size_t> next{0};
   std::mutex mutex;
@@ -240,9 +247,8 @@ namespace ckpt::detail {
 
 void save_remote(const std::filesystem::path& url, std::span<const entry_source> entries, const metadata_map& metadata,
                  const save_options& options) {
-  s3::upload out(s3::config::from_environment(), s3::object::parse(url.native()));
-  write_file(out, entries, metadata, options);
-  static_cast<void>(out.commit());
+  static_cast<void>(s3::write_object(s3::config::from_environment(), s3::object::parse(url.native()), entries, metadata,
+                                     options, s3::upload::existing::replaced));
 }
 
 namespace {

@@ -3,6 +3,10 @@
 // file writer into an `upload` (a multipart upload, parts sent in parallel while the writer goes
 // on, memory bounded by a few parts), read back by ranged GETs in parallel.
 
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/entry_source.hpp>
+#include <ckpt/file.hpp>
+
 #include "../byte_sink.hpp"
 #include "client.hpp"
 
@@ -88,6 +92,13 @@ class upload final : public byte_sink {
   std::vector<std::string> etags_;  // etags_[n - 1]: part n's
   std::vector<std::thread> senders_;
 };
+
+// Writes a safetensors file of `entries` (laid out, names checked) and `metadata` to `target` by an
+// upload: true once the object is there; false, nothing written, if `rule` keeps an object that
+// was (upload::commit).
+// \throws remote_error; as the file writer (write_file) for the entries.
+bool write_object(const config& settings, const object& target, std::span<const entry_source> entries,
+                  const metadata_map& metadata, const save_options& options, upload::existing rule);
 
 // Bytes [offset, offset + out.size()) of an object, into `out`.
 struct piece {

@@ -5,6 +5,7 @@
 
 #include "../file.hpp"
 #include "../safetensors.hpp"
+#include "../section.hpp"
 #include "../snapshot.hpp"
 #include "client.hpp"
 #include "object_file.hpp"
@@ -25,13 +26,6 @@ std::optional<std::int64_t> step_of(std::string_view name) {
 }
 
 std::string name_of(std::int64_t step) { return step_name(file_step_prefix, step, file_step_suffix); }
-
-// The entries of `sections`, laid out in name order, as ckpt::save writes them.
-std::vector<entry_source> entries_of(std::span<const section> sections) {
-  std::vector<entry_source> out;
-  for (const entry_source* e : ordered_entries(sections, "save")) out.push_back(*e);
-  return out;
-}
 
 // A run under `prefix` of `bucket`: every name is a key below it. There is no lock in a bucket:
 // two writers of one run are the caller's to avoid (ckpt/manager.hpp).
@@ -83,7 +77,7 @@ class remote_run final : public manager_state {
   }
 
   void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
-    upload(name_of(step), entries_of(sections), metadata);
+    upload(name_of(step), laid_out(sections), metadata);
     commit(step, metadata);
   }
 
@@ -96,7 +90,7 @@ class remote_run final : public manager_state {
       snapshot->finish();
       background_write::yield();
       const section whole(snapshot->data());
-      upload(name, entries_of({&whole, 1}), snapshot->data().metadata());
+      upload(name, laid_out({&whole, 1}), snapshot->data().metadata());
     });
   }
 
@@ -128,9 +122,8 @@ class remote_run final : public manager_state {
   // manager listed it (see upload::commit for how far a server without conditional writes
   // guarantees it).
   void upload(const std::string& name, const std::vector<entry_source>& entries, const metadata_map& metadata) const {
-    s3::upload out(settings_, key(name), {}, s3::upload::existing::kept);
-    write_file(out, entries, metadata, save_options{.digest = core.options().digest});
-    if (!out.commit())
+    if (!write_object(settings_, key(name), entries, metadata, save_options{.digest = core.options().digest},
+                      upload::existing::kept))
       throw io_error(url_of(name),
                      "commit the step (another writer of the run committed it since this manager listed the run: a "
                      "step is never overwritten) at",
