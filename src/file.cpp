@@ -314,7 +314,7 @@ class data_writer {
 
 }  // namespace
 
-file_header make_file_header(std::span<const entry_source> entries, const metadata_map& metadata,
+file_header make_file_header(entry_list entries, const metadata_map& metadata,
                              std::string_view digest) {
   // ckpt owns the digest keys: a value carried over from a loaded file would be stale.
   metadata_map fields = metadata;
@@ -322,41 +322,31 @@ file_header make_file_header(std::span<const entry_source> entries, const metada
   for (const std::string_view key : earlier_digest_keys) fields.erase(std::string(key));
   // What transformers' from_pretrained asks of a safetensors file; the caller's value wins.
   fields.try_emplace("format", "pt");
-  file_header out;
-  if (digest.empty()) {
-    out.bytes = make_header(entries, fields);
-    return out;
-  }
-  // A fixed-width placeholder, patched once the data are out. It sits where the headers with
-  // two different placeholders differ, which does not depend on how the JSON escapes names.
-  fields.insert_or_assign(std::string(digest), std::string(digest_digits, '0'));
-  out.bytes = make_header(entries, fields);
-  fields.insert_or_assign(std::string(digest), std::string(digest_digits, 'f'));
-  const std::string other = make_header(entries, fields);
-  out.digest_at = static_cast<std::size_t>(std::ranges::mismatch(out.bytes, other).in1 - out.bytes.begin());
-  return out;
+  // A fixed-width placeholder, patched once the data are out.
+  if (!digest.empty()) fields.insert_or_assign(std::string(digest), std::string(digest_digits, '0'));
+  return make_header(entries, fields, digest);
 }
 
-void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
+void write_file(const file_at& target, entry_list entries, const metadata_map& metadata,
                 const save_options& options, write_path path) {
   atomic_file file(target);
   write_file(file, entries, metadata, options, path);
   file.commit();
 }
 
-void write_file(byte_sink& file, std::span<const entry_source> entries, const metadata_map& metadata,
+void write_file(byte_sink& file, entry_list entries, const metadata_map& metadata,
                 const save_options& options, write_path path) {
   const file_header prepared = make_file_header(entries, metadata, options.digest ? digest_key : std::string_view());
   const std::string& header = prepared.bytes;
   const std::size_t digest_at = prepared.digest_at;
   std::uint64_t total = header.size();
-  for (const entry_source& e : entries) total += e.nbytes;
+  for (const entry_source* e : entries) total += e->nbytes;
   file.begin(total);
   data_writer out(file, options, total, std::as_bytes(std::span(header)), digest_at, path);
   // Entries that need reordering arrive in bands of whole rows, made one band ahead.
   reordered_bands bands(entries);
   for (std::size_t i = 0; i < entries.size();) {
-    const entry_source& e = entries[i];
+    const entry_source& e = *entries[i];
     if (e.nbytes > 0 && e.write_rows) {
       out.flush();
       const reordered_bands::band band = bands.next();

@@ -22,10 +22,10 @@ namespace ckpt::detail {
 // `path` says how the bytes reach the disk: the same file either way. Direct I/O (what a
 // manager's background save asks for, so as not to spend the writer's CPU filling the page
 // cache) falls back to the page cache where the file system refuses it.
-void write_file(const file_at& target, std::span<const entry_source> entries, const metadata_map& metadata,
+void write_file(const file_at& target, entry_list entries, const metadata_map& metadata,
                 const save_options& options, write_path path = write_path::page_cache);
 // The same bytes to `sink` (which the caller then commits: an upload, src/s3/object_file.cpp).
-void write_file(byte_sink& sink, std::span<const entry_source> entries, const metadata_map& metadata,
+void write_file(byte_sink& sink, entry_list entries, const metadata_map& metadata,
                 const save_options& options, write_path path = write_path::page_cache);
 
 // ckpt::save of a checkpoint, to a file in a folder held by its descriptor: the one-section case

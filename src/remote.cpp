@@ -15,7 +15,7 @@ void refuse_without_s3(const std::filesystem::path& url) {
 
 #ifndef CKPT_HAVE_S3
 
-void save_remote(const std::filesystem::path& url, std::span<const entry_source>, const metadata_map&,
+void save_remote(const std::filesystem::path& url, entry_list, const metadata_map&,
                  const save_options&) {
   refuse_without_s3(url);
 }

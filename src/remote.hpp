@@ -25,7 +25,7 @@ namespace ckpt::detail {
 // as a multipart upload: the object appears whole once the upload completes, or not at all.
 // \throws std::invalid_argument if `url` is not an object URL, no credentials are set, or this
 // build has no S3 support; ckpt::error (the S3 client's remote_error) if a request fails.
-void save_remote(const std::filesystem::path& url, std::span<const entry_source> entries, const metadata_map& metadata,
+void save_remote(const std::filesystem::path& url, entry_list entries, const metadata_map& metadata,
                  const save_options& options);
 
 // The checkpoint in the object `url` (a safetensors or torch.save file), downloaded with ranged

@@ -17,12 +17,12 @@ std::logic_error no_band_left() { return std::logic_error("ckpt: save: internal 
 
 }  // namespace
 
-reordered_bands::reordered_bands(std::span<const entry_source> entries) : entries_(entries) {
+reordered_bands::reordered_bands(entry_list entries) : entries_(entries) {
   std::size_t total = 0, largest_row = 0;
-  for (const entry_source& e : entries) {
-    if (!reordered(e)) continue;
-    total += e.nbytes;
-    largest_row = std::max(largest_row, e.row_size());
+  for (const entry_source* e : entries) {
+    if (!reordered(*e)) continue;
+    total += e->nbytes;
+    largest_row = std::max(largest_row, e->row_size());
   }
   if (total == 0) return;
   capacity_ = std::min(total, std::max(tuning::band_bytes, largest_row));
@@ -38,11 +38,11 @@ reordered_bands::reordered_bands(std::span<const entry_source> entries) : entrie
 reordered_bands::~reordered_bands() = default;
 
 bool reordered_bands::produce(slot& s) {
-  while (entry_ < entries_.size() && !reordered(entries_[entry_])) ++entry_;
+  while (entry_ < entries_.size() && !reordered(*entries_[entry_])) ++entry_;
   if (entry_ == entries_.size()) return false;
   std::size_t used = 0;
   for (;;) {
-    const entry_source& e = entries_[entry_];
+    const entry_source& e = *entries_[entry_];
     const std::size_t row_bytes = e.row_size(), rows = e.row_count();
     // As many rows as fit; a band has at least one (the slots hold the largest row).
     const std::size_t count = std::max<std::size_t>(std::min(rows - row_, (capacity_ - used) / row_bytes), used == 0);
@@ -54,8 +54,8 @@ bool reordered_bands::produce(slot& s) {
     row_ = 0;
     // The band goes on into the next entry with bytes, if that one is reordered too.
     do ++entry_;
-    while (entry_ < entries_.size() && entries_[entry_].nbytes == 0);
-    if (entry_ == entries_.size() || !reordered(entries_[entry_])) break;
+    while (entry_ < entries_.size() && entries_[entry_]->nbytes == 0);
+    if (entry_ == entries_.size() || !reordered(*entries_[entry_])) break;
   }
   s.size = used;
   s.next_entry = entry_;

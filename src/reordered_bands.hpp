@@ -21,7 +21,7 @@ class reordered_bands {
  public:
   // The bands of every entry of `entries` that has `write_rows` and bytes, in entry order.
   // `entries` must outlive this object.
-  explicit reordered_bands(std::span<const entry_source> entries);
+  explicit reordered_bands(entry_list entries);
   reordered_bands(const reordered_bands&) = delete;
   reordered_bands& operator=(const reordered_bands&) = delete;
   ~reordered_bands();
@@ -46,7 +46,7 @@ class reordered_bands {
   bool produce(slot& s);
   void run(const std::stop_token& stop);
 
-  std::span<const entry_source> entries_;
+  entry_list entries_;
   std::size_t entry_ = 0;  // the producer's cursor: an entry and the first row of its next band
   std::size_t row_ = 0;
   std::size_t capacity_ = 0;  // of each slot

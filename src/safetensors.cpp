@@ -571,9 +571,19 @@ bool is_damaged_digest_entry(std::string_view key, std::string_view value) {
   return differing == 1;
 }
 
-std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata) {
-  std::string json = "{";
+file_header make_header(entry_list entries, const metadata_map& metadata, std::string_view digest) {
+  file_header out;
+  std::string& json = out.bytes;
+  json.assign(8, '\0');
+  json += '{';
   const auto append_string = [&json](std::string_view s) {
+    // Most names need no escape: appended as they are, what Boost.JSON would write for them.
+    if (std::ranges::none_of(s, [](char c) { return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20; })) {
+      json += '"';
+      json += s;
+      json += '"';
+      return;
+    }
     json += boost::json::serialize(boost::json::string_view(s.data(), s.size()));
   };
   if (!metadata.empty()) {
@@ -590,14 +600,16 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
       first = false;
       append_string(key);
       json += ':';
+      if (!digest.empty() && key == digest) out.digest_at = json.size() + 1;
       append_string(value);
     }
     json += '}';
   }
   std::uint64_t offset = 0;
-  for (const entry_source& x : entries) {
+  for (const entry_source* e : entries) {
+    const entry_source& x = *e;
     require_utf8_to_save("the entry name", x.name, headers_are_json);
-    if (json.size() > 1) json += ',';
+    if (json.size() > 9) json += ',';
     append_string(x.name);
     json += ":{\"dtype\":\"";
     json += to_string(x.dtype);
@@ -616,15 +628,14 @@ std::string make_header(std::span<const entry_source> entries, const metadata_ma
   json += '}';
   // Pad with spaces so that the data starts at a multiple of 8 bytes into the file.
   json.append((8 - json.size() % 8) % 8, ' ');
-  if (json.size() > max_header_size)
+  const std::uint64_t size = json.size() - 8;
+  if (size > max_header_size)
     throw std::invalid_argument("ckpt: the header of " + std::to_string(entries.size()) +
-                                " entries would take " + std::to_string(json.size()) +
+                                " entries would take " + std::to_string(size) +
                                 " bytes, over the format's limit of " +
                                 std::to_string(max_header_size));
-  const std::uint64_t size = json.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &size, 8);
-  return out + json;
+  std::memcpy(json.data(), &size, 8);
+  return out;
 }
 
 metadata_map header_metadata(std::span<const std::byte> head, const std::filesystem::path& origin) {

@@ -79,22 +79,25 @@ metadata_map header_metadata(std::span<const std::byte> head, const std::filesys
 // make_header too (a file with it could not be loaded).
 bool is_damaged_digest_entry(std::string_view key, std::string_view value);
 
-// The first 8 + N bytes of a file: the length prefix and the JSON header, padded with spaces so
-// that the data that follows starts 8-byte aligned. Entries are laid out in the order given.
+// The first 8 + N bytes of a file (`bytes`): the length prefix and the JSON header, padded with
+// spaces so that the data that follows starts 8-byte aligned.
+struct file_header {
+  std::string bytes;
+  // Where the value of the `__metadata__` key a writer was asked to record starts in `bytes`.
+  std::size_t digest_at = 0;
+};
+
+// The header of `entries`, laid out in the order given, and `metadata`; `digest_at` is where the
+// value of the key `digest` (if not empty and in `metadata`) starts, its quote excluded.
 // Throws std::invalid_argument if the header would exceed max_header_size, if a name, a
 // metadata key or value is not valid UTF-8 (JSON strings must be; nobody could read the file),
 // or if a metadata entry is_damaged_digest_entry.
-std::string make_header(std::span<const entry_source> entries, const metadata_map& metadata);
+file_header make_header(entry_list entries, const metadata_map& metadata, std::string_view digest = {});
 
 // The header `write_file` writes (src/file.cpp), the one preparation of its metadata that every
 // writer of whole files shares (ckpt::save, the MPI writer of sliced steps): `metadata` without
 // the digest keys ckpt owns, plus, if `digest` names a key, that key with 16 '0' digits as a
 // placeholder, which starts at byte `digest_at` of `bytes`. Throws as make_header.
-struct file_header {
-  std::string bytes;
-  std::size_t digest_at = 0;
-};
-file_header make_file_header(std::span<const entry_source> entries, const metadata_map& metadata,
-                             std::string_view digest);
+file_header make_file_header(entry_list entries, const metadata_map& metadata, std::string_view digest);
 
 }  // namespace ckpt::detail

@@ -30,17 +30,9 @@ std::vector<const entry_source*> ordered_entries(std::span<const section> sectio
 
 }  // namespace detail
 
-std::vector<detail::entry_source> detail::laid_out(std::span<const section> sections) {
-  const std::vector<const detail::entry_source*> order = detail::ordered_entries(sections, "save");
-  std::vector<detail::entry_source> entries;
-  entries.reserve(order.size());
-  for (const auto* e : order) entries.push_back(*e);
-  return entries;
-}
-
 void detail::save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
                            const save_options& options, write_path path) {
-  write_file(target, detail::laid_out(sections), metadata, options, path);
+  write_file(target, detail::ordered_entries(sections, "save"), metadata, options, path);
 }
 
 void detail::save_to(const file_at& target, const checkpoint& t, const save_options& options, write_path path) {
@@ -51,7 +43,7 @@ void detail::save_to(const file_at& target, const checkpoint& t, const save_opti
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,
           const save_options& options) {
   // The entries are checked before the folder is opened: a bad name is refused as such.
-  const std::vector<detail::entry_source> entries = detail::laid_out(sections);
+  const std::vector<const detail::entry_source*> entries = detail::ordered_entries(sections, "save");
   if (detail::is_remote(path)) return detail::save_remote(path, entries, metadata, options);
   detail::write_file(detail::target_in_folder(path), entries, metadata, options);
 }

@@ -19,9 +19,4 @@ namespace ckpt::detail {
 void save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
                    const save_options& options, write_path path = write_path::page_cache);
 
-// The entries of `sections`, checked, their descriptors (not the bytes) laid out in name order:
-// what the file writer takes (write_file), wherever the file goes.
-// \throws as ckpt::save for a bad or repeated name.
-[[nodiscard]] std::vector<entry_source> laid_out(std::span<const section> sections);
-
 }  // namespace ckpt::detail

@@ -19,6 +19,10 @@ utf8_step next_utf8(std::string_view s) noexcept {
 
 std::optional<std::size_t> invalid_utf8_at(std::string_view s) noexcept {
   for (std::size_t at = 0; at < s.size();) {
+    if (static_cast<unsigned char>(s[at]) < 0x80) {  // ASCII, most names: a byte at a time
+      ++at;
+      continue;
+    }
     const utf8_step step = next_utf8(s.substr(at));
     if (!step.code_point) return at;
     at += step.bytes;

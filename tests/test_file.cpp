@@ -69,6 +69,19 @@ BOOST_AUTO_TEST_CASE(metadata_round_trips) {
   BOOST_TEST(ckpt::to_int("step", loaded) == 1);
 }
 
+BOOST_AUTO_TEST_CASE(names_are_written_as_json_escapes_them) {
+  const temp_dir s;
+  // Plain names are written as they are; a quote, a backslash or a control byte is escaped.
+  const auto t = ckpt::concat({ckpt::of_int("caf\xc3\xa9", 1), ckpt::of_int("q\"b\\n\nt\x01", 2)});
+  ckpt::save(s.path() / "j.safetensors", t);
+  const std::string bytes = read_bytes(s.path() / "j.safetensors");
+  BOOST_TEST(bytes.find("\"caf\xc3\xa9\":{\"dtype\":\"I32\"") != std::string::npos);
+  BOOST_TEST(bytes.find(R"("q\"b\\n\nt\u0001":{"dtype":"I32")") != std::string::npos);
+  const auto back = ckpt::load(s.path() / "j.safetensors");
+  BOOST_TEST(back.names() == t.names());
+  BOOST_TEST(ckpt::to_int("q\"b\\n\nt\x01", back) == 2);
+}
+
 BOOST_AUTO_TEST_CASE(empty_checkpoint_round_trips) {
   const temp_dir s;
   ckpt::save(s.path() / "e.safetensors", ckpt::checkpoint{});

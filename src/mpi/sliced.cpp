@@ -347,8 +347,11 @@ void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section>
                       .nbytes = ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape)), .contiguous = {},
                       .write_rows = {}, .keep_alive = {}, .global_shape = {}, .first = -1});
   }
+  std::vector<const ckpt::detail::entry_source*> order;
+  order.reserve(layout.size());
+  for (const ckpt::detail::entry_source& e : layout) order.push_back(&e);
   const ckpt::detail::file_header header = ckpt::detail::make_file_header(
-      layout, plan.metadata, options.digest ? ckpt::detail::digest_key : std::string_view());
+      order, plan.metadata, options.digest ? ckpt::detail::digest_key : std::string_view());
   const std::string& shard = plan.shards[0];
   const std::filesystem::path target = plan.dir / shard;
 

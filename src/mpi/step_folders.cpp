@@ -188,10 +188,8 @@ ckpt::detail::folder_handle open_step_folder(const step_plan& plan) {
 void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options) {
   const ckpt::detail::folder_handle dir = open_step_folder(plan);
   if (plan.shard.empty()) return;
-  std::vector<ckpt::detail::entry_source> entries;
-  entries.reserve(plan.mine.size());
-  for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation))
-    if (plan.mine.contains(e->name)) entries.push_back(*e);
+  std::vector<const ckpt::detail::entry_source*> entries = ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation);
+  std::erase_if(entries, [&plan](const ckpt::detail::entry_source* e) { return !plan.mine.contains(e->name); });
   ckpt::detail::write_file({dir, plan.shard}, entries, plan.metadata, options);
 }
 

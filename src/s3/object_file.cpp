@@ -172,7 +172,7 @@ void upload::send_parts(std::vector<std::string>& etags) {
   etags[0] = first;
 }
 
-bool write_object(const config& settings, const object& target, std::span<const entry_source> entries,
+bool write_object(const config& settings, const object& target, entry_list entries,
                   const metadata_map& metadata, const save_options& options, upload::existing rule) {
   upload out(settings, target, {}, rule);
   write_file(out, entries, metadata, options);
@@ -245,7 +245,7 @@ std::shared_ptr<std::byte[]> download(const config& settings, const object& o, s
 
 namespace ckpt::detail {
 
-void save_remote(const std::filesystem::path& url, std::span<const entry_source> entries, const metadata_map& metadata,
+void save_remote(const std::filesystem::path& url, entry_list entries, const metadata_map& metadata,
                  const save_options& options) {
   static_cast<void>(s3::write_object(s3::config::from_environment(), s3::object::parse(url.native()), entries, metadata,
                                      options, s3::upload::existing::replaced));

@@ -97,7 +97,7 @@ class upload final : public byte_sink {
 // upload: true once the object is there; false, nothing written, if `rule` keeps an object that
 // was (upload::commit).
 // \throws remote_error; as the file writer (write_file) for the entries.
-bool write_object(const config& settings, const object& target, std::span<const entry_source> entries,
+bool write_object(const config& settings, const object& target, entry_list entries,
                   const metadata_map& metadata, const save_options& options, upload::existing rule);
 
 // Bytes [offset, offset + out.size()) of an object, into `out`.

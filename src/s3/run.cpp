@@ -77,7 +77,7 @@ class remote_run final : public manager_state {
   }
 
   void save_now(std::int64_t step, std::span<const section> sections, const metadata_map& metadata) override {
-    upload(name_of(step), laid_out(sections), metadata);
+    upload(name_of(step), ordered_entries(sections, "save"), metadata);
     commit(step, metadata);
   }
 
@@ -90,7 +90,7 @@ class remote_run final : public manager_state {
       snapshot->finish();
       background_write::yield();
       const section whole(snapshot->data());
-      upload(name, laid_out({&whole, 1}), snapshot->data().metadata());
+      upload(name, ordered_entries({&whole, 1}, "save"), snapshot->data().metadata());
     });
   }
 
@@ -121,7 +121,7 @@ class remote_run final : public manager_state {
   // never over an object there: another writer of the run may have committed the step since this
   // manager listed it (see upload::commit for how far a server without conditional writes
   // guarantees it).
-  void upload(const std::string& name, const std::vector<entry_source>& entries, const metadata_map& metadata) const {
+  void upload(const std::string& name, entry_list entries, const metadata_map& metadata) const {
     if (!write_object(settings_, key(name), entries, metadata, save_options{.digest = core.options().digest},
                       upload::existing::kept))
       throw io_error(url_of(name),

@@ -43,6 +43,10 @@ struct entry_source {
   [[nodiscard]] std::size_t row_count() const;
 };
 
+// The entries of a file in the order they are laid out in it: what the file writer takes
+// (pointers into the sections that own the sources, so that a save copies none of them).
+using entry_list = std::span<const entry_source* const>;
+
 // The source of the entry `name` holding the tensor `x`, which it keeps alive: its bytes where
 // they stand in memory, or, for an entry of a loaded file, rows of one byte read from the file
 // with pread (a band ahead of the writer; never through the mapping, where a file truncated
