@@ -158,10 +158,13 @@ namespace {
 //   - through the page cache: the bytes go in large writev batches straight from where they live,
 //     each slice hashed just before it is written; the digest's digits are then patched into the
 //     header with one pwrite;
-//   - with direct I/O (atomic_file::start_direct): the bytes are copied into an aligned staging
-//     buffer, hashed there, and written a whole buffer at a time; the tail is padded to a whole
-//     block and the file cut to its size at the end. The blocks that hold the digest's digits are
-//     kept as they were written (digits zero) and written again, patched, after everything else.
+//   - with direct I/O (atomic_file::start_direct): bytes that sit at the same place in a memory
+//     block as in a file block (a snapshot laid out as the file's data section, see
+//     snapshot_options::file_data_start) are hashed and written whole blocks at a time from where
+//     they are; the others are copied into an aligned staging buffer, hashed there, and written a
+//     whole buffer at a time. The tail is padded to a whole block and the file cut to its size at
+//     the end. The blocks that hold the digest's digits are kept as they were written (digits
+//     zero) and written again, patched, after everything else.
 // Either way the digest is that of the same bytes fed in the same order (chunked_digest does not
 // depend on how its updates are sliced), and every write goes through the test seam.
 class data_writer {
@@ -189,10 +192,10 @@ class data_writer {
     pending_ += header.size();
   }
   // Takes data bytes. Through the page cache, they must stay valid until the next flush; with
-  // direct I/O they are copied before this returns.
+  // direct I/O they are written or copied before this returns.
   void add(std::span<const std::byte> bytes) {
     if (staging_) {
-      stage(bytes, true);
+      add_direct(bytes);
       return;
     }
     if (slice_bytes_ == 0) {
@@ -265,6 +268,46 @@ class data_writer {
     return {const_cast<std::byte*>(bytes.data()), bytes.size()};
   }
 
+  // With direct I/O: writes the whole blocks of `bytes` that sit at their file offset's place in
+  // a block from where they are, and stages the rest.
+  void add_direct(std::span<const std::byte> bytes) {
+    while (!bytes.empty()) {
+      const std::uint64_t at = written_ + staged_;  // the file offset of bytes[0]
+      const bool in_place = (reinterpret_cast<std::uintptr_t>(bytes.data()) - at) % direct_block_bytes == 0;
+      if (in_place && at % direct_block_bytes == 0 && bytes.size() >= direct_block_bytes) {
+        if (staged_ > 0) write_staged(staged_);  // whole blocks: `at` starts one
+        const std::size_t n = std::min(bytes.size(), detail::tuning::direct_write_bytes) / direct_block_bytes *
+                              direct_block_bytes;
+        write_in_place(bytes.first(n));
+        bytes = bytes.subspan(n);
+        continue;
+      }
+      // Staged up to the next block boundary, from where the bytes can go in place.
+      const std::size_t n = in_place ? std::min(bytes.size(), direct_block_bytes - at % direct_block_bytes) : bytes.size();
+      stage(bytes.first(n), true);
+      bytes = bytes.subspan(n);
+    }
+  }
+  // Hashes and writes `bytes` (whole blocks, aligned in memory, at written_) from where they are.
+  void write_in_place(std::span<const std::byte> bytes) {
+    if (digest_)
+      for (std::size_t first = 0; first < bytes.size(); first += detail::tuning::hash_slice_bytes)
+        digest_->update(bytes.subspan(first, std::min(detail::tuning::hash_slice_bytes, bytes.size() - first)));
+    keep(bytes.data(), bytes.size());
+    std::vector<iovec> piece{as_iovec(bytes)};
+    file_.write(piece);
+    written_ += bytes.size();
+    if (progress_) progress_(std::min(written_, total_), total_);
+  }
+  // Keeps a copy of what of the `size` bytes at `from`, bound for written_, falls in the kept blocks.
+  void keep(const std::byte* from, std::size_t size) {
+    const std::size_t first = std::max<std::size_t>(written_, kept_first_);
+    const std::size_t end = std::min<std::size_t>(written_ + size, kept_end_);
+    if (first < end)
+      std::memcpy(staging_.get() + detail::tuning::direct_write_bytes + (first - kept_first_), from + (first - written_),
+                  end - first);
+  }
+
   // Copies `bytes` into the staging buffer (hashing the copy if they are data and a digest is
   // asked for), writing the buffer each time it is full.
   void stage(std::span<const std::byte> bytes, bool data) {
@@ -283,11 +326,7 @@ class data_writer {
   // Writes the first `size` bytes of the staging buffer (whole blocks) at written_, keeping a
   // copy of what falls in the kept blocks.
   void write_staged(std::size_t size) {
-    const std::size_t first = std::max<std::size_t>(written_, kept_first_);
-    const std::size_t end = std::min<std::size_t>(written_ + size, kept_end_);
-    if (first < end)
-      std::memcpy(staging_.get() + detail::tuning::direct_write_bytes + (first - kept_first_),
-                  staging_.get() + (first - written_), end - first);
+    keep(staging_.get(), size);
     std::vector<iovec> piece{{staging_.get(), size}};
     file_.write(piece);
     written_ += size;

@@ -134,7 +134,8 @@ class local_state final : public detail::manager_state {
     // The job owns its snapshot and its target (the folder held); the state is only touched by
     // settle(), on the caller's thread, after the job is joined.
     background.start([target = detail::file_at{folder_, name_of(step)},
-                      snapshot = std::make_shared<detail::taken_snapshot>(detail::take_snapshot(arena, sections, metadata, true)),
+                      snapshot = std::make_shared<detail::taken_snapshot>(detail::take_snapshot(
+                          arena, sections, metadata, {.lazily = true, .as_file = true, .digest = core.options().digest})),
                       digest = core.options().digest, folder = folder_.fd(), dropped = std::move(dropped)] {
       snapshot->finish();
       detail::background_write::yield();

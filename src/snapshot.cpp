@@ -4,7 +4,10 @@
 
 #include <ckpt/detail/live_source.hpp>
 
+#include "atomic_file.hpp"
+#include "digest.hpp"
 #include "io_hooks.hpp"
+#include "safetensors.hpp"
 #include "memory.hpp"
 #include "parallel.hpp"
 #include "tuning.hpp"
@@ -238,22 +241,32 @@ void detail::taken_snapshot::finish() {
 }
 
 detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<const section> sections,
-                                             const metadata_map& metadata, bool lazily) {
+                                             const metadata_map& metadata, const snapshot_layout& layout) {
   const std::vector<const entry_source*> order = ordered_entries(sections, "snapshot");
-  // Where each leaf goes in the buffer, and the bytes the buffer needs.
+  const bool lazily = layout.lazily;
+  // Laid out as the file's data section, which starts at byte `data_start` of the file (0: not).
+  std::size_t data_start = 0;
+  if (layout.as_file) {
+    std::size_t data = 0;
+    for (const auto* e : order) data += e->nbytes;
+    if (data >= tuning::direct_write_bytes && data / std::max<std::size_t>(order.size(), 1) >= direct_block_bytes)
+      data_start = make_file_header(order, metadata, layout.digest ? digest_key : std::string_view()).bytes.size();
+  }
+  // Where each leaf goes in the buffer (from `lead`, below), and the bytes the buffer needs.
   std::vector<std::size_t> offsets;
   offsets.reserve(order.size());
   std::size_t total = 0;
   for (const auto* e : order) {
     offsets.push_back(total);
-    total += aligned(e->nbytes);
+    total += data_start != 0 ? e->nbytes : aligned(e->nbytes);
   }
+  if (data_start != 0) total += direct_block_bytes - 1;  // room for `lead`
 
   // A free buffer is one no tensor refers to any more: only the arena holds it. Take the smallest
   // that fits; free ones too small for this snapshot are of no further use.
-  auto& buffers = arena.buffers_;
-  const auto is_free = [](const snapshot_arena::buffer& b) { return b.bytes.use_count() == 1; };
-  std::erase_if(buffers, [&](const snapshot_arena::buffer& b) { return is_free(b) && b.size < total; });
+  auto& buffers = arena_access::buffers(arena);
+  const auto is_free = [](const auto& b) { return b.bytes.use_count() == 1; };
+  std::erase_if(buffers, [&](const auto& b) { return is_free(b) && b.size < total; });
   auto chosen = buffers.end();
   for (auto it = buffers.begin(); it != buffers.end(); ++it)
     if (is_free(*it) && (chosen == buffers.end() || it->size < chosen->size)) chosen = it;
@@ -262,6 +275,11 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
     chosen = std::prev(buffers.end());
   }
   const std::shared_ptr<std::byte[]> storage = chosen->bytes;
+  // As a file: the data start at the address that sits where byte `data_start` of the file does
+  // in a block.
+  const std::size_t lead =
+      data_start == 0 ? 0 : (data_start - reinterpret_cast<std::uintptr_t>(storage.get())) % direct_block_bytes;
+  for (std::size_t& offset : offsets) offset += lead;
 
   // The entries copied now (their targets), and the indexes of those copied later (lazily).
   std::vector<std::byte*> targets;
@@ -310,7 +328,7 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
 }
 
 checkpoint snapshot_arena::snapshot(std::span<const section> sections, const metadata_map& metadata) {
-  detail::taken_snapshot taken = detail::take_snapshot(*this, sections, metadata, false);
+  detail::taken_snapshot taken = detail::take_snapshot(*this, sections, metadata, {});
   return taken.data();
 }
 

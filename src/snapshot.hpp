@@ -38,10 +38,29 @@ class taken_snapshot {
   std::shared_ptr<lazy_copies> pending_;
 };
 
-// Copies `sections` into a free buffer of `arena`. With `lazily`, the entries that mark their leaf
-// (entry_source::lazy_leaf) are left to `finish` and to before_write.
+// How take_snapshot lays out its copy.
+struct snapshot_layout {
+  // The entries that mark their leaf (entry_source::lazy_leaf) are left to `finish` and to
+  // before_write.
+  bool lazily = false;
+  // The entries one after the other, as in the data section of the file that ckpt::save (with a
+  // digest or not) writes of them, each at the same place in a memory block as in a file block:
+  // direct I/O then writes them from the snapshot, without a copy into its staging buffer (see
+  // data_writer in src/file.cpp). Taken where the copy it saves outweighs building the header
+  // once more: data of direct_write_bytes or more, a block or more an entry. Otherwise (and
+  // without `as_file`) each entry starts a cache line of its own.
+  bool as_file = false;
+  bool digest = false;
+};
+
+// Copies `sections` into a free buffer of `arena`, laid out as `layout` says.
 // \throws as snapshot_arena::snapshot.
 taken_snapshot take_snapshot(snapshot_arena& arena, std::span<const section> sections, const metadata_map& metadata,
-                             bool lazily);
+                             const snapshot_layout& layout);
+
+// The way into an arena's buffers.
+struct arena_access {
+  static auto& buffers(snapshot_arena& arena) noexcept { return arena.buffers_; }
+};
 
 }  // namespace ckpt::detail

@@ -14,11 +14,8 @@
 
 namespace ckpt {
 
-class snapshot_arena;
 namespace detail {
-class taken_snapshot;
-taken_snapshot take_snapshot(snapshot_arena& arena, std::span<const section> sections, const metadata_map& metadata,
-                             bool lazily);
+struct arena_access;  // the managers' snapshots (src/snapshot.hpp)
 }  // namespace detail
 
 /// Makes immutable checkpoints out of live structures (the `section`s that `save` writes), copying
@@ -62,8 +59,7 @@ class snapshot_arena {
   void release() noexcept;
 
  private:
-  friend detail::taken_snapshot detail::take_snapshot(snapshot_arena&, std::span<const section>, const metadata_map&,
-                                                      bool);
+  friend struct detail::arena_access;
   struct buffer {
     std::shared_ptr<std::byte[]> bytes;
     std::size_t size = 0;

@@ -204,7 +204,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     try {
       if (!pending_.mine.empty())
         snapshot = std::make_shared<ckpt::detail::taken_snapshot>(
-            ckpt::detail::take_snapshot(arena, sliced ? without_slices(sections, slices) : sections, {}, true));
+            ckpt::detail::take_snapshot(arena, sliced ? without_slices(sections, slices) : sections, {}, {.lazily = true}));
     } catch (...) {
       failed = std::current_exception();
     }

@@ -86,7 +86,7 @@ class remote_run final : public manager_state {
     pending_step_ = step;
     pending_metadata_ = metadata;
     background.start([this, name = name_of(step),
-                      snapshot = std::make_shared<taken_snapshot>(take_snapshot(arena, sections, metadata, true))] {
+                      snapshot = std::make_shared<taken_snapshot>(take_snapshot(arena, sections, metadata, {.lazily = true}))] {
       snapshot->finish();
       background_write::yield();
       const section whole(snapshot->data());
