@@ -9,8 +9,9 @@
 //     save copies whole), side by side;
 //   - `--normal-priority=1`: the same lazy saves with the writer left at the loop's priority (the
 //     library lowers it once the copies are made: tuning::writer_nice), side by side;
-//   - the writer's CPU per GiB saved by stage (copy, hash, write into the page cache, fsync), and
-//     the CPU a save costs the whole process;
+//   - the writer's CPU per GiB saved by stage (copy, hash, write into the page cache, fsync), a
+//     whole background save's CPU per GiB with nothing training, and the CPU a save costs the
+//     whole process inside the loop;
 //   - `--first`: only the blocking of a fresh process's first `save_async` against a memcpy of
 //     the state into fresh memory (run it in several processes: bench/loop_run.sh).
 //
@@ -258,6 +259,30 @@ void writer_stages(const fs::path& dir, std::size_t bytes) {
               static_cast<unsigned long long>(h));
 }
 
+// The CPU of a whole background save of the training state, nothing training meanwhile: the
+// process's CPU from the call to the end of its write, per GiB (the median of 5 after a first
+// that fills the arena), and its wall time.
+template <class M>
+void save_alone(trainer<M>& t, const fs::path& dir, std::size_t state_bytes) {
+  fs::remove_all(dir);
+  std::vector<double> cpu, wall;
+  {
+    ckpt::checkpoint_manager manager(dir, {.max_to_keep = 2});
+    for (int i = 0; i < 6; ++i) {
+      const double c0 = process_cpu_s(), w0 = now_s();
+      manager.save_async(i, ckpt::training_state(t.params, t.state), {}, true);
+      manager.wait();
+      if (i == 0) continue;
+      cpu.push_back(process_cpu_s() - c0);
+      wall.push_back(now_s() - w0);
+    }
+  }
+  fs::remove_all(dir);
+  const double gib = static_cast<double>(state_bytes) / (1 << 30);
+  std::printf("| a background save of the state alone (copies, hash, write, fsync; nothing training), per GiB | "
+              "CPU %.3f s | wall %.3f s |\n", median(cpu) / gib, median(wall) / gib);
+}
+
 std::string pct(double x) {
   char text[32];
   std::snprintf(text, sizeof text, "%+.2f%%", x * 100);
@@ -328,6 +353,8 @@ int measure(const args& a) {
               model_mib, layers, order, state_mib, threads, batch, step_s, typical_update, copy,
               static_cast<double>(state_bytes) / copy / 1e9);
   writer_stages(dir, state_bytes);
+
+  save_alone(t, dir / "alone", state_bytes);
 
   fs::remove_all(dir / "run");  // a run an interrupted harness left
   ckpt::checkpoint_manager manager(dir / "run", {.max_to_keep = 2});
