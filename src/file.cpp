@@ -160,8 +160,8 @@ namespace {
 //     header with one pwrite;
 //   - with direct I/O (atomic_file::start_direct): bytes that sit at the same place in a memory
 //     block as in a file block (a snapshot laid out as the file's data section, see
-//     snapshot_options::file_data_start) are hashed and written whole blocks at a time from where
-//     they are; the others are copied into an aligned staging buffer, hashed there, and written a
+//     snapshot_layout::as_file in src/snapshot.hpp) are hashed and written whole blocks at a time
+//     from where they are; the others are copied into an aligned staging buffer, hashed there, and written a
 //     whole buffer at a time. The tail is padded to a whole block and the file cut to its size at
 //     the end. The blocks that hold the digest's digits are kept as they were written (digits
 //     zero) and written again, patched, after everything else.

@@ -204,7 +204,8 @@ class mpi_state final : public ckpt::detail::manager_state {
     try {
       if (!pending_.mine.empty())
         snapshot = std::make_shared<ckpt::detail::taken_snapshot>(
-            ckpt::detail::take_snapshot(arena, sliced ? without_slices(sections, slices) : sections, {}, {.lazily = true}));
+            ckpt::detail::take_snapshot(arena, sliced ? without_slices(sections, slices) : sections, pending_.metadata,
+                                        {.lazily = true, .as_file = !sliced, .digest = core.options().digest}));
     } catch (...) {
       failed = std::current_exception();
     }
@@ -226,7 +227,7 @@ class mpi_state final : public ckpt::detail::manager_state {
       if (!plan->sliced.empty()) {
         write_step(background_comm_, *plan, copy, error);
       } else if (!error && snapshot) {
-        write_step(MPI_COMM_NULL, *plan, copy, error);
+        write_step(MPI_COMM_NULL, *plan, copy, error, ckpt::detail::write_path::direct);
       }
       if (tiers_ && background_comm_ != MPI_COMM_NULL) tiers_->send_partner_copies(*plan, error, background_comm_);
       if (error) std::rethrow_exception(error);
@@ -297,15 +298,17 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   // Writes this rank's part of `plan`'s step (keeping a failure in `error`): its shard, to its
-  // node's local tier if there is one, else to the folder; a step of slices collectively, on
-  // `comm` (the manager's ranks).
+  // node's local tier if there is one, else to the folder, by `path` (direct I/O for a background
+  // save, as ckpt::checkpoint_manager's); a step of slices collectively, on `comm` (the manager's
+  // ranks), with MPI-IO.
   void write_step(MPI_Comm comm, const detail::step_plan& plan, std::span<const section> sections,
-                  std::exception_ptr& error) const {
+                  std::exception_ptr& error,
+                  ckpt::detail::write_path path = ckpt::detail::write_path::page_cache) const {
     const save_options options{.digest = core.options().digest};
     if (!plan.sliced.empty()) return detail::write_sliced(comm, plan, sections, options, error);
     try {
-      if (tiers_) tiers_->write_own(plan, sections, options);
-      else detail::write_shard(plan, sections, options);
+      if (tiers_) tiers_->write_own(plan, sections, options, path);
+      else detail::write_shard(plan, sections, options, path);
     } catch (...) {
       error = std::current_exception();
     }

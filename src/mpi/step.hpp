@@ -9,6 +9,7 @@
 #include <ckpt/mpi.hpp>
 #include <ckpt/section.hpp>
 
+#include "../atomic_file.hpp"
 #include "../folder.hpp"
 #include "../manager_core.hpp"
 
@@ -107,8 +108,10 @@ void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section>
 
 // Local: writes this rank's shard (the entries of `sections` it writes), atomically; nothing if
 // it writes none. `sections` must hold the entries `plan_step` saw (the live ones or a snapshot).
+// `path` as ckpt::detail::write_file's (direct I/O for a background save).
 // \throws io_error, std::bad_alloc...
-void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options);
+void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options,
+                 ckpt::detail::write_path path = ckpt::detail::write_path::page_cache);
 
 // Collective: agrees that every shard is durable (`local_error` is this rank's failure to
 // write it), then rank 0 writes the index, which commits the step, and removes what else the

@@ -185,12 +185,13 @@ ckpt::detail::folder_handle open_step_folder(const step_plan& plan) {
   return plan.run.subfolder(plan.dir_name, /*create=*/true);
 }
 
-void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options) {
+void write_shard(const step_plan& plan, std::span<const section> sections, const save_options& options,
+                 ckpt::detail::write_path path) {
   const ckpt::detail::folder_handle dir = open_step_folder(plan);
   if (plan.shard.empty()) return;
   std::vector<const ckpt::detail::entry_source*> entries = ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation);
   std::erase_if(entries, [&plan](const ckpt::detail::entry_source* e) { return !plan.mine.contains(e->name); });
-  ckpt::detail::write_file({dir, plan.shard}, entries, plan.metadata, options);
+  ckpt::detail::write_file({dir, plan.shard}, entries, plan.metadata, options, path);
 }
 
 void commit_step(MPI_Comm comm, const step_plan& plan, const std::exception_ptr& local_error) {

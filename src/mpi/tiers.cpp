@@ -297,10 +297,11 @@ void local_tiers::keep_only(const std::set<std::int64_t>& keep) const noexcept {
   }
 }
 
-void local_tiers::write_own(const step_plan& plan, std::span<const section> sections, const save_options& options) const {
+void local_tiers::write_own(const step_plan& plan, std::span<const section> sections, const save_options& options,
+                            ckpt::detail::write_path path) const {
   step_plan here = plan;
   here.run = own_;
-  write_shard(here, sections, options);
+  write_shard(here, sections, options, path);
 }
 
 void local_tiers::send_partner_copies(const step_plan& plan, std::exception_ptr& error, MPI_Comm comm) const {

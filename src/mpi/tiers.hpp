@@ -73,7 +73,8 @@ class local_tiers {
 
   // Local: writes this rank's shard of `plan` into its node's step folder.
   // \throws io_error.
-  void write_own(const step_plan& plan, std::span<const section> sections, const save_options& options) const;
+  void write_own(const step_plan& plan, std::span<const section> sections, const save_options& options,
+                 ckpt::detail::write_path path) const;
   // Collective over `comm` (the manager's, or its background thread's own): sends this rank's
   // shard of `plan` to its partner, which writes it into its partner folder, every pair at once.
   // `error` is this rank's failure so far (its shard unwritten: nothing is sent, by any rank), and
