@@ -40,9 +40,15 @@ void copy_entry(const detail::entry_source& e, std::byte* out) {
     std::memcpy(out, e.contiguous.data(), e.nbytes);
 }
 
-// Copies every entry `order[i]` to `targets[i]` (none where it is null). One core does not
-// saturate memory bandwidth: a large copy is split into runs of entries of about equal size,
-// copied on up to four threads.
+// The threads a copy of `total` bytes takes: one per snapshot_bytes_per_thread, up to four and
+// the machine's hardware threads, since one core does not saturate memory bandwidth.
+std::size_t copy_threads(std::size_t total) {
+  return std::clamp<std::size_t>(std::min<std::size_t>(detail::hardware_threads(), 4), 1,
+                                 std::max<std::size_t>(total / detail::tuning::snapshot_bytes_per_thread, 1));
+}
+
+// Copies every entry `order[i]` to `targets[i]` (none where it is null): a large copy is split
+// into runs of entries of about equal size, one a thread (copy_threads).
 void copy_in_parallel(const std::vector<const detail::entry_source*>& order, const std::vector<std::byte*>& targets) {
   // starts[i]: the bytes before entry i.
   std::vector<std::size_t> starts;
@@ -56,9 +62,7 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
     for (std::size_t i = first; i < last; ++i)
       if (targets[i] != nullptr) copy_entry(*order[i], targets[i]);
   };
-  const std::size_t threads =
-      std::clamp<std::size_t>(std::min<std::size_t>(detail::hardware_threads(), 4), 1,
-                              std::max<std::size_t>(total / detail::tuning::snapshot_bytes_per_thread, 1));
+  const std::size_t threads = copy_threads(total);
   // Run k ends at the first entry that starts at or past k/threads of the bytes.
   std::vector<std::size_t> bounds{0};
   for (std::size_t k = 1; k < threads; ++k) {
@@ -96,6 +100,7 @@ class detail::lazy_copies {
       copies_[k].source = *sources[by_leaf[k]];
       copies_[k].target = targets[by_leaf[k]];
       copy_order_[by_leaf[k]] = k;
+      bytes_ += copies_[k].source.nbytes;
     }
   }
 
@@ -131,9 +136,20 @@ class detail::lazy_copies {
     }
   }
 
-  // Makes every copy (those pending, on this thread, in the order given) and waits for all.
+  // Makes every copy (those pending, in the order given, on this thread and as many helpers as a
+  // copy of this size takes: copy_threads) and waits for all. In a loop that trains on every
+  // core, the helpers also take a larger share of the CPU while the gradients are computed, so
+  // that the optimizer's update finds its leaves copied rather than copying them itself.
   void make_all() noexcept {
-    for (const std::size_t k : copy_order_) make(copies_[k]);
+    std::atomic<std::size_t> next{0};
+    const auto take_in_order = [&](std::size_t, std::size_t) {
+      for (std::size_t i = next.fetch_add(1); i < copy_order_.size(); i = next.fetch_add(1)) make(copies_[copy_order_[i]]);
+    };
+    try {
+      detail::run_in_parallel(copy_threads(bytes_), take_in_order);
+    } catch (...) {  // make() throws nothing; should a helper's start do, this thread copies the rest
+      take_in_order(0, 1);
+    }
     for (std::size_t left = remaining_.load(std::memory_order_acquire); left != 0;
          left = remaining_.load(std::memory_order_acquire))
       remaining_.wait(left, std::memory_order_acquire);
@@ -149,6 +165,7 @@ class detail::lazy_copies {
   std::shared_ptr<std::byte[]> storage_;
   std::vector<copy> copies_;            // by leaf address
   std::vector<std::size_t> copy_order_;  // indexes into copies_, in the order make_all copies them
+  std::size_t bytes_ = 0;                 // of every copy
   std::atomic<std::size_t> remaining_;
   std::mutex error_mutex_;
   std::exception_ptr error_;

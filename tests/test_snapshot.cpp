@@ -663,3 +663,23 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_its_snapshot_in_place_with_direct_
   // At most two blocks for each of the 13 entries (3 of each leaf and the step).
   BOOST_TEST(staged <= 2 * 13 * std::size_t{4096}, staged << " bytes staged of " << total);
 }
+
+// A background save of a state of 128 MiB or more makes its lazy copies on several threads
+// (snapshot_bytes_per_thread) while the update races them: the step holds the values of the call.
+BOOST_AUTO_TEST_CASE(a_large_background_save_copies_on_helpers_and_holds_the_values_of_its_call) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path());
+  wide params{.a = decltype(wide::a)::Random(3072, 3072), .b = decltype(wide::b)::Random(700, 512),
+              .c = Eigen::MatrixXf::Random(1024, 1500), .v = Eigen::Vector3f(1, 2, 3)};
+  const ckpt::adam opt{.lr = 1e-2};
+  ckpt::adam_state<wide> state = opt.init(params);
+  opt.update(params, params, state);
+  const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
+  std::size_t bytes = 0;
+  for (const auto& [name, x] : expected) bytes += x.nbytes();
+  BOOST_TEST_REQUIRE(bytes >= std::size_t{128} << 20);
+  BOOST_TEST(manager.save_async(state.step, ckpt::training_state(params, state)));
+  opt.update(params, params, state);
+  manager.wait();
+  BOOST_TEST(same_entries(manager.load(1), expected));
+}
