@@ -9,7 +9,6 @@
 #include "folder.hpp"
 
 #include <span>
-#include <vector>
 
 namespace ckpt::detail {
 

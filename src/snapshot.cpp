@@ -260,7 +260,6 @@ void detail::taken_snapshot::finish() {
 detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<const section> sections,
                                              const metadata_map& metadata, const snapshot_layout& layout) {
   const std::vector<const entry_source*> order = ordered_entries(sections, "snapshot");
-  const bool lazily = layout.lazily;
   // Laid out as the file's data section, which starts at byte `data_start` of the file (0: not).
   std::size_t data_start = 0;
   if (layout.as_file) {
@@ -303,7 +302,7 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
   targets.reserve(order.size());
   std::vector<std::size_t> later;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const bool lazy = lazily && order[i]->lazy_leaf != nullptr && order[i]->nbytes > 0;
+    const bool lazy = layout.lazily && order[i]->lazy_leaf != nullptr && order[i]->nbytes > 0;
     targets.push_back(lazy ? nullptr : storage.get() + offsets[i]);
     if (lazy) later.push_back(i);
   }

@@ -4,7 +4,8 @@
 #define BOOST_TEST_MODULE snapshot
 #include <boost/test/unit_test.hpp>
 
-#include "io_hooks.hpp"  // src/: the background copy held back
+#include "direct_writes.hpp"  // the writes of a background save, seen
+#include "io_hooks.hpp"       // src/: the background copy held back
 #include "memory.hpp"    // src/: detail::kept_buffers, detail::tuning::heap_limit (tuning.hpp)
 #include "support.hpp"
 
@@ -13,7 +14,6 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/CXX11/Tensor>
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -604,64 +604,61 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_at_the_lowest_priority_after_its_c
 
 namespace {
 
-// A model of some 10 MiB whose entries do not all fill whole blocks.
+// A model whose entries do not all fill whole blocks.
 struct wide {
   Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> a, b;
   Eigen::MatrixXf c;  // column-major: reordered as it is copied
   Eigen::Vector3f v;
 };
 
+// A `wide` model with its Adam state one step into training.
+struct wide_in_training {
+  wide params;
+  ckpt::adam opt{.lr = 1e-2};
+  ckpt::adam_state<wide> state = opt.init(params);
+  wide_in_training(Eigen::Index a_side, Eigen::Index c_rows, Eigen::Index c_cols)
+      : params{.a = decltype(wide::a)::Random(a_side, a_side), .b = decltype(wide::b)::Random(700, 512),
+               .c = Eigen::MatrixXf::Random(c_rows, c_cols), .v = Eigen::Vector3f(1, 2, 3)} {
+    opt.update(params, params, state);
+  }
+  // Saves the training state in the background of `manager`, the next update racing the lazy
+  // copies, and checks that the step (its digest verified) holds the state of the call; returns it.
+  ckpt::checkpoint save_racing_an_update(ckpt::checkpoint_manager& manager) {
+    const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
+    const std::int64_t step = state.step;
+    BOOST_TEST(manager.save_async(step, ckpt::training_state(params, state)));
+    opt.update(params, params, state);
+    manager.wait();
+    BOOST_TEST(same_entries(manager.load(step), expected));
+    return expected;
+  }
+};
+
+std::size_t bytes_of(const ckpt::checkpoint& t) {
+  std::size_t bytes = 0;
+  for (const auto& [name, x] : t) bytes += x.nbytes();
+  return bytes;
+}
+
 }  // namespace
 
 // A manager's background save lays its snapshot out as the file's data section, so that direct
 // I/O writes it from where it is: only the blocks where the header or an entry of a few bytes
-// meets the next entry go through the staging buffer (the one address every staged write is
-// from: that of the first, which holds the header).
+// meets the next entry go through the staging buffer.
 BOOST_AUTO_TEST_CASE(a_background_save_writes_its_snapshot_in_place_with_direct_io) {
-  struct write {
-    std::uintptr_t from;
-    std::size_t size;
-  };
-  static std::mutex mutex;
-  static std::vector<write> direct_writes;
-  direct_writes.clear();
-  ckpt::detail::io_hooks h = ckpt::detail::system_hooks();
-  h.writev = [](int fd, const iovec* pieces, int count) {
-    if ((::fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
-      const std::lock_guard lock(mutex);
-      for (int i = 0; i < count; ++i)
-        direct_writes.push_back({reinterpret_cast<std::uintptr_t>(pieces[i].iov_base), pieces[i].iov_len});
-    }
-    return ::writev(fd, pieces, count);
-  };
-  const ckpt::detail::io_hooks_guard guard(h);
+  const ckpt_test::direct_writes writes;
   const temp_dir s(temp_dir::absent);
   ckpt::checkpoint_manager manager(s.path());
-  wide params{.a = decltype(wide::a)::Random(1024, 1024), .b = decltype(wide::b)::Random(700, 512),
-              .c = Eigen::MatrixXf::Random(333, 700), .v = Eigen::Vector3f(1, 2, 3)};
-  const ckpt::adam opt{.lr = 1e-2};
-  ckpt::adam_state<wide> state = opt.init(params);
-  opt.update(params, params, state);
-  const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
-  BOOST_TEST(manager.save_async(state.step, ckpt::training_state(params, state)));
-  opt.update(params, params, state);  // the loop goes on: the lazy copies race it
-  manager.wait();
-  BOOST_TEST(same_entries(manager.load(1), expected));  // and the digest checked
-  const std::lock_guard lock(mutex);
-  if (direct_writes.empty()) {
+  wide_in_training run(1024, 333, 700);  // some 20 MB of state
+  const ckpt::checkpoint saved = run.save_racing_an_update(manager);
+  const ckpt_test::direct_writes::totals seen = writes.seen();
+  if (seen.written == 0) {
     BOOST_WARN_MESSAGE(false, "the temporary folder's file system refuses direct I/O: nothing to check");
     return;
   }
-  std::size_t total = 0, staged = 0;
-  for (const write& w : direct_writes) {
-    total += w.size;
-    if (w.from == direct_writes.front().from) staged += w.size;
-  }
-  std::size_t data = 0;
-  for (const auto& [name, x] : expected) data += x.nbytes();
-  BOOST_TEST(total >= data);
+  BOOST_TEST(seen.written >= bytes_of(saved));
   // At most two blocks for each of the 13 entries (3 of each leaf and the step).
-  BOOST_TEST(staged <= 2 * 13 * std::size_t{4096}, staged << " bytes staged of " << total);
+  BOOST_TEST(seen.staged <= 2 * 13 * std::size_t{4096}, seen.staged << " bytes staged of " << seen.written);
 }
 
 // A background save of a state of 128 MiB or more makes its lazy copies on several threads
@@ -669,17 +666,8 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_its_snapshot_in_place_with_direct_
 BOOST_AUTO_TEST_CASE(a_large_background_save_copies_on_helpers_and_holds_the_values_of_its_call) {
   const temp_dir s(temp_dir::absent);
   ckpt::checkpoint_manager manager(s.path());
-  wide params{.a = decltype(wide::a)::Random(3072, 3072), .b = decltype(wide::b)::Random(700, 512),
-              .c = Eigen::MatrixXf::Random(1024, 1500), .v = Eigen::Vector3f(1, 2, 3)};
-  const ckpt::adam opt{.lr = 1e-2};
-  ckpt::adam_state<wide> state = opt.init(params);
-  opt.update(params, params, state);
-  const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(params, state));
-  std::size_t bytes = 0;
-  for (const auto& [name, x] : expected) bytes += x.nbytes();
-  BOOST_TEST_REQUIRE(bytes >= std::size_t{128} << 20);
-  BOOST_TEST(manager.save_async(state.step, ckpt::training_state(params, state)));
-  opt.update(params, params, state);
-  manager.wait();
-  BOOST_TEST(same_entries(manager.load(1), expected));
+  wide_in_training run(3072, 1024, 1500);
+  BOOST_TEST_REQUIRE(bytes_of(ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state))) >=
+                     std::size_t{128} << 20);
+  static_cast<void>(run.save_racing_an_update(manager));
 }

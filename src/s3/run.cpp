@@ -5,7 +5,6 @@
 
 #include "../file.hpp"
 #include "../safetensors.hpp"
-#include "../section.hpp"
 #include "../snapshot.hpp"
 #include "client.hpp"
 #include "object_file.hpp"

@@ -11,17 +11,13 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 
-#include "io_hooks.hpp"  // the writes of a background save, seen (src/)
+#include "../direct_writes.hpp"  // the writes of a background save, seen
 #include "mpi/step.hpp"  // the step folders' layout (src/): step_folder, index_file_name
 
 #include <Eigen/Core>
 
-#include <fcntl.h>
-#include <sys/uio.h>
-
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <type_traits>
 
 namespace {
@@ -410,23 +406,7 @@ void a_moved_mpi_manager_stays_collective(const fs::path& folder) {
 // entry meets the next go through the staging buffer (the address of the first direct write,
 // which holds the header). The step loads back as saved.
 void a_background_save_writes_its_shard_in_place_with_direct_io(const fs::path& folder) {
-  struct write {
-    std::uintptr_t from;
-    std::size_t size;
-  };
-  static std::mutex mutex;
-  static std::vector<write> direct_writes;
-  direct_writes.clear();
-  ckpt::detail::io_hooks h = ckpt::detail::system_hooks();
-  h.writev = [](int fd, const iovec* pieces, int count) {
-    if ((::fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
-      const std::lock_guard lock(mutex);
-      for (int i = 0; i < count; ++i)
-        direct_writes.push_back({reinterpret_cast<std::uintptr_t>(pieces[i].iov_base), pieces[i].iov_len});
-    }
-    return ::writev(fd, pieces, count);
-  };
-  const ckpt::detail::io_hooks_guard guard(h);
+  const ckpt_test::direct_writes writes;
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm);
   const std::string mine = "w." + std::to_string(rank);
@@ -441,15 +421,10 @@ void a_background_save_writes_its_shard_in_place_with_direct_io(const fs::path& 
   ckpt::mpi::checkpoint_manager manager(comm, folder / "mpi");
   const ckpt::checkpoint back = manager.load(1);
   CHECK_EQ(back.get(mine).as<float>()[1500 * 1500 - 1], static_cast<float>(rank + 1));
-  const std::lock_guard lock(mutex);
-  if (direct_writes.empty()) return;  // a file system that refuses direct I/O: nothing to check
-  std::size_t total = 0, staged = 0;
-  for (const write& w : direct_writes) {
-    total += w.size;
-    if (w.from == direct_writes.front().from) staged += w.size;
-  }
-  CHECK(total >= std::size_t{1500 * 1500 * 4});
-  CHECK(staged <= 4 * std::size_t{4096});
+  const ckpt_test::direct_writes::totals seen = writes.seen();
+  if (seen.written == 0) return;  // a file system that refuses direct I/O: nothing to check
+  CHECK(seen.written >= std::size_t{1500 * 1500 * 4});
+  CHECK(seen.staged <= 4 * std::size_t{4096});
 }
 
 int main(int argc, char** argv) {
