@@ -95,6 +95,38 @@ std::string wall_time_now() {
   return text;
 }
 
+bool is_run_id(std::string_view text) noexcept {
+  const auto alphanumeric = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  return text.size() == run_id_length && std::ranges::all_of(text, alphanumeric);
+}
+
+std::optional<std::string> read_small_file(const folder_handle& folder, std::string_view name, std::size_t limit) {
+  if (!folder.status(name)) return std::nullopt;
+  struct stat info {};
+  const file_descriptor fd = folder.open_to_read(name, info);
+  // One byte past the limit tells a file at the limit from a longer one.
+  std::string text(limit + 1, '\0');
+  text.resize(read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0, folder.path_of(name)));
+  if (text.size() > limit)
+    throw error(folder.path_of(name), "ckpt: '" + folder.path_of(name).string() + "' is longer than the " +
+                                          std::to_string(limit) + " bytes such a file holds");
+  return text;
+}
+
+std::optional<std::string> read_run_id(const folder_handle& folder) {
+  std::optional<std::string> text = read_small_file(folder, run_id_file_name, run_id_length + 1);
+  if (!text) return std::nullopt;
+  if (text->ends_with('\n')) text->pop_back();
+  if (!is_run_id(*text))
+    throw error(folder.path_of(run_id_file_name),
+                "ckpt: '" + folder.path_of(run_id_file_name).string() + "' does not hold a run id (" +
+                    std::to_string(run_id_length) + " letters and digits, then a newline): it holds " +
+                    std::to_string(text->size()) + " bytes that are not one; the first manager that opened the folder for "
+                    "writing made it: restore it, or delete it to make the folder a new run (whose node-local tiers "
+                    "start empty)");
+  return text;
+}
+
 manager_core::manager_core(std::string who, std::filesystem::path folder, manager_options options)
     : who_(std::move(who)), folder_(std::move(folder)), options_(std::move(options)) {
   if (options_.save_interval_steps < 1)

@@ -56,6 +56,28 @@ inline constexpr std::string_view mpi_step_prefix = "step-";
 // The index that commits such a folder (ckpt::mpi::detail::index_file_name, src/mpi/step.hpp).
 inline constexpr std::string_view mpi_step_index = "model.safetensors.index.json";
 
+// A run of ckpt::mpi::checkpoint_manager has an id (docs/distributed.md, "Runs and their ids"),
+// made once by the first manager that opens the run's folder for writing and kept in the folder's
+// file `.ckpt-run-id`; the run's node-local tiers live under `<tiers::local>/run-<id>/`, so that
+// runs sharing a local root never see each other's steps. Each node's first rank notes the run's
+// shared folder in `run-<id>/.ckpt-shared-folder`, for ckpt inspect of a local root.
+inline constexpr std::string_view run_id_file_name = ".ckpt-run-id";
+inline constexpr std::string_view run_folder_prefix = "run-";
+inline constexpr std::string_view run_shared_folder_name = ".ckpt-shared-folder";
+// A run id: this many letters and digits (random_suffix()es, src/atomic_file.hpp).
+inline constexpr std::size_t run_id_length = 24;
+
+// Whether `text` is a run id.
+[[nodiscard]] bool is_run_id(std::string_view text) noexcept;
+// The bytes of the small file `name` of `folder` (a link followed: reading changes nothing), or
+// nothing if there is no such name.
+// \throws error naming the file if it is longer than `limit` bytes; io_error naming it.
+[[nodiscard]] std::optional<std::string> read_small_file(const folder_handle& folder, std::string_view name,
+                                                         std::size_t limit);
+// The run id kept in `folder` (its run_id_file_name, one line), or nothing if it has none.
+// \throws error naming the file if it holds anything else; io_error naming it.
+[[nodiscard]] std::optional<std::string> read_run_id(const folder_handle& folder);
+
 // Damaged steps are set aside under `<name>.damaged`, or `<name>.damaged-K` (K = 2, 3, ...) when
 // that is taken (manager_core::set_aside). The step of a name so given for `step_name(prefix, step, suffix)`, or nothing.
 [[nodiscard]] std::optional<std::int64_t> step_set_aside(std::string_view name, std::string_view prefix,

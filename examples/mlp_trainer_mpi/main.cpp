@@ -75,7 +75,7 @@ options parse(int argc, char** argv, int rank) {
       ->type_name("DIR");
   app.add_option("--ranks-per-node", o.ranks_per_node,
                  "with --local-dir: simulate nodes of N ranks on one machine, each with its own subfolder "
-                 "node-<k> of --local-dir (0: the ranks that share memory are a node)")
+                 "node-<k> of the run's folder in --local-dir (0: the ranks that share memory are a node)")
       ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--drain-every", o.drain_every,

@@ -291,10 +291,23 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// shard. A job restarted on another number of ranks or nodes restores the same way: every
 /// node that holds a copy offers it. `path_of` and `status()` name a step's folder in `folder`,
 /// where it is, or would be once drained.
+///
+/// **Runs.** The local tiers of a run are its own: `local` is a root that any number of runs may
+/// share, each run's steps and partner copies in a folder `<local>/run-<id>/` named by the run's
+/// id. The id is made once, by the first manager that opens `folder` for writing (a new run, or a
+/// folder an earlier version made), and kept in `<folder>/.ckpt-run-id`, which every later
+/// manager of the run reads; a read-only manager writes none. A run lists, restores, keeps and
+/// deletes only the steps of its own folder: another run's are never listed, restored, counted
+/// as steps the run holds, or deleted, whether that run ran before or runs at once. A run whose
+/// `folder` was deleted and made again is a new run (a new id); a copy of `folder` with its
+/// `.ckpt-run-id` is the same run (delete the copy's file to make it a new one). The folders of
+/// runs gone stay until deleted by hand: `ckpt inspect <local>` lists each run's nodes and steps,
+/// and says which runs' folders no manager will use again.
 struct tiers {
-  /// The node-local folder, as every rank of a node sees it (created if needed; the node's first
-  /// rank locks it as the manager locks `folder`). With `ranks_per_node`, node k's folder is
-  /// `<local>/node-<k>`, so that simulated nodes on one machine do not share one.
+  /// The node-local root, as every rank of a node sees it (created if needed). Node k's folder of
+  /// the run is `<local>/run-<id>/` (the node's first rank locks it as the manager locks `folder`);
+  /// with `ranks_per_node`, `<local>/run-<id>/node-<k>/`, so that simulated nodes on one machine
+  /// do not share one.
   std::filesystem::path local{};
   /// 0: a node is the ranks that share memory (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`).
   /// N > 0: ranks [kN, (k + 1)N) form node k, simulated nodes for tests and benchmarks on one
@@ -319,7 +332,9 @@ struct tiers {
 /// ("Moving" in ckpt/manager.hpp).
 ///
 /// Rank 0 takes the advisory lock `<folder>/.ckpt-manager.lock`, the single-process manager's
-/// lock file too (refusing a second manager of either kind with `lock_error`), lists the folder, removes the step folders left uncommitted by a crashed
+/// lock file too (refusing a second manager of either kind with `lock_error`), reads the run's id
+/// from `<folder>/.ckpt-run-id` (making it, atomically, at the folder's first writing open: see
+/// "Runs" in `tiers`), lists the folder, removes the step folders left uncommitted by a crashed
 /// job, and applies the retention rules, then again after each commit: it deletes what the rules
 /// drop, index first, so a step never appears half-deleted. Every rank then opens the folder
 /// once and checks that it is the one rank 0 locked (a token rank 0 writes into the lock file);
@@ -361,9 +376,10 @@ class checkpoint_manager : public ckpt::checkpoint_manager {
   /// \throws std::invalid_argument on every rank if an option is out of range (as the
   ///   single-process manager; `ranks_per_node` or `drain_every` negative, `local_max_to_keep` 0, a
   ///   local tier with `read_only`).
-  /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder, or a
-  ///   node's first rank its local folder (the cause names the lock file if another manager holds
-  ///   it).
+  /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder, or
+  ///   read or write its run id (the cause, a `ckpt::error`, names `.ckpt-run-id` if it holds
+  ///   anything but an id), or a node's first rank its local folder (the cause names the lock file
+  ///   if another manager holds it).
   checkpoint_manager(MPI_Comm comm, std::filesystem::path folder, options opts = {}, tiers levels = {});
 };
 

@@ -40,6 +40,13 @@ struct shared_steps {
   std::map<std::int64_t, std::string> undeletable;
 };
 
+// What rank 0 tells the other ranks of the folder it opened: the token it wrote into the lock
+// file, and the run's id.
+struct opened_folder {
+  std::string token;
+  std::string run_id;
+};
+
 // A folder of shards per step, committed by its index, written by the ranks together. Every rank
 // holds the folder by its descriptor from open to close (src/folder.hpp); rank 0 checks that
 // they all hold the folder it locked. With a local tier (ckpt::mpi::tiers, src/mpi/tiers.hpp),
@@ -61,8 +68,9 @@ class mpi_state final : public ckpt::detail::manager_state {
     MPI_Comm_free(&comm_);
   }
 
-  // Collective: rank 0 opens and locks the folder, then every rank opens it, checks that it is
-  // the one rank 0 locked, and learns its steps; then the local tier, if there is one.
+  // Collective: rank 0 opens and locks the folder (and reads or makes the run's id), then every
+  // rank opens it, checks that it is the one rank 0 locked, and learns its steps and the run's id;
+  // then the run's local tier, if there is one.
   void open() {
     check_tiers();
     open_shared();
@@ -73,7 +81,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     MPI_Allreduce(MPI_IN_PLACE, &level, 1, MPI_INT, MPI_MIN, comm_);
     if (level == MPI_THREAD_MULTIPLE) MPI_Comm_dup(comm_, &background_comm_);
     if (levels_.local.empty()) return;
-    tiers_ = std::make_unique<detail::local_tiers>(comm_, levels_);
+    tiers_ = std::make_unique<detail::local_tiers>(comm_, levels_, run_id_, core.folder());
     for (const auto& [step, metric] : core.all()) drained_.insert(step);
     // A step is listed while any tier holds it whole (the local tiers know no keep-best metric);
     // the local copies of a listed step are kept even if some node's are gone (the shared folder
@@ -91,8 +99,10 @@ class mpi_state final : public ckpt::detail::manager_state {
   void open_shared() {
     on_rank_0_then_share([this] { open_on_rank_0(); }, "checkpoint_manager");
     std::exception_ptr local_error;
-    std::string token = rank() == 0 ? token_ : std::string();
-    detail::broadcast(comm_, token, 0);
+    std::string bytes = rank() == 0 ? detail::encode(opened_folder{token_, run_id_}) : std::string();
+    detail::broadcast(comm_, bytes, 0);
+    const auto [token, run_id] = detail::decode<opened_folder>(bytes);
+    run_id_ = run_id;
     if (rank() != 0) {
       try {
         folder_ = ckpt::detail::folder_handle::open(core.folder());
@@ -363,7 +373,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   // job removed (no save of ours runs, and a step without its index does not exist).
   void open_on_rank_0() {
     if (core.options().read_only) {
-      // No lock, no clean-up: the committed steps as they are now.
+      // No lock, no clean-up, no run id: the committed steps as they are now.
       folder_ = ckpt::detail::folder_handle::open(core.folder());
       note_set_aside();
       static_cast<void>(core.add_existing(detail::committed_steps(folder_), [](std::int64_t) { return metadata_map{}; }));
@@ -372,6 +382,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     folder_ = ckpt::detail::folder_handle::open(core.folder(), /*create=*/true);
     lock_ = folder_.lock(manager_lock_name);
     write_token();
+    run_id_ = run_id_on_rank_0();
     // Debris: a step folder without its index (a link so named is only unlinked, never followed).
     for (const std::string& name : folder_.names()) {
       if (!ckpt::detail::step_in_name(name, detail::step_prefix) || detail::is_committed(folder_, name)) continue;
@@ -457,6 +468,18 @@ class mpi_state final : public ckpt::detail::manager_state {
     if (::ftruncate(lock_.get(), 0) != 0 ||
         ::pwrite(lock_.get(), token_.data(), token_.size(), 0) != static_cast<ssize_t>(token_.size()))
       throw io_error(folder_.path_of(manager_lock_name), "write the lock file", ckpt::detail::last_error());
+  }
+
+  // Rank 0, holding the lock: the run's id (docs/distributed.md, "Runs and their ids"); a folder
+  // without one (a new run, or one an earlier version created) gets one now, written atomically:
+  // the id is made once, and every later manager of the folder reads it.
+  [[nodiscard]] std::string run_id_on_rank_0() const {
+    if (std::optional<std::string> id = ckpt::detail::read_run_id(folder_)) return std::move(*id);
+    std::string id;
+    while (id.size() < ckpt::detail::run_id_length) id += ckpt::detail::random_suffix();
+    id.resize(ckpt::detail::run_id_length);
+    ckpt::detail::write_atomically({folder_, std::string(ckpt::detail::run_id_file_name)}, id + "\n");
+    return id;
   }
 
   // Another rank: the token in the lock file of the folder it opened.
@@ -614,6 +637,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   ckpt::detail::folder_handle folder_;  // every rank's own descriptor of the folder
   ckpt::detail::file_descriptor lock_{-1};  // rank 0 only
   std::string token_;                        // rank 0: what it wrote into the lock file
+  std::string run_id_;                       // the run's id (a writing manager's; read-only: none)
   bool last_load_damaged_ = false;
   // The step this rank's background write belongs to.
   detail::step_plan pending_;

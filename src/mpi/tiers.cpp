@@ -214,31 +214,45 @@ int node_layout::partner_of(int r) const {
   return next[place % next.size()];
 }
 
-local_tiers::local_tiers(MPI_Comm comm, const tiers& levels)
-    : comm_(comm), levels_(levels), nodes_(comm, levels.ranks_per_node) {
-  const std::filesystem::path path =
-      levels.ranks_per_node > 0 ? levels.local / ("node-" + std::to_string(nodes_.index)) : levels.local;
+local_tiers::local_tiers(MPI_Comm comm, const tiers& levels, const std::string& run_id,
+                         const std::filesystem::path& shared)
+    : comm_(comm),
+      levels_(levels),
+      run_(levels.local / (std::string(ckpt::detail::run_folder_prefix) + run_id)),
+      nodes_(comm, levels.ranks_per_node) {
+  // The run's folder and the node's in it, from the local root down, each level below the root
+  // opened without following a link.
+  const auto open_run = [&](bool create) {
+    return folder_handle::open(levels.local, create).subfolder(run_.filename().string(), create);
+  };
+  const auto node_in = [&](const folder_handle& run, bool create) {
+    return levels.ranks_per_node > 0 ? run.subfolder("node-" + std::to_string(nodes_.index), create) : run;
+  };
   // The node's first rank creates and locks the folder, then the others open it.
   std::exception_ptr error;
   if (nodes_.leader) {
     try {
-      own_ = folder_handle::open(path, /*create=*/true);
+      const folder_handle run = open_run(/*create=*/true);
+      own_ = node_in(run, /*create=*/true);
       lock_ = own_.lock(ckpt::detail::manager_lock_name);
       partner_ = own_.subfolder(partner_folder_name, /*create=*/true);
+      // Which run this is, for ckpt inspect of the local root (a note: the id is what counts).
+      ckpt::detail::write_atomically({run, std::string(ckpt::detail::run_shared_folder_name)},
+                                     std::filesystem::absolute(shared).lexically_normal().string() + "\n");
     } catch (...) {
       record(error);
     }
   }
-  settle(comm_, error, levels.local, "checkpoint_manager (the local tier)");
+  settle(comm_, error, run_, "checkpoint_manager (the local tier)");
   if (!nodes_.leader) {
     try {
-      own_ = folder_handle::open(path);
+      own_ = node_in(open_run(/*create=*/false), /*create=*/false);
       partner_ = own_.subfolder(partner_folder_name);
     } catch (...) {
       record(error);
     }
   }
-  settle(comm_, error, levels.local, "checkpoint_manager (the local tier)");
+  settle(comm_, error, run_, "checkpoint_manager (the local tier)");
 }
 
 std::map<std::int64_t, bool> local_tiers::held_steps() {
@@ -359,7 +373,7 @@ void local_tiers::commit(const step_plan& plan, std::exception_ptr local_error, 
       }
     }
   MPI_Barrier(comm_);
-  throw_failure(comm_, *f, error, levels_.local, plan.operation + " (the local tier)");
+  throw_failure(comm_, *f, error, run_, plan.operation + " (the local tier)");
 }
 
 void local_tiers::drain(const step_plan& plan) const {
@@ -390,7 +404,7 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
   const auto settle_load = [&](const std::exception_ptr& e, bool damage) {
     if (const std::optional<failure> f = agree(comm_, e, damage)) {
       if (damaged != nullptr) *damaged = f->preferred;
-      throw_failure(comm_, *f, e, levels_.local, operation);
+      throw_failure(comm_, *f, e, run_, operation);
     }
   };
 
@@ -421,7 +435,7 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
   if (reader < 0 && in_shared != 0) reader = 0;
   if (reader < 0)
     throw std::invalid_argument("ckpt: mpi::load: step " + std::to_string(step) + " is in no tier: no node's local folder ('" +
-                                levels_.local.string() + "') and not '" + shared.path_of(name).string() + "' holds it");
+                                run_.string() + "') and not '" + shared.path_of(name).string() + "' holds it");
   std::map<std::string, std::vector<std::string>, std::less<>> by_shard;
   std::string bytes;
   if (rank == reader) {
@@ -520,8 +534,8 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
     }
     if (!missing.empty()) {
       try {
-        throw format_error(levels_.local, "step " + std::to_string(step) +
-                                              " has shards without an intact copy in any tier: " + missing);
+        throw format_error(run_, "step " + std::to_string(step) +
+                                     " has shards without an intact copy in any tier: " + missing);
       } catch (...) {
         record(error);
       }

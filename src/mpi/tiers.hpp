@@ -3,6 +3,9 @@
 // nodes of the job, each node's local folder, the partner copies sent over MPI, the drain's copy
 // to the shared folder, and the restore of a step from the fastest intact copy of each shard.
 //
+// Each run keeps its tiers apart under its id (src/manager_core.hpp, run_id_file_name): a node's
+// local folder is `<local>/run-<id>/` (or `<local>/run-<id>/node-<k>/` for simulated nodes), and
+// nothing of the manager reads, writes or deletes anything of the local root outside it.
 // A node's local folder holds its own step folders, `step-<s>/` (the shards its ranks wrote, and
 // shards other nodes sent it at a restore), and `partner/step-<s>/` (the copies of the previous
 // node's shards). Each is committed by the step's index, written last by the node's first rank,
@@ -52,14 +55,13 @@ struct node_layout {
 class local_tiers {
  public:
   // Collective over `comm` (the manager's): finds the nodes; each node's first rank creates and
-  // locks its folder (and partner/), then the node's other ranks open it.
+  // locks its folder of the run `run_id` (and partner/), and notes the run's shared folder
+  // `shared` beside it; then the node's other ranks open it.
   // \throws collective_error on every rank if a node's folder cannot be created, opened or locked.
-  local_tiers(MPI_Comm comm, const tiers& levels);
+  local_tiers(MPI_Comm comm, const tiers& levels, const std::string& run_id, const std::filesystem::path& shared);
 
   [[nodiscard]] const tiers& levels() const noexcept { return levels_; }
   [[nodiscard]] const node_layout& nodes() const noexcept { return nodes_; }
-  // This node's folder, for messages and reports.
-  [[nodiscard]] const std::filesystem::path& folder() const noexcept { return own_.path(); }
 
   // Collective: the steps of which some node's local tier holds a committed step folder (own or
   // partner), each with whether the nodes hold every shard of it between them.
@@ -104,6 +106,7 @@ class local_tiers {
  private:
   MPI_Comm comm_;
   tiers levels_;
+  std::filesystem::path run_;  // `<local>/run-<id>`, for messages
   node_layout nodes_;
   ckpt::detail::folder_handle own_;      // this node's folder
   ckpt::detail::folder_handle partner_;  // its partner/ folder

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <ranges>
@@ -134,6 +135,21 @@ inline std::vector<std::string> listing(const std::filesystem::path& folder) {
     names.push_back(it->path().filename().string());
   std::ranges::sort(names);
   return names;
+}
+
+// The id of the run whose folder is `shared` (its `.ckpt-run-id`, one line), "" if it has none.
+inline std::string run_id_of(const std::filesystem::path& shared) {
+  std::ifstream in(shared / ".ckpt-run-id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// The node-local folder of that run under the local root `local`: `<local>/run-<id>`.
+inline std::filesystem::path run_tier(const std::filesystem::path& local, const std::filesystem::path& shared) {
+  const std::string id = run_id_of(shared);
+  if (id.empty()) fail(__FILE__, __LINE__, "'" + shared.string() + "' has no run id");
+  return local / ("run-" + id);
 }
 
 // A folder shared by every rank of MPI_COMM_WORLD: rank 0 makes it, everyone learns its name;

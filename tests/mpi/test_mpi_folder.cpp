@@ -144,7 +144,7 @@ void a_forked_runs_linked_step_is_read_through_and_only_the_link_is_deleted(cons
     CHECK_EQ(b.steps(), std::vector<std::int64_t>{1001});
   }
   MPI_Barrier(comm);
-  CHECK_EQ(listing(run_b), (std::vector<std::string>{".ckpt-manager.lock", "step-0000001001"}));
+  CHECK_EQ(listing(run_b), (std::vector<std::string>{".ckpt-manager.lock", ".ckpt-run-id", "step-0000001001"}));
   CHECK_EQ(tree_of(run_a), a_before);
   ckpt::mpi::checkpoint_manager a(comm, run_a, {.max_to_keep = 0});
   CHECK_EQ(a.steps(), std::vector<std::int64_t>{1000});
@@ -176,7 +176,7 @@ void a_job_keeps_to_the_folder_it_opened_when_its_path_is_switched(const fs::pat
   MPI_Barrier(comm);
   CHECK(job.save(13, {state_of(rank, 13)}));
   MPI_Barrier(comm);
-  CHECK_EQ(listing(run_a), (std::vector<std::string>{".ckpt-manager.lock", "step-0000000002", "step-0000000013"}));
+  CHECK_EQ(listing(run_a), (std::vector<std::string>{".ckpt-manager.lock", ".ckpt-run-id", "step-0000000002", "step-0000000013"}));
   CHECK_EQ(tree_of(run_b), b_before);
   check_step(job.load(13), 13);
   MPI_Barrier(comm);
@@ -279,7 +279,7 @@ void a_step_whose_index_cannot_be_deleted_never_blocks_a_save(const fs::path& fo
                                     "': Permission denied");
   CHECK(manager.save(3, {state_of(rank, 3)}));
   CHECK_EQ(manager.steps(), std::vector<std::int64_t>{3});
-  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", "step-0000000003"}));
+  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", ".ckpt-run-id", "step-0000000003"}));
   MPI_Barrier(comm);
 }
 
@@ -309,7 +309,7 @@ void a_background_commit_leaves_the_dropped_shards_to_the_next_background_save(c
   CHECK_EQ(manager.steps(), std::vector<std::int64_t>{2});
   CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 1) / ckpt::mpi::detail::index_file_name));
   manager.wait();  // commits 3, drops 2
-  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", "step-0000000003"}));
+  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", ".ckpt-run-id", "step-0000000003"}));
   if (rank == 0) {
     // Step 1's shards (one a rank) went on save_async(3)'s thread; step 2's, dropped by wait(), on
     // the caller's, since no background save follows.

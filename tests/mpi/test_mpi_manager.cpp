@@ -82,6 +82,7 @@ void retention_matches_the_single_process_manager(const fs::path& folder) {
     CHECK_EQ(manager.steps(), committed_steps(folder / "mpi"));
     std::vector<std::string> expected = step_folders(manager.steps());
     expected.push_back(".ckpt-manager.lock");
+    expected.push_back(".ckpt-run-id");  // the run's id, made by its first writing open
     std::ranges::sort(expected);
     CHECK_EQ(listing(folder / "mpi"), expected);
     CHECK_EQ(manager.latest_step(), std::optional<std::int64_t>(9));
@@ -177,7 +178,7 @@ void opening_removes_uncommitted_steps(const fs::path& folder) {
   MPI_Barrier(comm);
   ckpt::mpi::checkpoint_manager manager(comm, folder, {});
   CHECK_EQ(manager.steps(), std::vector<std::int64_t>{3});
-  std::vector<std::string> expected{".ckpt-manager.lock", "step-0000000003", "step-7"};
+  std::vector<std::string> expected{".ckpt-manager.lock", ".ckpt-run-id", "step-0000000003", "step-7"};
   CHECK_EQ(listing(folder), expected);
 
   // A second manager on the folder is refused while the first holds it, on every rank.
@@ -198,7 +199,7 @@ void opening_finishes_retention(const fs::path& folder) {
   for (std::int64_t step = 1; step <= 4; ++step) ckpt::mpi::save(comm, folder, step, {state_of(rank, step)});
   ckpt::mpi::checkpoint_manager manager(comm, folder, {.max_to_keep = 2});
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{3, 4}));
-  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", "step-0000000003", "step-0000000004"}));
+  CHECK_EQ(listing(folder), (std::vector<std::string>{".ckpt-manager.lock", ".ckpt-run-id", "step-0000000003", "step-0000000004"}));
 }
 
 void save_async_commits_at_the_next_call(const fs::path& folder) {

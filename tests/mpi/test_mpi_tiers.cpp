@@ -15,6 +15,8 @@
 
 #include <fstream>
 #include <map>
+#include <tuple>
+#include <utility>
 
 namespace {
 
@@ -22,16 +24,17 @@ using namespace ckpt_mpi_test;
 namespace fs = std::filesystem;
 using tier = ckpt::checkpoint_manager::tier;
 
-// Rank `rank`'s part at `step`: 64 Ki floats of its own (a shard per rank), and the replicated step.
-Eigen::VectorXf part_of(int rank, std::int64_t step) {
+// Rank `rank`'s part at `step` of run `run`: 64 Ki floats of its own (a shard per rank), and the
+// replicated step.
+Eigen::VectorXf part_of(int rank, std::int64_t step, int run = 0) {
   Eigen::VectorXf v(1 << 16);
   for (Eigen::Index i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(step * 1000 + rank) + static_cast<float>(i) * 0.25f;
+    v[i] = static_cast<float>(run * 100000 + step * 1000 + rank) + static_cast<float>(i) * 0.25f;
   return v;
 }
 
-ckpt::checkpoint state_of(int rank, std::int64_t step) {
-  return ckpt::concat({ckpt::of_params(part_of(rank, step), "part." + std::to_string(rank)),
+ckpt::checkpoint state_of(int rank, std::int64_t step, int run = 0) {
+  return ckpt::concat({ckpt::of_params(part_of(rank, step, run), "part." + std::to_string(rank)),
                        ckpt::of_int("step", static_cast<int>(step))});
 }
 
@@ -42,21 +45,22 @@ ckpt::mpi::tiers tiers_in(const fs::path& folder, std::int64_t drain_every) {
           .drain_every = drain_every};
 }
 
-// Saves steps [first, last], every rank its part (save and save_async taking turns), then waits.
-void train(ckpt::checkpoint_manager& manager, std::int64_t first, std::int64_t last) {
+// Saves steps [first, last] of run `run`, every rank its part (save and save_async taking turns),
+// then waits.
+void train(ckpt::checkpoint_manager& manager, std::int64_t first, std::int64_t last, int run = 0) {
   const int rank = rank_of(MPI_COMM_WORLD);
   for (std::int64_t step = first; step <= last; ++step) {
-    const ckpt::checkpoint state = state_of(rank, step);
+    const ckpt::checkpoint state = state_of(rank, step, run);
     if (step % 2 == 0) manager.save_async(step, {state});
     else manager.save(step, {state});
   }
   manager.wait();
 }
 
-// Every rank's part and the step, as a restore must give them back.
-void check_step(const ckpt::checkpoint& t, std::int64_t step) {
+// Every rank's part and the step of run `run`, as a restore must give them back.
+void check_step(const ckpt::checkpoint& t, std::int64_t step, int run = 0) {
   for (int r = 0; r < size_of(MPI_COMM_WORLD); ++r) {
-    const Eigen::VectorXf expected = part_of(r, step);
+    const Eigen::VectorXf expected = part_of(r, step, run);
     CHECK(std::ranges::equal(t.get("part." + std::to_string(r)).as<float>(), expected.reshaped()));
   }
   CHECK_EQ(ckpt::to_int("step", t), step);
@@ -78,6 +82,11 @@ std::string shard(int k) {
   return name;
 }
 
+// Node k's folder of the run in `folder / "shared"` (tiers_in's layout).
+fs::path node_folder(const fs::path& folder, int k) {
+  return run_tier(folder / "local", folder / "shared") / ("node-" + std::to_string(k));
+}
+
 // The node of rank `r` (tiers_in's layout).
 int node_of(int r) { return r / std::max(1, size_of(MPI_COMM_WORLD) / 2); }
 
@@ -95,8 +104,16 @@ void every_step_goes_to_the_local_tier_and_every_second_is_drained(const fs::pat
     // Steps 1 and 3 left the local tiers (they keep 2) and were never drained.
     CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 4, 5}));
     CHECK_EQ(committed_steps(folder / "shared"), (std::vector<std::int64_t>{2, 4}));
+    // The local root holds the run's folder, named by its id, with the run's shared folder noted.
+    const fs::path run = run_tier(folder / "local", folder / "shared");
+    CHECK_EQ(listing(folder / "local"), (std::vector<std::string>{run.filename().string()}));
+    CHECK_EQ(listing(run), (std::vector<std::string>{".ckpt-shared-folder", "node-0", "node-1"}));
+    std::ifstream note(run / ".ckpt-shared-folder");
+    std::string noted;
+    std::getline(note, noted);
+    CHECK_EQ(fs::path(noted), fs::absolute(folder / "shared").lexically_normal());
     // Node k's folder: its ranks' shards, and the other node's as partner copies; each committed.
-    const fs::path node0 = folder / "local" / "node-0";
+    const fs::path node0 = node_folder(folder, 0);
     CHECK_EQ(listing(node0), (std::vector<std::string>{".ckpt-manager.lock", "partner", "step-0000000004", "step-0000000005"}));
     CHECK_EQ(listing(node0 / "partner"), (std::vector<std::string>{"step-0000000004", "step-0000000005"}));
     std::vector<std::string> own{"model.safetensors.index.json"};
@@ -125,7 +142,7 @@ void a_lost_node_restores_from_the_partner_copies_without_the_shared_folder(cons
     ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
     train(manager, 1, 3);
   }
-  remove_on_rank_0(folder / "local" / "node-1");
+  remove_on_rank_0(node_folder(folder, 1));
   ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 3}));
   const auto latest = manager.load_latest();
@@ -141,7 +158,7 @@ void a_lost_node_restores_from_the_partner_copies_without_the_shared_folder(cons
   MPI_Barrier(MPI_COMM_WORLD);
   std::vector<std::string> all;
   for (int r = 0; r < size; ++r) all.push_back(shard(r + 1));
-  CHECK_EQ(listing(folder / "local" / "node-1" / "step-0000000003"), all);
+  CHECK_EQ(listing(node_folder(folder, 1) / "step-0000000003"), all);
   // The run goes on from there.
   train(manager, 4, 4);
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2, 3, 4}));
@@ -184,9 +201,9 @@ void a_corrupt_partner_copy_goes_to_the_next_tier(const fs::path& folder) {
     train(manager, 1, 4);
   }
   // Node 1 lost, and node 0's partner copy of the last rank's shard damaged, in steps 3 and 4.
-  remove_on_rank_0(folder / "local" / "node-1");
+  remove_on_rank_0(node_folder(folder, 1));
   for (const char* step : {"step-0000000003", "step-0000000004"})
-    corrupt(folder / "local" / "node-0" / "partner" / step / shard(size));
+    corrupt(node_folder(folder, 0) / "partner" / step / shard(size));
   ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
   const auto latest = manager.load_latest();
   // Step 4 was drained: that shard comes from the shared folder, the others from node 0.
@@ -206,8 +223,8 @@ void a_step_without_an_intact_copy_of_a_shard_is_skipped(const fs::path& folder)
     ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
     train(manager, 1, 3);
   }
-  remove_on_rank_0(folder / "local" / "node-1");
-  corrupt(folder / "local" / "node-0" / "partner" / "step-0000000003" / shard(size));
+  remove_on_rank_0(node_folder(folder, 1));
+  corrupt(node_folder(folder, 0) / "partner" / "step-0000000003" / shard(size));
   ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
   const auto latest = manager.load_latest();
   // Step 3 was not drained and its last shard's only copy is damaged: step 2 is restored.
@@ -256,9 +273,9 @@ void without_partner_copies_a_lost_node_falls_back_to_the_shared_folder(const fs
   {
     ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, levels);
     train(manager, 1, 3);
-    CHECK(listing(folder / "local" / "node-0" / "partner" / "step-0000000003").empty());
+    CHECK(listing(node_folder(folder, 0) / "partner" / "step-0000000003").empty());
   }
-  remove_on_rank_0(folder / "local" / "node-1");
+  remove_on_rank_0(node_folder(folder, 1));
   ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, levels);
   // Step 3 lived on both nodes' own folders only: with node 1 gone it is incomplete, not listed.
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2}));
@@ -283,12 +300,137 @@ void options_and_a_second_manager_are_refused(const fs::path& folder) {
   bad({.local = folder / "local", .drain_every = -1}, {}, "tiers::drain_every is negative (-1)");
   bad({.local = folder / "local"}, {.read_only = true},
       "a local tier ('" + (folder / "local").string() + "') cannot be read-only");
-  // Two managers of one node-local folder would delete each other's steps.
+  // Two managers of one node-local folder would delete each other's steps: a copy of a run's
+  // folder, its id included, is the same run to the local tiers, and a second manager of it is
+  // refused by the lock of the run's node-local folder (the shared folders' locks are apart).
   ckpt::mpi::checkpoint_manager first(MPI_COMM_WORLD, folder / "a", {}, tiers_in(folder, 1));
+  if (rank_of(MPI_COMM_WORLD) == 0) {  // a failure is a CHECK: an exception would leave the others in a collective
+    std::error_code ec;
+    fs::create_directories(folder / "b", ec);
+    fs::copy_file(folder / "a" / ".ckpt-run-id", folder / "b" / ".ckpt-run-id", ec);
+    CHECK(!ec);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
   const std::string message = MESSAGE_OF(ckpt::mpi::collective_error,
                                          ckpt::mpi::checkpoint_manager(MPI_COMM_WORLD, folder / "b", {}, tiers_in(folder, 1)));
   CHECK(message.find("failed on rank 0") != std::string::npos);
-  CHECK(message.find(".ckpt-manager.lock") != std::string::npos);
+  CHECK(message.find((run_tier(folder / "local", folder / "a") / "node-0" / ".ckpt-manager.lock").string()) !=
+        std::string::npos);
+}
+
+// Two runs over one local root (issue 49, finding 1): each run's local tiers are its own, under
+// its id, so neither lists, restores or overwrites the other's steps, and one's retention never
+// deletes the other's, whether they run one after the other or at once.
+void two_runs_over_one_local_root_keep_their_steps_apart(const fs::path& folder) {
+  const ckpt::mpi::tiers levels = tiers_in(folder, 0);  // never drained: the local tiers hold every step
+  {
+    ckpt::mpi::checkpoint_manager a(MPI_COMM_WORLD, folder / "a", {}, levels);
+    train(a, 1, 4, /*run=*/1);
+    CHECK_EQ(a.steps(), (std::vector<std::int64_t>{3, 4}));
+  }
+  // A new run on the same local root: nothing of run a's is its own, to list, restore or keep.
+  {
+    ckpt::mpi::checkpoint_manager b(MPI_COMM_WORLD, folder / "b", {}, levels);
+    CHECK(b.steps().empty());
+    CHECK(!b.load_latest());
+    // Both at once: b's saves of the same step numbers, and its retention, leave a's steps alone.
+    ckpt::mpi::checkpoint_manager a(MPI_COMM_WORLD, folder / "a", {}, levels);
+    train(b, 1, 4, /*run=*/2);
+    train(a, 5, 5, /*run=*/1);
+    train(b, 5, 6, /*run=*/2);
+    CHECK_EQ(a.steps(), (std::vector<std::int64_t>{4, 5}));
+    CHECK_EQ(b.steps(), (std::vector<std::int64_t>{5, 6}));
+  }
+  const std::string a_id = run_id_of(folder / "a");
+  const std::string b_id = run_id_of(folder / "b");
+  CHECK(a_id != b_id);
+  std::vector<std::string> runs{"run-" + a_id, "run-" + b_id};
+  std::ranges::sort(runs);
+  CHECK_EQ(listing(folder / "local"), runs);
+  for (const auto& [shared, steps] : {std::pair{folder / "a", std::vector<std::string>{"step-0000000004", "step-0000000005"}},
+                                      std::pair{folder / "b", std::vector<std::string>{"step-0000000005", "step-0000000006"}}})
+    for (int k = 0; k < 2; ++k) {
+      const fs::path node = run_tier(folder / "local", shared) / ("node-" + std::to_string(k));
+      std::vector<std::string> expected = steps;
+      expected.insert(expected.begin(), {".ckpt-manager.lock", "partner"});
+      CHECK_EQ(listing(node), expected);
+      CHECK_EQ(listing(node / "partner"), steps);
+    }
+  // Each run restores its own newest step, from its own tiers.
+  for (const auto& [shared, run, newest] : {std::tuple{folder / "a", 1, 5}, std::tuple{folder / "b", 2, 6}}) {
+    ckpt::mpi::checkpoint_manager m(MPI_COMM_WORLD, shared, {}, levels);
+    const auto latest = m.load_latest();
+    CHECK_EQ(latest.step, newest);
+    check_step(*latest, newest, run);
+    for (const auto& s : latest.sources) CHECK(s.from != tier::folder);
+  }
+}
+
+// A run whose folder was deleted and made again is a new run, with a new id: the old run's local
+// tiers are not its own (issue 49, finding 1, after `rm -rf runA`), and are left alone.
+void a_run_made_again_under_the_same_name_is_a_new_run(const fs::path& folder) {
+  const ckpt::mpi::tiers levels = tiers_in(folder, 2);
+  {
+    ckpt::mpi::checkpoint_manager a(MPI_COMM_WORLD, folder / "shared", {}, levels);
+    train(a, 1, 3, /*run=*/1);
+  }
+  const fs::path old_run = run_tier(folder / "local", folder / "shared");
+  const std::vector<std::string> old_steps = listing(old_run / "node-0");
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank has read the old id
+  remove_on_rank_0(folder / "shared");
+  {
+    ckpt::mpi::checkpoint_manager a(MPI_COMM_WORLD, folder / "shared", {}, levels);
+    CHECK(a.steps().empty());
+    CHECK(!a.load_latest());
+    train(a, 1, 2, /*run=*/2);
+  }
+  CHECK(run_tier(folder / "local", folder / "shared") != old_run);
+  CHECK_EQ(listing(old_run / "node-0"), old_steps);
+  ckpt::mpi::checkpoint_manager a(MPI_COMM_WORLD, folder / "shared", {}, levels);
+  CHECK_EQ(a.steps(), (std::vector<std::int64_t>{1, 2}));
+  const auto latest = a.load_latest();
+  CHECK_EQ(latest.step, 2);
+  check_step(*latest, 2, /*run=*/2);
+}
+
+// The id is made once, by the first writing open, and read by every later one; a read-only open
+// writes none. A folder an earlier version made (no id, its tiers directly under the local root)
+// gets an id at its first writing open; its old tier folders are not its own and are left alone.
+void a_folder_gets_its_id_once_at_its_first_writing_open(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD);
+  ckpt::mpi::save(MPI_COMM_WORLD, folder / "plain", 1, {state_of(rank, 1)});
+  { const ckpt::mpi::checkpoint_manager reader(MPI_COMM_WORLD, folder / "plain", {.read_only = true}); }
+  CHECK(!fs::exists(folder / "plain" / ".ckpt-run-id"));
+  { const ckpt::mpi::checkpoint_manager writer(MPI_COMM_WORLD, folder / "plain"); }
+  const std::string id = run_id_of(folder / "plain");
+  CHECK_EQ(id.size(), 24U);
+  { const ckpt::mpi::checkpoint_manager writer(MPI_COMM_WORLD, folder / "plain"); }
+  CHECK_EQ(run_id_of(folder / "plain"), id);
+
+  // An earlier version's run: steps 2 (drained) and 3 (local only), its tiers as node-<k>/ right
+  // under the local root, no id.
+  {
+    ckpt::mpi::checkpoint_manager old(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    train(old, 1, 3);
+  }
+  if (rank == 0) {
+    const fs::path run = run_tier(folder / "local", folder / "shared");
+    for (const char* node : {"node-0", "node-1"}) fs::rename(run / node, folder / "local" / node);
+    fs::remove_all(run);
+    fs::remove(folder / "shared" / ".ckpt-run-id");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<std::string> old_node0 = listing(folder / "local" / "node-0");
+  ckpt::mpi::checkpoint_manager m(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  CHECK_EQ(run_id_of(folder / "shared").size(), 24U);
+  CHECK_EQ(m.steps(), (std::vector<std::int64_t>{2}));
+  const auto latest = m.load_latest();
+  CHECK_EQ(latest.step, 2);
+  check_step(*latest, 2);
+  for (const auto& s : latest.sources) CHECK(s.from == tier::folder);
+  train(m, 3, 3);
+  CHECK_EQ(listing(folder / "local" / "node-0"), old_node0);
+  CHECK(fs::exists(node_folder(folder, 0) / "step-0000000003" / "model.safetensors.index.json"));
 }
 
 }  // namespace
@@ -302,5 +444,8 @@ int main(int argc, char** argv) {
                   {"no_intact_copy", a_step_without_an_intact_copy_of_a_shard_is_skipped},
                   {"fewer_ranks", fewer_ranks_restore_from_the_same_local_folders},
                   {"no_partner", without_partner_copies_a_lost_node_falls_back_to_the_shared_folder},
-                  {"refused", options_and_a_second_manager_are_refused}});
+                  {"refused", options_and_a_second_manager_are_refused},
+                  {"two_runs", two_runs_over_one_local_root_keep_their_steps_apart},
+                  {"made_again", a_run_made_again_under_the_same_name_is_a_new_run},
+                  {"run_id", a_folder_gets_its_id_once_at_its_first_writing_open}});
 }

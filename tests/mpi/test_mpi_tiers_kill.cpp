@@ -73,8 +73,8 @@ int main(int argc, char** argv) {
     manager.wait();
     // Rank 3 (node 1) writes its own shard, and keeps rank 1's partner copy.
     if (rank == 3) {
-      kill_marker = where == "local"     ? "/local/node-1/step-0000000003/"
-                    : where == "partner" ? "/local/node-1/partner/step-0000000003/"
+      kill_marker = where == "local"     ? "/node-1/step-0000000003/"
+                    : where == "partner" ? "/node-1/partner/step-0000000003/"
                                          : "/shared/step-0000000003/";
       ckpt::detail::hooks().writev = killing_writev;
     }
@@ -100,8 +100,9 @@ int main(int argc, char** argv) {
     for (const auto& s : latest.sources) CHECK(s.from != ckpt::checkpoint_manager::tier::folder);
     // Debris of the killed step is gone from every tier that did not commit it.
     if (drained) {
-      CHECK(!fs::exists(folder / "local" / "node-1" / "step-0000000003"));
-      CHECK(!fs::exists(folder / "local" / "node-1" / "partner" / "step-0000000003"));
+      const fs::path node1 = run_tier(folder / "local", folder / "shared") / "node-1";
+      CHECK(!fs::exists(node1 / "step-0000000003"));
+      CHECK(!fs::exists(node1 / "partner" / "step-0000000003"));
     }
     CHECK(!fs::exists(folder / "shared" / "step-0000000003"));
     // The run goes on: step 4 (after a restored 3) or step 3 again.

@@ -5,24 +5,14 @@
 # say so, and end with the parameters of an uninterrupted run, byte for byte. Then both nodes
 # lost: the resume comes from the shared folder's step 100.
 # Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
-cmake_minimum_required(VERSION 3.25)
-file(REMOVE_RECURSE "${WORK}")
-file(MAKE_DIRECTORY "${WORK}")
-
-function(train)
-  execute_process(
-    COMMAND "${MPIEXEC}" -np 4 --allow-run-as-root --oversubscribe "${TRAINER}" --log-every 1000 --save-every 25 ${ARGN}
-    RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT code EQUAL 0)
-    message(FATAL_ERROR "mlp_trainer_mpi ${ARGN} failed (${code}):\n${out}\n${err}")
-  endif()
-  set(output "${out}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/trainer_common.cmake")
 
 set(tiers --local-dir "${WORK}/local" --ranks-per-node 2 --drain-every 2 --ckpt-dir "${WORK}/shared")
 train(--steps 150 --ckpt-dir "${WORK}/straight" --params-out "${WORK}/straight.safetensors")
 train(--steps 75 ${tiers})
-file(REMOVE_RECURSE "${WORK}/local/node-0")
+# The run's node-local folders are under its id: <local>/run-<id>/node-<k>.
+file(STRINGS "${WORK}/shared/.ckpt-run-id" id)
+file(REMOVE_RECURSE "${WORK}/local/run-${id}/node-0")
 train(--steps 150 ${tiers} --resume --params-out "${WORK}/resumed.safetensors")
 # Data parallel: rank 0 writes the one shard; node 1 keeps its partner copy and sends it to node 0.
 if(NOT output MATCHES "restored step 75: model-00001-of-00001.safetensors from the partner tier of node 1\n")
