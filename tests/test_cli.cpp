@@ -486,6 +486,93 @@ BOOST_AUTO_TEST_CASE(a_damaged_step_is_a_row_not_an_exit_2) {
   BOOST_TEST(run(d.path(), {"inspect", "run", "--step", "1"}).status == 0);
 }
 
+// A node-local tier root (ckpt::mpi::tiers::local) keeps each run's steps in a folder run-<id>:
+// inspect lists the runs, a row per node, and says which runs' folders no manager will use again
+// (their shared folder gone, or another run's now); an earlier version's folders are named too.
+// An MPI run's folder shows its id.
+BOOST_AUTO_TEST_CASE(a_node_local_tier_root_lists_its_runs_by_id) {
+  const temp_dir d;
+  const std::string a(24, 'a'), b(24, 'b'), c(24, 'c'), e(24, 'e');
+  const fs::path local = d.path() / "local";
+  const auto note = [&](const std::string& id, const fs::path& shared) {
+    fs::create_directories(local / ("run-" + id));
+    std::ofstream(local / ("run-" + id) / ".ckpt-shared-folder") << shared.string() << '\n';
+  };
+  // Run a, of the folder runA, on two simulated nodes: step 5 on both, node 0 keeping node 1's
+  // partner copy, and a step 6 that node 0 did not commit.
+  fs::create_directories(d.path() / "runA");
+  std::ofstream(d.path() / "runA" / ".ckpt-run-id") << a << '\n';
+  note(a, d.path() / "runA");
+  ckpt::save_sharded(local / ("run-" + a) / "node-0" / "step-0000000005", sample(), 16);
+  ckpt::save_sharded(local / ("run-" + a) / "node-0" / "partner" / "step-0000000005", sample(), 16);
+  fs::create_directories(local / ("run-" + a) / "node-0" / "step-0000000006");
+  ckpt::save_sharded(local / ("run-" + a) / "node-1" / "step-0000000005", sample(), 16);
+  // Run b, of a folder since deleted, on a real node (its steps right in its folder); run c, an
+  // earlier run of runA's name; run e, without its note.
+  note(b, d.path() / "runB");
+  ckpt::save_sharded(local / ("run-" + b) / "step-0000000007", sample(), 16);
+  note(c, d.path() / "runA");
+  fs::create_directories(local / ("run-" + e));
+  // An earlier version's layout, and names that are no run's.
+  fs::create_directories(local / "node-0" / "step-0000000003");
+  fs::create_directories(local / "run-short");
+  std::ofstream(local / ("run-" + std::string(24, 'f'))) << "a file";
+
+  const result r = run(d.path(), {"inspect", "local"});
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.err == "");
+  const std::string shown = r.out;
+  const auto row = [&](const std::string& id, const std::string& cells) {
+    return shown.find("\n" + id + cells) != std::string::npos;
+  };
+  BOOST_TEST(shown.starts_with("run                       node  steps  partner copies  uncommitted  bytes\n"));
+  BOOST_TEST(row(a, "     0  5      5                         1  "));
+  BOOST_TEST(row(a, "     1  5      -                         0  "));
+  BOOST_TEST(row(b, "     -  7      -                         0  "));
+  BOOST_TEST(row(e, "     -  -      -                         0  "));
+  const std::string unused = "no manager uses its folders again: delete them once no job of it runs\n";
+  BOOST_TEST(shown.find("node-local tier root: 4 runs, 2 of them left over\n"
+                        "run " + a + ": of '" + (d.path() / "runA").string() + "'\n"
+                        "run " + b + ": of '" + (d.path() / "runB").string() +
+                        "', which is gone (unless the run's folder was moved: its next manager notes where): " + unused +
+                        "run " + c + ": of '" + (d.path() / "runA").string() + "', which now holds another run (" + a +
+                        "): " + unused +
+                        "run " + e + ": its shared folder is not noted (no .ckpt-shared-folder)\n"
+                        "earlier layout 'local/node-0': a node-local folder of a run an earlier version wrote (no run "
+                        "id); no manager uses or removes it: delete it once no job of that version runs\n") !=
+             std::string::npos, shown);
+
+  const boost::json::value v = boost::json::parse(run(d.path(), {"inspect", "local", "--json"}).out);
+  const boost::json::array& runs = v.at("runs").as_array();
+  BOOST_TEST_REQUIRE(runs.size() == 4u);
+  BOOST_TEST(runs[0].at("id").as_string() == a);
+  BOOST_TEST(runs[0].at("shared_state") == "this run");
+  BOOST_TEST(runs[0].at("left_over") == false);
+  BOOST_TEST(runs[0].at("nodes").at(0).at("folder").as_string() == "run-" + a + "/node-0");
+  BOOST_TEST(runs[0].at("nodes").at(0).at("steps") == boost::json::parse("[5]"));
+  BOOST_TEST(runs[0].at("nodes").at(0).at("partner_steps") == boost::json::parse("[5]"));
+  BOOST_TEST(runs[0].at("nodes").at(0).at("uncommitted") == boost::json::parse(R"(["step-0000000006"])"));
+  BOOST_TEST(runs[1].at("shared_state") == "gone");
+  BOOST_TEST(runs[1].at("nodes").at(0).at("node").is_null());
+  BOOST_TEST(runs[2].at("shared_state") == "another run");
+  BOOST_TEST(runs[2].at("shared_run_id").as_string() == a);
+  BOOST_TEST(runs[2].at("left_over") == true);
+  BOOST_TEST(runs[3].at("shared_folder").is_null());
+  BOOST_TEST(v.at("earlier_layout") == boost::json::parse(R"(["node-0"])"));
+
+  // The run's own folder shows its id; an id file that holds anything else is named.
+  ckpt::save_sharded(d.path() / "runA" / "step-0000000005", sample(), 16);
+  BOOST_TEST(run(d.path(), {"inspect", "runA"}).out.ends_with(
+      "checkpoint_manager folder: 1 step, latest 5\nrun id: " + a +
+      " (an mpi::checkpoint_manager's; its node-local tiers are run-" + a + " in a tiers::local root)\n"));
+  BOOST_TEST(boost::json::parse(run(d.path(), {"inspect", "runA", "--json"}).out).at("run_id").as_string() == a);
+  std::ofstream(d.path() / "runA" / ".ckpt-run-id") << "not an id\n";
+  BOOST_TEST(run(d.path(), {"inspect", "runA"}).out.ends_with(
+      "run id: unreadable: ckpt: 'runA/.ckpt-run-id' does not hold a run id (24 letters and digits, then a "
+      "newline): it holds 9 bytes that are not one; the first manager that opened the folder for writing made it: "
+      "restore it, or delete it to make the folder a new run (whose node-local tiers start empty)\n"));
+}
+
 // A step is what a manager writes: a torch.save file under a step's name (which ckpt::load would
 // read by its content) is a damaged step for the managers, inspect and verify alike.
 BOOST_AUTO_TEST_CASE(a_torch_file_under_a_steps_name_is_a_damaged_step) {

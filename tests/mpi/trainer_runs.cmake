@@ -3,8 +3,8 @@
 # (seed 2, its own empty --ckpt-dir) over the same --local-dir must not restore them with --resume,
 # must not be refused as holding steps without it, and must end as an uninterrupted seed-2 run;
 # so must run A made again after its folder was deleted (a new run under the same name). Run A's
-# old steps are left alone.
-# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
+# old steps are left alone, and `ckpt inspect` of the local root lists every run by its id.
+# Inputs: MPIEXEC, TRAINER, TOOL (the ckpt tool, if built), WORK (a scratch folder, emptied first).
 include("${CMAKE_CURRENT_LIST_DIR}/trainer_common.cmake")
 
 # A new run over the local root: trained from its first step, never from another run's.
@@ -58,4 +58,43 @@ foreach(k 0 1)
   endforeach()
 endforeach()
 
+if(TOOL)
+  execute_process(COMMAND "${TOOL}" inspect --json "${WORK}/local" RESULT_VARIABLE code OUTPUT_VARIABLE json ERROR_VARIABLE err)
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "ckpt inspect of the local root failed (${code}): ${err}")
+  endif()
+  string(JSON count LENGTH "${json}" runs)
+  if(NOT count EQUAL 4)
+    message(FATAL_ERROR "ckpt inspect lists ${count} runs, not 4:\n${json}")
+  endif()
+  math(EXPR last "${count} - 1")
+  foreach(i RANGE ${last})
+    string(JSON id GET "${json}" runs ${i} id)
+    string(JSON state GET "${json}" runs ${i} shared_state)
+    string(JSON shared GET "${json}" runs ${i} shared_folder)
+    string(JSON nodes LENGTH "${json}" runs ${i} nodes)
+    set(steps)
+    foreach(k 0 1)
+      string(JSON s GET "${json}" runs ${i} nodes ${k} steps)
+      string(JSON p GET "${json}" runs ${i} nodes ${k} partner_steps)
+      list(APPEND steps "${s}" "${p}")
+    endforeach()
+    list(REMOVE_DUPLICATES steps)
+    string(REGEX REPLACE "[ \n]" "" steps "${steps}")
+    if(id STREQUAL a)
+      set(expected "another run;${WORK}/runA;[75,100]")
+    elseif(id STREQUAL a_again)
+      set(expected "this run;${WORK}/runA;[25,50]")
+    elseif(id STREQUAL b)
+      set(expected "this run;${WORK}/runB;[25,50]")
+    elseif(id STREQUAL c)
+      set(expected "this run;${WORK}/runC;[25,50]")
+    else()
+      message(FATAL_ERROR "ckpt inspect lists a run ${id} that is none of ${ids}")
+    endif()
+    if(NOT "${state};${shared};${steps}" STREQUAL expected OR NOT nodes EQUAL 2)
+      message(FATAL_ERROR "ckpt inspect of run ${id}: '${state};${shared};${steps}' (${nodes} nodes), not '${expected}':\n${json}")
+    endif()
+  endforeach()
+endif()
 file(REMOVE_RECURSE "${WORK}")

@@ -1,6 +1,9 @@
-// ckpt inspect PATH: the entries of a checkpoint, or the steps of a checkpoint_manager folder.
+// ckpt inspect PATH: the entries of a checkpoint, the steps of a checkpoint_manager folder, or the
+// runs of a node-local tier root (ckpt::mpi::tiers::local).
 
 #include "common.hpp"
+#include "folder.hpp"
+#include "manager_core.hpp"
 
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
@@ -11,6 +14,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -18,6 +22,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ckpt_tool {
@@ -123,11 +129,30 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
   return success;
 }
 
+// The run id of an mpi::checkpoint_manager's folder (src/manager_core.hpp): nothing if `folder`
+// has no id file (or is not a local folder), else the id, or why it cannot be read.
+struct run_id_reading {
+  std::optional<std::string> id;
+  std::string error;
+};
+std::optional<run_id_reading> run_id_in(const std::filesystem::path& folder) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) return std::nullopt;
+  try {
+    if (std::optional<std::string> id = ckpt::detail::read_run_id(ckpt::detail::folder_handle::open(folder)))
+      return run_id_reading{std::move(id), {}};
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return run_id_reading{std::nullopt, e.what()};
+  }
+}
+
 // A row a step, damaged steps included (a manager set them aside, or their header cannot be
 // read): a damaged step is a finding to show, not a reason to stop; an error that is not damage
 // (a permission, too many open files) is, as for a file. Then the folder's leftovers.
 int inspect_folder(const inspect_args& args, const std::vector<listed_step>& listed) {
   const std::vector<leftover> leftovers = leftovers_in(args.path);
+  const std::optional<run_id_reading> id = run_id_in(args.path);
   struct step_row {
     std::int64_t step;
     std::filesystem::path file;
@@ -170,10 +195,11 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
       else row["bytes"] = nullptr;
       leftover_rows.push_back(std::move(row));
     }
-    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())},
-                                                            {"steps", std::move(rows)},
-                                                            {"leftovers", std::move(leftover_rows)}})
-              << '\n';
+    boost::json::object out{{"path", valid_utf8(args.path.string())},
+                            {"steps", std::move(rows)},
+                            {"leftovers", std::move(leftover_rows)}};
+    if (id) out["run_id"] = id->id ? boost::json::value(*id->id) : boost::json::value(nullptr);
+    std::cout << boost::json::serialize(out) << '\n';
     return success;
   }
   std::vector<std::vector<std::string>> rows;
@@ -200,11 +226,245 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
   std::cout << '\n';
   for (const auto& s : steps)
     if (s.damaged) std::cout << "step " << s.step << " damaged: " << printable(*s.damaged) << '\n';
+  if (id && id->id)
+    std::cout << "run id: " << *id->id << " (an mpi::checkpoint_manager's; its node-local tiers are "
+              << ckpt::detail::run_folder_prefix << *id->id << " in a tiers::local root)\n";
+  else if (id)
+    std::cout << "run id: unreadable: " << printable(id->error) << '\n';
   print_leftovers(std::cout, leftovers);
   return success;
 }
 
+// A node's folder in a node-local tier root: what it holds of its run.
+struct tier_node {
+  std::optional<int> node;  // k of node-<k>; nothing: the run's folder is this machine's node's
+  std::filesystem::path folder;
+  std::vector<std::int64_t> steps;          // committed, of the node's own shards
+  std::vector<std::int64_t> partner_steps;  // committed, of the previous node's (partner/)
+  std::vector<std::filesystem::path> uncommitted;  // step folders without their index
+  footprint size;
+};
+
+// What became of a run's shared folder, as the run's folder in the local root notes it.
+enum class shared_state { this_run, another_run, no_run_id, gone, not_noted, unreadable };
+
+// A run's folder `run-<id>` in a node-local tier root.
+struct tier_run {
+  std::string id;
+  std::filesystem::path folder;
+  std::optional<std::filesystem::path> shared;  // as noted
+  shared_state state = shared_state::not_noted;
+  std::string detail;  // the other run's id, or why the shared folder's id cannot be read
+  std::vector<tier_node> nodes;
+};
+
+// A folder's entries, sorted, each with whether it is a folder (a symbolic link is not).
+std::vector<std::pair<std::string, bool>> entries_of(const std::filesystem::path& folder) {
+  std::vector<std::pair<std::string, bool>> out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(folder, ec);
+  for (const std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec))
+    out.emplace_back(it->path().filename().string(),
+                     it->symlink_status(ec).type() == std::filesystem::file_type::directory);
+  if (ec) throw ckpt::io_error(folder, "list", ec);
+  std::ranges::sort(out);
+  return out;
+}
+
+// k if `name` is a simulated node's folder name, node-<k>.
+std::optional<int> node_in_name(std::string_view name) {
+  constexpr std::string_view prefix = "node-";
+  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 9) return std::nullopt;
+  int k = 0;
+  for (const char c : name.substr(prefix.size())) {
+    if (c < '0' || c > '9') return std::nullopt;
+    k = 10 * k + (c - '0');
+  }
+  return std::to_string(k) == name.substr(prefix.size()) ? std::optional(k) : std::nullopt;
+}
+
+tier_node node_at(const std::filesystem::path& folder, std::optional<int> node) {
+  tier_node out{node, folder, {}, {}, {}, footprint_of(folder)};
+  for (const auto& [listed, into] : {std::pair{folder, &out.steps}, std::pair{folder / "partner", &out.partner_steps}}) {
+    for (const listed_step& s : steps_in(listed)) into->push_back(s.step);
+    std::error_code ec;
+    if (!std::filesystem::is_directory(listed, ec)) continue;
+    for (const leftover& l : leftovers_in(listed))
+      if (l.kind == leftover_kind::uncommitted_step) out.uncommitted.push_back(l.path);
+  }
+  return out;
+}
+
+// The runs of the node-local tier root `root`; none if it is not one (or not a folder).
+std::vector<tier_run> tier_runs_in(const std::filesystem::path& root) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) return {};
+  std::vector<tier_run> out;
+  for (const auto& [name, is_folder] : entries_of(root)) {
+    if (!is_folder || !name.starts_with(ckpt::detail::run_folder_prefix)) continue;
+    const std::string_view id = std::string_view(name).substr(ckpt::detail::run_folder_prefix.size());
+    if (!ckpt::detail::is_run_id(id)) continue;
+    tier_run run{std::string(id), root / name, {}, shared_state::not_noted, {}, {}};
+    try {
+      const ckpt::detail::folder_handle folder = ckpt::detail::folder_handle::open(run.folder);
+      // The note is one path and a newline.
+      std::optional<std::string> noted = ckpt::detail::read_small_file(folder, ckpt::detail::run_shared_folder_name, PATH_MAX);
+      if (noted) {
+        if (noted->ends_with('\n')) noted->pop_back();
+        run.shared = *noted;
+        if (!std::filesystem::exists(*run.shared, ec) && !ec) {
+          run.state = shared_state::gone;
+        } else {
+          const std::optional<run_id_reading> theirs = run_id_in(*run.shared);
+          run.state = !theirs ? shared_state::no_run_id
+                      : !theirs->id ? shared_state::unreadable
+                      : *theirs->id == run.id ? shared_state::this_run
+                                              : shared_state::another_run;
+          if (theirs) run.detail = theirs->id ? *theirs->id : theirs->error;
+        }
+      }
+    } catch (const std::exception& e) {
+      run.state = shared_state::unreadable;
+      run.detail = e.what();
+    }
+    for (const auto& [sub, sub_is_folder] : entries_of(run.folder))
+      if (const std::optional<int> k = node_in_name(sub); k && sub_is_folder)
+        run.nodes.push_back(node_at(run.folder / sub, k));
+    if (run.nodes.empty()) run.nodes.push_back(node_at(run.folder, std::nullopt));
+    std::ranges::sort(run.nodes, {}, &tier_node::node);
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+// The entries of a node-local tier root that an earlier version's manager wrote there, before
+// runs had ids: its nodes' folders, step folders and partner/.
+std::vector<std::filesystem::path> earlier_layout_in(const std::filesystem::path& root) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& [name, is_folder] : entries_of(root))
+    if (is_folder && (node_in_name(name) || name == "partner" ||
+                      ckpt::detail::step_in_name(name, ckpt::detail::mpi_step_prefix)))
+      out.push_back(root / name);
+  return out;
+}
+
+std::string_view to_string(shared_state s) {
+  switch (s) {
+    case shared_state::this_run: return "this run";
+    case shared_state::another_run: return "another run";
+    case shared_state::no_run_id: return "no run id";
+    case shared_state::gone: return "gone";
+    case shared_state::not_noted: return "not noted";
+    case shared_state::unreadable: return "unreadable";
+  }
+  return "";
+}
+
+// Whether no manager will use the run's folder again: its shared folder is gone or another run's.
+bool left_over(const tier_run& run) {
+  return run.state == shared_state::another_run || run.state == shared_state::no_run_id ||
+         run.state == shared_state::gone;
+}
+
+std::string steps_text(const std::vector<std::int64_t>& steps) {
+  std::string out;
+  for (const std::int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out.empty() ? "-" : out;
+}
+
+// A node-local tier root: a row per node of each run, then what became of each run's shared folder.
+int inspect_local_root(const inspect_args& args, const std::vector<tier_run>& runs) {
+  const std::vector<std::filesystem::path> earlier = earlier_layout_in(args.path);
+  if (args.json) {
+    const auto numbers = [](const std::vector<std::int64_t>& steps) {
+      boost::json::array out;
+      for (const std::int64_t s : steps) out.push_back(s);
+      return out;
+    };
+    const auto names = [](const std::vector<std::filesystem::path>& paths, const std::filesystem::path& base) {
+      boost::json::array out;
+      for (const std::filesystem::path& p : paths)
+        out.push_back(boost::json::string(valid_utf8(p.lexically_relative(base).string())));
+      return out;
+    };
+    boost::json::array run_rows;
+    for (const tier_run& run : runs) {
+      boost::json::array nodes;
+      for (const tier_node& n : run.nodes) {
+        boost::json::object row{{"node", n.node ? boost::json::value(*n.node) : boost::json::value(nullptr)},
+                                {"folder", valid_utf8(n.folder.lexically_relative(args.path).string())},
+                                {"steps", numbers(n.steps)},
+                                {"partner_steps", numbers(n.partner_steps)},
+                                {"uncommitted", names(n.uncommitted, n.folder)}};
+        if (n.size.known && !n.size.link) row["bytes"] = n.size.bytes;
+        else row["bytes"] = nullptr;
+        nodes.push_back(std::move(row));
+      }
+      boost::json::object row{{"id", run.id},
+                              {"shared_folder", run.shared ? boost::json::value(valid_utf8(run.shared->string()))
+                                                           : boost::json::value(nullptr)},
+                              {"shared_state", to_string(run.state)},
+                              {"left_over", left_over(run)},
+                              {"nodes", std::move(nodes)}};
+      if (run.state == shared_state::another_run) row["shared_run_id"] = run.detail;
+      if (run.state == shared_state::unreadable) row["reason"] = valid_utf8(run.detail);
+      run_rows.push_back(std::move(row));
+    }
+    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())},
+                                                            {"runs", std::move(run_rows)},
+                                                            {"earlier_layout", names(earlier, args.path)}})
+              << '\n';
+    return success;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const tier_run& run : runs)
+    for (const tier_node& n : run.nodes)
+      rows.push_back({run.id, n.node ? std::to_string(*n.node) : "-", steps_text(n.steps), steps_text(n.partner_steps),
+                      std::to_string(n.uncommitted.size()),
+                      n.size.known && !n.size.link ? std::to_string(n.size.bytes) : "-"});
+  print_table(std::cout,
+              {{"run"}, {"node", true}, {"steps"}, {"partner copies"}, {"uncommitted", true}, {"bytes", true}}, rows);
+  const auto stale = static_cast<std::size_t>(std::ranges::count_if(runs, left_over));
+  std::cout << "node-local tier root: " << count_of(runs.size(), "run", "runs");
+  if (stale > 0) std::cout << ", " << stale << " of them left over";
+  std::cout << '\n';
+  const std::string unused = "no manager uses its folders again: delete them once no job of it runs";
+  for (const tier_run& run : runs) {
+    std::cout << "run " << run.id << ": ";
+    const std::string shared = run.shared ? "of '" + printable(run.shared->string()) + "'" : "";
+    switch (run.state) {
+      case shared_state::this_run:
+        std::cout << shared;
+        break;
+      case shared_state::another_run:
+        std::cout << shared << ", which now holds another run (" << run.detail << "): " << unused;
+        break;
+      case shared_state::no_run_id:
+        std::cout << shared << ", which holds no run id (made again since): " << unused;
+        break;
+      case shared_state::gone:
+        std::cout << shared << ", which is gone (unless the run's folder was moved: its next manager notes where): "
+                  << unused;
+        break;
+      case shared_state::not_noted:
+        std::cout << "its shared folder is not noted (no " << ckpt::detail::run_shared_folder_name << ")";
+        break;
+      case shared_state::unreadable:
+        std::cout << (run.shared ? shared + ", whose run id" : "its shared folder")
+                  << " cannot be read: " << printable(run.detail);
+        break;
+    }
+    std::cout << '\n';
+  }
+  for (const std::filesystem::path& p : earlier)
+    std::cout << "earlier layout '" << printable(p.string()) << "': a node-local folder of a run an earlier version wrote (no "
+              << "run id); no manager uses or removes it: delete it once no job of that version runs\n";
+  return success;
+}
+
 int inspect(const inspect_args& args) {
+  if (!args.step)
+    if (const std::vector<tier_run> runs = tier_runs_in(args.path); !runs.empty()) return inspect_local_root(args, runs);
   const std::vector<listed_step> steps = steps_in(args.path);
   if (!args.step && is_manager_folder(args.path, steps)) return inspect_folder(args, steps);
   return inspect_checkpoint(args, checkpoint_in(args.path, steps, args.step));
@@ -219,8 +479,15 @@ __metadata__, reading headers only. PATH is a .safetensors file, a sharded check
 either manager, opened read-only), whose steps are listed, each with its state ('ok' if its
 header reads, 'damaged' with the reason if not, or if a manager set it aside), then a line for
 each leftover of a save that did not finish (a temporary file, an MPI step folder without its
-index, a staging folder: 'leftover', its size and what removes it); or whose step N --step
-shows. Only headers are read: 'ok' does not check the digest (ckpt verify does).
+index, a staging folder: 'leftover', its size and what removes it), and an MPI run's id; or
+whose step N --step shows. Only headers are read: 'ok' does not check the digest (ckpt verify
+does).
+
+PATH may also be a node-local tier root (the 'local' folder of ckpt::mpi::tiers), which keeps each
+run's steps apart in a folder run-<id>: a row per node of each run (the committed steps of its own
+shards, of its partner copies, its step folders without an index, its bytes), then a line per run
+naming its shared folder, and saying when no manager will use the run's folders again (the shared
+folder is gone, or holds another run now); then the folders an earlier version wrote there.
 
 Exit status: 0 (a folder with damaged steps or leftovers included: they are rows and lines), or
 2 if PATH cannot be read (for a folder, a step whose header cannot be read for another reason
@@ -230,7 +497,9 @@ than its bytes: a permission, too many open files) or is not a valid checkpoint.
 
 void add_inspect(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<inspect_args>(app, chosen, inspect, text);
-  sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder")->required()->type_name("");
+  sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder, or a node-local tier root")
+      ->required()
+      ->type_name("");
   sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
   add_step_option(*sub, args->step);
   add_torch_budget_option(*sub, args->torch_budget);
