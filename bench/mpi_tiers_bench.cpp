@@ -39,6 +39,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -161,6 +162,12 @@ int main(int argc, char** argv) {
   }
   fresh();
   std::uintmax_t node_bytes = 0;
+  // The run's node folders in the local root: <local>/run-<id>/node-<k>, the id in <shared>/.ckpt-run-id.
+  const auto run_folder = [&] {
+    std::string id;
+    std::getline(std::ifstream(shared / ".ckpt-run-id"), id);
+    return local / ("run-" + id);
+  };
   {
     ckpt::mpi::checkpoint_manager manager(comm, shared, {.max_to_keep = 2}, every_step);
     for (long r = 0; r < reps + 1; ++r) {
@@ -168,11 +175,11 @@ int main(int argc, char** argv) {
       if (r > 0) samples["save, tiered + drain"].push_back(s);  // the first has no drain before it
     }
     samples["wait for the drain"].push_back(timed(comm, [&] { manager.wait(); }));
-    if (rank == 0) node_bytes = bytes_under(local / "node-0");
+    if (rank == 0) node_bytes = bytes_under(run_folder() / "node-0");
   }
   // Node 1's folder as the save left it, put back before each restore from intact nodes (a restore
   // after its loss writes into it what it receives).
-  const fs::path node1 = local / "node-1";
+  const fs::path node1 = run_folder() / "node-1";
   const fs::path kept(local.string() + "-node-1");
   if (rank == 0) fs::copy(node1, kept, fs::copy_options::recursive);
   for (long r = 0; r < reps; ++r) {
