@@ -7,6 +7,7 @@
 
 #include <ckpt/ckpt.hpp>
 
+#include "fake_store.hpp"
 #include "local_server.hpp"
 #include "folder.hpp"
 #include "s3/client.hpp"
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -333,6 +335,46 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_lives_in_a_bucket) {
   // A missing index is the server's 404, naming it.
   BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(folder + "/other.safetensors.index.json")), ckpt::remote_error,
                         [](const ckpt::remote_error& e) { return e.status() == 404; });
+}
+
+// The fake store (fake_store.hpp) answers the client as S3 does: objects whole and in ranges,
+// listings in pages, multipart uploads, conditional writes, copies; and as scripted: a trickled
+// answer arrives whole.
+BOOST_AUTO_TEST_CASE(the_fake_store_answers_as_s3_does) {
+  using ckpt_s3_test::fake_store;
+  fake_store store([&](const fake_store::request& r) {
+    if (r.key == "slow") return fake_store::plan{.bytes_per_second = 200};
+    return fake_store::plan{};
+  });
+  s3::client c(store.settings());
+  const auto bytes = [](const std::string& text) { return std::as_bytes(std::span(text)); };
+  BOOST_TEST(c.put({"b", "k/1"}, bytes("0123456789"), true));
+  BOOST_TEST(!c.put({"b", "k/1"}, bytes("other"), true));
+  BOOST_TEST(c.get({"b", "k/1"}) == "0123456789");
+  std::string part(4, '\0');
+  BOOST_TEST(c.get({"b", "k/1"}, 8, std::as_writable_bytes(std::span(part))) == 2u);
+  BOOST_TEST(part.substr(0, 2) == "89");
+  BOOST_TEST(c.get({"b", "k/1"}, 10, std::as_writable_bytes(std::span(part))) == 0u);
+  BOOST_TEST(c.head({"b", "k/1"})->size == 10u);
+  BOOST_TEST(!c.head({"b", "none"}));
+  c.copy({"b", "k/1"}, {"b", "k/2"});
+  c.put({"b", "k/3"}, bytes("3"));
+  c.put({"b", "l/1"}, bytes("elsewhere"));
+  BOOST_TEST(keys_under(c, "b", "k/") == (std::vector<std::string>{"1", "2", "3"}), boost::test_tools::per_element());
+  BOOST_TEST(c.list("b", "k/", 2).size() == 3u);  // two pages
+  c.remove({"b", "k/2"});
+  BOOST_TEST(c.list("b", "k/").size() == 2u);
+
+  const std::string id = c.start_upload({"b", "big"});
+  BOOST_TEST(c.uploads("b", "").size() == 1u);
+  const std::vector<std::string> etags{c.upload_part({"b", "big"}, id, 1, bytes("abc")),
+                                       c.upload_part({"b", "big"}, id, 2, bytes("de"))};
+  BOOST_TEST(c.complete_upload({"b", "big"}, id, etags, true));
+  BOOST_TEST(c.get({"b", "big"}) == "abcde");
+  BOOST_TEST(c.uploads("b", "").empty());
+
+  BOOST_TEST(c.put({"b", "slow"}, bytes("trickled")));
+  BOOST_TEST(c.get({"b", "slow"}) == "trickled");
 }
 
 BOOST_AUTO_TEST_CASE(an_upload_dropped_before_its_commit_is_aborted) {
