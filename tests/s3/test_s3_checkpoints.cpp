@@ -7,6 +7,7 @@
 
 #include <ckpt/ckpt.hpp>
 
+#include "../support.hpp"
 #include "fake_store.hpp"
 #include "local_server.hpp"
 #include "folder.hpp"
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <string>
 #include <thread>
@@ -62,6 +64,13 @@ s3::config use_server() {
   ::setenv("AWS_SECRET_ACCESS_KEY", server.secret_key.c_str(), 1);
   ::setenv("AWS_REGION", "us-east-1", 1);
   return s3::config::from_environment();
+}
+
+// A fake_store (fake_store.hpp), set in the environment as use_server sets the fixture's server.
+void use_store(const ckpt_s3_test::fake_store& store) {
+  ::setenv("AWS_ENDPOINT_URL", store.endpoint().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
 }
 
 std::string fresh_bucket(s3::client& c) {
@@ -308,10 +317,11 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_lives_in_a_bucket) {
                  (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                                            "model-00003-of-00003.safetensors", "model.safetensors.index.json"}),
              boost::test_tools::per_element());
-  // The index is transformers' text, as a local save writes it.
+  // The index is transformers' text with the save's id, as a local save writes it.
   const fs::path local = scratch("hf");
   static_cast<void>(ckpt::save_sharded(local, t, 64 * 1024));
-  BOOST_TEST(c.get({bucket, "hf/model/model.safetensors.index.json"}) == file_bytes(local / "model.safetensors.index.json"));
+  BOOST_TEST(ckpt_test::without_save_id(c.get({bucket, "hf/model/model.safetensors.index.json"})) ==
+             ckpt_test::without_save_id(file_bytes(local / "model.safetensors.index.json")));
 
   const ckpt::checkpoint whole = ckpt::load(files.index);
   BOOST_TEST(whole.size() == 4u);
@@ -375,6 +385,54 @@ BOOST_AUTO_TEST_CASE(the_fake_store_answers_as_s3_does) {
 
   BOOST_TEST(c.put({"b", "slow"}, bytes("trickled")));
   BOOST_TEST(c.get({"b", "slow"}) == "trickled");
+}
+
+// A load of a sharded checkpoint in a bucket while save_sharded writes over it with the same shard
+// names: the reader has the index and the first shard of the older save when the save begins,
+// and the server holds its first request for the second shard until the save is done. It meets
+// a shard of the newer save, reads the index again and loads the newer save whole, never one
+// shard of each. A shard of the older save put back under the newer index fails both reads: a
+// mixed_save_error naming the shard and both saves.
+BOOST_AUTO_TEST_CASE(a_sharded_load_during_a_save_over_it_reads_one_save) {
+  using ckpt_s3_test::fake_store;
+  const std::string second = "hf/model-00002-of-00002.safetensors";
+  std::promise<void> reached, saved;
+  std::shared_future<void> saved_now = saved.get_future().share();
+  std::atomic<bool> held{false};
+  fake_store store([&](const fake_store::request& r) {
+    if (r.method != "PUT" && r.key == second && !held.exchange(true)) {
+      reached.set_value();
+      saved_now.wait();
+    }
+    return fake_store::plan{};
+  });
+  use_store(store);
+  const std::string folder = "s3://bucket/hf", index = folder + "/model.safetensors.index.json";
+  // Shards of 2 KiB at most: l1.w (4 KiB) alone, then l1.b, l2.b and l2.w.
+  const model older = make_model(16, 1.0f), newer = make_model(16, 2.0f);
+  static_cast<void>(ckpt::save_sharded(folder, ckpt::of_params(older, "model"), 2048));
+  const std::string older_second = *store.object("bucket", second);
+
+  std::future<ckpt::checkpoint> loading = std::async(std::launch::async, [&] { return ckpt::load(index); });
+  BOOST_TEST_REQUIRE((reached.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready));
+  const ckpt::sharded_files files = ckpt::save_sharded(folder, ckpt::of_params(newer, "model"), 2048);
+  BOOST_TEST(files.shards.size() == 2u);
+  saved.set_value();
+  model back = make_model(16, 0.0f);
+  ckpt::read_params(loading.get(), {{back, "model"}});
+  BOOST_TEST(same(back, newer));
+  const std::vector<std::string> lines = store.request_lines();
+  BOOST_TEST(std::ranges::count(lines, "GET /bucket/hf/model.safetensors.index.json") == 2);
+
+  store.put_object("bucket", second, older_second);
+  const std::string newer_id = ckpt::load(files.shards[0]).metadata().at("ckpt.save_id");
+  const std::string older_id = ckpt::load(files.shards[1]).metadata().at("ckpt.save_id");
+  BOOST_TEST(newer_id != older_id);
+  BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(index)), ckpt::mixed_save_error,
+                        [&](const ckpt::mixed_save_error& e) {
+                          return e.shard() == fs::path(folder + "/model-00002-of-00002.safetensors") &&
+                                 e.index_save() == newer_id && e.shard_save() == older_id;
+                        });
 }
 
 BOOST_AUTO_TEST_CASE(an_upload_dropped_before_its_commit_is_aborted) {
