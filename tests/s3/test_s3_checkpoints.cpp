@@ -349,11 +349,13 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_lives_in_a_bucket) {
 
 // The fake store (fake_store.hpp) answers the client as S3 does: objects whole and in ranges,
 // listings in pages, multipart uploads, conditional writes, copies; and as scripted: a trickled
-// answer arrives whole.
+// answer arrives whole, a lost one is retried (and the retried conditional PUT finds its object).
 BOOST_AUTO_TEST_CASE(the_fake_store_answers_as_s3_does) {
   using ckpt_s3_test::fake_store;
+  std::atomic<int> lost{0};
   fake_store store([&](const fake_store::request& r) {
     if (r.key == "slow") return fake_store::plan{.bytes_per_second = 200};
+    if (r.key == "lost" && lost++ == 0) return fake_store::plan{.how = fake_store::plan::lose_answer};
     return fake_store::plan{};
   });
   s3::client c(store.settings());
@@ -385,6 +387,9 @@ BOOST_AUTO_TEST_CASE(the_fake_store_answers_as_s3_does) {
 
   BOOST_TEST(c.put({"b", "slow"}, bytes("trickled")));
   BOOST_TEST(c.get({"b", "slow"}) == "trickled");
+  BOOST_TEST(!c.put({"b", "lost"}, bytes("once"), true));  // stored, unanswered, retried: 412
+  BOOST_TEST(c.tries() == 2);
+  BOOST_TEST(*store.object("b", "lost") == "once");
 }
 
 // A load of a sharded checkpoint in a bucket while save_sharded writes over it with the same shard
@@ -433,6 +438,59 @@ BOOST_AUTO_TEST_CASE(a_sharded_load_during_a_save_over_it_reads_one_save) {
                           return e.shard() == fs::path(folder + "/model-00002-of-00002.safetensors") &&
                                  e.index_save() == newer_id && e.shard_save() == older_id;
                         });
+}
+
+// A manager's conditional commit whose answer is lost (the server stores the step, then drops the
+// connection) is retried and finds the step there: 412 for one PUT (a small step), 404
+// NoSuchUpload for the completion of a multipart upload (10 MiB). The object is this save's (its
+// size, and its header with the digest): the save succeeds. Where another writer's step of the
+// same size got there while the first try went unanswered (dropped unhandled), the retry's 412
+// is theirs: the save fails as it always did, their step kept, no upload left.
+BOOST_AUTO_TEST_CASE(a_retried_commit_that_landed_is_a_success) {
+  using ckpt_s3_test::fake_store;
+  for (const Eigen::Index hidden : {Eigen::Index{16}, Eigen::Index{40'000}}) {
+    for (const bool theirs : {false, true}) {
+      BOOST_TEST_CONTEXT("hidden " << hidden << (theirs ? ", another writer's step" : ", this save's step")) {
+        // Another writer's step 1 (another model of the same shapes), and this one's.
+        std::string their_step, our_step;
+        {
+          fake_store elsewhere;
+          use_store(elsewhere);
+          ckpt::checkpoint_manager("s3://bucket/theirs").save(1, {{make_model(hidden, 2.0f), "model"}}, {}, true);
+          ckpt::checkpoint_manager("s3://bucket/ours").save(1, {{make_model(hidden, 1.0f), "model"}}, {}, true);
+          their_step = *elsewhere.object("bucket", "theirs/ckpt-0000000001.safetensors");
+          our_step = *elsewhere.object("bucket", "ours/ckpt-0000000001.safetensors");
+        }
+        BOOST_TEST(their_step.size() == our_step.size());
+        BOOST_TEST(their_step != our_step);
+
+        const std::string step_key = "run/ckpt-0000000001.safetensors";
+        std::atomic<int> commits{0};
+        fake_store store([&](const fake_store::request& r) {
+          if (!r.headers.contains("if-none-match") || r.key != step_key || commits++ > 0) return fake_store::plan{};
+          if (!theirs) return fake_store::plan{.how = fake_store::plan::lose_answer};
+          store.put_object("bucket", step_key, their_step);
+          return fake_store::plan{.how = fake_store::plan::drop};
+        });
+        use_store(store);
+        ckpt::checkpoint_manager manager("s3://bucket/run");
+        if (!theirs) {
+          BOOST_TEST(manager.save(1, {{make_model(hidden, 1.0f), "model"}}, {}, true));
+          BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{1}), boost::test_tools::per_element());
+          model back = make_model(hidden, 0.0f);
+          ckpt::read_params(ckpt::load("s3://bucket/" + step_key, {.verify_digest = true}), {{back, "model"}});
+          BOOST_TEST(same(back, make_model(hidden, 1.0f)));
+        } else {
+          BOOST_CHECK_EXCEPTION(manager.save(1, {{make_model(hidden, 1.0f), "model"}}, {}, true), ckpt::io_error,
+                                [](const ckpt::io_error& e) { return e.code() == std::errc::file_exists; });
+          BOOST_TEST(manager.steps().empty());
+          BOOST_TEST((store.object("bucket", step_key) == their_step));
+        }
+        BOOST_TEST(commits == 2);  // the commit and its retry
+        BOOST_TEST(s3::client(store.settings()).uploads("bucket", "").empty());
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(an_upload_dropped_before_its_commit_is_aborted) {
