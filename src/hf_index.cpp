@@ -38,7 +38,8 @@ std::string json_string(std::string_view s) { return boost::json::serialize(stri
 // A SAX handler for boost::json::basic_parser that reads an index straight into its weight_map,
 // by shard: neither the text nor a DOM is held, and duplicate names (which a DOM would silently
 // merge, the last one winning) are seen and refused. Only `metadata` and `weight_map` of the
-// top-level object are read; other members, and the content of `metadata`, are skipped.
+// top-level object are read; other members, and of `metadata` all but a string save_id_key, are
+// skipped.
 //
 // The rules are reported in the order a whole-document check would find them, not as the parse
 // meets them: the first broken rule of each kind is kept and the parse goes on (the parser
@@ -81,6 +82,9 @@ class index_handler : public unlimited_sax_handler {
   bool on_comment_part(string_view, error_code&) { return true; }
   bool on_comment(string_view, error_code&) { return true; }
 
+  // The save id of the index's metadata (save_id_key), or "".
+  [[nodiscard]] const std::string& save_id() const noexcept { return save_id_; }
+
   // The weight_map read, once the parser has accepted the whole text as JSON.
   // Throws index_error for the first rule the index breaks (in the order above).
   shard_lists result() {
@@ -96,10 +100,11 @@ class index_handler : public unlimited_sax_handler {
 
  private:
   // Where the parse stands: before the document's value; in the top-level object (before a key,
-  // before a key's value); in the weight_map (before a name, before its shard); inside the
-  // weight_map's value of an entry that is not a string (shown_value_ spells it); inside a value
-  // skipped (back to `back_` when it ends); after the document's value.
-  enum class place { root, top, top_value, map, map_value, showing, skipping, done };
+  // before a key's value); in the metadata (before a key, before its value); in the weight_map
+  // (before a name, before its shard); inside the weight_map's value of an entry that is not a
+  // string (shown_value_ spells it); inside a value skipped (back to `back_` when it ends); after
+  // the document's value.
+  enum class place { root, top, top_value, metadata, metadata_value, map, map_value, showing, skipping, done };
   // The top-level member whose value comes next.
   enum class member { metadata, weight_map, other };
   enum class map_state { absent, not_object, object };
@@ -113,7 +118,8 @@ class index_handler : public unlimited_sax_handler {
   [[noreturn]] void fail(const std::string& rule) const { throw index_error(shown_, rule); }
 
   bool gather(string_view s) {
-    if (where_ == place::top || where_ == place::map || where_ == place::map_value || where_ == place::showing)
+    if (where_ == place::top || where_ == place::metadata || where_ == place::metadata_value || where_ == place::map ||
+        where_ == place::map_value || where_ == place::showing)
       partial_.append(s.data(), s.size());
     return true;
   }
@@ -129,6 +135,7 @@ class index_handler : public unlimited_sax_handler {
         not_object_ = true;
         return skip(place::done);
       case place::top_value: return begin_top_compound(open == '{');
+      case place::metadata_value: return skip(place::metadata);
       case place::map_value:
         shown_value_.assign(1, open);
         where_ = place::showing;
@@ -147,6 +154,7 @@ class index_handler : public unlimited_sax_handler {
   bool end_compound(char close) {
     switch (where_) {
       case place::top: where_ = place::done; return true;
+      case place::metadata:
       case place::map: where_ = place::top; return true;
       case place::showing:
         shown_value_ += close;
@@ -159,12 +167,16 @@ class index_handler : public unlimited_sax_handler {
     }
   }
 
-  // The value of `metadata` (an object, its content skipped), of `weight_map` (an object, read
+  // The value of `metadata` (an object, read for its save id), of `weight_map` (an object, read
   // entry by entry) or of another member (skipped).
   bool begin_top_compound(bool is_object) {
     switch (member_) {
       case member::metadata:
-        if (!is_object) metadata_not_object_ = true;
+        if (is_object) {
+          where_ = place::metadata;
+          return true;
+        }
+        metadata_not_object_ = true;
         break;
       case member::weight_map:
         if (is_object) {
@@ -189,6 +201,10 @@ class index_handler : public unlimited_sax_handler {
   bool take_key() {
     switch (where_) {
       case place::top: return take_top_key();
+      case place::metadata:
+        is_save_id_ = partial_ == save_id_key;
+        where_ = place::metadata_value;
+        return true;
       case place::map: return take_name();
       case place::showing:
         show(json_string(partial_));
@@ -225,6 +241,10 @@ class index_handler : public unlimited_sax_handler {
     switch (where_) {
       case place::root: not_object_ = true; where_ = place::done; return true;
       case place::top_value: take_top_scalar(); return true;
+      case place::metadata_value:
+        if (is_save_id_) save_id_ = partial_;
+        where_ = place::metadata;
+        return true;
       case place::map_value: return take_shard();
       case place::showing: show(json_string(partial_)); return true;
       default: return true;
@@ -235,6 +255,7 @@ class index_handler : public unlimited_sax_handler {
     switch (where_) {
       case place::root: not_object_ = true; where_ = place::done; return true;
       case place::top_value: take_top_scalar(); return true;
+      case place::metadata_value: where_ = place::metadata; return true;
       case place::map_value: return entry_fails("is " + boost::json::serialize(value) + ", not a shard file name");
       case place::showing: show(boost::json::serialize(value)); return true;
       default: return true;
@@ -307,6 +328,8 @@ class index_handler : public unlimited_sax_handler {
   std::size_t depth_ = 0;
   std::string partial_, name_, shown_value_;
   bool not_object_ = false, metadata_not_object_ = false, seen_metadata_ = false, seen_weight_map_ = false;
+  bool is_save_id_ = false;  // the metadata's key being read is save_id_key
+  std::string save_id_;
   map_state map_ = map_state::absent;
   std::optional<std::string> repeated_, entry_error_;
   shard_lists by_shard_;
@@ -328,9 +351,16 @@ void check_index_size(std::uint64_t size, const std::filesystem::path& shown) {
   throw index_error(shown, "it is not JSON: " + ec.message());
 }
 
+// The weight_map of a parse, and its save id into `save_id` if wanted.
+shard_lists result_of(index_handler& handler, std::string* save_id) {
+  shard_lists by_shard = handler.result();
+  if (save_id != nullptr) *save_id = handler.save_id();
+  return by_shard;
+}
+
 }  // namespace
 
-shard_lists read_weight_map(int fd, const std::filesystem::path& shown) {
+shard_lists read_weight_map(int fd, const std::filesystem::path& shown, std::string* save_id) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) throw io_error(shown, "stat", last_error());
   if (!S_ISREG(info.st_mode)) throw index_error(shown, "it is not a regular file");
@@ -354,10 +384,10 @@ shard_lists read_weight_map(int fd, const std::filesystem::path& shown) {
   }
   if (!ec) parser.write_some(false, nullptr, 0, ec);
   if (ec) not_json(ec, shown);
-  return parser.handler().result();
+  return result_of(parser.handler(), save_id);
 }
 
-shard_lists parse_weight_map(std::string_view text, const std::filesystem::path& shown) {
+shard_lists parse_weight_map(std::string_view text, const std::filesystem::path& shown, std::string* save_id) {
   check_index_size(text.size(), shown);
   boost::json::basic_parser<index_handler> parser(boost::json::parse_options{}, shown);
   error_code ec;
@@ -365,13 +395,13 @@ shard_lists parse_weight_map(std::string_view text, const std::filesystem::path&
   // After the document's value, nothing but spaces.
   if (!ec && used < text.size()) ec = boost::json::error::extra_data;
   if (ec) not_json(ec, shown);
-  return parser.handler().result();
+  return result_of(parser.handler(), save_id);
 }
 
-shard_lists read_weight_map(const std::filesystem::path& index) {
+shard_lists read_weight_map(const std::filesystem::path& index, std::string* save_id) {
   struct stat info {};
   const file_descriptor fd = open_to_read(index, info);
-  return read_weight_map(fd.get(), index);
+  return read_weight_map(fd.get(), index, save_id);
 }
 
 }  // namespace ckpt::detail

@@ -77,8 +77,11 @@ error several_indexes(const std::filesystem::path& folder, std::span<const std::
                            (indexes.size() > 2 ? "', ...)" : "')") + "; load the one you mean");
 }
 
-std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map) {
-  std::string out = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total_size) + "\n  },\n";
+std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map,
+                       std::string_view save_id) {
+  std::string out = "{\n  \"metadata\": {\n    ";
+  if (!save_id.empty()) out += python_json_string(save_id_key) + ": " + python_json_string(save_id) + ",\n    ";
+  out += "\"total_size\": " + std::to_string(total_size) + "\n  },\n";
   out += "  \"weight_map\": {";
   for (std::size_t i = 0; i < weight_map.size(); ++i) {
     out += i == 0 ? "\n    " : ",\n    ";
@@ -92,11 +95,33 @@ std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::
 
 namespace {
 
+std::string mixed_save_message(const std::filesystem::path& index, const std::filesystem::path& shard,
+                               const std::string& index_save, const std::string& shard_save) {
+  return "ckpt: the shard '" + shard.string() + "' is " +
+         (shard_save.empty() ? "of a save without an id" : "of save " + shard_save) + ", not of save " + index_save +
+         " that its index '" + index.string() +
+         "' names: the sharded checkpoint was saved again while it was read (load it again)";
+}
+
+}  // namespace
+
+mixed_save_error::mixed_save_error(const std::filesystem::path& index, const std::filesystem::path& shard,
+                                   std::string index_save, std::string shard_save)
+    : error(index, mixed_save_message(index, shard, index_save, shard_save)),
+      shard_(shard),
+      index_save_(std::move(index_save)),
+      shard_save_(std::move(shard_save)) {}
+
+mixed_save_error::~mixed_save_error() = default;
+
+namespace {
+
 using detail::file_descriptor;
 using detail::index_error;
 using detail::is_plain_file_name;
 using detail::last_error;
 using detail::python_json_string;
+using detail::save_id_key;
 
 constexpr std::string_view shard_suffix = ".safetensors";
 using detail::safetensors_index_suffix;
@@ -211,7 +236,11 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   }
   // Sorted by name, as transformers' json.dumps(sort_keys=True) writes it.
   std::sort(weight_map.begin(), weight_map.end());
-  const std::string index = detail::index_text(total_size, weight_map);
+  // The save's id, in the index and every shard: a load tells a shard of another save by it.
+  const std::string save_id = detail::random_suffix() + detail::random_suffix();
+  metadata_map shard_metadata = t.metadata();
+  shard_metadata.insert_or_assign(std::string(save_id_key), save_id);
+  const std::string index = detail::index_text(total_size, weight_map, save_id);
   const auto is_stale = [&](const std::string& name) {
     return is_shard_name(name, options.base_name) && std::ranges::find(names, name) == names.end();
   };
@@ -226,7 +255,7 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
     const auto there = [&](const std::string& name) { return std::ranges::find(present, name) != present.end(); };
     if (std::ranges::any_of(names, there) && there(index_name)) out.remove(index_name);
     for (std::size_t i = 0; i < groups.size(); ++i)
-      save(out.path_of(names[i]), checkpoint(std::move(groups[i]), t.metadata()), options.save);
+      save(out.path_of(names[i]), checkpoint(std::move(groups[i]), shard_metadata), options.save);
     out.write(index_name, index);
     if (options.remove_stale_shards) {
       try {
@@ -243,7 +272,7 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   // is not UTF-8, a full disk) removes it and leaves the folder as it was.
   staging_folder staging(held);
   for (std::size_t i = 0; i < groups.size(); ++i)
-    detail::save_to({staging.folder(), names[i]}, checkpoint(std::move(groups[i]), t.metadata()), options.save);
+    detail::save_to({staging.folder(), names[i]}, checkpoint(std::move(groups[i]), shard_metadata), options.save);
   // Then the shards move into place. If one replaces a shard of the previous save, that save's
   // index goes first: an interruption from here on leaves a folder without an index (which
   // `load` refuses), never an index naming shards of two saves.
@@ -274,11 +303,18 @@ namespace detail {
 
 checkpoint assemble_shards(const std::filesystem::path& index,
                            const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
-                           const std::function<checkpoint(const std::string& shard)>& load_shard) {
+                           const std::function<checkpoint(const std::string& shard)>& load_shard,
+                           const std::string& save_id) {
   std::vector<checkpoint::entry> entries;
   std::optional<metadata_map> common;
+  const std::string id_key(save_id_key);
   for (const auto& [shard, names] : by_shard) {
     const checkpoint part = load_shard(shard);
+    if (!save_id.empty()) {
+      const auto it = part.metadata().find(id_key);
+      std::string theirs = it == part.metadata().end() ? std::string() : it->second;
+      if (theirs != save_id) throw mixed_save_error(index, index.parent_path() / shard, save_id, std::move(theirs));
+    }
     for (const std::string& name : names) {
       const tensor* x = part.find(name);
       if (x == nullptr)
@@ -296,8 +332,10 @@ checkpoint assemble_shards(const std::filesystem::path& index,
     }
   }
   metadata_map metadata = common.value_or(metadata_map{});
-  // A digest describes one file's bytes, never a checkpoint spanning several.
+  // A digest describes one file's bytes, never a checkpoint spanning several; the save id is the
+  // files'.
   metadata.erase(std::string(digest_key));
+  metadata.erase(id_key);
   for (const std::string_view key : earlier_digest_keys) metadata.erase(std::string(key));
   return checkpoint(std::move(entries), std::move(metadata));
 }
@@ -317,29 +355,48 @@ shard_lists chosen_shards(shard_lists by_shard, const load_options& options) {
   return by_shard;
 }
 
+// `load`, and once more if it met a shard of another save (the checkpoint saved again while it was
+// read): the second reads the index anew, which then names the newer save's shards.
+checkpoint once_more_if_mixed(const std::function<checkpoint()>& load) {
+  try {
+    return load();
+  } catch (const mixed_save_error&) {
+    return load();
+  }
+}
+
 }  // namespace
 
 checkpoint load_sharded(const folder_handle& folder, std::string_view index, const load_options& options) {
-  struct stat info {};
-  const file_descriptor fd = folder.open_to_read(index, info);
   const std::filesystem::path shown = folder.path_of(index);
-  // Entry names by shard, each shard loaded once, from the folder held.
-  return detail::assemble_shards(shown, chosen_shards(detail::read_weight_map(fd.get(), shown), options),
-                                 [&](const std::string& shard) { return detail::load_file({folder, shard}, options); });
+  return once_more_if_mixed([&] {
+    struct stat info {};
+    const file_descriptor fd = folder.open_to_read(index, info);
+    std::string save_id;
+    // Entry names by shard, each shard loaded once, from the folder held.
+    const shard_lists by_shard = chosen_shards(detail::read_weight_map(fd.get(), shown, &save_id), options);
+    const auto load_shard = [&](const std::string& shard) { return detail::load_file({folder, shard}, options); };
+    return detail::assemble_shards(shown, by_shard, load_shard, save_id);
+  });
 }
 
 checkpoint load_sharded_by_content(const std::filesystem::path& index, const load_options& options,
                                    const torch_options& torch) {
-  if (is_remote(index)) {
-    remote_folder folder(index.parent_path());
-    const std::optional<std::string> text = folder.read(index.filename().string());
-    if (!text) throw remote_error(index.string(), "GET", 404, "NoSuchKey", "no such object");
-    return assemble_shards(index, chosen_shards(parse_weight_map(*text, index), options), [&](const std::string& shard) {
-      return load_remote(folder.path_of(shard), options, torch);
-    });
-  }
-  return assemble_shards(index, chosen_shards(read_weight_map(index), options), [&](const std::string& shard) {
-    return load_by_content(index.parent_path() / shard, options, torch);
+  return once_more_if_mixed([&] {
+    std::string save_id;
+    if (is_remote(index)) {
+      remote_folder folder(index.parent_path());
+      const std::optional<std::string> text = folder.read(index.filename().string());
+      if (!text) throw remote_error(index.string(), "GET", 404, "NoSuchKey", "no such object");
+      const shard_lists by_shard = chosen_shards(parse_weight_map(*text, index, &save_id), options);
+      const auto load_shard = [&](const std::string& shard) { return load_remote(folder.path_of(shard), options, torch); };
+      return assemble_shards(index, by_shard, load_shard, save_id);
+    }
+    const shard_lists by_shard = chosen_shards(read_weight_map(index, &save_id), options);
+    const auto load_shard = [&](const std::string& shard) {
+      return load_by_content(index.parent_path() / shard, options, torch);
+    };
+    return assemble_shards(index, by_shard, load_shard, save_id);
   });
 }
 

@@ -27,7 +27,9 @@ namespace ckpt::detail {
 
 /// The sharded checkpoint whose index is `path`, or, if `path` is a folder, whose index is the
 /// one `*.safetensors.index.json` file in it, read by the rules `ckpt::load` documents. Every
-/// shard the index names is read as `ckpt::load` reads a safetensors file, with `options`.
+/// shard the index names is read as `ckpt::load` reads a safetensors file, with `options`. An
+/// index with a save id (save_sharded's) is read once more if a shard is of another save (the
+/// checkpoint saved again meanwhile); mixed_save_error if it is again.
 /// \throws index_error (a format_error) if the index is not valid, or an entry is missing from
 ///   the shard that `weight_map` names; ckpt::error (the base class) if `path` is a folder holding
 ///   no `*.safetensors.index.json` or several (naming the folder, and the first two indexes);
@@ -48,13 +50,16 @@ namespace ckpt::detail {
 /// The checkpoint of the index `index` whose weight_map is `by_shard` (read_weight_map's,
 /// src/hf_index.hpp): each shard, a file name in the index's folder, loaded once by
 /// `load_shard(name)`, and of it the entries the map names; the metadata common to every shard
-/// (same key, same value), without digests. The readers above pass how they load a shard;
-/// ckpt::mpi passes a load that checks the hashes another rank verified.
-/// \throws index_error naming `index` if a shard lacks an entry the map gives it; whatever
+/// (same key, same value), without digests and save ids. The readers above pass how they load a
+/// shard; ckpt::mpi passes a load that checks the hashes another rank verified. With the index's
+/// `save_id` (read_weight_map's), each shard's `__metadata__` must give the same id.
+/// \throws mixed_save_error if a shard gives another save id (or none) than a `save_id` given;
+///   index_error naming `index` if a shard lacks an entry the map gives it; whatever
 ///   `load_shard` throws.
 [[nodiscard]] checkpoint assemble_shards(const std::filesystem::path& index,
                                          const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
-                                         const std::function<checkpoint(const std::string& shard)>& load_shard);
+                                         const std::function<checkpoint(const std::string& shard)>& load_shard,
+                                         const std::string& save_id = {});
 
 /// The suffix of a sharded safetensors checkpoint's index (`model.safetensors.index.json`): the
 /// index save_sharded writes, and the one the readers look for in a folder.

@@ -86,6 +86,15 @@ inline std::string read_bytes(const std::filesystem::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// The text of an index save_sharded wrote without the line of its save id (each save has its
+// own): the text transformers writes.
+inline std::string without_save_id(std::string index) {
+  const std::size_t at = index.find("    \"ckpt.save_id\": \"");
+  BOOST_TEST_REQUIRE(at != std::string::npos, "the index records no save id");
+  index.erase(at, index.find('\n', at) + 1 - at);
+  return index;
+}
+
 // The names in `dir`, sorted: what a test expects a folder to hold, leftovers included.
 inline std::vector<std::string> folder_listing(const std::filesystem::path& dir) {
   std::vector<std::string> out;

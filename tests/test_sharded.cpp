@@ -21,6 +21,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -82,9 +83,19 @@ bool is_mapped_from(const void* address, const std::filesystem::path& file) {
   return false;
 }
 
-const char* const expected_index = R"({
+// The save id an index records ("" if none).
+std::string save_id_of(const std::filesystem::path& index) {
+  std::string id;
+  static_cast<void>(ckpt::detail::read_weight_map(index, &id));
+  return id;
+}
+
+// The index of sample() with a limit of 32, as transformers writes it, and with the save id
+// `id` as save_sharded adds it.
+std::string expected_index(const std::string& id) {
+  return R"({
   "metadata": {
-    "total_size": 80
+)" + (id.empty() ? "" : "    \"ckpt.save_id\": \"" + id + "\",\n") + R"(    "total_size": 80
   },
   "weight_map": {
     "a": "model-00002-of-00003.safetensors",
@@ -94,6 +105,7 @@ const char* const expected_index = R"({
   }
 }
 )";
+}
 
 }  // namespace
 
@@ -107,12 +119,17 @@ BOOST_AUTO_TEST_CASE(writes_hugging_face_names_and_index_and_loads_back) {
   BOOST_TEST(files.shards == (std::vector<std::filesystem::path>{dir.path() / "model-00001-of-00003.safetensors",
                                                                  dir.path() / "model-00002-of-00003.safetensors",
                                                                  dir.path() / "model-00003-of-00003.safetensors"}));
-  BOOST_TEST(read_bytes(files.index) == expected_index);
+  const std::string id = save_id_of(files.index);
+  BOOST_TEST(id.size() == 12u);
+  BOOST_TEST(read_bytes(files.index) == expected_index(id));
 
-  // Each shard is an ordinary safetensors file with its entries and the checkpoint's metadata.
+  // Each shard is an ordinary safetensors file with its entries, the checkpoint's metadata and
+  // the save's id.
   const ckpt::checkpoint second = ckpt::load(files.shards[1]);
   BOOST_TEST(second.names() == (std::vector<std::string>{"a", "b"}));
-  BOOST_TEST(second.metadata() == meta);
+  ckpt::metadata_map with_id = meta;
+  with_id.emplace("ckpt.save_id", id);
+  BOOST_TEST(second.metadata() == with_id);
   BOOST_TEST(ckpt::load(files.shards[0]).names() == std::vector<std::string>{"c"});
 
   for (const auto& path : {files.index, dir.path()}) {
@@ -133,6 +150,7 @@ BOOST_AUTO_TEST_CASE(the_index_escapes_names_as_python_does) {
   const auto files = ckpt::save_sharded(dir.path(), t, 1000);
   BOOST_TEST(read_bytes(files.index) == R"({
   "metadata": {
+    "ckpt.save_id": ")" + save_id_of(files.index) + R"(",
     "total_size": 12
   },
   "weight_map": {
@@ -194,7 +212,8 @@ BOOST_AUTO_TEST_CASE(an_empty_checkpoint_is_an_index_alone) {
   const temp_dir dir;
   const auto files = ckpt::save_sharded(dir.path(), ckpt::checkpoint({}, meta), 32);
   BOOST_TEST(files.shards.empty());
-  BOOST_TEST(read_bytes(files.index) == "{\n  \"metadata\": {\n    \"total_size\": 0\n  },\n  \"weight_map\": {}\n}\n");
+  BOOST_TEST(read_bytes(files.index) == "{\n  \"metadata\": {\n    \"ckpt.save_id\": \"" + save_id_of(files.index) +
+                                            "\",\n    \"total_size\": 0\n  },\n  \"weight_map\": {}\n}\n");
   BOOST_TEST(ckpt::load(dir.path()).empty());
 }
 
@@ -232,6 +251,69 @@ BOOST_AUTO_TEST_CASE(per_shard_digests_are_checked_and_not_merged) {
   }
   BOOST_CHECK_THROW(static_cast<void>(ckpt::load(dir.path())), ckpt::integrity_error);
   BOOST_TEST(ckpt::load(dir.path(), {.verify_digest = false}).size() == 4u);
+}
+
+// One sharded checkpoint is one save. A load of a folder that save_sharded writes over while it
+// is read (here from the digest's progress report of the first shard, once it is open) meets a
+// shard of the newer save, reads the index again, and returns the newer save whole: never the
+// first shard of one save and the others of the other.
+BOOST_AUTO_TEST_CASE(a_load_during_a_save_over_it_reads_one_save) {
+  const temp_dir dir;
+  const ckpt::checkpoint newer({{"a", run(4, 100)}, {"b", run(4, 110)}, {"c", run(10, 120)}, {"d", run(2, 140)}}, meta);
+  const auto files = ckpt::save_sharded(dir.path(), sample(), 32, {.save = {.digest = true}});
+  bool saved = false;
+  const auto save_over = [&](std::uint64_t, std::uint64_t) {
+    if (!std::exchange(saved, true)) ckpt::save_sharded(dir.path(), newer, 32, {.save = {.digest = true}});
+  };
+  const ckpt::checkpoint t = ckpt::load(files.index, {.progress = save_over});
+  BOOST_TEST(saved);
+  check_same(t, newer);
+  BOOST_TEST(t.metadata() == meta);  // without the save id
+}
+
+// A shard of another save under an index (B's second shard copied over A's, or a shard without
+// an id) fails the load, the index read again included: a mixed_save_error naming the shard and
+// both saves, which is not a format_error (the files are not damaged). An index without an id
+// (Hugging Face's, or one ckpt wrote before it wrote ids) is read as it always was.
+BOOST_AUTO_TEST_CASE(a_shard_of_another_save_is_refused_naming_both_saves) {
+  const temp_dir a, b;
+  const auto files = ckpt::save_sharded(a.path(), sample(), 32);
+  const auto other = ckpt::save_sharded(b.path(), sample(), 32);
+  const std::string id = save_id_of(files.index), other_id = save_id_of(other.index);
+  BOOST_TEST(id != other_id);
+  std::filesystem::copy_file(other.shards[1], files.shards[1], std::filesystem::copy_options::overwrite_existing);
+  const auto refusal = [&](const ckpt::load_options& options) {
+    try {
+      static_cast<void>(ckpt::load(files.index, options));
+    } catch (const ckpt::mixed_save_error& e) {
+      BOOST_TEST(e.path() == files.index);
+      BOOST_TEST(e.shard() == files.shards[1]);
+      BOOST_TEST(e.index_save() == id);
+      BOOST_TEST(dynamic_cast<const ckpt::format_error*>(&e) == nullptr);
+      return std::make_pair(e.shard_save(), std::string(e.what()));
+    }
+    BOOST_FAIL("a shard of another save was loaded");
+    return std::make_pair(std::string(), std::string());
+  };
+  const ckpt::name_pattern only_b("^b$"), only_c("^c$");
+  for (const ckpt::load_options& options : {ckpt::load_options{}, ckpt::load_options{.only = only_b}}) {
+    const auto [theirs, message] = refusal(options);
+    BOOST_TEST(theirs == other_id);
+    BOOST_TEST(message == "ckpt: the shard '" + files.shards[1].string() + "' is of save " + other_id +
+                              ", not of save " + id + " that its index '" + files.index.string() +
+                              "' names: the sharded checkpoint was saved again while it was read (load it again)");
+  }
+  // A shard the index does not read is not checked.
+  check_same(ckpt::load(files.index, {.only = only_c}), ckpt::select(sample(), only_c));
+
+  ckpt::save(files.shards[1], ckpt::checkpoint({{"a", run(4, 0)}, {"b", run(4, 10)}}, meta));
+  const auto [none, message] = refusal({});
+  BOOST_TEST(none.empty());
+  BOOST_TEST(message.find("is of a save without an id, not of save " + id) != std::string::npos, message);
+
+  write_text(files.index, expected_index(""));
+  check_same(ckpt::load(files.index), sample());
+  BOOST_TEST(ckpt::load(files.index).metadata() == meta);
 }
 
 BOOST_AUTO_TEST_CASE(save_sharded_refuses_a_bad_limit_base_name_or_name_and_writes_nothing) {

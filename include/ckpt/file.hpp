@@ -150,18 +150,22 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 ///   one), each recognized by its content.
 ///
 /// **Sharded checkpoints.** The index must be a JSON object with a `weight_map` object of entry
-/// names to shard file names; a `metadata` member, if present, must be an object (its contents
-/// are not used). Shard names must be plain file names in the index's folder (no `/`, not `.` or
-/// `..`). The index is the truth: the result holds exactly the entries of `weight_map`, each
-/// keeping its shard's mapping alive, and only the shards it names are opened (entries of a
-/// shard that the map does not list, and shard files it does not name, are ignored, as Hugging
-/// Face's loaders select by `weight_map`). The metadata are those common to every shard: the
+/// names to shard file names; a `metadata` member, if present, must be an object (of its
+/// contents only the save id `ckpt.save_id` that `save_sharded` writes is used). Shard names
+/// must be plain file names in the index's folder (no `/`, not `.` or `..`). The index is the
+/// truth: the result holds exactly the entries of `weight_map`, each keeping its shard's mapping
+/// alive, and only the shards it names are opened (entries of a shard that the map does not
+/// list, and shard files it does not name, are ignored, as Hugging Face's loaders select by
+/// `weight_map`). The metadata are those common to every shard: the
 /// keys present in all of them with the same value; digests, which describe one file's bytes,
-/// are dropped.
+/// are dropped, and so is the save id. An index with a save id is one save: every shard read
+/// must give the same id (ckpt/sharded.hpp), else the index is read again once.
 /// \throws format_error for a sharded checkpoint whose index breaks one of those rules, or
 ///   names an entry its shard does not hold; the message reads `ckpt: '<index>' is not a valid
 ///   sharded checkpoint index: <broken rule>`, the rule naming the entry and the shard file where
 ///   there is one.
+/// \throws mixed_save_error (ckpt/sharded.hpp) if a shard is of another save than its index, twice
+///   (the checkpoint was saved again while it was read).
 /// \throws ckpt::error (the base class) naming the folder if a folder holds no checkpoint, two
 ///   checkpoints (see above, naming both files), or several indexes of one kind (naming the
 ///   first two).

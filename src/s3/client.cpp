@@ -139,6 +139,7 @@ struct client::request {
   std::span<std::byte> sink{};
   std::uint64_t offset = 0;
   bool ranged = false;
+  bool fresh = false;  // on a new connection (client::tries)
 };
 
 struct client::response {
@@ -255,6 +256,7 @@ client::response client::try_once(const request& r) {
   curl_easy_setopt(easy, CURLOPT_USERNAME, config_.access_key.c_str());
   curl_easy_setopt(easy, CURLOPT_PASSWORD, config_.secret_key.c_str());
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  if (r.fresh) curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, 10'000L);
   // A connection that carries less than a byte a second for 30 s has dropped: retried.
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -315,6 +317,7 @@ client::response client::perform(const request& r) {
   auto wait = config_.first_wait;
   std::minstd_rand jitter(std::random_device{}());
   for (int attempt = 1;; ++attempt) {
+    tries_ = attempt;
     response out = try_once(r);
     std::string code;
     std::string message = out.transport_message;
@@ -372,7 +375,7 @@ void client::create_bucket(const std::string& bucket) {
 }
 
 bool client::put(const object& o, std::span<const std::byte> bytes, bool if_absent) {
-  request r{.method = "PUT", .target = o, .body = bytes};
+  request r{.method = "PUT", .target = o, .body = bytes, .fresh = if_absent};
   if (if_absent) r.headers.emplace_back("If-None-Match: *");
   const response out = perform(r);
   if (is_success(out.status)) return true;
@@ -469,7 +472,8 @@ bool client::complete_upload(const object& o, const std::string& upload_id, cons
             .target = o,
             .query = {{"uploadId", upload_id}},
             .headers = {"Content-Type: application/xml"},
-            .body = std::as_bytes(std::span(xml))};
+            .body = std::as_bytes(std::span(xml)),
+            .fresh = true};
   if (if_absent) r.headers.emplace_back("If-None-Match: *");
   const response out = perform(r);
   if (if_absent && out.status == 412) return false;

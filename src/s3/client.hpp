@@ -115,6 +115,12 @@ class client {
   // The uploads started and neither completed nor aborted, of keys starting with `prefix`.
   std::vector<upload_info> uploads(const std::string& bucket, const std::string& prefix);
 
+  // How many tries the last request took: more than 1 if it was retried, when an answer may be to
+  // a repeat of a request that took effect (a conditional commit's 412). The requests that commit
+  // an object (a conditional PUT, a CompleteMultipartUpload) go on a new connection, which
+  // libcurl does not silently send again as it does on a reused one that dropped.
+  [[nodiscard]] int tries() const noexcept { return tries_; }
+
  private:
   struct request;
   struct response;
@@ -122,6 +128,7 @@ class client {
   response try_once(const request& r);
 
   config config_;
+  int tries_ = 0;
   struct curl_handle;
   std::unique_ptr<curl_handle> curl_;
 };

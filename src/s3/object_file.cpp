@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace ckpt::detail::s3 {
@@ -142,8 +143,20 @@ bool upload::commit() {
   std::vector<std::string> etags;
   const bool one_part = upload_id_.empty() && filling_.empty();  // one PUT
   if (!one_part) send_parts(etags);
+  // A commit retried after its answer was lost may have taken effect: its retry finds the object
+  // there (412) or, for an upload, the upload gone (404 NoSuchUpload). It is this one's if the
+  // object is.
   const auto write = [&](bool if_absent) {
-    return one_part ? client_.put(target_, first_, if_absent) : client_.complete_upload(target_, upload_id_, etags, if_absent);
+    try {
+      if (one_part ? client_.put(target_, first_, if_absent)
+                   : client_.complete_upload(target_, upload_id_, etags, if_absent))
+        return true;
+    } catch (const remote_error& e) {
+      const bool upload_gone = !one_part && e.status() == 404 && e.code() == "NoSuchUpload";
+      if (!upload_gone || client_.tries() == 1 || !landed()) throw;
+      return true;
+    }
+    return client_.tries() > 1 && landed();  // a 412
   };
   if (rule_ == existing::replaced) {
     committed_ = write(false);
@@ -156,6 +169,19 @@ bool upload::commit() {
     }
   }
   return committed_;
+}
+
+bool upload::landed() {
+  const std::optional<object_info> there = client_.head(target_);
+  if (!there || there->size != written_) return false;
+  // The first bytes: the header (its length, then its text) as far as the first part holds it.
+  std::size_t n = first_.size();
+  if (std::uint64_t length = 0; n >= sizeof length) {
+    std::memcpy(&length, first_.data(), sizeof length);
+    n = std::min<std::uint64_t>(n, sizeof length + std::min<std::uint64_t>(length, n));
+  }
+  std::vector<std::byte> head(n);
+  return client_.get(target_, 0, head) == n && std::ranges::equal(head, std::span(first_).first(n));
 }
 
 void upload::send_parts(std::vector<std::string>& etags) {

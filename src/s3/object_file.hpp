@@ -57,6 +57,9 @@ class upload final : public byte_sink {
   // `existing::kept`, false, and no object written, if one is there already: a conditional write
   // (`If-None-Match: *`) where the server has them (AWS S3, MinIO, R2); where it answers that it
   // has none (HTTP 501: Swift's s3api), a HEAD first, which a writer between the two can race.
+  // A commit whose answer was lost and that was retried may find its own object there (412) or
+  // its upload completed (404 NoSuchUpload): then the object is compared with this upload (landed)
+  // and, if it is this one, the commit succeeded.
   // \throws remote_error.
   bool commit();
 
@@ -67,6 +70,9 @@ class upload final : public byte_sink {
   void work();             // a sender thread
   void rethrow_failure();  // the first sender's failure, if any
   void stop() noexcept;
+  // Whether the object at the target is this upload's: its size, and its first bytes, the
+  // file's header (which holds the file's digest when it has one) as far as the first part goes.
+  bool landed();
 
   config config_;
   object target_;

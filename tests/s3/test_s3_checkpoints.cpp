@@ -7,6 +7,8 @@
 
 #include <ckpt/ckpt.hpp>
 
+#include "../support.hpp"
+#include "fake_store.hpp"
 #include "local_server.hpp"
 #include "folder.hpp"
 #include "s3/client.hpp"
@@ -18,11 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <string>
 #include <thread>
@@ -60,6 +64,13 @@ s3::config use_server() {
   ::setenv("AWS_SECRET_ACCESS_KEY", server.secret_key.c_str(), 1);
   ::setenv("AWS_REGION", "us-east-1", 1);
   return s3::config::from_environment();
+}
+
+// A fake_store (fake_store.hpp), set in the environment as use_server sets the fixture's server.
+void use_store(const ckpt_s3_test::fake_store& store) {
+  ::setenv("AWS_ENDPOINT_URL", store.endpoint().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
 }
 
 std::string fresh_bucket(s3::client& c) {
@@ -306,10 +317,11 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_lives_in_a_bucket) {
                  (std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                                            "model-00003-of-00003.safetensors", "model.safetensors.index.json"}),
              boost::test_tools::per_element());
-  // The index is transformers' text, as a local save writes it.
+  // The index is transformers' text with the save's id, as a local save writes it.
   const fs::path local = scratch("hf");
   static_cast<void>(ckpt::save_sharded(local, t, 64 * 1024));
-  BOOST_TEST(c.get({bucket, "hf/model/model.safetensors.index.json"}) == file_bytes(local / "model.safetensors.index.json"));
+  BOOST_TEST(ckpt_test::without_save_id(c.get({bucket, "hf/model/model.safetensors.index.json"})) ==
+             ckpt_test::without_save_id(file_bytes(local / "model.safetensors.index.json")));
 
   const ckpt::checkpoint whole = ckpt::load(files.index);
   BOOST_TEST(whole.size() == 4u);
@@ -333,6 +345,158 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_lives_in_a_bucket) {
   // A missing index is the server's 404, naming it.
   BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(folder + "/other.safetensors.index.json")), ckpt::remote_error,
                         [](const ckpt::remote_error& e) { return e.status() == 404; });
+}
+
+// The fake store (fake_store.hpp) answers the client as S3 does: objects whole and in ranges,
+// listings in pages, multipart uploads, conditional writes, copies; and as scripted: a trickled
+// answer arrives whole, a lost one is retried (and the retried conditional PUT finds its object).
+BOOST_AUTO_TEST_CASE(the_fake_store_answers_as_s3_does) {
+  using ckpt_s3_test::fake_store;
+  std::atomic<int> lost{0};
+  fake_store store([&](const fake_store::request& r) {
+    if (r.key == "slow") return fake_store::plan{.bytes_per_second = 200};
+    if (r.key == "lost" && lost++ == 0) return fake_store::plan{.how = fake_store::plan::lose_answer};
+    return fake_store::plan{};
+  });
+  s3::client c(store.settings());
+  const auto bytes = [](const std::string& text) { return std::as_bytes(std::span(text)); };
+  BOOST_TEST(c.put({"b", "k/1"}, bytes("0123456789"), true));
+  BOOST_TEST(!c.put({"b", "k/1"}, bytes("other"), true));
+  BOOST_TEST(c.get({"b", "k/1"}) == "0123456789");
+  std::string part(4, '\0');
+  BOOST_TEST(c.get({"b", "k/1"}, 8, std::as_writable_bytes(std::span(part))) == 2u);
+  BOOST_TEST(part.substr(0, 2) == "89");
+  BOOST_TEST(c.get({"b", "k/1"}, 10, std::as_writable_bytes(std::span(part))) == 0u);
+  BOOST_TEST(c.head({"b", "k/1"})->size == 10u);
+  BOOST_TEST(!c.head({"b", "none"}));
+  c.copy({"b", "k/1"}, {"b", "k/2"});
+  c.put({"b", "k/3"}, bytes("3"));
+  c.put({"b", "l/1"}, bytes("elsewhere"));
+  BOOST_TEST(keys_under(c, "b", "k/") == (std::vector<std::string>{"1", "2", "3"}), boost::test_tools::per_element());
+  BOOST_TEST(c.list("b", "k/", 2).size() == 3u);  // two pages
+  c.remove({"b", "k/2"});
+  BOOST_TEST(c.list("b", "k/").size() == 2u);
+
+  const std::string id = c.start_upload({"b", "big"});
+  BOOST_TEST(c.uploads("b", "").size() == 1u);
+  const std::vector<std::string> etags{c.upload_part({"b", "big"}, id, 1, bytes("abc")),
+                                       c.upload_part({"b", "big"}, id, 2, bytes("de"))};
+  BOOST_TEST(c.complete_upload({"b", "big"}, id, etags, true));
+  BOOST_TEST(c.get({"b", "big"}) == "abcde");
+  BOOST_TEST(c.uploads("b", "").empty());
+
+  BOOST_TEST(c.put({"b", "slow"}, bytes("trickled")));
+  BOOST_TEST(c.get({"b", "slow"}) == "trickled");
+  BOOST_TEST(!c.put({"b", "lost"}, bytes("once"), true));  // stored, unanswered, retried: 412
+  BOOST_TEST(c.tries() == 2);
+  BOOST_TEST(*store.object("b", "lost") == "once");
+}
+
+// A load of a sharded checkpoint in a bucket while save_sharded writes over it with the same shard
+// names: the reader has the index and the first shard of the older save when the save begins,
+// and the server holds its first request for the second shard until the save is done. It meets
+// a shard of the newer save, reads the index again and loads the newer save whole, never one
+// shard of each. A shard of the older save put back under the newer index fails both reads: a
+// mixed_save_error naming the shard and both saves.
+BOOST_AUTO_TEST_CASE(a_sharded_load_during_a_save_over_it_reads_one_save) {
+  using ckpt_s3_test::fake_store;
+  const std::string second = "hf/model-00002-of-00002.safetensors";
+  std::promise<void> reached, saved;
+  std::shared_future<void> saved_now = saved.get_future().share();
+  std::atomic<bool> held{false};
+  fake_store store([&](const fake_store::request& r) {
+    if (r.method != "PUT" && r.key == second && !held.exchange(true)) {
+      reached.set_value();
+      saved_now.wait();
+    }
+    return fake_store::plan{};
+  });
+  use_store(store);
+  const std::string folder = "s3://bucket/hf", index = folder + "/model.safetensors.index.json";
+  // Shards of 2 KiB at most: l1.w (4 KiB) alone, then l1.b, l2.b and l2.w.
+  const model older = make_model(16, 1.0f), newer = make_model(16, 2.0f);
+  static_cast<void>(ckpt::save_sharded(folder, ckpt::of_params(older, "model"), 2048));
+  const std::string older_second = *store.object("bucket", second);
+
+  std::future<ckpt::checkpoint> loading = std::async(std::launch::async, [&] { return ckpt::load(index); });
+  BOOST_TEST_REQUIRE((reached.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready));
+  ckpt::sharded_files files;
+  try {
+    files = ckpt::save_sharded(folder, ckpt::of_params(newer, "model"), 2048);
+  } catch (...) {
+    saved.set_value();  // the held read goes on: the test fails rather than hangs
+    throw;
+  }
+  saved.set_value();
+  BOOST_TEST(files.shards.size() == 2u);
+  model back = make_model(16, 0.0f);
+  ckpt::read_params(loading.get(), {{back, "model"}});
+  BOOST_TEST(same(back, newer));
+  const std::vector<std::string> lines = store.request_lines();
+  BOOST_TEST(std::ranges::count(lines, "GET /bucket/hf/model.safetensors.index.json") == 2);
+
+  store.put_object("bucket", second, older_second);
+  const std::string newer_id = ckpt::load(files.shards[0]).metadata().at("ckpt.save_id");
+  const std::string older_id = ckpt::load(files.shards[1]).metadata().at("ckpt.save_id");
+  BOOST_TEST(newer_id != older_id);
+  BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(index)), ckpt::mixed_save_error,
+                        [&](const ckpt::mixed_save_error& e) {
+                          return e.shard() == fs::path(folder + "/model-00002-of-00002.safetensors") &&
+                                 e.index_save() == newer_id && e.shard_save() == older_id;
+                        });
+}
+
+// A manager's conditional commit whose answer is lost (the server stores the step, then drops the
+// connection) is retried and finds the step there: 412 for one PUT (a small step), 404
+// NoSuchUpload for the completion of a multipart upload (10 MiB). The object is this save's (its
+// size, and its header with the digest): the save succeeds. Where another writer's step of the
+// same size got there while the first try went unanswered (dropped unhandled), the retry's 412
+// is theirs: the save fails as it always did, their step kept, no upload left.
+BOOST_AUTO_TEST_CASE(a_retried_commit_that_landed_is_a_success) {
+  using ckpt_s3_test::fake_store;
+  for (const Eigen::Index hidden : {Eigen::Index{16}, Eigen::Index{40'000}}) {
+    for (const bool theirs : {false, true}) {
+      BOOST_TEST_CONTEXT("hidden " << hidden << (theirs ? ", another writer's step" : ", this save's step")) {
+        // Another writer's step 1 (another model of the same shapes), and this one's.
+        std::string their_step, our_step;
+        {
+          fake_store elsewhere;
+          use_store(elsewhere);
+          ckpt::checkpoint_manager("s3://bucket/theirs").save(1, {{make_model(hidden, 2.0f), "model"}}, {}, true);
+          ckpt::checkpoint_manager("s3://bucket/ours").save(1, {{make_model(hidden, 1.0f), "model"}}, {}, true);
+          their_step = *elsewhere.object("bucket", "theirs/ckpt-0000000001.safetensors");
+          our_step = *elsewhere.object("bucket", "ours/ckpt-0000000001.safetensors");
+        }
+        BOOST_TEST(their_step.size() == our_step.size());
+        BOOST_TEST(their_step != our_step);
+
+        const std::string step_key = "run/ckpt-0000000001.safetensors";
+        std::atomic<int> commits{0};
+        fake_store store([&](const fake_store::request& r) {
+          if (!r.headers.contains("if-none-match") || r.key != step_key || commits++ > 0) return fake_store::plan{};
+          if (!theirs) return fake_store::plan{.how = fake_store::plan::lose_answer};
+          store.put_object("bucket", step_key, their_step);
+          return fake_store::plan{.how = fake_store::plan::drop};
+        });
+        use_store(store);
+        ckpt::checkpoint_manager manager("s3://bucket/run");
+        if (!theirs) {
+          BOOST_TEST(manager.save(1, {{make_model(hidden, 1.0f), "model"}}, {}, true));
+          BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{1}), boost::test_tools::per_element());
+          model back = make_model(hidden, 0.0f);
+          ckpt::read_params(ckpt::load("s3://bucket/" + step_key, {.verify_digest = true}), {{back, "model"}});
+          BOOST_TEST(same(back, make_model(hidden, 1.0f)));
+        } else {
+          BOOST_CHECK_EXCEPTION(manager.save(1, {{make_model(hidden, 1.0f), "model"}}, {}, true), ckpt::io_error,
+                                [](const ckpt::io_error& e) { return e.code() == std::errc::file_exists; });
+          BOOST_TEST(manager.steps().empty());
+          BOOST_TEST((store.object("bucket", step_key) == their_step));
+        }
+        BOOST_TEST(commits == 2);  // the commit and its retry
+        BOOST_TEST(s3::client(store.settings()).uploads("bucket", "").empty());
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(an_upload_dropped_before_its_commit_is_aborted) {
