@@ -412,7 +412,7 @@ BOOST_AUTO_TEST_CASE(a_head_must_give_the_size) {
 // `s3://bkt/tmp/../victim.safetensors` wrote `bkt/victim.safetensors`. Such keys are refused by
 // name, and any key is sent as it is.
 BOOST_AUTO_TEST_CASE(keys_with_dot_or_empty_segments_are_refused_and_sent_as_they_are) {
-  for (const auto& [url, why] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [text_of_url, why] : std::vector<std::pair<std::string, std::string>>{
            {"s3://bkt/tmp/../victim.safetensors",
             "the key 'tmp/../victim.safetensors' has a '..' segment, which a server or proxy may resolve into another key"},
            {"s3://bkt/../other/m.safetensors",
@@ -422,7 +422,8 @@ BOOST_AUTO_TEST_CASE(keys_with_dot_or_empty_segments_are_refused_and_sent_as_the
            {"s3://bkt//m", "the key '/m' has an empty segment ('/' at its start or two in a row)"},
            {"s3://bkt/a/..", "the key 'a/..' has a '..' segment, which a server or proxy may resolve into another key"},
            {"s3://bkt/dir/", "the key 'dir/' ends with '/', which names a prefix, not an object"}})
-    BOOST_TEST(refusal_of([&] { static_cast<void>(s3::object::parse(url)); }) == bad_url(url, why));
+    BOOST_TEST(refusal_of([url = text_of_url] { static_cast<void>(s3::object::parse(url)); }) ==
+               bad_url(text_of_url, why));
   // A prefix may end with one '/', not two; dots inside a segment are plain characters.
   BOOST_TEST(s3::object::parse("s3://bkt/runs/a/", false).key == "runs/a/");
   BOOST_TEST(s3::object::parse("s3://bkt/runs/a", false).key == "runs/a");
@@ -448,7 +449,7 @@ BOOST_AUTO_TEST_CASE(keys_with_dot_or_empty_segments_are_refused_and_sent_as_the
 // virtual-hosted addressing, so are names outside DNS's rules; path-style servers take what they
 // took.
 BOOST_AUTO_TEST_CASE(bucket_names_that_would_change_the_host_or_path_are_refused) {
-  for (const auto& [url, why] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [text_of_url, why] : std::vector<std::pair<std::string, std::string>>{
            {"s3://evil.example:80#/k", "the bucket 'evil.example:80#' holds ':', which would change the request's host or path"},
            {"s3://user@evil/k", "the bucket 'user@evil' holds '@', which would change the request's host or path"},
            {"s3://b?x=1/k", "the bucket 'b?x=1' holds '?', which would change the request's host or path"},
@@ -458,7 +459,8 @@ BOOST_AUTO_TEST_CASE(bucket_names_that_would_change_the_host_or_path_are_refused
            {"s3://b c/k", "the bucket 'b c' holds the byte 0x20 (whitespace or a control character)"},
            {"s3://b\nc/k", "the bucket 'b\nc' holds the byte 0x0a (whitespace or a control character)"},
            {"s3:///k", "no bucket"}})
-    BOOST_TEST(refusal_of([&] { static_cast<void>(s3::object::parse(url)); }) == bad_url(url, why));
+    BOOST_TEST(refusal_of([url = text_of_url] { static_cast<void>(s3::object::parse(url)); }) ==
+               bad_url(text_of_url, why));
 
   const std::string rule =
       ": with the bucket in the host name (virtual-hosted addressing; CKPT_S3_ADDRESSING=path puts it in the path), a "
