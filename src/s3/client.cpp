@@ -337,9 +337,10 @@ bool check_range(transfer& t, long status) {
     return true;
   }
   if (status == 200) {  // the range ignored: the whole object, read from the offset
-    t.expected = content_length_of(t.easy);
-    if (t.expected && t.size && *t.expected != *t.size) return changed(*t.expected);
-    t.total = t.expected ? t.expected : t.size;
+    const std::optional<std::uint64_t> length = content_length_of(t.easy);
+    if (length && t.size && *length != *t.size) return changed(*length);
+    t.expected = length ? length : t.size;
+    t.total = t.expected;
     t.skip = t.offset;
     return true;
   }
@@ -509,7 +510,7 @@ client::response client::try_once(const request& r, std::chrono::milliseconds li
   // try may bring it whole.
   if (t.expected && t.received != *t.expected) {
     out.invalid = "its body holds " + std::to_string(t.received) + " of the " + std::to_string(*t.expected) +
-                  " bytes announced";
+                  " bytes expected";
     out.invalid_may_pass = true;
   }
   return out;

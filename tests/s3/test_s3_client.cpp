@@ -385,7 +385,7 @@ BOOST_AUTO_TEST_CASE(a_short_ranged_answer_is_followed_by_a_request_for_the_rest
 
 // Issue 49, finding 2: a body shorter than its answer announced (the connection ended without a
 // Content-Length) is retried, never taken for the object's bytes. Before, the 50 bytes came back
-// as all there was.
+// as all there was (and a 200 shorter than the object's size was not noticed).
 BOOST_AUTO_TEST_CASE(a_short_body_is_retried) {
   const std::string object = object_text(100);
   scripted_server s({answer_with("206 Partial Content", "Content-Range: " + range_text(0, 99, 100) + "\r\n", object.substr(0, 50)),
@@ -395,6 +395,14 @@ BOOST_AUTO_TEST_CASE(a_short_body_is_retried) {
   BOOST_TEST(c.get({"bucket", "key"}, 0, out) == 100u);
   BOOST_TEST(text(out) == object);
   BOOST_TEST(s.requests() == 2);
+
+  // A 200 (the whole object) shorter than the size the caller knows: retried too.
+  scripted_server whole({answer_with("200 OK", "", object.substr(0, 50)), answer(200, "OK", object)});
+  s3::client d(scripted(whole, 6));
+  std::vector<std::byte> tail(60);
+  BOOST_TEST(d.get({"bucket", "key"}, 40, tail, 100) == 60u);
+  BOOST_TEST(text(tail) == object.substr(40));
+  BOOST_TEST(whole.requests() == 2);
 }
 
 // Issue 49, finding 2 (c): a HEAD without Content-Length gives no size. Before, the size was 0
