@@ -19,6 +19,8 @@
 
 #include <ckpt/error.hpp>
 
+#include "xml.hpp"  // object_info, upload_info: what listings say
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -82,16 +84,6 @@ struct object {
 
 // Failures are ckpt::remote_error (ckpt/error.hpp).
 using ckpt::remote_error;
-
-struct object_info {
-  std::string key;
-  std::uint64_t size = 0;
-  std::string etag;
-};
-
-struct upload_info {
-  std::string key, upload_id;
-};
 
 class client {
  public:

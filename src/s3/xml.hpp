@@ -6,15 +6,26 @@
 // protocol's largest, is some 1.5 MB). A document type declaration (which S3 never sends, and
 // which is where entity expansion would begin) is refused.
 
-#include "client.hpp"
-
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace ckpt::detail::s3 {
+
+// An object as a listing gives it.
+struct object_info {
+  std::string key;
+  std::uint64_t size = 0;
+  std::string etag;
+};
+
+// An upload in flight as a listing gives it.
+struct upload_info {
+  std::string key, upload_id;
+};
 
 // The largest answer read, and the deepest nesting (S3's answers are 3 levels deep).
 inline constexpr std::size_t max_answer_bytes = std::size_t{16} << 20;
