@@ -1,7 +1,8 @@
 #pragma once
 // Hex digits in one place: every number the library and the tool `ckpt` spell in hex (the
-// digest's 16 digits, the \xNN and \uNNNN escapes of messages and JSON, a pickle opcode's 0xNN)
-// is written by append_hex, and every hex digit a reader checks is checked by is_hex_digit.
+// digest's 16 digits, the \xNN and \uNNNN escapes of messages and JSON, a pickle opcode's 0xNN,
+// the %NN of S3 URLs) is written by append_hex, and every hex digit a reader checks is checked by
+// is_hex_digit.
 
 #include <cstddef>
 #include <cstdint>
@@ -9,11 +10,12 @@
 
 namespace ckpt::detail {
 
-// Appends the low `digits` hex digits of `value` to `out`, lowercase, the most significant
-// first, zeros in front as needed (`append_hex(out, 0x5, 2)` appends "05").
+// Appends the low `digits` hex digits of `value` to `out`, lowercase unless `uppercase` (the
+// percent-encoding of S3 URLs), the most significant first, zeros in front as needed
+// (`append_hex(out, 0x5, 2)` appends "05").
 // Throws std::bad_alloc.
-inline void append_hex(std::string& out, std::uint64_t value, std::size_t digits) {
-  static constexpr char table[] = "0123456789abcdef";
+inline void append_hex(std::string& out, std::uint64_t value, std::size_t digits, bool uppercase = false) {
+  const char* const table = uppercase ? "0123456789ABCDEF" : "0123456789abcdef";
   for (std::size_t i = digits; i-- > 0;) out += table[(i < 16 ? value >> (4 * i) : 0) & 0xf];
 }
 

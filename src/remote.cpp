@@ -9,8 +9,8 @@ namespace ckpt::detail {
 
 void refuse_without_s3(const std::filesystem::path& url) {
   throw std::invalid_argument("ckpt: '" + url.string() +
-                              "' is in S3, and this build of ckpt has no S3 support (libcurl was not found when it "
-                              "was built; Debian: libcurl4-openssl-dev)");
+                              "' is in S3, and this build of ckpt has no S3 support (libcurl or expat was not found "
+                              "when it was built; Debian: libcurl4-openssl-dev libexpat1-dev)");
 }
 
 #ifndef CKPT_HAVE_S3

@@ -99,6 +99,7 @@ set(layer_mpi/step_folders 4)  # mpi::save, mpi::load and the committed steps of
 set(layer_mpi/sliced 4)        # mpi::save of slices and the resharded reads
 set(layer_mpi/tiers 4)         # the manager's local tiers: nodes, partner copies, drain, restore
 set(layer_s3/client 2)         # the S3 client on libcurl (object storage, I/O)
+set(layer_s3/xml 2)            # S3's XML answers, read by expat (the client's)
 set(layer_s3/object_file 2)    # a checkpoint file as an S3 object: the upload sink, the download
 set(layer_s3/run 4)            # a checkpoint_manager's run in a bucket (its manager_state)
 set(layer_remote 2)            # s3:// paths for ckpt::save and ckpt::load

@@ -1,22 +1,24 @@
 // The S3 client (src/s3/client.hpp) on libcurl: requests signed by libcurl's AWS Signature V4,
-// answers read with Boost.PropertyTree's XML parser.
+// answers checked against the requests, XML answers read by src/s3/xml.hpp.
 #include "client.hpp"
+
+#include "../hex.hpp"
+#include "../remote_path.hpp"
+#include "xml.hpp"
 
 #include <curl/curl.h>
 
-#include <boost/property_tree/ptree.hpp>
-#include <boost/property_tree/xml_parser.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
-#include <sstream>
+#include <set>
 #include <stdexcept>
 #include <thread>
-#include <tuple>
 #include <utility>
 
 namespace ckpt::detail::s3 {
@@ -28,10 +30,21 @@ std::string environment(const char* name) {
   return value == nullptr ? std::string() : std::string(value);
 }
 
+// The positive number of the environment variable `name`, at most `most`; `fallback` if unset.
+double positive_setting(const char* name, double fallback, double most) {
+  const std::string text = environment(name);
+  if (text.empty()) return fallback;
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value <= 0)
+    throw std::invalid_argument("ckpt: s3: " + std::string(name) + "='" + text + "' is not a positive number");
+  return std::min(value, most);
+}
+
 // RFC 3986 percent-encoding of everything but the unreserved characters (and '/' in a key's path),
-// as Signature V4's canonical request wants it: libcurl signs the URL as it is given.
+// as Signature V4's canonical request wants it (hex digits in upper case): libcurl signs the URL
+// as it is given.
 std::string encode(std::string_view text, bool keep_slash) {
-  static constexpr char hex[] = "0123456789ABCDEF";
   std::string out;
   out.reserve(text.size());
   for (const char ch : text) {
@@ -41,36 +54,79 @@ std::string encode(std::string_view text, bool keep_slash) {
       out += ch;
     } else {
       out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
+      append_hex(out, c, 2, /*uppercase=*/true);
     }
   }
   return out;
 }
 
-// The text of the child `path` of `tree`, or "".
-std::string text_of(const boost::property_tree::ptree& tree, const std::string& path) {
-  return tree.get<std::string>(path, "");
-}
-
-boost::property_tree::ptree parse_xml(const std::string& body) {
-  boost::property_tree::ptree tree;
-  std::istringstream in(body);
-  boost::property_tree::read_xml(in, tree);
-  return tree;
-}
-
 bool is_success(long status) { return status >= 200 && status < 300; }
 
-// The code and message of an S3 error body (`<Error><Code>..</Code><Message>..</Message>`); a body
-// that is not XML says what it is by its start.
-std::pair<std::string, std::string> error_in(const std::string& body) {
-  if (body.empty()) return {};
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Why `bucket` cannot name a bucket in a request, or "" if it can: a character that would change
+// the request's host or path, or, in the host name (virtual-hosted addressing), DNS's rules as
+// S3 has them for bucket names.
+std::string bucket_problem(std::string_view bucket, bool in_host) {
+  if (bucket.empty()) return "no bucket";
+  const std::string name = "the bucket '" + std::string(bucket) + "'";
+  for (const char ch : bucket) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c == 0x7f)
+      return name + " holds the byte 0x" + to_hex(c, 2) + " (whitespace or a control character)";
+    if (std::string_view("/:#?@\\%").find(ch) != std::string_view::npos)
+      return name + " holds '" + std::string(1, ch) + "', which would change the request's host or path";
+  }
+  if (!in_host) return {};
+  const std::string rule =
+      ": with the bucket in the host name (virtual-hosted addressing; CKPT_S3_ADDRESSING=path puts it in the path), a "
+      "bucket's name is 3 to 63 lowercase letters, digits, '.' and '-', in labels between dots that begin and end "
+      "with a letter or a digit, and not an IP address";
+  if (bucket.size() < 3 || bucket.size() > 63) return name + " is " + std::to_string(bucket.size()) + " characters long" + rule;
+  for (const char c : bucket)
+    if (!((c >= 'a' && c <= 'z') || is_digit(c) || c == '.' || c == '-'))
+      return name + " holds '" + std::string(1, c) + "'" + rule;
+  std::size_t labels = 0;
+  bool all_digits = true;
+  for (std::size_t begin = 0; begin <= bucket.size(); ++labels) {
+    const std::size_t end = std::min(bucket.find('.', begin), bucket.size());
+    const std::string_view label = bucket.substr(begin, end - begin);
+    if (label.empty() || label.front() == '-' || label.back() == '-')
+      return name + " has a label that is empty or begins or ends with '-'" + rule;
+    all_digits = all_digits && std::ranges::all_of(label, is_digit);
+    begin = end + 1;
+  }
+  if (labels == 4 && all_digits) return name + " is an IP address" + rule;
+  return {};
+}
+
+// Why `key` cannot be an object's key (or, with `prefix`, a prefix of keys), or "" if it can.
+std::string key_problem(std::string_view key, bool prefix) {
+  if (key.empty()) return prefix ? std::string() : "no key";
+  const std::string name = "the key '" + std::string(key) + "'";
+  std::string_view rest = key;
+  if (rest.ends_with('/')) {
+    if (!prefix) return name + " ends with '/', which names a prefix, not an object";
+    rest.remove_suffix(1);
+  }
+  for (std::size_t begin = 0; begin <= rest.size();) {
+    const std::size_t end = std::min(rest.find('/', begin), rest.size());
+    const std::string_view segment = rest.substr(begin, end - begin);
+    if (segment.empty()) return name + " has an empty segment ('/' at its start or two in a row)";
+    if (segment == "." || segment == "..")
+      return name + " has a '" + std::string(segment) + "' segment, which a server or proxy may resolve into another key";
+    begin = end + 1;
+  }
+  return {};
+}
+
+// Turns what an XML reader found wrong with an answer (bad_answer) into a remote_error.
+template <class Read>
+auto read_answer(const object& o, const std::string& method, long status, Read&& read) {
   try {
-    const boost::property_tree::ptree tree = parse_xml(body);
-    return {text_of(tree, "Error.Code"), text_of(tree, "Error.Message")};
-  } catch (const std::exception&) {
-    return {std::string(), body.substr(0, 200)};
+    return read();
+  } catch (const bad_answer& e) {
+    throw remote_error(o.url(), method, status, "", e.what());
   }
 }
 
@@ -102,21 +158,28 @@ config config::from_environment() {
   while (c.endpoint.ends_with('/')) c.endpoint.pop_back();
   if (const std::string addressing = environment("CKPT_S3_ADDRESSING"); addressing == "path") c.path_style = true;
   else if (addressing == "virtual") c.path_style = false;
+  c.try_time = std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::llround(1000 * positive_setting("CKPT_S3_TRY_SECONDS", 30, 1e9))));
+  c.min_rate = static_cast<std::uint64_t>(std::ceil(positive_setting("CKPT_S3_MIN_RATE", 1 << 20, 1e15)));
   return c;
 }
 
-bool is_url(std::string_view text) noexcept { return text.starts_with("s3://"); }
+std::chrono::milliseconds config::try_limit(std::uint64_t bytes) const noexcept {
+  const double ms = static_cast<double>(bytes) * 1000 / static_cast<double>(std::max<std::uint64_t>(min_rate, 1));
+  return std::max({try_time, std::chrono::milliseconds(static_cast<std::int64_t>(std::min(ms, 1e12))),
+                   std::chrono::milliseconds(1)});
+}
 
 object object::parse(std::string_view url, bool key_required) {
   const auto refuse = [&](const std::string& why) {
     throw std::invalid_argument("ckpt: s3: '" + std::string(url) + "' is not an object URL s3://<bucket>/<key>: " + why);
   };
-  if (!is_url(url)) refuse("it does not start with s3://");
+  if (!is_remote(url)) refuse("it does not start with s3://");
   const std::string_view rest = url.substr(5);
   const std::size_t slash = rest.find('/');
   object o{std::string(rest.substr(0, slash)), slash == std::string_view::npos ? std::string() : std::string(rest.substr(slash + 1))};
-  if (o.bucket.empty()) refuse("no bucket");
-  if (key_required && o.key.empty()) refuse("no key");
+  if (std::string why = bucket_problem(o.bucket, /*in_host=*/false); !why.empty()) refuse(why);
+  if (std::string why = key_problem(o.key, !key_required); !why.empty()) refuse(why);
   return o;
 }
 
@@ -135,19 +198,28 @@ struct client::request {
   std::vector<std::pair<std::string, std::string>> query{};
   std::vector<std::string> headers{};
   std::span<const std::byte> body{};  // PUT and POST
-  // A ranged GET into the caller's memory: bytes [offset, offset + sink.size()).
+  // A ranged GET into the caller's memory: bytes [offset, offset + sink.size()) of an object of
+  // `size` bytes if the caller knows it.
   std::span<std::byte> sink{};
   std::uint64_t offset = 0;
   bool ranged = false;
   bool fresh = false;  // on a new connection (client::tries)
+  std::optional<std::uint64_t> size{};
+  // When the tries must end (else twice the time rule's limit from the first try).
+  std::optional<std::chrono::steady_clock::time_point> deadline{};
 };
 
 struct client::response {
   long status = 0;
   std::string body;  // the body, unless it went to the sink (an error's body never does)
   std::string etag;
-  std::uint64_t content_length = 0;
+  std::optional<std::uint64_t> content_length;
   std::size_t sunk = 0;
+  // The object's size as a ranged GET's answer gives it (its Content-Range's, or a 200's length).
+  std::optional<std::uint64_t> total;
+  // Why the answer is not what was asked for (and whether another try may bring it).
+  std::string invalid;
+  bool invalid_may_pass = false;
   CURLcode transport = CURLE_OK;
   std::string transport_message;
 };
@@ -163,21 +235,119 @@ client& client::operator=(client&&) noexcept = default;
 
 namespace {
 
+// The most of an error's body kept (the rest is read and dropped).
+constexpr std::size_t max_error_body = std::size_t{1} << 20;
+
+// A Content-Range: `bytes first-last/total` (total '*': unknown), or `bytes */total` (a 416's).
+struct content_range {
+  std::optional<std::uint64_t> first, last, total;
+};
+
+std::optional<std::uint64_t> number_in(std::string_view text) {
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<content_range> parse_content_range(std::string_view text) {
+  if (!text.starts_with("bytes ")) return std::nullopt;
+  text.remove_prefix(6);
+  const std::size_t slash = text.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  content_range out;
+  if (const std::string_view total = text.substr(slash + 1); total != "*") {
+    out.total = number_in(total);
+    if (!out.total) return std::nullopt;
+  }
+  const std::string_view range = text.substr(0, slash);
+  if (range == "*") return out.total ? std::optional(out) : std::nullopt;
+  const std::size_t dash = range.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  out.first = number_in(range.substr(0, dash));
+  out.last = number_in(range.substr(dash + 1));
+  if (!out.first || !out.last || *out.last < *out.first || (out.total && *out.last >= *out.total)) return std::nullopt;
+  return out;
+}
+
 // What the callbacks of one try share.
 struct transfer {
   CURL* easy;
   std::span<const std::byte> upload;
   std::size_t uploaded = 0;
+  // A ranged GET: bytes [offset, offset + sink.size()) of an object of `size` bytes if known.
   std::span<std::byte> sink;
-  std::uint64_t skip = 0;  // bytes to drop first (a server that ignored the range)
+  std::uint64_t offset = 0;
   bool ranged = false;
-  bool content_range = false;
-  std::string* body;
-  std::size_t* sunk;
-  std::string* etag;
+  std::optional<std::uint64_t> size{};
+  // The answer's headers.
+  std::string etag{}, content_range{};
+  // The body of any answer but a 2xx to a ranged GET, whose bytes go to the sink.
+  std::string body{};
+  // A 2xx to a ranged GET, once checked against the request (check_range).
+  bool checked = false;
+  std::uint64_t skip = 0;                 // bytes to drop first (a 200: the whole object came)
+  std::optional<std::uint64_t> expected{};  // body bytes announced (a 206's range, a 200's length)
+  std::optional<std::uint64_t> total{};     // the object's size, as the answer gives it
+  std::uint64_t received = 0;
+  std::size_t sunk = 0;
+  std::string refused{};  // why the answer is not taken: the transfer stops
 };
 
 std::atomic<std::uint64_t> received_by_process{0};
+
+long status_of(CURL* easy) {
+  long status = 0;
+  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+  return status;
+}
+
+std::optional<std::uint64_t> content_length_of(CURL* easy) {
+  curl_off_t length = -1;
+  if (curl_easy_getinfo(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) != CURLE_OK || length < 0) return std::nullopt;
+  return static_cast<std::uint64_t>(length);
+}
+
+// Checks a 2xx to a ranged GET against the request: a 206's Content-Range must be the range asked
+// for or its start (a server may answer a part), within the object's size as the caller knows it;
+// a 200 is the whole object (its length, if given, the size the caller knows), read from the
+// offset. False, with the reason in `t.refused`, if it is not.
+bool check_range(transfer& t, long status) {
+  t.checked = true;
+  const std::uint64_t last_asked = t.offset + t.sink.size() - 1;
+  const std::string asked = "bytes " + std::to_string(t.offset) + "-" + std::to_string(last_asked);
+  const auto changed = [&](std::uint64_t now) {
+    t.refused = "the object is " + std::to_string(now) + " bytes, not " + std::to_string(*t.size) +
+                " as its size was read: it changed during the read";
+    return false;
+  };
+  if (status == 206) {
+    const std::optional<content_range> range = parse_content_range(t.content_range);
+    if (!range || !range->first) {
+      t.refused = t.content_range.empty() ? "the answer to a request for " + asked + " has no Content-Range"
+                                          : "its Content-Range '" + t.content_range + "' is not a byte range";
+      return false;
+    }
+    if (*range->first != t.offset || *range->last > last_asked) {
+      t.refused = "its Content-Range '" + t.content_range + "' is not the range asked for, " + asked;
+      return false;
+    }
+    if (range->total && t.size && *range->total != *t.size) return changed(*range->total);
+    t.expected = *range->last - *range->first + 1;
+    t.total = range->total;
+    return true;
+  }
+  if (status == 200) {  // the range ignored: the whole object, read from the offset
+    const std::optional<std::uint64_t> length = content_length_of(t.easy);
+    if (length && t.size && *length != *t.size) return changed(*length);
+    t.expected = length ? length : t.size;
+    t.total = t.expected;
+    t.skip = t.offset;
+    return true;
+  }
+  t.refused = "HTTP " + std::to_string(status) + " is no answer to a request for " + asked;
+  return false;
+}
 
 std::size_t on_read(char* buffer, std::size_t size, std::size_t count, void* user) {
   auto& t = *static_cast<transfer*>(user);
@@ -190,6 +360,11 @@ std::size_t on_read(char* buffer, std::size_t size, std::size_t count, void* use
 std::size_t on_header(char* buffer, std::size_t size, std::size_t count, void* user) {
   auto& t = *static_cast<transfer*>(user);
   std::string_view line(buffer, size * count);
+  if (line.starts_with("HTTP/")) {  // a new answer (after a 100 Continue): its own headers
+    t.etag.clear();
+    t.content_range.clear();
+    return size * count;
+  }
   const std::size_t colon = line.find(':');
   if (colon != std::string_view::npos) {
     std::string name(line.substr(0, colon));
@@ -197,8 +372,8 @@ std::size_t on_header(char* buffer, std::size_t size, std::size_t count, void* u
     std::string_view value = line.substr(colon + 1);
     while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
     while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) value.remove_suffix(1);
-    if (name == "etag") *t.etag = std::string(value);
-    else if (name == "content-range") t.content_range = true;
+    if (name == "etag") t.etag = std::string(value);
+    else if (name == "content-range") t.content_range = std::string(value);
   }
   return size * count;
 }
@@ -207,34 +382,37 @@ std::size_t on_write(char* buffer, std::size_t size, std::size_t count, void* us
   auto& t = *static_cast<transfer*>(user);
   const std::size_t n = size * count;
   received_by_process.fetch_add(n, std::memory_order_relaxed);
-  long status = 0;
-  curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
-  if (t.sink.data() == nullptr || !is_success(status)) {
-    t.body->append(buffer, n);
+  const long status = status_of(t.easy);
+  if (!t.ranged || !is_success(status)) {
+    if (is_success(status) || t.body.size() < max_error_body)
+      t.body.append(buffer, is_success(status) ? n : std::min(n, max_error_body - t.body.size()));
     return n;
   }
-  std::string_view bytes(buffer, n);
-  if (t.ranged && !t.content_range && t.skip > 0) {  // the whole object came: skip to the offset
-    const std::size_t dropped = static_cast<std::size_t>(std::min<std::uint64_t>(t.skip, bytes.size()));
-    t.skip -= dropped;
-    bytes.remove_prefix(dropped);
+  if (!t.checked && !check_range(t, status)) return 0;  // stops the transfer: CURLE_WRITE_ERROR
+  t.received += n;
+  if (status == 206 && t.received > *t.expected) {
+    t.refused = "its body is longer than its Content-Range '" + t.content_range + "'";
+    return 0;
   }
-  const std::size_t room = t.sink.size() - *t.sunk;
-  const std::size_t kept = std::min(room, bytes.size());
-  std::memcpy(t.sink.data() + *t.sunk, bytes.data(), kept);
-  *t.sunk += kept;
-  return n;  // a server that sends more than asked for: the rest is dropped
+  std::string_view bytes(buffer, n);
+  const std::size_t dropped = static_cast<std::size_t>(std::min<std::uint64_t>(t.skip, bytes.size()));
+  t.skip -= dropped;
+  bytes.remove_prefix(dropped);
+  const std::size_t kept = std::min(t.sink.size() - t.sunk, bytes.size());
+  std::memcpy(t.sink.data() + t.sunk, bytes.data(), kept);
+  t.sunk += kept;
+  return n;  // a 200's bytes past the range are dropped
 }
 
 }  // namespace
 
-client::response client::try_once(const request& r) {
+client::response client::try_once(const request& r, std::chrono::milliseconds limit) {
   CURL* easy = curl_->easy;
   curl_easy_reset(easy);
   // The URL, as Signature V4 signs it: the key percent-encoded (its '/' kept), the query sorted.
   std::string url = config_.endpoint;
   if (config_.path_style) {
-    url += "/" + r.target.bucket;
+    url += "/" + encode(r.target.bucket, false);
   } else {
     const std::size_t scheme = url.find("://");
     url.insert(scheme == std::string::npos ? 0 : scheme + 3, r.target.bucket + ".");
@@ -251,13 +429,18 @@ client::response client::try_once(const request& r) {
     }
   }
   curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+  // The key as it is: no dot segment resolved (object::parse refuses them in URLs; a key made
+  // otherwise still names itself, never another).
+  curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
   const std::string sigv4 = "aws:amz:" + config_.region + ":s3";
   curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4.c_str());
   curl_easy_setopt(easy, CURLOPT_USERNAME, config_.access_key.c_str());
   curl_easy_setopt(easy, CURLOPT_PASSWORD, config_.secret_key.c_str());
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   if (r.fresh) curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, 10'000L);
+  // The time rule, on the transfer in progress: a body that trickles in ends here.
+  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(limit.count()));
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min<std::int64_t>(limit.count(), 10'000)));
   // A connection that carries less than a byte a second for 30 s has dropped: retried.
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, 30L);
@@ -275,8 +458,7 @@ client::response client::try_once(const request& r) {
                                              .c_str());
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
 
-  response out;
-  transfer t{easy, r.body, 0, r.sink, r.offset, r.ranged, false, &out.body, &out.sunk, &out.etag};
+  transfer t{.easy = easy, .upload = r.body, .sink = r.sink, .offset = r.offset, .ranged = r.ranged, .size = r.size};
   curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_write);
@@ -296,29 +478,57 @@ client::response client::try_once(const request& r) {
   } else if (r.method == "DELETE") {
     curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, "DELETE");
   }
+  response out;
   out.transport = curl_easy_perform(easy);
   // Nothing of this call's stack stays with the handle (its connections outlive the call).
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
   curl_slist_free_all(headers);
+  out.body = std::move(t.body);
+  out.etag = std::move(t.etag);
+  out.sunk = t.sunk;
+  if (out.transport == CURLE_WRITE_ERROR && !t.refused.empty()) {
+    out.transport = CURLE_OK;  // stopped here: the answer is not the range asked for
+    out.invalid = std::move(t.refused);
+  }
   if (out.transport != CURLE_OK) {
     out.transport_message = error_text[0] != '\0' ? std::string(error_text) : curl_easy_strerror(out.transport);
     return out;
   }
-  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &out.status);
-  curl_off_t length = 0;
-  if (curl_easy_getinfo(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) == CURLE_OK && length > 0)
-    out.content_length = static_cast<std::uint64_t>(length);
+  out.status = status_of(easy);
+  out.content_length = content_length_of(easy);
+  if (!r.ranged || !out.invalid.empty()) return out;
+  if (out.status == 416) {  // nothing at the offset: the object's size, if the answer says it
+    if (const auto range = parse_content_range(t.content_range)) out.total = range->total;
+    return out;
+  }
+  if (!is_success(out.status)) return out;
+  if (!t.checked && !check_range(t, out.status)) {  // an empty body: no write came
+    out.invalid = std::move(t.refused);
+    return out;
+  }
+  out.total = t.total;
+  // A body shorter than announced (a connection that ended early without saying so): another
+  // try may bring it whole.
+  if (t.expected && t.received != *t.expected) {
+    out.invalid = "its body holds " + std::to_string(t.received) + " of the " + std::to_string(*t.expected) +
+                  " bytes expected";
+    out.invalid_may_pass = true;
+  }
   return out;
 }
 
 client::response client::perform(const request& r) {
-  const auto start = std::chrono::steady_clock::now();
+  if (const std::string why = bucket_problem(r.target.bucket, !config_.path_style); !why.empty())
+    throw std::invalid_argument("ckpt: s3: '" + r.target.url() + "': " + why);
+  const auto limit = config_.try_limit(std::max<std::uint64_t>(r.body.size(), r.sink.size()));
+  const auto end = r.deadline.value_or(std::chrono::steady_clock::now() + 2 * limit);
   auto wait = config_.first_wait;
   std::minstd_rand jitter(std::random_device{}());
   for (int attempt = 1;; ++attempt) {
     tries_ = attempt;
-    response out = try_once(r);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    response out = try_once(r, std::clamp(left, std::chrono::milliseconds(1), limit));
     std::string code;
     std::string message = out.transport_message;
     bool may_pass = false;
@@ -333,19 +543,25 @@ client::response client::perform(const request& r) {
         default:
           break;
       }
+    } else if (!out.invalid.empty()) {
+      message = out.invalid;
+      may_pass = out.invalid_may_pass;
     } else {
       // A status that is not a failure that may pass is the caller's to take or refuse; so are 501
       // and 505, a feature the server lacks (conditional writes, on Swift's s3api), which no retry
       // brings.
       const bool server_failure = out.status >= 500 && out.status != 501 && out.status != 505;
       if (!server_failure && out.status != 429 && out.status != 400) return out;
-      if (!out.body.empty()) std::tie(code, message) = error_in(out.body);
+      if (!out.body.empty()) {
+        error_answer e = error_in(out.body);
+        code = std::move(e.code);
+        message = std::move(e.message);
+      }
       may_pass = server_failure || out.status == 429 || code == "SlowDown" || code == "RequestTimeout" ||
                  code == "InternalError" || code == "ServiceUnavailable";
       if (!may_pass) return out;
     }
-    const auto elapsed = std::chrono::steady_clock::now() - start;
-    if (!may_pass || attempt >= config_.attempts || elapsed + wait > config_.deadline) {
+    if (!may_pass || attempt >= config_.attempts || std::chrono::steady_clock::now() + wait >= end) {
       if (may_pass) message += " (after " + std::to_string(attempt) + (attempt == 1 ? " try)" : " tries)");
       throw remote_error(r.target.url(), r.method, out.status, std::move(code), message);
     }
@@ -358,9 +574,17 @@ namespace {
 
 // The error of a request that came back with a status the caller does not take.
 [[noreturn]] void refuse(const object& o, const std::string& method, long status, const std::string& body) {
-  auto [code, message] = error_in(body);
-  if (code.empty() && status == 404) code = "NoSuchKey";
-  throw remote_error(o.url(), method, status, std::move(code), message);
+  error_answer e = error_in(body);
+  if (e.code.empty() && status == 404) e.code = "NoSuchKey";
+  throw remote_error(o.url(), method, status, std::move(e.code), e.message);
+}
+
+// A 2xx whose body may still carry an error (a copy or a completion that failed after it began,
+// S3 reporting it late in the body): an <Error> document is refused as any other, and so is a body
+// that is not XML. An empty body is taken.
+void refuse_failure_in(const object& o, const std::string& method, long status, const std::string& body) {
+  if (body.empty()) return;
+  if (read_answer(o, method, status, [&] { return root_of(body); }) == "Error") refuse(o, method, status, body);
 }
 
 }  // namespace
@@ -370,7 +594,7 @@ void client::create_bucket(const std::string& bucket) {
   const response out = perform({.method = "PUT", .target = o});
   if (is_success(out.status)) return;
   // Ours already: fine (AWS answers 200 in us-east-1, 409 BucketAlreadyOwnedByYou elsewhere).
-  if (out.status == 409 && out.body.find("BucketAlreadyOwnedByYou") != std::string::npos) return;
+  if (out.status == 409 && error_in(out.body).code == "BucketAlreadyOwnedByYou") return;
   refuse(o, "PUT", out.status, out.body);
 }
 
@@ -383,12 +607,39 @@ bool client::put(const object& o, std::span<const std::byte> bytes, bool if_abse
   refuse(o, "PUT", out.status, out.body);
 }
 
-std::size_t client::get(const object& o, std::uint64_t offset, std::span<std::byte> out) {
+std::size_t client::get(const object& o, std::uint64_t offset, std::span<std::byte> out,
+                        std::optional<std::uint64_t> size) {
   if (out.empty()) return 0;
-  const response got = perform({.method = "GET", .target = o, .sink = out, .offset = offset, .ranged = true});
-  if (got.status == 416) return 0;  // the range starts at or past the end
-  if (!is_success(got.status)) refuse(o, "GET", got.status, got.body);
-  return got.sunk;
+  // One time rule for the whole range, whatever the parts it comes in.
+  const auto deadline = std::chrono::steady_clock::now() + 2 * config_.try_limit(out.size());
+  std::size_t done = 0;
+  while (done < out.size()) {
+    if (done > 0 && std::chrono::steady_clock::now() >= deadline)
+      throw remote_error(o.url(), "GET", 206, "",
+                         "the range came in parts for longer than the time rule allows (" + std::to_string(done) +
+                             " of " + std::to_string(out.size()) + " bytes)");
+    const response got = perform({.method = "GET",
+                                  .target = o,
+                                  .sink = out.subspan(done),
+                                  .offset = offset + done,
+                                  .ranged = true,
+                                  .size = size,
+                                  .deadline = deadline});
+    const std::optional<std::uint64_t> end = got.total ? got.total : size;
+    if (got.status == 416) {  // the range starts at or past the end
+      if (end && offset + done < *end)
+        throw remote_error(o.url(), "GET", 416, error_in(got.body).code,
+                           "a range from byte " + std::to_string(offset + done) + " was refused, inside the object's " +
+                               std::to_string(*end) + " bytes");
+      break;
+    }
+    if (!is_success(got.status)) refuse(o, "GET", got.status, got.body);
+    done += got.sunk;
+    // A 200 is the whole object: what it had from the offset is all there is. A 206 may be a part
+    // of the range (HTTP allows it): the rest is asked for, up to the object's end.
+    if (got.status != 206 || (end && offset + done >= *end)) break;
+  }
+  return done;
 }
 
 std::string client::get(const object& o) {
@@ -401,10 +652,47 @@ std::optional<object_info> client::head(const object& o) {
   const response out = perform({.method = "HEAD", .target = o});
   if (out.status == 404) return std::nullopt;
   if (!is_success(out.status)) refuse(o, "HEAD", out.status, out.body);
-  return object_info{o.key, out.content_length, out.etag};
+  if (!out.content_length)
+    throw remote_error(o.url(), "HEAD", out.status, "", "the answer has no Content-Length: the object's size is unknown");
+  return object_info{o.key, *out.content_length, out.etag};
 }
 
+namespace {
+
+// The checks of a listing's page (list and uploads): every key under the prefix asked for, and
+// pages that end: a token or marker the server sent before, or more than max_pages pages, is an
+// error rather than a listing without end.
+struct page_check {
+  const object& where;  // the bucket and the prefix
+  std::set<std::string> seen{};
+  int pages = 0;
+
+  void key(const std::string& key, long status) const {
+    if (!key.starts_with(where.key))
+      throw remote_error(where.url(), "GET", status, "",
+                         "the listing holds the key '" + key + "', which is not under the prefix '" + where.key + "'");
+  }
+  // Whether to ask for another page, after `next` (the token or markers the page ended with).
+  bool next(bool truncated, const std::string& next, const char* what, long status) {
+    if (!truncated) return false;
+    if (next.empty())
+      throw remote_error(where.url(), "GET", status, "", std::string("the page is truncated and gives no ") + what);
+    if (!seen.insert(next).second)
+      throw remote_error(where.url(), "GET", status, "",
+                         std::string("the server sent the same ") + what + " twice ('" + next +
+                             "'): the listing would never end");
+    if (++pages >= client::max_pages)
+      throw remote_error(where.url(), "GET", status, "",
+                         "the listing goes on past " + std::to_string(client::max_pages) + " pages");
+    return true;
+  }
+};
+
+}  // namespace
+
 std::vector<object_info> client::list(const std::string& bucket, const std::string& prefix, int page_size) {
+  const object where{bucket, prefix};
+  page_check check{where};
   std::vector<object_info> found;
   std::string token;
   for (;;) {
@@ -413,15 +701,14 @@ std::vector<object_info> client::list(const std::string& bucket, const std::stri
               .query = {{"list-type", "2"}, {"prefix", prefix}, {"max-keys", std::to_string(page_size)}}};
     if (!token.empty()) r.query.emplace_back("continuation-token", token);
     const response out = perform(r);
-    if (!is_success(out.status)) refuse(r.target, "GET", out.status, out.body);
-    const boost::property_tree::ptree tree = parse_xml(out.body);
-    const boost::property_tree::ptree& result = tree.get_child("ListBucketResult");
-    for (const auto& [name, item] : result)
-      if (name == "Contents")
-        found.push_back({text_of(item, "Key"), item.get<std::uint64_t>("Size", 0), text_of(item, "ETag")});
-    if (text_of(result, "IsTruncated") != "true") break;
-    token = text_of(result, "NextContinuationToken");
-    if (token.empty()) break;
+    if (!is_success(out.status)) refuse(where, "GET", out.status, out.body);
+    list_page page = read_answer(where, "GET", out.status, [&] { return list_page_in(out.body); });
+    for (object_info& o : page.objects) {
+      check.key(o.key, out.status);
+      found.push_back(std::move(o));
+    }
+    if (!check.next(page.truncated, page.next_token, "NextContinuationToken", out.status)) break;
+    token = std::move(page.next_token);
   }
   std::ranges::sort(found, {}, &object_info::key);
   return found;
@@ -436,8 +723,8 @@ void client::copy(const object& from, const object& to) {
   const response out = perform({.method = "PUT",
                                 .target = to,
                                 .headers = {"x-amz-copy-source: /" + from.bucket + "/" + encode(from.key, true)}});
-  // A 200 may still carry an error (a copy that failed after it began).
-  if (!is_success(out.status) || out.body.find("<Error>") != std::string::npos) refuse(to, "PUT", out.status, out.body);
+  if (!is_success(out.status)) refuse(to, "PUT", out.status, out.body);
+  refuse_failure_in(to, "PUT", out.status, out.body);
 }
 
 std::string client::start_upload(const object& o) {
@@ -446,9 +733,7 @@ std::string client::start_upload(const object& o) {
                                 .query = {{"uploads", ""}},
                                 .headers = {"Content-Type: application/octet-stream"}});
   if (!is_success(out.status)) refuse(o, "POST", out.status, out.body);
-  std::string id = text_of(parse_xml(out.body), "InitiateMultipartUploadResult.UploadId");
-  if (id.empty()) throw remote_error(o.url(), "POST", out.status, "", "the answer names no UploadId");
-  return id;
+  return read_answer(o, "POST", out.status, [&] { return upload_id_in(out.body); });
 }
 
 std::string client::upload_part(const object& o, const std::string& upload_id, int number,
@@ -477,8 +762,8 @@ bool client::complete_upload(const object& o, const std::string& upload_id, cons
   if (if_absent) r.headers.emplace_back("If-None-Match: *");
   const response out = perform(r);
   if (if_absent && out.status == 412) return false;
-  // A 200 may still carry an error (S3 reports a failure that came late in the body).
-  if (!is_success(out.status) || out.body.find("<Error>") != std::string::npos) refuse(o, "POST", out.status, out.body);
+  if (!is_success(out.status)) refuse(o, "POST", out.status, out.body);
+  refuse_failure_in(o, "POST", out.status, out.body);
   return true;
 }
 
@@ -488,6 +773,8 @@ void client::abort_upload(const object& o, const std::string& upload_id) {
 }
 
 std::vector<upload_info> client::uploads(const std::string& bucket, const std::string& prefix) {
+  const object where{bucket, prefix};
+  page_check check{where};
   std::vector<upload_info> found;
   std::string key_marker, id_marker;
   for (;;) {
@@ -495,15 +782,19 @@ std::vector<upload_info> client::uploads(const std::string& bucket, const std::s
     if (!key_marker.empty()) r.query.emplace_back("key-marker", key_marker);
     if (!id_marker.empty()) r.query.emplace_back("upload-id-marker", id_marker);
     const response out = perform(r);
-    if (!is_success(out.status)) refuse(r.target, "GET", out.status, out.body);
-    const boost::property_tree::ptree tree = parse_xml(out.body);
-    const boost::property_tree::ptree& result = tree.get_child("ListMultipartUploadsResult");
-    for (const auto& [name, item] : result)
-      if (name == "Upload") found.push_back({text_of(item, "Key"), text_of(item, "UploadId")});
-    if (text_of(result, "IsTruncated") != "true") break;
-    key_marker = text_of(result, "NextKeyMarker");
-    id_marker = text_of(result, "NextUploadIdMarker");
-    if (key_marker.empty()) break;
+    if (!is_success(out.status)) refuse(where, "GET", out.status, out.body);
+    uploads_page page = read_answer(where, "GET", out.status, [&] { return uploads_page_in(out.body); });
+    for (upload_info& u : page.uploads) {
+      check.key(u.key, out.status);
+      found.push_back(std::move(u));
+    }
+    // The markers as a pair: a key's next uploads share its key marker.
+    const std::string next = page.next_key_marker.empty() ? std::string()
+                                                           : page.next_key_marker + "', NextUploadIdMarker '" +
+                                                                 page.next_upload_id_marker;
+    if (!check.next(page.truncated, next, "NextKeyMarker", out.status)) break;
+    key_marker = std::move(page.next_key_marker);
+    id_marker = std::move(page.next_upload_id_marker);
   }
   return found;
 }

@@ -3,14 +3,23 @@
 // S3 protocol on libcurl, which signs every request with AWS Signature V4 itself
 // (CURLOPT_AWS_SIGV4). It speaks to AWS S3 and to S3-compatible servers (MinIO, R2, Ceph, Swift's
 // s3api) with path-style addressing. Requests that fail for a reason that may pass (a dropped
-// connection, a 5xx, throttling) are retried with exponential backoff, bounded in attempts and
-// in time; a request the server refuses (a 4xx) throws at once a remote_error that names the URL
-// and quotes the server's code and message.
+// connection, a 5xx, throttling, a try over its time) are retried with exponential backoff,
+// bounded in attempts and in time; a request the server refuses (a 4xx) throws at once a
+// remote_error that names the URL and quotes the server's code and message.
+//
+// Nothing a server answers is trusted: a ranged GET's answer must be the range asked for (its
+// Content-Range, its length, the object's size where the caller knows it), a HEAD must give the
+// size, a listing must stay under its prefix and end, and XML is read within limits (src/s3/
+// xml.hpp). What does not hold is a remote_error, never bytes taken for the object's. Keys are
+// sent as they are (CURLOPT_PATH_AS_IS: no dot segment removed), and URLs whose key or bucket
+// would change the request's host or path are refused (object::parse).
 //
 // A client is one connection (reused from request to request) and is not thread-safe: parallel
 // transfers use one client each.
 
 #include <ckpt/error.hpp>
+
+#include "xml.hpp"  // object_info, upload_info: what listings say
 
 #include <chrono>
 #include <cstddef>
@@ -33,45 +42,48 @@ struct config {
   // Bucket in the path (http://host/bucket/key) rather than in the host name.
   bool path_style = false;
   // Retries of a request that may pass: at most `attempts` tries in all, waiting `first_wait`,
-  // then twice as long each time (with jitter), and never starting a try after `deadline`.
+  // then twice as long each time (with jitter).
   int attempts = 6;
   std::chrono::milliseconds first_wait{100};
-  std::chrono::milliseconds deadline{60'000};
+  // The time rule: a try that moves n bytes (its body up, or the range down) may take
+  // max(try_time, n / min_rate seconds), enforced on the transfer in progress (a body that
+  // trickles in ends there, and the try is retried); the tries of one request, with the waits
+  // between them, end within twice that (a minute for all but transfers of more than 30 MiB).
+  std::chrono::milliseconds try_time{30'000};
+  std::uint64_t min_rate = std::uint64_t{1} << 20;  // bytes a second
 
   // The standard AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
   // AWS_REGION (else AWS_DEFAULT_REGION, else us-east-1), AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL
   // (then path-style addressing, which every S3-compatible server takes), else AWS S3 in the
-  // region with virtual-hosted addressing; CKPT_S3_ADDRESSING=path|virtual overrides.
-  // \throws std::invalid_argument if the key or the secret is missing (naming the variable).
+  // region with virtual-hosted addressing; CKPT_S3_ADDRESSING=path|virtual overrides. The time
+  // rule: CKPT_S3_TRY_SECONDS (try_time, a decimal number of seconds) and CKPT_S3_MIN_RATE
+  // (min_rate, bytes a second).
+  // \throws std::invalid_argument if the key or the secret is missing, or a setting is not a
+  // positive number (naming the variable).
   static config from_environment();
+  // The longest a try that moves `bytes` may take (the time rule above).
+  [[nodiscard]] std::chrono::milliseconds try_limit(std::uint64_t bytes) const noexcept;
 };
 
 // An object: its bucket and key, parsed from `s3://bucket/key`.
 struct object {
   std::string bucket, key;
 
-  // \throws std::invalid_argument if `url` is not `s3://<bucket>/<key>` (a key may be empty
-  // when `key_required` is false: `s3://bucket` or `s3://bucket/` for a prefix).
+  // A key's segments (between '/') are neither empty, `.` nor `..` (so that no server or proxy
+  // that resolves dot segments reads another key); a prefix (`key_required` false: `s3://bucket`,
+  // `s3://bucket/run` or `s3://bucket/run/`) may be empty or end with one '/'. A bucket holds no
+  // character that would change a request's host or path (`/ : # ? @ \ %`, whitespace, control
+  // characters); with virtual-hosted addressing, which every request checks, it also follows DNS's
+  // rules for bucket names.
+  // \throws std::invalid_argument if `url` is not `s3://<bucket>/<key>` by these rules, naming it
+  // and what is wrong.
   static object parse(std::string_view url, bool key_required = true);
   // `s3://bucket/key`.
   [[nodiscard]] std::string url() const;
 };
 
-// Whether `text` is an `s3://` URL.
-[[nodiscard]] bool is_url(std::string_view text) noexcept;
-
 // Failures are ckpt::remote_error (ckpt/error.hpp).
 using ckpt::remote_error;
-
-struct object_info {
-  std::string key;
-  std::uint64_t size = 0;
-  std::string etag;
-};
-
-struct upload_info {
-  std::string key, upload_id;
-};
 
 class client {
  public:
@@ -88,15 +100,21 @@ class client {
   // Stores `bytes` as `o`. With `if_absent`, only if no object is there (`If-None-Match: *`):
   // false if one is (HTTP 412).
   bool put(const object& o, std::span<const std::byte> bytes, bool if_absent = false);
-  // Reads bytes [offset, offset + out.size()) of `o` into `out` (one ranged GET); returns how
-  // many there were (fewer at the end of the object).
-  std::size_t get(const object& o, std::uint64_t offset, std::span<std::byte> out);
+  // Reads bytes [offset, offset + out.size()) of `o` into `out` (a ranged GET; another for the
+  // rest if the server answers a part of the range, as HTTP allows); returns how many there were
+  // (fewer at the end of the object). `size`, the object's size if the caller knows it (a HEAD),
+  // is checked against the answer's. \throws remote_error if an answer is not the range asked
+  // for, or says another size (the object changed).
+  std::size_t get(const object& o, std::uint64_t offset, std::span<std::byte> out,
+                  std::optional<std::uint64_t> size = std::nullopt);
   // The whole object.
   std::string get(const object& o);
-  // The object's size and ETag, or nothing if there is none.
+  // The object's size and ETag, or nothing if there is none. \throws remote_error if the answer
+  // gives no size (Content-Length).
   std::optional<object_info> head(const object& o);
   // The objects whose keys start with `prefix`, in key order (every page, of at most `page_size`
-  // keys each: 1000 is the protocol's largest).
+  // keys each: 1000 is the protocol's largest). \throws remote_error if the server lists a key
+  // outside the prefix, sends a continuation token twice, or more than max_pages pages.
   std::vector<object_info> list(const std::string& bucket, const std::string& prefix, int page_size = 1000);
   // Deletes `o` (no error if it is not there).
   void remove(const object& o);
@@ -113,6 +131,7 @@ class client {
                        bool if_absent = false);
   void abort_upload(const object& o, const std::string& upload_id);
   // The uploads started and neither completed nor aborted, of keys starting with `prefix`.
+  // \throws remote_error as list does.
   std::vector<upload_info> uploads(const std::string& bucket, const std::string& prefix);
 
   // How many tries the last request took: more than 1 if it was retried, when an answer may be to
@@ -120,12 +139,14 @@ class client {
   // an object (a conditional PUT, a CompleteMultipartUpload) go on a new connection, which
   // libcurl does not silently send again as it does on a reused one that dropped.
   [[nodiscard]] int tries() const noexcept { return tries_; }
+  // The most pages a listing takes: 100,000 pages of 1,000 keys.
+  static constexpr int max_pages = 100'000;
 
  private:
   struct request;
   struct response;
   response perform(const request& r);
-  response try_once(const request& r);
+  response try_once(const request& r, std::chrono::milliseconds limit);
 
   config config_;
   int tries_ = 0;

@@ -205,7 +205,8 @@ bool write_object(const config& settings, const object& target, entry_list entri
   return out.commit();
 }
 
-void fetch(const config& settings, client& first, const object& o, std::span<const piece> pieces, int threads) {
+void fetch(const config& settings, client& first, const object& o, std::uint64_t size, std::span<const piece> pieces,
+           int threads) {
   std::atomic<std::size_t> next{0};
   std::mutex mutex;
   std::exception_ptr failure;
@@ -213,7 +214,7 @@ void fetch(const config& settings, client& first, const object& o, std::span<con
     for (std::size_t k = next++; k < pieces.size(); k = next++) {
       const piece& p = pieces[k];
       try {
-        if (c.get(o, p.offset, p.out) != p.out.size())
+        if (c.get(o, p.offset, p.out, size) != p.out.size())
           throw remote_error(o.url(), "GET", 206, "", "the object is shorter than its size: it changed during the read");
       } catch (...) {
         const std::lock_guard lock(mutex);
@@ -239,18 +240,18 @@ std::uint64_t size_of(client& c, const object& o) {
   return info->size;
 }
 
-std::vector<std::byte> read_head(client& c, const object& o) {
+std::vector<std::byte> read_head(client& c, const object& o, std::optional<std::uint64_t> size) {
   // 64 KiB hold the length and the header of files of up to some 600 entries.
   constexpr std::size_t first_read = std::size_t{64} << 10;
   std::vector<std::byte> head(first_read);
-  head.resize(c.get(o, 0, head));
+  head.resize(c.get(o, 0, head, size));
   std::uint64_t length = 0;
   if (head.size() < 8 || looks_like_torch(head)) return head;
   std::memcpy(&length, head.data(), sizeof length);
   if (head.size() == first_read && length <= max_header_size && 8 + length > head.size()) {
     const std::size_t had = head.size();
     head.resize(static_cast<std::size_t>(8 + length));
-    head.resize(had + c.get(o, had, std::span(head).subspan(had)));
+    head.resize(had + c.get(o, had, std::span(head).subspan(had), size));
   }
   return head;
 }
@@ -263,7 +264,7 @@ std::shared_ptr<std::byte[]> download(const config& settings, const object& o, s
   const std::size_t part = std::max<std::size_t>(options.part_bytes, 1);
   std::vector<piece> pieces;
   for (std::size_t at = 0; at < size; at += part) pieces.push_back({at, {bytes.get() + at, std::min(part, size - at)}});
-  fetch(settings, first, o, pieces, options.threads);
+  fetch(settings, first, o, size, pieces, options.threads);
   return bytes;
 }
 
@@ -321,7 +322,7 @@ checkpoint load_chosen(const s3::config& settings, s3::client& c, const s3::obje
     for (std::uint64_t at = r.begin; at < r.end; at += part)
       pieces.push_back({layout.data_start + at, {bytes.get() + r.at + (at - r.begin),
                                                  static_cast<std::size_t>(std::min<std::uint64_t>(part, r.end - at))}});
-  s3::fetch(settings, c, o, pieces, s3::transfer_options{}.threads);
+  s3::fetch(settings, c, o, size, pieces, s3::transfer_options{}.threads);
 
   std::vector<checkpoint::entry> entries;
   entries.reserve(chosen.size());
@@ -386,7 +387,7 @@ checkpoint load_remote(const std::filesystem::path& url, const load_options& opt
   if (options.only) {
     s3::client c(settings);
     const std::uint64_t size = s3::size_of(c, o);
-    const std::vector<std::byte> head = s3::read_head(c, o);
+    const std::vector<std::byte> head = s3::read_head(c, o, size);
     // A torch.save file is read whole (its entries are found by unpickling, not by offsets).
     if (!looks_like_torch(head)) return load_chosen(settings, c, o, size, head, url, options);
   }

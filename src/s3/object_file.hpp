@@ -17,6 +17,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -112,22 +113,24 @@ struct piece {
   std::span<std::byte> out;
 };
 
-// Reads `pieces` of `o`, one ranged GET each, `threads` at once: `first` reads, and threads
-// with clients of their own from `settings` help.
+// Reads `pieces` of `o` (an object of `size` bytes, as a HEAD gave it), one ranged GET each,
+// `threads` at once: `first` reads, and threads with clients of their own from `settings` help.
 // \throws remote_error (the first that failed; the others stop), naming `o`; one if a piece
-// comes back short (the object changed meanwhile).
-void fetch(const config& settings, client& first, const object& o, std::span<const piece> pieces, int threads);
+// comes back short or an answer gives another size (the object changed meanwhile).
+void fetch(const config& settings, client& first, const object& o, std::uint64_t size, std::span<const piece> pieces,
+           int threads);
 
 // The size of `o`.
-// \throws remote_error (a missing object: HTTP 404).
+// \throws remote_error (a missing object: HTTP 404; an answer without a size).
 std::uint64_t size_of(client& c, const object& o);
 
 // The first bytes of the object `o` (a checkpoint file): its first 64 KiB, and as much more as
 // the header needs when they begin with a safetensors length within the format's limit (not for
 // a torch.save zip): one ranged GET for most files, two for headers of more than some 600
 // entries. Fewer bytes if the object is shorter; the header's rules are the parser's to check.
+// `size`, the object's size if the caller knows it, is checked against the answers'.
 // \throws remote_error.
-std::vector<std::byte> read_head(client& c, const object& o);
+std::vector<std::byte> read_head(client& c, const object& o, std::optional<std::uint64_t> size = std::nullopt);
 
 // The whole object `o`, read by ranged GETs of `options.part_bytes`, `options.threads` at once,
 // into memory the result owns; its size in `size`.

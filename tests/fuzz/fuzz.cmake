@@ -4,6 +4,7 @@
 #  - fuzz_load, the libFuzzer target (-DCKPT_BUILD_FUZZ=ON, clang only), which tests/fuzz/run.sh
 #    builds in a folder whose whole build, ckpt included, has
 #    -fsanitize=fuzzer-no-link,address,undefined in CMAKE_CXX_FLAGS.
+# Beside it fuzz_torch (the torch.save reader) and fuzz_s3_xml (S3's XML answers).
 
 ckpt_add_test(test_corpus test_corpus.cpp)
 ckpt_add_test(test_untrusted test_untrusted.cpp)
@@ -22,4 +23,12 @@ if(CKPT_BUILD_FUZZ)
   target_link_libraries(fuzz_torch PRIVATE ckpt::ckpt ckpt_warnings)
   target_compile_options(fuzz_torch PRIVATE -fsanitize=fuzzer)
   target_link_options(fuzz_torch PRIVATE -fsanitize=fuzzer)
+  # The readers of S3's XML answers (src/s3/xml.hpp), when ckpt has S3 support.
+  if(CKPT_WITH_S3)
+    add_executable(fuzz_s3_xml fuzz/fuzz_s3_xml.cpp)
+    target_link_libraries(fuzz_s3_xml PRIVATE ckpt::ckpt ckpt_warnings)
+    target_include_directories(fuzz_s3_xml PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    target_compile_options(fuzz_s3_xml PRIVATE -fsanitize=fuzzer)
+    target_link_options(fuzz_s3_xml PRIVATE -fsanitize=fuzzer)
+  endif()
 endif()

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs the libFuzzer campaign against the reader: tests/fuzz/run.sh [SECONDS] (default 60).
 # CKPT_FUZZ_TARGET=fuzz_torch fuzzes the torch.save reader instead (seeds: tests/fixtures/torch, its
-# hostile/ crafted files, and tests/corpus/torch).
+# hostile/ crafted files, and tests/corpus/torch); CKPT_FUZZ_TARGET=fuzz_s3_xml the readers of S3's
+# XML answers (seeds: tests/corpus/s3_xml; needs libcurl and expat, for S3 support).
 #
 # Configures and builds fuzz_load in build-fuzz/ (clang, -fsanitize=fuzzer-no-link,address,undefined
 # for the whole of ckpt), seeds a work corpus there from tests/fixtures (every safetensors file, recursively)
@@ -41,6 +42,9 @@ if [ "$target" = fuzz_torch ]; then
   # The crafted files of the budgets (names, data, an expand; hostile_*.pt).
   for f in "$root"/tests/fixtures/torch/hostile/*.pt; do cp "$f" "$seeds/hostile_$(basename "$f")"; done
   dict="$here/torch.dict"
+elif [ "$target" = fuzz_s3_xml ]; then
+  cp "$root"/tests/corpus/s3_xml/* "$seeds"/
+  dict="$here/s3_xml.dict"
 else
   (cd "$root/tests/fixtures" && find . -type f -name '*.safetensors') | while read -r f; do
     cp "$root/tests/fixtures/$f" "$seeds/$(echo "${f#./}" | tr / _)"

@@ -2,7 +2,8 @@
 // The S3 servers of the S3 suites: the CTest fixture s3_server's (tests/s3/s3_server.sh; its
 // endpoint in $CKPT_S3_SERVER_DIR/endpoint, its key "test:tester", its secret "testing"), and a
 // scripted HTTP server in the test's process for the failures a real server does not make on
-// demand (5xx, throttling, dropped connections).
+// demand (5xx, throttling, dropped connections, wrong ranges, endless listings, bodies that
+// trickle in).
 
 #include "s3/client.hpp"
 
@@ -13,7 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -41,14 +44,23 @@ inline ckpt::detail::s3::config local_server() {
 }
 
 
+// How a scripted_server writes its answers: the first `at_once` bytes at once, then `chunk`
+// bytes every `gap` (a body that trickles in), giving up after `give_up` (the connection closed).
+struct pace {
+  std::size_t at_once = std::string::npos;
+  std::size_t chunk = 1;
+  std::chrono::milliseconds gap{0};
+  std::chrono::milliseconds give_up{10'000};
+};
+
 // An HTTP server on 127.0.0.1 that answers each request with what `answer_to` returns for the
 // request's head (its request line and headers): a status line, headers and body, written as
-// they are, or, if empty, nothing (the connection is closed without an answer). One connection a
-// request; it records the request lines.
+// they are (at the `pace` given), or, if empty, nothing (the connection is closed without an
+// answer). One connection a request; it records the request lines.
 class scripted_server {
  public:
-  explicit scripted_server(std::function<std::string(const std::string& head)> answer_to)
-      : answer_to_(std::move(answer_to)) {
+  explicit scripted_server(std::function<std::string(const std::string& head)> answer_to, pace how = {})
+      : answer_to_(std::move(answer_to)), pace_(how) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
@@ -68,6 +80,7 @@ class scripted_server {
   scripted_server(const scripted_server&) = delete;
   scripted_server& operator=(const scripted_server&) = delete;
   ~scripted_server() {
+    stopping_ = true;
     ::shutdown(listener_, SHUT_RDWR);
     ::close(listener_);
     thread_.join();
@@ -98,13 +111,31 @@ class scripted_server {
         lines_.push_back(head.substr(0, head.find("\r\n")));
       }
       ++requests_;
-      const std::string answer = answer_to_(head);
-      if (!answer.empty()) static_cast<void>(::write(connection, answer.data(), answer.size()));
+      send(connection, answer_to_(head));
       ::close(connection);
     }
   }
 
+  // Writes `answer` at the server's pace; stops where the client has gone.
+  void send(int connection, const std::string& answer) const {
+    const auto start = std::chrono::steady_clock::now();
+    std::size_t sent = 0;
+    while (sent < answer.size() && !stopping_) {
+      if (sent >= pace_.at_once) {
+        if (std::chrono::steady_clock::now() - start > pace_.give_up) return;
+        std::this_thread::sleep_for(pace_.gap);
+      }
+      const std::size_t n = sent < pace_.at_once ? std::min(answer.size(), pace_.at_once) - sent
+                                                 : std::min(pace_.chunk, answer.size() - sent);
+      const ssize_t written = ::send(connection, answer.data() + sent, n, MSG_NOSIGNAL);
+      if (written <= 0) return;
+      sent += static_cast<std::size_t>(written);
+    }
+  }
+
   std::function<std::string(const std::string&)> answer_to_;
+  pace pace_;
+  std::atomic<bool> stopping_{false};
   int listener_ = -1;
   int port_ = 0;
   std::atomic<int> requests_{0};

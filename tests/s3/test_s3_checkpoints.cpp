@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iterator>
 #include <string>
@@ -693,6 +694,159 @@ BOOST_AUTO_TEST_CASE(a_network_failure_during_a_resume_is_an_error_not_damage) {
     BOOST_TEST((line.starts_with("GET ") || line.starts_with("HEAD ")));
     BOOST_TEST(line.find("ckpt-0000000010") == std::string::npos);  // never fell back to step 10
   }
+}
+
+namespace {
+
+// How the server of one step answers reads (issue 49, finding 2).
+enum class read_fault {
+  none,
+  wrong_range,  // a 206 for a range at offset k > 0 holds the bytes at 0, labelled "bytes 0-n/size"
+  no_length,    // a HEAD without Content-Length
+  other_size,   // a 206 whose Content-Range says the object is a byte longer than the HEAD said
+  short_parts,  // 206s of at most 4096 bytes, each labelled right (HTTP allows it)
+};
+
+// The answers of a server that holds `step` as `run/ckpt-0000000005.safetensors` of `s3://bucket`
+// and nothing else, reads going wrong as `fault` says.
+std::function<std::string(const std::string&)> one_step_server(const std::string& step, const std::atomic<read_fault>& fault) {
+  using ckpt_s3_test::answer;
+  return [&step, &fault](const std::string& head) {
+    const std::string line = head.substr(0, head.find("\r\n"));
+    const bool ours = line.find(" /bucket/run/ckpt-0000000005.safetensors ") != std::string::npos;
+    if (line.starts_with("GET /bucket/?") && line.find("uploads") != std::string::npos)
+      return answer(200, "OK", "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>");
+    if (line.starts_with("GET /bucket/?"))
+      return answer(200, "OK", "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>run/ckpt-0000000005.safetensors"
+                               "</Key><Size>" + std::to_string(step.size()) + "</Size></Contents></ListBucketResult>");
+    if (line.starts_with("HEAD ") && ours)
+      return "HTTP/1.1 200 OK\r\n" +
+             (fault == read_fault::no_length ? std::string() : "Content-Length: " + std::to_string(step.size()) + "\r\n") +
+             "Connection: close\r\n\r\n";
+    if (line.starts_with("HEAD ")) return std::string("HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n");
+    const std::size_t range = head.find("\r\nRange: bytes=");
+    if (!line.starts_with("GET ") || !ours || range == std::string::npos) return answer(200, "OK", "");
+    const std::size_t dash = head.find('-', range);
+    std::uint64_t first = std::stoull(head.substr(range + 15, dash - range - 15));
+    std::uint64_t last = std::min<std::uint64_t>(std::stoull(head.substr(dash + 1, head.find("\r\n", dash) - dash - 1)),
+                                                 step.size() - 1);
+    std::uint64_t total = step.size();
+    if (fault == read_fault::short_parts) last = std::min<std::uint64_t>(last, first + 4095);
+    if (fault == read_fault::wrong_range && first > 0) {
+      last -= first;
+      first = 0;
+    }
+    if (fault == read_fault::other_size) ++total;
+    const std::string body = step.substr(first, last - first + 1);
+    return "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) +
+           "/" + std::to_string(total) + "\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\nConnection: close\r\n\r\n" + body;
+  };
+}
+
+}  // namespace
+
+// Issue 49, finding 2: an answer that is not the range asked for (or a HEAD without a size) is a
+// remote_error, never bytes taken for the object's: a partial load does not return the wrong
+// values, and a manager does not take an intact step for damaged (before, the digest failed on
+// the wrong bytes and load_latest set the step aside: copied to .damaged, deleted). A server that
+// answers ranges in parts is followed to the end: before, the header read of keep-best took the
+// first 4 KiB for the whole header and set the step aside.
+BOOST_AUTO_TEST_CASE(a_wrong_answer_to_a_read_is_a_remote_error_not_damage) {
+  const fs::path local = scratch("step.safetensors");
+  const model m = make_model(40'000, 1.0f);  // 10 MiB: read in two parts of 8 MiB and 2 MiB
+  ckpt::save(local, {{m, "model"}}, {{"loss", "0.5"}}, {.digest = true});
+  const std::string step = file_bytes(local);
+  std::atomic<read_fault> fault{read_fault::none};
+  ckpt_s3_test::scripted_server server(one_step_server(step, fault));
+  ::setenv("AWS_ENDPOINT_URL", server.endpoint().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+  const std::string url = "s3://bucket/run/ckpt-0000000005.safetensors";
+
+  for (const read_fault f : {read_fault::wrong_range, read_fault::no_length, read_fault::other_size}) {
+    BOOST_TEST_CONTEXT("fault " << static_cast<int>(f)) {
+      fault = f;
+      ckpt::checkpoint_manager manager("s3://bucket/run");
+      BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{5}));
+      BOOST_CHECK_THROW(static_cast<void>(manager.load_latest()), ckpt::remote_error);
+      BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{5}));
+      for (const ckpt::checkpoint_manager::step_status& s : manager.status())
+        BOOST_TEST((s.state != ckpt::checkpoint_manager::step_state::damaged));
+      // One entry at the end of the file: its range is not the first.
+      BOOST_CHECK_THROW(static_cast<void>(ckpt::load(url, {.only = ckpt::name_pattern(R"(^model\.l2\.w$)")})),
+                        ckpt::remote_error);
+    }
+  }
+  // Nothing was written or deleted: the step was never set aside.
+  for (const std::string& line : server.request_lines()) {
+    BOOST_TEST_INFO(line);
+    BOOST_TEST((line.starts_with("GET ") || line.starts_with("HEAD ")));
+  }
+
+  // Ranges answered 4 KiB at a time: the header (for keep-best, at the opening) and the step.
+  fault = read_fault::short_parts;
+  ckpt::checkpoint_manager best("s3://bucket/run", {.keep_best = 1, .best_metric = "loss", .read_only = true});
+  BOOST_TEST(best.steps() == (std::vector<std::int64_t>{5}));
+  const ckpt::checkpoint_manager::latest latest = best.load_latest();
+  BOOST_TEST_REQUIRE(static_cast<bool>(latest));
+  BOOST_TEST(latest.step == 5);
+  model back = make_model(40'000, 0.0f);
+  ckpt::read_params(*latest, {{back, "model"}});
+  BOOST_TEST(same(back, m));
+}
+
+// Issue 49, finding 11: a listed key outside the run's prefix made the manager's opening throw
+// std::out_of_range ("basic_string::substr"). It is a remote_error naming the listing.
+BOOST_AUTO_TEST_CASE(a_listed_key_outside_the_runs_prefix_is_a_remote_error) {
+  using ckpt_s3_test::answer;
+  ckpt_s3_test::scripted_server server([](const std::string&) {
+    return answer(200, "OK", "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>ru</Key><Size>1</Size>"
+                             "</Contents></ListBucketResult>");
+  });
+  ::setenv("AWS_ENDPOINT_URL", server.endpoint().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "key", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+  BOOST_CHECK_EXCEPTION(ckpt::checkpoint_manager("s3://bucket/run"), ckpt::remote_error, [](const ckpt::remote_error& e) {
+    return std::string(e.what()) == "ckpt: s3: GET 's3://bucket/run/' failed: HTTP 200: the listing holds the key 'ru', "
+                                    "which is not under the prefix 'run/'";
+  });
+}
+
+// Issue 49, finding 10: schemes are case-insensitive, so `S3://bkt/run` and `s3:/bkt/run` were
+// taken for local folders (`S3:/bkt/run`, `s3:/bkt/run`). Every entry point refuses them by name.
+BOOST_AUTO_TEST_CASE(an_s3_scheme_that_is_not_exactly_s3_slash_slash_is_refused_everywhere) {
+  const auto message = [](const std::string& path) {
+    return "ckpt: '" + path + "' starts with 's3:' but is not an s3:// URL: write s3://<bucket>/<key> (the scheme in "
+                              "lower case, then two slashes)";
+  };
+  const auto refused = [&](const std::string& path, const auto& f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      BOOST_TEST(std::string(e.what()) == message(path));
+      return;
+    }
+    BOOST_ERROR("'" << path << "' was taken");
+  };
+  const ckpt::checkpoint t = ckpt::of_params(make_model(16, 1.0f), "model");
+  refused("S3://bkt/m.safetensors", [&] { ckpt::save("S3://bkt/m.safetensors", t); });
+  refused("s3:/bkt/m.safetensors", [&] { ckpt::save("s3:/bkt/m.safetensors", t); });
+  refused("S3://bkt/m.safetensors", [&] { static_cast<void>(ckpt::load("S3://bkt/m.safetensors")); });
+  refused("S3://bkt/run", [&] { ckpt::checkpoint_manager("S3://bkt/run"); });
+  refused("s3:/bkt/run", [&] { ckpt::checkpoint_manager("s3:/bkt/run"); });
+  refused("S3://bkt/hf", [&] { static_cast<void>(ckpt::save_sharded("S3://bkt/hf", t, 1 << 20)); });
+  refused("S3://bkt/run", [&] { static_cast<void>(ckpt::detail::folder_handle::open("S3://bkt/run", /*create=*/true)); });
+  const bool made_folders = fs::exists("S3:") || fs::exists("s3:");
+  std::error_code ignored;
+  fs::remove_all("S3:", ignored);
+  fs::remove_all("s3:", ignored);
+  BOOST_TEST(!made_folders);
+#ifdef CKPT_TOOL
+  const auto [status, output] = run_tool("inspect S3://bkt/run");
+  BOOST_TEST(status != 0);
+  BOOST_TEST(output.find(message("S3://bkt/run")) != std::string::npos, output);
+#endif
 }
 
 // A bucket has no lock: a second writer of a run may commit a step after this manager listed the

@@ -1,9 +1,11 @@
 #include "common.hpp"
 
 // The library's own rules, through its internal headers (src/): UTF-8 and hex digits, the managers'
-// names and step codec, the names of temporaries and of staging folders, each in one place.
+// names and step codec, the names of temporaries and of staging folders, the test of an s3:// URL,
+// each in one place.
 #include "hex.hpp"
 #include "manager_core.hpp"
+#include "remote_path.hpp"
 #include "sharded.hpp"
 #include "temporary_name.hpp"
 #include "utf8.hpp"
@@ -89,7 +91,7 @@ namespace {
 // A checkpoint_manager's run in a bucket: an s3:// prefix, not an object of a checkpoint file.
 bool names_run_in_bucket(const std::filesystem::path& path) {
   const std::string_view text(path.native());
-  return text.starts_with("s3://") && !text.ends_with(".safetensors") && !text.ends_with(".json") &&
+  return ckpt::detail::is_remote(text) && !text.ends_with(".safetensors") && !text.ends_with(".json") &&
          !text.ends_with(".bin") && !text.ends_with(".pt");
 }
 
