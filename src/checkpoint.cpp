@@ -1,6 +1,7 @@
 #include <ckpt/checkpoint.hpp>
 
 #include "entry_name.hpp"
+#include "metadata.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -116,13 +117,7 @@ checkpoint concat(std::span<const checkpoint> ts) {
   metadata_map metadata;
   for (const checkpoint& t : ts) {
     entries.insert(entries.end(), t.begin(), t.end());
-    for (const auto& [key, value] : t.metadata()) {
-      const auto [it, inserted] = metadata.emplace(key, value);
-      if (!inserted && it->second != value)
-        throw std::invalid_argument("ckpt: concat: metadata key '" + key +
-                                    "' has two different values ('" + it->second + "' and '" +
-                                    value + "')");
-    }
+    for (const auto& [key, value] : t.metadata()) detail::add_metadata(metadata, key, value, "concat");
   }
   return checkpoint(std::move(entries), std::move(metadata));
 }

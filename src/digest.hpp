@@ -29,6 +29,12 @@ inline constexpr std::string_view digest_key = "ckpt.xxh3_64_file";
 // `save` drops them, and `ckpt verify` reports such a file as checked for its format only.
 inline constexpr std::array<std::string_view, 2> earlier_digest_keys = {"ckpt.xxh3_64_per_mib", "ckpt.xxh3_64"};
 
+// Whether `key` is one of ckpt's digest keys (digest_key or an earlier one), which describe one
+// file's bytes: a save drops them (and writes a fresh digest_key when asked to).
+[[nodiscard]] constexpr bool is_digest_key(std::string_view key) noexcept {
+  return key == digest_key || key == earlier_digest_keys[0] || key == earlier_digest_keys[1];
+}
+
 // The digest's value (under digest_key) is written as this many lowercase hex digits.
 inline constexpr std::size_t file_digest_digits = 16;
 // The data section is hashed in chunks of this size.

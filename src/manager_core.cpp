@@ -379,6 +379,11 @@ void report_uncollected(std::string_view who, const std::filesystem::path& folde
   }
 }
 
+metadata_map manager_state::given_metadata(std::span<const section> sections, const metadata_map& metadata,
+                                           std::string_view operation) {
+  return merged_metadata(sections, metadata, core.who() + ": " + std::string(operation));
+}
+
 void manager_state::settle_quietly() noexcept {
   try {
     settle_all();
@@ -438,7 +443,8 @@ bool save_step(manager_state& state, std::int64_t step, std::span<const section>
                                                    "' was opened read-only"));
   // Settling first also frees the previous snapshot, whose buffer a background save then reuses.
   state.settle();
-  const std::optional<metadata_map> merged = state.admit(step, metadata, force);
+  const std::optional<metadata_map> merged =
+      state.admit(step, state.given_metadata(sections, metadata, background ? "save_async" : "save"), force);
   if (!merged) return false;
   if (background) state.save_in_background(step, sections, *merged);
   else state.save_now(step, sections, *merged);

@@ -262,6 +262,12 @@ class manager_state {
   // settle(), and whatever else runs in the background too (the MPI manager's drain to its shared
   // tier): what wait() and the destructor do.
   virtual void settle_all() { settle(); }
+  // The metadata a save of `sections` brings, before the manager's own keys: those of its
+  // checkpoint sections with `metadata` over them (detail::merged_metadata, a conflict refused
+  // naming the manager and `operation`, save or save_async, before anything is written).
+  // Collective in the MPI manager.
+  [[nodiscard]] virtual metadata_map given_metadata(std::span<const section> sections, const metadata_map& metadata,
+                                                    std::string_view operation);
   // After settle(): checks a save of `step`; the metadata of its files, or nothing to skip it.
   virtual std::optional<metadata_map> admit(std::int64_t step, const metadata_map& metadata, bool force) = 0;
   // Writes and commits `step`.

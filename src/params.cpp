@@ -254,11 +254,10 @@ tensor overlay(const tensor& into, const tensor& from) {
 }  // namespace
 
 read_report read_planned(const checkpoint& t, read_plan& plan, const extract_options& options,
-                         std::string_view function_default, bool strict_default) {
+                         std::string_view function, bool strict_default) {
   // A read replaces leaves a background save may still have to copy: they are copied first.
   finish_lazy_copies();
   const std::span<const leaf_read> leaves = plan.leaves;
-  const std::string_view function = options.function.empty() ? function_default : options.function;
   const bool strict = options.strict.value_or(strict_default);
   const std::vector<std::string_view> prefixes(plan.prefixes.begin(), plan.prefixes.end());
   // Each leaf's entry, looked up once (null where there is none). Entries are in name order, and
@@ -343,7 +342,7 @@ read_report read_planned(const checkpoint& t, read_plan& plan, const extract_opt
       for (const std::size_t k : differ)
         shapes += (shapes.empty() ? "" : ", ") + shape_difference(leaves[k].name, entries[k]->shape(), leaves[k].shape);
       parts.push_back(counted(differ.size(), "entry", "entries") + " of another shape: " + shapes +
-                      hint(plan.keeps_values, overlap_hint));
+                      hint(plan.keeps_values && !options.copy_overlap, overlap_hint));
     }
     if (!parts.empty()) {
       std::string message = prefix + "strict read: ";

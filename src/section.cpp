@@ -1,6 +1,8 @@
 #include <ckpt/section.hpp>
 
+#include "digest.hpp"
 #include "file.hpp"
+#include "metadata.hpp"
 #include "remote.hpp"
 #include "safetensors.hpp"
 #include "section.hpp"
@@ -28,6 +30,16 @@ std::vector<const entry_source*> ordered_entries(std::span<const section> sectio
   return order;
 }
 
+metadata_map merged_metadata(std::span<const section> sections, const metadata_map& metadata,
+                             std::string_view function) {
+  metadata_map merged;
+  for (const section& s : sections)
+    for (const auto& [key, value] : section_access::metadata(s))
+      if (!is_digest_key(key)) add_metadata(merged, key, value, function, " in the checkpoint sections");
+  for (const auto& [key, value] : metadata) merged.insert_or_assign(key, value);
+  return merged;
+}
+
 }  // namespace detail
 
 void detail::save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
@@ -42,17 +54,20 @@ void detail::save_to(const file_at& target, const checkpoint& t, const save_opti
 
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,
           const save_options& options) {
-  // The entries are checked before the folder is opened: a bad name is refused as such.
+  // The entries and the metadata are checked before the folder is opened: a bad name or a
+  // metadata conflict is refused as such.
   const std::vector<const detail::entry_source*> entries = detail::ordered_entries(sections, "save");
-  if (detail::is_remote(path)) return detail::save_remote(path, entries, metadata, options);
-  detail::write_file(detail::target_in_folder(path), entries, metadata, options);
+  const metadata_map merged = detail::merged_metadata(sections, metadata, "save");
+  if (detail::is_remote(path)) return detail::save_remote(path, entries, merged, options);
+  detail::write_file(detail::target_in_folder(path), entries, merged, options);
 }
 
 // Declared in ckpt/file.hpp (Raven's `Kaun.Checkpoint.save`), defined here as the one-section case
-// of the save of sections, so that every save goes through one path.
+// of the save of sections, so that every save goes through one path: save(path, t) is
+// save(path, {t}), the section bringing t's metadata.
 void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options) {
   const section whole(t);
-  save(path, std::span<const section>(&whole, 1), t.metadata(), options);
+  save(path, std::span<const section>(&whole, 1), metadata_map{}, options);
 }
 
 }  // namespace ckpt
@@ -67,15 +82,19 @@ void detail::section_access::add_to(const section& s, std::size_t index, read_pl
   s.read_(plan);
 }
 
-read_report read_params(const checkpoint& t, std::span<const section> sections, const extract_options& options) {
-  const std::string_view function = options.function.empty() ? "read_params" : options.function;
+read_report detail::read_sections(const checkpoint& t, std::span<const section> sections,
+                                  const extract_options& options, std::string_view function) {
   if (!options.prefix.empty())
     throw std::invalid_argument("ckpt: " + std::string(function) + ": extract_options::prefix ('" +
                                 std::string(options.prefix) + "') is for a single structure; sections carry their own");
   detail::read_plan plan;
   plan.leaves.reserve(t.size());
   for (std::size_t k = 0; k < sections.size(); ++k) detail::section_access::add_to(sections[k], k, plan);
-  return detail::read_planned(t, plan, options, "read_params", true);
+  return detail::read_planned(t, plan, options, function, true);
+}
+
+read_report read_params(const checkpoint& t, std::span<const section> sections, const extract_options& options) {
+  return detail::read_sections(t, sections, options, "read_params");
 }
 
 }  // namespace ckpt

@@ -67,6 +67,7 @@ set(layer_tuning 1)              # the compiled library's tuning constants (src/
 set(layer_temporary_name 1)
 set(layer_folder 1)             # a folder held by its descriptor: every name the library creates, renames or removes
 set(layer_entry_name 1)        # the format's rule for entry names and its messages
+set(layer_metadata 1)          # the rule for merging __metadata__ maps (a key, one value) and its message
 set(layer_utf8 1)              # UTF-8 read, checked and quoted for messages
 set(layer_hex 1)               # hex digits, spelled and checked (src/hex.hpp)
 set(layer_digest 1)            # the whole-file digest's parts (src/digest.hpp), below the file writer

@@ -651,10 +651,10 @@ BOOST_AUTO_TEST_CASE(restore_takes_the_options_of_to_params) {
   BOOST_TEST(st.step == 2);
   BOOST_TEST((ckpt::detail::to_tensor(p.w) == ckpt::cast(t.get("model.w"), ckpt::dtype::f32)));
   BOOST_TEST((ckpt::detail::to_tensor(st.nu.values.b) == ckpt::cast(t.get("optim.nu.b"), ckpt::dtype::f32)));
-  // The caller's name in the messages.
+  // The caller's name in the messages (a detail parameter: no option of the public struct).
   BOOST_TEST(message_of<std::invalid_argument>([&] {
-               (void)ckpt::read_params(ckpt::of_int("optim.step", 1), ckpt::training_state(p, st),
-                                       {.strict = true, .function = "resume"});
+               (void)ckpt::detail::read_sections(ckpt::of_int("optim.step", 1), ckpt::training_state(p, st),
+                                                 {.strict = true}, "resume");
              }).starts_with("ckpt: resume: strict read: "));
   BOOST_TEST(message_of<std::invalid_argument>([&] {
                (void)ckpt::read_params(t, ckpt::training_state(p, st), {.prefix = "run"});

@@ -242,7 +242,7 @@ void check_listed(const ckpt::checkpoint& c, const json::array& listed) {
 // "format": "pt" where the file had no "format": every save writes it).
 void check_round_trip(const ckpt::checkpoint& original, const temp_dir& dir) {
   const fs::path copy = dir.path() / "round_trip.safetensors";
-  ckpt::save(copy, original);
+  ckpt::save(copy, original, {.digest = false});  // the metadata as given
   const ckpt::checkpoint again = ckpt::load(copy);
   BOOST_TEST(again.names() == original.names(), boost::test_tools::per_element());
   for (const auto& [name, x] : original) {

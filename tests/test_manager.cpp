@@ -96,6 +96,36 @@ BOOST_AUTO_TEST_CASE(sections_built_at_run_time_are_saved_now_and_in_the_backgro
   BOOST_TEST(second.get("layers.2").as<float>()[1] == 7.0f);
 }
 
+BOOST_AUTO_TEST_CASE(a_checkpoint_section_brings_its_metadata_to_the_step) {
+  // As ckpt::save of sections: the checkpoint sections' metadata, the call's over them, and the
+  // manager's step and wall_time over both; now and in the background.
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager m(s.path(), {.max_to_keep = 0, .keep_best = 1, .best_metric = "loss"});
+  const ckpt::checkpoint t = value(1.0f).with_metadata({{"lr", "0.1"}, {"loss", "0.9"}, {"step", "7"}});
+  const Eigen::VectorXf ema = Eigen::VectorXf::Ones(2);
+  BOOST_TEST(m.save(1, {t, {ema, "ema"}}));
+  BOOST_TEST(m.save_async(2, {t}, {{"lr", "0.2"}}));
+  m.wait();
+  const ckpt::checkpoint first = m.load(1), second = m.load(2);
+  BOOST_TEST(first.metadata().at("lr") == "0.1");
+  BOOST_TEST(first.metadata().at("loss") == "0.9");  // the keep-best metric, from the checkpoint
+  BOOST_TEST(first.metadata().at("step") == "1");    // the manager's own key goes over the checkpoint's
+  BOOST_TEST(first.metadata().contains("ckpt.xxh3_64_file"));
+  BOOST_TEST(second.metadata().at("lr") == "0.2");
+  BOOST_TEST(second.metadata().at("step") == "2");
+  // Two checkpoint sections that disagree: refused before anything is written, both ways.
+  const ckpt::checkpoint other = ckpt::of_int("n", 1).with_metadata({{"lr", "0.3"}});
+  const std::string expected = "ckpt: checkpoint_manager: save: metadata key 'lr' has two different values ('0.1' "
+                               "and '0.3') in the checkpoint sections";
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { m.save(3, {t, other}); }) == expected);
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { m.save_async(3, {t, other}); }) ==
+             "ckpt: checkpoint_manager: save_async: metadata key 'lr' has two different values ('0.1' and '0.3') "
+             "in the checkpoint sections");
+  m.wait();
+  BOOST_TEST(m.steps() == ints({1, 2}));
+  BOOST_TEST(!fs::exists(m.path_of(3)));
+}
+
 BOOST_AUTO_TEST_CASE(save_interval_skips_other_steps_unless_forced) {
   const temp_dir s(temp_dir::absent);
   ckpt::checkpoint_manager m(s.path(), {.save_interval_steps = 10});

@@ -20,6 +20,10 @@ namespace {
 
 using ckpt_test::message_of;
 
+// Whether options of type O name the function of a read's messages (extract_options does not).
+template <class O>
+concept has_function_member = requires(O o) { o.function; };
+
 template <class T>
 std::vector<T> elements(const ckpt::tensor& x) {
   const auto span = x.as<T>();
@@ -450,16 +454,24 @@ BOOST_AUTO_TEST_CASE(read_params_changes_nothing_when_an_entry_is_wrong) {
   const auto t = ckpt::of_params(saved);
   const mlp before = make_mlp(50);
   mlp live = before;
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(t, live); }) ==
+  // Not strict (read_params is strict by default): the first problem alone.
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(t, live, {.strict = false}); }) ==
              "ckpt: read_params: entry 'l2.w' has shape [3, 1] but the template's leaf has shape [1, 3] "
              "(copy_overlap = true copies the block both shapes share)");
   BOOST_TEST((live.l1.w == before.l1.w));
   BOOST_TEST((live.l1.b == before.l1.b));
-  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(ckpt::checkpoint{}, live); }) ==
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(ckpt::checkpoint{}, live, {.strict = false}); }) ==
              "ckpt: read_params: no entry named 'l1.w'");
-  // A function built on the extraction reports under its own name.
+  // Strict, the default: the same leaves unchanged.
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(t, live); }) ==
+             "ckpt: read_params: strict read: 1 entry of another shape: 'l2.w' [3, 1] (the template's [1, 3]) "
+             "(copy_overlap = true copies the block both shapes share)");
+  BOOST_TEST((live.l1.w == before.l1.w));
+  // A function built on the extraction reports under its own name (a detail parameter: no option of
+  // the public struct, which has no `function` member).
+  static_assert(!has_function_member<ckpt::extract_options>);
   BOOST_TEST(message_of<std::invalid_argument>([&] {
-               ckpt::read_params(ckpt::checkpoint{}, live, {.prefix = "m", .function = "load_model"});
+               (void)ckpt::detail::extract(ckpt::checkpoint{}, live, {.prefix = "m", .strict = false}, "load_model", true);
              }) == "ckpt: load_model: no entry named 'm.l1.w' (nothing in the checkpoint is under 'm'; it is empty)");
   BOOST_TEST(message_of<std::invalid_argument>([&] { (void)ckpt::to_params(ckpt::checkpoint{}, live); }) ==
              "ckpt: to_params: no entry named 'l1.w'");
@@ -482,10 +494,11 @@ deep make_deep(std::size_t layers, std::vector<std::string> norms) {
 BOOST_AUTO_TEST_CASE(strict_reads_list_every_unread_and_missing_entry) {
   const auto t = ckpt::of_params(make_deep(3, {"in", "out"}), "model");
   const deep two_layers = make_deep(2, {"in", "out"});
-  // Not strict: Kaun's rule, extra entries are ignored; read_params's report says which.
+  // Not strict (to_params's default, Kaun's rule): extra entries are ignored; read_params's report
+  // (strict = false) says which.
   BOOST_TEST((ckpt::to_params(t, two_layers, {.prefix = "model"}).layers.size() == 2));
   deep into_two = two_layers, into_three = make_deep(3, {"in", "out"});
-  BOOST_TEST((ckpt::read_params(t, into_two, {.prefix = "model"}).ignored ==
+  BOOST_TEST((ckpt::read_params(t, into_two, {.prefix = "model", .strict = false}).ignored ==
               std::vector<std::string>{"model.layers.2.b", "model.layers.2.w"}));
   BOOST_TEST(ckpt::read_params(t, into_three, {.prefix = "model"}).ignored.empty());
   BOOST_TEST(message_of<std::invalid_argument>([&] {
@@ -502,7 +515,7 @@ BOOST_AUTO_TEST_CASE(strict_reads_list_every_unread_and_missing_entry) {
   BOOST_TEST((ckpt::to_params(both, make_deep(3, {"in", "out"}), {.prefix = "model", .strict = true}).norms.size() == 2));
   // Without a prefix every entry counts: with no leaf's entry there (kept), every entry is ignored.
   deep unprefixed = make_deep(3, {"in", "out"});
-  const ckpt::read_report report = ckpt::read_params(both, unprefixed, {.keep_missing = true});
+  const ckpt::read_report report = ckpt::read_params(both, unprefixed, {.strict = false, .keep_missing = true});
   BOOST_TEST(report.ignored.size() == both.size());
   BOOST_TEST(report.kept.size() == 8u);
   BOOST_TEST(report.restored == 0u);
@@ -513,7 +526,7 @@ BOOST_AUTO_TEST_CASE(strict_read_params_changes_nothing_and_names_the_caller) {
   const deep before = make_deep(2, {"in"});
   deep live = before;
   BOOST_TEST(message_of<std::invalid_argument>([&] {
-               ckpt::read_params(t, live, {.strict = true, .function = "load_model"});
+               (void)ckpt::detail::extract(t, live, {.strict = true}, "load_model", true);
              }) == "ckpt: load_model: strict read: 2 entries not in the template: 'layers.2.b', 'layers.2.w' "
                    "(strict = false ignores them)");
   BOOST_TEST((live.layers[0].w == before.layers[0].w));
@@ -831,4 +844,50 @@ BOOST_AUTO_TEST_CASE(bool_elements_are_read_as_zero_or_one) {
   std::memcpy(bytes.data(), f.bits.data(), bytes.size());
   BOOST_TEST((bytes == std::array<unsigned char, 4>{0, 1, 1, 1}));
   BOOST_TEST(ckpt::of_params(f, "f").get("f").dtype() == ckpt::dtype::boolean);
+}
+
+BOOST_AUTO_TEST_CASE(read_params_of_a_structure_with_a_prefix_is_the_read_of_its_one_section) {
+  // `read_params(t, s, {.prefix = "m"})` and `read_params(t, {{s, "m"}})`: one read, the same
+  // leaves, the same default (strict), the same report and the same messages, naming read_params.
+  const mlp saved = make_mlp(10);
+  const ckpt::checkpoint t = ckpt::concat({ckpt::of_params(saved, "m"), ckpt::of_int("step", 3)});
+  mlp by_prefix = make_mlp(0), by_section = make_mlp(0);
+  const ckpt::read_report a = ckpt::read_params(t, by_prefix, {.prefix = "m"});
+  const ckpt::read_report b = ckpt::read_params(t, {{by_section, "m"}});
+  BOOST_TEST((by_prefix.l1.w == saved.l1.w && by_prefix.l2.b == saved.l2.b));
+  BOOST_TEST((by_section.l1.w == saved.l1.w && by_section.l2.b == saved.l2.b));
+  BOOST_TEST(a.to_string() == b.to_string());
+  BOOST_TEST(a.restored == 4u);
+
+  // An entry under the prefix that no leaf reads: refused by both, with one message.
+  const ckpt::checkpoint extra = ckpt::concat({t, ckpt::of_int("m.extra", 1)});
+  const auto by_prefix_error = message_of<std::invalid_argument>([&] { ckpt::read_params(extra, by_prefix, {.prefix = "m"}); });
+  BOOST_TEST(by_prefix_error == "ckpt: read_params: strict read: 1 entry not in the template: 'm.extra' (strict = false "
+                                "ignores them)");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(extra, {{by_section, "m"}}); }) == by_prefix_error);
+  // Relaxed alike: the same report.
+  const ckpt::read_report relaxed_a = ckpt::read_params(extra, by_prefix, {.prefix = "m", .strict = false});
+  const ckpt::read_report relaxed_b = ckpt::read_params(extra, {{by_section, "m"}}, {.strict = false});
+  BOOST_TEST(relaxed_a.ignored == std::vector<std::string>{"m.extra"});
+  BOOST_TEST(relaxed_a.to_string() == relaxed_b.to_string());
+  // A shape that differs, as one error of each.
+  mlp wider_a = make_mlp(0), wider_b = make_mlp(0);
+  wider_a.l1.b = wider_b.l1.b = Eigen::VectorXf::Zero(4);
+  const auto shape_error = message_of<std::invalid_argument>([&] { ckpt::read_params(t, wider_a, {.prefix = "m"}); });
+  BOOST_TEST(shape_error == "ckpt: read_params: strict read: 1 entry of another shape: 'm.l1.b' [3] (the template's "
+                            "[4]) (copy_overlap = true copies the block both shapes share)");
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::read_params(t, {{wider_b, "m"}}); }) == shape_error);
+}
+
+BOOST_AUTO_TEST_CASE(the_cast_of_a_read_is_ckpt_cast) {
+  // extract_options::cast and ckpt::cast: one conversion, the same bits. Values that round (to
+  // nearest even in F16 and BF16), overflow and a subnormal.
+  const Eigen::Vector4f values(1.0f / 3.0f, 1.0009765625f + 0.00048828125f, 70000.0f, 1e-7f);
+  const ckpt::checkpoint t = ckpt::of_params(values, "v");
+  Eigen::Matrix<Eigen::half, 4, 1> half = Eigen::Matrix<Eigen::half, 4, 1>::Zero();
+  const ckpt::read_report report = ckpt::read_params(t, half, {.prefix = "v", .cast = true});
+  BOOST_TEST(report.cast.size() == 1u);
+  BOOST_TEST((ckpt::of_params(half, "v").get("v") == ckpt::cast(t, ckpt::dtype::f16).get("v")));
+  const auto bf = ckpt::to_params(t, Eigen::Array<Eigen::bfloat16, 4, 1>::Zero().eval(), {.prefix = "v", .cast = true});
+  BOOST_TEST((ckpt::of_params(bf, "v").get("v") == ckpt::cast(t.get("v"), ckpt::dtype::bf16)));
 }

@@ -151,7 +151,7 @@ BOOST_AUTO_TEST_CASE(every_form_of_the_call_picks_the_intended_save) {
   ckpt::save(s.path() / "one.safetensors", {{m, "model"}});
   ckpt::save(s.path() / "as_section.safetensors", {t});
   ckpt::save(s.path() / "checkpoint.safetensors", t);
-  ckpt::save(s.path() / "options.safetensors", t, {.digest = false});
+  ckpt::save(s.path() / "options.safetensors", t, {.digest = true});  // the default, spelled
   const std::string expected = read_bytes(s.path() / "checkpoint.safetensors");
   for (const char* file : {"one.safetensors", "as_section.safetensors", "options.safetensors"})
     BOOST_TEST((read_bytes(s.path() / file) == expected), file);
@@ -200,6 +200,79 @@ BOOST_AUTO_TEST_CASE(the_save_of_a_checkpoint_is_the_one_section_case) {
   ckpt::save(s.path() / "checkpoint.safetensors", t, {.digest = false});
   ckpt::save(s.path() / "section.safetensors", {t}, t.metadata(), {.digest = false});
   BOOST_TEST((read_bytes(s.path() / "checkpoint.safetensors") == read_bytes(s.path() / "section.safetensors")));
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_section_brings_its_metadata) {
+  // save(path, t) is save(path, {t}): the section made from t carries t's metadata, so both
+  // spellings (and a range of one section, with options alone or none) write the same bytes.
+  const temp_dir s;
+  const model m = make_model(8);
+  const ckpt::checkpoint t = ckpt::of_params(m, "model").with_metadata({{"k", "v"}, {"lr", "0.1"}});
+  ckpt::save(s.path() / "checkpoint.safetensors", t);
+  const std::vector<ckpt::section> one{t};
+  ckpt::save(s.path() / "range.safetensors", one);
+  ckpt::save(s.path() / "list.safetensors", {t}, ckpt::metadata_map{});
+  const std::string expected = read_bytes(s.path() / "checkpoint.safetensors");
+  BOOST_TEST((read_bytes(s.path() / "range.safetensors") == expected));
+  BOOST_TEST((read_bytes(s.path() / "list.safetensors") == expected));
+  BOOST_TEST(ckpt::load(s.path() / "range.safetensors").metadata().at("lr") == "0.1");
+  ckpt::save(s.path() / "checkpoint.safetensors", t, {.digest = false});
+  ckpt::save(s.path() / "range.safetensors", one, {.digest = false});
+  BOOST_TEST((read_bytes(s.path() / "range.safetensors") == read_bytes(s.path() / "checkpoint.safetensors")));
+
+  // The metadata argument goes over the checkpoints' (a key both give: the argument's value), and
+  // the metadata of several checkpoint sections are merged; a structure's section brings none.
+  ckpt::save(s.path() / "merged.safetensors",
+             {{t}, {ckpt::of_int("step", 3).with_metadata({{"run", "a"}, {"k", "v"}})}, {m.vec, "optim.v"}},
+             {{"lr", "0.2"}});
+  const ckpt::metadata_map got = ckpt::load(s.path() / "merged.safetensors").metadata();
+  BOOST_TEST(got.at("k") == "v");
+  BOOST_TEST(got.at("lr") == "0.2");
+  BOOST_TEST(got.at("run") == "a");
+
+  // Loaded files bring their digests, each file's own: dropped, never a conflict.
+  ckpt::save(s.path() / "a.safetensors", ckpt::of_int("a", 1));
+  ckpt::save(s.path() / "b.safetensors", ckpt::of_int("b", 2));
+  const ckpt::checkpoint a = ckpt::load(s.path() / "a.safetensors"), b = ckpt::load(s.path() / "b.safetensors");
+  BOOST_TEST(a.metadata().at("ckpt.xxh3_64_file") != b.metadata().at("ckpt.xxh3_64_file"));
+  ckpt::save(s.path() / "ab.safetensors", {a, b});
+  BOOST_TEST(ckpt::load(s.path() / "ab.safetensors").names() == (std::vector<std::string>{"a", "b"}));
+}
+
+BOOST_AUTO_TEST_CASE(two_checkpoint_sections_that_disagree_on_a_metadata_key_are_refused) {
+  const temp_dir s;
+  const ckpt::checkpoint first = ckpt::of_int("a", 1).with_metadata({{"lr", "0.1"}});
+  const ckpt::checkpoint second = ckpt::of_int("b", 2).with_metadata({{"lr", "0.2"}});
+  const std::string expected =
+      "ckpt: save: metadata key 'lr' has two different values ('0.1' and '0.2') in the checkpoint sections";
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] { ckpt::save(s.path() / "x.safetensors", {first, second}); }) ==
+             expected);
+  // Even when the argument gives the key: the sections themselves disagree. Nothing is written.
+  BOOST_TEST(ckpt_test::message_of<std::invalid_argument>([&] {
+               ckpt::save(s.path() / "x.safetensors", {first, second}, {{"lr", "0.3"}});
+             }) == expected);
+  BOOST_TEST(!fs::exists(s.path() / "x.safetensors"));
+  BOOST_TEST(fs::is_empty(s.path()));
+}
+
+BOOST_AUTO_TEST_CASE(a_save_of_sections_takes_its_options_alone) {
+  // As a save of a checkpoint does: `save(path, {{big, "big"}}, {.digest = true})` compiles, with
+  // no metadata before the options, for a braced list and a range.
+  const temp_dir s;
+  const Eigen::MatrixXf big = Eigen::MatrixXf::Constant(64, 32, 0.5f);
+  ckpt::save(s.path() / "digest.safetensors", {{big, "big"}}, {.digest = true});
+  ckpt::save(s.path() / "plain.safetensors", {{big, "big"}}, {.digest = false});
+  const std::vector<ckpt::section> sections{{big, "big"}};
+  std::uint64_t last = 0;
+  const auto progress = [&](std::uint64_t written, std::uint64_t) { last = written; };
+  ckpt::save(s.path() / "range.safetensors", sections, {.digest = false, .progress = progress});
+  BOOST_TEST(ckpt::load(s.path() / "digest.safetensors").metadata().contains("ckpt.xxh3_64_file"));
+  BOOST_TEST(!ckpt::load(s.path() / "plain.safetensors").metadata().contains("ckpt.xxh3_64_file"));
+  BOOST_TEST((read_bytes(s.path() / "range.safetensors") == read_bytes(s.path() / "plain.safetensors")));
+  BOOST_TEST(last == fs::file_size(s.path() / "range.safetensors"));
+  // The digest is on by default, for sections as for a checkpoint.
+  ckpt::save(s.path() / "default.safetensors", {{big, "big"}});
+  BOOST_TEST((read_bytes(s.path() / "default.safetensors") == read_bytes(s.path() / "digest.safetensors")));
 }
 
 BOOST_AUTO_TEST_CASE(a_section_of_a_temporary_checkpoint_outlives_it) {

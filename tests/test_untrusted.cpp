@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(names_and_metadata_round_trip_byte_for_byte) {
 
   const temp_dir dir;
   const fs::path path = dir.path() / "names.safetensors";
-  ckpt::save(path, original);
+  ckpt::save(path, original, {.digest = false});  // the metadata as given
   const ckpt::checkpoint again = ckpt::load(path);
   BOOST_TEST(again.names() == original.names(), boost::test_tools::per_element());
   metadata.try_emplace("format", "pt");  // what every save writes
@@ -245,7 +245,7 @@ BOOST_AUTO_TEST_CASE(names_and_metadata_round_trip_byte_for_byte) {
   // The same bytes read from memory give the same checkpoint, and so does a second save.
   const std::string bytes = ckpt_test::read_bytes(path);
   BOOST_TEST(ckpt::parse(std::as_bytes(std::span(bytes))).names() == original.names(), boost::test_tools::per_element());
-  ckpt::save(path, again);
+  ckpt::save(path, again, {.digest = false});
   BOOST_TEST(ckpt_test::read_bytes(path) == bytes);
 }
 

@@ -34,7 +34,7 @@ BOOST_AUTO_TEST_SUITE(guide_format)
 BOOST_AUTO_TEST_CASE(the_digest_detects_a_changed_data_byte) {
   const ckpt::checkpoint t = weights();
   // [digest]
-  ckpt::save("weights.safetensors", t, {.digest = true});  // __metadata__ "ckpt.xxh3_64_file"
+  ckpt::save("weights.safetensors", t);  // __metadata__ "ckpt.xxh3_64_file", by default
   // ... a byte of the file changes on disk ...
   // [digest]
   const auto size = std::filesystem::file_size("weights.safetensors");
@@ -54,7 +54,7 @@ BOOST_AUTO_TEST_CASE(the_digest_detects_a_changed_data_byte) {
   BOOST_TEST(as_is.metadata().contains("ckpt.xxh3_64_file"));
   BOOST_TEST(!(as_is.get("w") == t.get("w")));
 
-  ckpt::save("plain.safetensors", t);  // no digest by default
+  ckpt::save("plain.safetensors", t, {.digest = false});  // no digest: the caller opts out
   BOOST_TEST(!ckpt::load("plain.safetensors").metadata().contains("ckpt.xxh3_64_file"));
 }
 

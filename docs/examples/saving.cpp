@@ -54,8 +54,9 @@ std::string load_wrong_shape() {
   try {
     ckpt::read_params(ckpt::load("model.safetensors"), wider, {.prefix = "model"});
   } catch (const std::invalid_argument& e) {
-    // "ckpt: read_params: entry 'model.l1.w' has shape [8, 2] but the template's leaf has shape [16, 2]
-    // (copy_overlap = true copies the block both shapes share)"
+    // "ckpt: read_params: strict read: 3 entries of another shape: 'model.l1.b' [8] (the template's
+    // [16]), 'model.l1.w' [8, 2] (the template's [16, 2]), 'model.l2.w' [2, 8] (the template's
+    // [2, 16]) (copy_overlap = true copies the block both shapes share)"
     message = e.what();  // `wider` is unchanged: every entry is checked before any leaf is written
   }
   // [errors]
@@ -135,7 +136,8 @@ BOOST_AUTO_TEST_CASE(save_then_load_gives_the_model_back) {
 BOOST_AUTO_TEST_CASE(a_mismatch_names_the_entry_and_changes_nothing) {
   save_model(make_mlp(2, 8, 2));
   BOOST_TEST(load_wrong_shape() ==
-             "ckpt: read_params: entry 'model.l1.w' has shape [8, 2] but the template's leaf has shape [16, 2] "
+             "ckpt: read_params: strict read: 3 entries of another shape: 'model.l1.b' [8] (the template's [16]), "
+             "'model.l1.w' [8, 2] (the template's [16, 2]), 'model.l2.w' [2, 8] (the template's [2, 16]) "
              "(copy_overlap = true copies the block both shapes share)");
   const half_linear like{Eigen::Matrix<Eigen::half, Eigen::Dynamic, Eigen::Dynamic>(8, 2),
                          Eigen::Matrix<Eigen::half, Eigen::Dynamic, 1>(8)};

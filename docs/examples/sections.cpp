@@ -73,8 +73,9 @@ struct classifier {
 
 classifier from_pretrained(const char* path, classifier model) {
   const ckpt::checkpoint t = ckpt::load(path);
-  // The pretrained file holds model.l1.*, model.l2.* (an mlp): extract the backbone alone.
-  // Its entries not named by the backbone would be ignored; the head keeps its initial values.
+  // The pretrained file holds model.l1.*, model.l2.* (an mlp): extract the backbone alone; the
+  // head keeps its initial values. (read_params is strict: an entry under `model` that the
+  // backbone does not name would be refused; {.strict = false} ignores such entries.)
   ckpt::read_params(t, model.body, {.prefix = "model"});
   return model;
 }

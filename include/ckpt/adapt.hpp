@@ -26,7 +26,10 @@
 /// ## Dtype conversion: `cast`
 ///
 /// `cast` converts a tensor, or the floating entries of a checkpoint, element-wise to another
-/// dtype (`extract_options::cast` applies the same rules while extracting into leaves).
+/// dtype. Two ways that agree: `extract_options::cast` (ckpt/params.hpp) converts while reading
+/// into leaves of another dtype, through this one conversion (the same bits); use it to read a
+/// checkpoint into a model of another precision, with nothing else kept; use `cast` to convert
+/// a checkpoint you then save, inspect or read in parts, or only some of its entries (`filter`).
 ///
 /// Every whole-byte dtype converts to every other: BOOL, U8..U64, I8..I64, F16, BF16, F32, F64,
 /// C64 and the five F8 formats. The sub-byte formats F6_E2M3, F6_E3M2 and F4 are kept as raw
@@ -148,7 +151,8 @@ namespace ckpt {
 [[nodiscard]] checkpoint fuse(const checkpoint& t, const std::vector<std::string>& parts, std::string_view into,
                               std::int64_t axis = 0);
 
-/// `x` converted element-wise to `to`, with `x`'s shape, following the rules in this file.
+/// `x` converted element-wise to `to`, with `x`'s shape, following the rules in this file: the
+/// one conversion, which `extract_options::cast` applies too (see "Dtype conversion" above).
 /// Returns `x` itself (sharing its bytes) when `to == x.dtype()`, whatever the dtype.
 /// \throws std::invalid_argument if `to != x.dtype()` and either dtype is sub-byte (F6_E2M3,
 ///   F6_E3M2, F4: raw bytes only). The message names both dtypes and reads, e.g.,

@@ -17,12 +17,14 @@
 
 namespace ckpt {
 
-/// Options of `save`, of a checkpoint or of sections (ckpt/section.hpp).
+/// Options of `save`, of a checkpoint or of sections (ckpt/section.hpp), of `save_sharded`'s
+/// shards and of `ckpt::mpi::save`.
 struct save_options {
   /// Store the digest of the whole file (header and data) in `__metadata__` under the key
   /// `ckpt.xxh3_64_file` (see `save`), computed while the file is written (one pass), so that
-  /// `load` detects corruption later.
-  bool digest = false;
+  /// `load` detects corruption later. On by default, as in the managers (a save is checked at
+  /// load unless the caller opts out): `{.digest = false}` writes none.
+  bool digest = true;
   /// If set, called on the saving thread as the file is written, with the bytes written so far
   /// and the file's size: at least every 64 MiB and once with both equal, before the fsync. An
   /// exception it throws abandons the save (the file at `path` keeps its old contents): a way to
@@ -47,6 +49,10 @@ struct load_options {
   /// checked. Every layout `load` opens takes it (a `torch.save` file, read whole, is selected
   /// after reading); of a sharded checkpoint only the shards that hold a chosen entry are read,
   /// and the metadata are those common to them.
+  /// Two ways that agree: `load(path, {.only = p})` gives the entries `select(load(path), p)`
+  /// gives (ckpt/name_pattern.hpp; `drop` is the complement, a pattern of what to leave out).
+  /// Use `only` to read less (a part of a large file, of an object in S3); `select`/`drop` on a
+  /// checkpoint you hold already, or to have the whole file's digest checked first.
   std::optional<name_pattern> only = {};
   /// If set, called on the loading thread while a digest is verified, with the bytes of the data
   /// section hashed so far and their total: after each 64 MiB the loading thread hashes (a helper
@@ -79,8 +85,8 @@ struct load_options {
 /// throws although the new file is already in place.
 ///
 /// `t`'s metadata are written as given, with two exceptions. The digest keys below are ckpt's: a
-/// stale value (say, from a loaded file) is dropped, and a fresh digest is written when
-/// `options.digest` is set. And `"format": "pt"` is added unless the metadata have a `format` key
+/// stale value (say, from a loaded file) is dropped, and a fresh digest is written unless
+/// `options.digest` is false. And `"format": "pt"` is added unless the metadata have a `format` key
 /// already (the caller's value is kept): Hugging Face transformers' `from_pretrained` refuses a
 /// safetensors file without it.
 ///
@@ -92,7 +98,8 @@ struct load_options {
 /// data-only digests of earlier versions, which `save` drops).
 ///
 /// It is the one-section case of the save of sections (ckpt/section.hpp), through the same
-/// writer: `save(path, {t}, t.metadata(), options)`.
+/// writer: `save(path, t, options)` is `save(path, {t}, options)`, the same file byte for byte (a
+/// section made from a checkpoint brings its metadata).
 ///
 /// **Object storage.** A `path` of the form `s3://bucket/key` is saved as that object (the same
 /// bytes), streamed as a multipart upload that makes the object appear whole or not at all;

@@ -299,11 +299,12 @@ class checkpoint_manager {
 
   /// Saves the sections as step `step`, straight from where the leaves live (as `ckpt::save` of
   /// sections does: no snapshot, so the trainer needs no memory beyond its parameters), with
-  /// `__metadata__` made of `metadata` (rank 0's in the MPI manager), then the manager's `step`
-  /// (decimal) and `wall_time` (UTC, ISO 8601 with milliseconds) entries, and the file's digest
-  /// (`ckpt.xxh3_64_file`) unless the `digest` option is off. A checkpoint is a section too (its
-  /// entries; its own metadata are not written: pass them in `metadata`). The sections are a
-  /// braced list, or any contiguous range of them built at run time (a `std::vector<section>`):
+  /// `__metadata__` made as `ckpt::save` of sections makes it (rank 0's in the MPI manager): the
+  /// metadata of the checkpoint sections (a checkpoint is a section too, its entries and its
+  /// metadata), then `metadata` over them, then the manager's `step` (decimal) and `wall_time`
+  /// (UTC, ISO 8601 with milliseconds) entries over both, and the file's digest
+  /// (`ckpt.xxh3_64_file`) unless the `digest` option is off. The sections are a braced list, or
+  /// any contiguous range of them built at run time (a `std::vector<section>`):
   /// \code
   /// manager.save(state.step, ckpt::training_state(params, state), {{"loss", "0.25"}});  // ckpt/adam.hpp
   /// manager.save(step, {{params, "model"}, {ema, "ema"}});
@@ -318,8 +319,10 @@ class checkpoint_manager {
   /// true.
   /// \return true if the step was written.
   /// \throws std::invalid_argument if `step` is negative, not newer than `latest_step()` or (MPI)
-  /// differs between ranks, if the keep-best metric in `metadata` is not a number, or if a leaf
-  /// name is empty, `__metadata__` or appears twice (MPI: `collective_error` naming the rank).
+  /// differs between ranks, if the keep-best metric in `metadata` is not a number, if a leaf
+  /// name is empty, `__metadata__` or appears twice, or if two checkpoint sections give one
+  /// metadata key different values (naming the key and both values) (MPI: `collective_error`
+  /// naming the rank).
   /// \throws io_error (MPI: `collective_error`) if writing fails (the new step is then absent); also
   /// a pending error of an earlier `save_async`.
   bool save(std::int64_t step, std::span<const section> sections, const metadata_map& metadata = {},

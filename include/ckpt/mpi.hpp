@@ -52,6 +52,12 @@
 
 namespace ckpt::mpi {
 
+class slice;
+
+namespace detail {
+struct slice_access;  // src/mpi/sliced.cpp: the way into a slice's leaf, for `sliced`
+}  // namespace detail
+
 /// A collective operation failed on some rank; every rank of the communicator throws this, with
 /// the same message: `ckpt: mpi::<operation> of step <s> in '<folder>' failed on rank <r> of
 /// <n>: <that rank's error message>` (the lowest failing rank if several failed). On the rank
@@ -91,9 +97,11 @@ class collective_error : public error {
 /// 3. One `MPI_Allreduce` confirms that every shard is durable. Then rank 0 writes the index the
 ///    same atomic way, and that commits the step; a second `MPI_Allreduce` tells the ranks.
 ///
-/// Every shard's `__metadata__` is rank 0's: `metadata`, then `step` (decimal); `load` gives
-/// them back. `options` are `ckpt::save`'s, for each rank's shard: `digest` stores each
-/// shard's digest (which `load` verifies), `progress` reports that rank's shard.
+/// Every shard's `__metadata__` is rank 0's, as `ckpt::save` of sections makes them: the
+/// metadata of its checkpoint sections, then `metadata`, then `step` (decimal); `load` gives
+/// them back. `options` are `ckpt::save`'s, for each rank's shard: `digest` (on by default)
+/// stores each shard's digest (which `load` verifies), `progress` reports that rank's shard; they
+/// may come without metadata (`save(comm, folder, step, {...}, {.digest = false})`).
 ///
 /// If anything fails on any rank (disk full, an exception), every rank throws, each rank removes
 /// the shard it wrote, and no index is written: the step does not exist, and earlier steps are
@@ -108,7 +116,8 @@ class collective_error : public error {
 ///   readers never see it change), or if ranks hold an entry with different dtypes or shapes
 ///   (the message names the entry and both ranks' dtype and shape).
 /// \throws collective_error on every rank if a rank failed (an I/O error, an exception; a leaf
-///   name of `local` that is empty, `__metadata__` or given twice).
+///   name of `local` that is empty, `__metadata__` or given twice; two checkpoint sections of
+///   `local` that give one metadata key different values).
 std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
                            std::span<const section> local, const metadata_map& metadata = {},
                            const ckpt::save_options& options = {});
@@ -117,6 +126,16 @@ inline std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& fo
                                   std::initializer_list<section> local, const metadata_map& metadata = {},
                                   const ckpt::save_options& options = {}) {
   return save(comm, folder, step, std::span<const section>(local.begin(), local.size()), metadata, options);
+}
+/// \copydoc save(MPI_Comm, const std::filesystem::path&, std::int64_t, std::span<const section>, const metadata_map&, const ckpt::save_options&)
+inline std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                                  std::span<const section> local, const ckpt::save_options& options) {
+  return save(comm, folder, step, local, metadata_map{}, options);
+}
+/// \copydoc save(MPI_Comm, const std::filesystem::path&, std::int64_t, std::span<const section>, const metadata_map&, const ckpt::save_options&)
+inline std::filesystem::path save(MPI_Comm comm, const std::filesystem::path& folder, std::int64_t step,
+                                  std::initializer_list<section> local, const ckpt::save_options& options) {
+  return save(comm, folder, step, std::span<const section>(local.begin(), local.size()), metadata_map{}, options);
 }
 
 /// A piece of one global tensor that this rank holds (ZeRO/FSDP's flat partition, or a
@@ -162,11 +181,9 @@ class slice {
   /// The number of elements held.
   /// \throws nothing
   [[nodiscard]] std::int64_t count() const noexcept { return ckpt::detail::numel_of(local_.shape); }
-  /// What the writer needs of the local leaf (not part of the API).
-  /// \throws nothing
-  [[nodiscard]] const ckpt::detail::entry_source& local() const noexcept { return local_; }
 
  private:
+  friend struct detail::slice_access;
   slice(std::string name, dims global_shape, std::int64_t first, ckpt::detail::entry_source local, bool rows);
   std::string name_;
   dims global_shape_;
@@ -194,8 +211,9 @@ class slice {
 ///    collective writes (`MPI_File_write_at_all`, in rounds of at most 64 MiB a rank, straight
 ///    from a leaf that stands in C order, else reordered through a staging buffer), rank 0 the
 ///    header too, then `MPI_File_sync`.
-/// 3. With `options.digest`, each rank reads back a share of the data's 1 MiB chunks (the page
-///    cache) and hashes them; rank 0 gathers the hashes and writes the digest into the header.
+/// 3. With `options.digest` (the default), each rank reads back a share of the data's 1 MiB
+///    chunks (the page cache) and hashes them; rank 0 gathers the hashes and writes the digest
+///    into the header.
 ///    Rank 0 renames the file into place, and the index commits the step, as for any step.
 ///
 /// Of the save's options, `progress` is not used for such a step (the writes are collective). A

@@ -62,10 +62,15 @@ class name_pattern {
 
 /// `t` with only the entries whose names `pattern` matches (anywhere in the name: anchor it with
 /// `^` and `$`); the tensors and the metadata are shared.
+/// Two ways that agree: `select(load(path), pattern)` gives the entries
+/// `load(path, {.only = pattern})` gives (`load_options::only`, ckpt/file.hpp). Use `select` (or
+/// `drop`) on a checkpoint you hold already, or to have the whole file's digest checked; `only`
+/// to read no more of the file (or of an object in S3) than the entries chosen.
 /// \throws std::bad_alloc
 [[nodiscard]] checkpoint select(const checkpoint& t, const name_pattern& pattern);
 
-/// `t` without the entries whose names `pattern` matches (the complement of `select`).
+/// `t` without the entries whose names `pattern` matches (the complement of `select`; after a
+/// load, as `select` above says of `load_options::only`).
 /// \throws std::bad_alloc
 [[nodiscard]] checkpoint drop(const checkpoint& t, const name_pattern& pattern);
 

@@ -26,18 +26,22 @@ namespace ckpt {
 /// removed, renamed, widened or retyped), see the guide's chapter "When the model changes".
 struct extract_options {
   /// Entries are named `prefix + "." + leaf name` (`prefix` alone for a bare root leaf). Only for
-  /// a single structure: sections carry their own prefixes.
+  /// a single structure: sections carry their own prefixes (`read_params(t, s, {.prefix = "m"})`
+  /// is `read_params(t, {{s, "m"}})`).
   std::string_view prefix = {};
-  /// Convert entries whose dtype differs from the leaf's instead of raising (by the rules of
-  /// `ckpt::cast`, ckpt/adapt.hpp); reported in `read_report::cast`.
+  /// Convert entries whose dtype differs from the leaf's instead of raising, through the one
+  /// conversion of `ckpt::cast` (ckpt/adapt.hpp: its rules, the same bits); reported in
+  /// `read_report::cast`. Two ways that agree: `cast` here converts while reading into leaves of
+  /// another dtype (no converted checkpoint is kept); `ckpt::cast(t, dtype)` first, to convert a
+  /// checkpoint you also save or inspect, or only some entries of it (its filter).
   bool cast = false;
   /// Strict, as PyTorch's `load_state_dict(strict=True)`: entries under the prefixes read (named
   /// `prefix` or `prefix + "."`..., every entry when a prefix is empty) that no leaf reads are an
   /// error, and the error lists every missing entry, every unread entry and every shape that
   /// differs at once, sorted, with their counts. Not strict, the entries no leaf reads are
   /// ignored (Raven's `Kaun.Checkpoint` rule; listed in `read_report::ignored`) and the first
-  /// problem is reported. Unset, the function's default: not strict for `to_params` and
-  /// `read_params` of a structure (as Kaun), strict for `read_params` of sections; so
+  /// problem is reported. Unset, the function's default: not strict for `to_params` (as Kaun),
+  /// strict for `read_params`, of a structure and of sections alike (as PyTorch); so
   /// `{.cast = true}` keeps each default.
   std::optional<bool> strict = {};
   /// A leaf that has no entry keeps the value it has (the template's: the value its constructor
@@ -51,10 +55,6 @@ struct extract_options {
   /// it a shape that differs is an error. Only for `read_params`. Not for the sub-byte dtypes
   /// (F4, F6).
   bool copy_overlap = false;
-  /// The function the error messages name (`"ckpt: <function>: ..."`); empty for the reading
-  /// function's own name. A function built on a read reports its errors under its own name this
-  /// way.
-  std::string_view function = {};
 };
 
 /// What a read of entries into leaves did (`read_params`): how many entries were read as
@@ -165,11 +165,21 @@ template <class P>
 /// without the copy of the template, so that loading a model needs no second copy of it. All
 /// entries are checked before any leaf is written: on an error `params` is unchanged. With
 /// `opts.keep_missing` or `opts.copy_overlap`, the leaves keep (some of) their values; the report
-/// says which. To read several structures, each under its prefix, as they were saved, pass the
-/// list of sections (ckpt/section.hpp).
+/// says which.
+///
+/// Strict unless `opts.strict` is false, as the read of sections: every entry under the prefix
+/// must be read by a leaf (`{.strict = false}` ignores the others and lists them in the report;
+/// `to_params` is the lenient one, as Kaun's).
+///
+/// **Two spellings, one read.** `read_params(t, params, {.prefix = "model"})` (the prefix as
+/// `to_params` takes it) and `read_params(t, {{params, "model"}})` (the list of sections,
+/// ckpt/section.hpp, which several structures share) do the same read: the same leaves, the same
+/// default strictness, the same report and the same error messages, which name `read_params`.
+/// Use this one for one structure read as `to_params` reads it; the list for what was saved as
+/// a list (a training state, a model and its EMA).
 /// \returns what was read, kept, ignored, copied partly and cast.
-/// \throws std::invalid_argument as `to_params` (the messages say `read_params`), except that
-/// `keep_missing` and `copy_overlap` are allowed.
+/// \throws std::invalid_argument as `to_params` (the messages say `read_params`; strict, they
+/// list every problem), except that `keep_missing` and `copy_overlap` are allowed.
 /// \throws ckpt::io_error, ckpt::format_error as `to_params`; after a failure while reading,
 /// some leaves may hold their new values.
 template <class P>

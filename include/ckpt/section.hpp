@@ -12,7 +12,8 @@
 /// (`ckpt::training_state(params, state)`, ckpt/adam.hpp). The sections are a braced list, or
 /// any contiguous range of them (a `std::vector<section>` built at run time).
 /// `save(path, checkpoint)` (ckpt/file.hpp, Raven's `Kaun.Checkpoint.save`) is the save's
-/// one-section case: it writes the checkpoint as one section, with its metadata.
+/// one-section case: `save(path, t)` is `save(path, {t})`, the same file byte for byte, with
+/// the checkpoint's metadata.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/live_source.hpp>
@@ -73,10 +74,11 @@ class section {
     requires(!std::is_same_v<P, checkpoint> && named<P>)
   section(const P&& params, std::string_view prefix = {})  // NOLINT: implicit on purpose
       : section(static_cast<const P&>(params), prefix) {}
-  /// The entries of `t` (its metadata are ignored: pass them to `save(path, {sections})`), to
-  /// save only. The section shares the entries' bytes: `t` may be a temporary.
+  /// The entries of `t` and its metadata, to save only: a save of sections writes the metadata
+  /// of its checkpoints (see `save` below). The section shares the entries' bytes: `t` may be a
+  /// temporary.
   /// \throws std::bad_alloc
-  section(const checkpoint& t) {  // NOLINT: implicit on purpose
+  section(const checkpoint& t) : metadata_(t.metadata()) {  // NOLINT: implicit on purpose
     entries_.reserve(t.size());
     for (const auto& [name, x] : t) entries_.push_back(detail::live_source(name, x, "save"));
   }
@@ -86,6 +88,8 @@ class section {
   section() = default;
   std::vector<detail::entry_source> entries_;
   std::string prefix_;
+  // A checkpoint's metadata, which a save writes; empty for a structure's section.
+  metadata_map metadata_;
   // Adds the section's leaves to a read; empty for a section that is only saved.
   std::function<void(detail::read_plan&)> read_;
 };
@@ -95,25 +99,47 @@ class section {
 /// column-major ones are reordered a band of rows at a time, on a helper thread that works one
 /// band ahead of the writer. The file is the one
 /// `save(path, concat({of_params(...)...}).with_metadata(metadata))` would write.
-/// The leaves must not change during the call. `options.digest` stores the digest of the file
-/// (header and data), hashed as the bytes go out (see `save`).
-/// The sections are a braced list or a contiguous range built at run time:
+/// The leaves must not change during the call. `options.digest` (on by default) stores the
+/// digest of the file (header and data), hashed as the bytes go out (see `save`).
+///
+/// **Metadata.** The file's `__metadata__` are those of the sections made from checkpoints,
+/// merged, then `metadata` over them (on a key both give, `metadata`'s value is written), with
+/// the exceptions `save` of a checkpoint names (ckpt's digest keys, `format`). So
+/// `save(path, t)` and `save(path, {t})` write the same file, and `save(path, {t}, {{"k", "v"}})`
+/// adds or replaces one key of `t`'s. The managers' saves follow the same rule, their own `step`
+/// and `wall_time` entries last.
+///
+/// The sections are a braced list or a contiguous range built at run time; the options may come
+/// without metadata, as for a checkpoint:
 /// \code
 /// std::vector<ckpt::section> sections{{params, "model"}};
 /// for (const auto& [name, table] : embeddings) sections.emplace_back(table, "embed." + name);
 /// ckpt::save(path, sections);
+/// ckpt::save(path, {{params, "model"}}, {.digest = false});  // the options alone
 /// \endcode
 /// A `path` of the form `s3://bucket/key` is saved as that object, as `save` of a checkpoint
 /// (ckpt/file.hpp) says.
-/// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted).
+/// \throws std::invalid_argument if a name is empty, `__metadata__`, or appears twice (quoted);
+/// if two checkpoint sections give one metadata key different values (the message names the key
+/// and both values; checked before anything is written, as the names are); as `save` of a
+/// checkpoint for the header and the metadata.
 /// \throws io_error on an I/O error; remote_error (and std::invalid_argument) for an `s3://`
 /// path, as `save` of a checkpoint.
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata = {},
           const save_options& options = {});
 /// \copydoc save(const std::filesystem::path&, std::span<const section>, const metadata_map&, const save_options&)
+inline void save(const std::filesystem::path& path, std::span<const section> sections, const save_options& options) {
+  save(path, sections, metadata_map{}, options);
+}
+/// \copydoc save(const std::filesystem::path&, std::span<const section>, const metadata_map&, const save_options&)
 inline void save(const std::filesystem::path& path, std::initializer_list<section> sections,
                  const metadata_map& metadata = {}, const save_options& options = {}) {
   save(path, std::span<const section>(sections.begin(), sections.size()), metadata, options);
+}
+/// \copydoc save(const std::filesystem::path&, std::span<const section>, const metadata_map&, const save_options&)
+inline void save(const std::filesystem::path& path, std::initializer_list<section> sections,
+                 const save_options& options) {
+  save(path, std::span<const section>(sections.begin(), sections.size()), metadata_map{}, options);
 }
 
 /// Reads back the sections a file was saved as: every leaf of every section from the entry of
@@ -130,6 +156,13 @@ inline void save(const std::filesystem::path& path, std::initializer_list<sectio
 /// changed since the save, `options.keep_missing`, `strict = false`, `copy_overlap` and `cast`
 /// let each kind of difference through, and the report returned says what each did (see the
 /// guide's chapter "When the model changes").
+///
+/// **Two spellings, one read.** `read_params(t, {{params, "model"}})` and
+/// `read_params(t, params, {.prefix = "model"})` (ckpt/params.hpp, the prefix as `to_params`
+/// takes it) do the same read: the same leaves, the same default strictness, the same report and
+/// the same error messages, which name `read_params`. Use the list for what was saved as a list
+/// (a training state, a model and its EMA); the prefix for one structure read as `to_params`
+/// reads it.
 /// \returns what was read, kept, ignored, copied partly and cast.
 /// \throws std::invalid_argument if a section was made from a const structure or a checkpoint (it
 /// cannot be read into), if `options.prefix` is not empty (sections carry their prefixes), if the

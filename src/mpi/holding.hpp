@@ -68,15 +68,14 @@ inline std::string describe_entry(ckpt::dtype type, std::span<const std::int64_t
 }
 
 // Collective: the part of planning a step that every save shares. Every rank's holding, this
-// rank's entries described by `describe_mine` (an exception there is reported on every rank as a
-// collective_error), after checking that the ranks agree on the step and that it is not
-// committed; fills `plan`'s folder, run (`held`, the folder a manager holds, or `folder` opened
-// by each rank, created if need be, once the step is agreed), step, dir, operation and metadata
-// (rank 0's `metadata`, then `step`). `function` names the caller in messages.
+// rank's entries and (rank 0) the step's metadata described by `describe_mine` (an exception there
+// is reported on every rank as a collective_error), after checking that the ranks agree on the
+// step and that it is not committed; fills `plan`'s folder, run (`held`, the folder a manager
+// holds, or `folder` opened by each rank, created if need be, once the step is agreed), step, dir,
+// operation and metadata (rank 0's, then `step`). `function` names the caller in messages.
 std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
                                      const ckpt::detail::folder_handle* held, std::int64_t step,
-                                     const metadata_map& metadata, std::string_view function,
-                                     const std::function<void(std::vector<holding::entry>&)>& describe_mine);
+                                     std::string_view function, const std::function<void(holding& mine)>& describe_mine);
 
 // Collective data, local work: plans a step in which some rank holds slices (src/mpi/sliced.cpp):
 // checks that the slices of each global tensor cover it exactly once and that the ranks agree on

@@ -144,6 +144,20 @@ class mpi_state final : public ckpt::detail::manager_state {
     MPI_Barrier(comm_);  // the folder is tidy on every rank's return
   }
 
+  // Collective: a conflict on any rank fails the save on every rank (one MPI_Allreduce).
+  [[nodiscard]] metadata_map given_metadata(std::span<const section> sections, const metadata_map& metadata,
+                                            std::string_view operation) override {
+    metadata_map merged;
+    std::exception_ptr local_error;
+    try {
+      merged = manager_state::given_metadata(sections, metadata, operation);
+    } catch (...) {
+      local_error = std::current_exception();
+    }
+    detail::settle(comm_, local_error, core.folder(), "checkpoint_manager::" + std::string(operation));
+    return merged;
+  }
+
   // Collective.
   std::optional<metadata_map> admit(std::int64_t step, const metadata_map& metadata, bool force) override {
     // The ranks must agree on the step before anything depends on it (a skip on some ranks only

@@ -286,11 +286,17 @@ std::int64_t first_of_rows(const checkpoint& t, std::string_view name, std::int6
 
 }  // namespace detail
 
+// The way into a slice's leaf (declared in ckpt/mpi.hpp, a friend of slice): what `sliced`
+// gives the writer.
+struct detail::slice_access {
+  static const ckpt::detail::entry_source& local(const slice& s) noexcept { return s.local_; }
+};
+
 section sliced(std::span<const slice> slices) {
   std::vector<ckpt::detail::entry_source> entries;
   entries.reserve(slices.size());
   for (const slice& s : slices) {
-    ckpt::detail::entry_source& e = entries.emplace_back(s.local());
+    ckpt::detail::entry_source& e = entries.emplace_back(detail::slice_access::local(s));
     e.name = s.name();
     e.global_shape = s.global_shape();
     e.first = s.first();

@@ -70,8 +70,7 @@ std::filesystem::path step_folder(const std::filesystem::path& folder, std::int6
 
 std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
                                      const ckpt::detail::folder_handle* held, std::int64_t step,
-                                     const metadata_map& metadata, std::string_view function,
-                                     const std::function<void(std::vector<holding::entry>&)>& describe_mine) {
+                                     std::string_view function, const std::function<void(holding& mine)>& describe_mine) {
   const int size = size_of(comm);
   plan.folder = folder;
   plan.step = step;
@@ -82,8 +81,7 @@ std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::
   std::exception_ptr local_error;
   try {
     mine.step = step;
-    describe_mine(mine.entries);
-    if (rank_of(comm) == 0) mine.metadata = metadata;
+    describe_mine(mine);
   } catch (...) {
     local_error = std::current_exception();
     mine = holding{};
@@ -132,12 +130,15 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, const ck
   const int size = size_of(comm);
   step_plan plan;
   const std::vector<holding> all =
-      gather_holdings(comm, plan, folder, held, step, metadata, function, [&](std::vector<holding::entry>& entries) {
-        for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + std::string(function),
-                                                           ckpt::detail::slices_are::taken)) {
-          if (e->first < 0) entries.push_back({e->name, e->dtype, e->shape});
-          else entries.push_back({e->name, e->dtype, e->global_shape, e->first, ckpt::detail::numel_of(e->shape)});
+      gather_holdings(comm, plan, folder, held, step, function, [&](holding& mine) {
+        const std::string caller = "mpi::" + std::string(function);
+        for (const auto* e : ckpt::detail::ordered_entries(sections, caller, ckpt::detail::slices_are::taken)) {
+          if (e->first < 0) mine.entries.push_back({e->name, e->dtype, e->shape});
+          else mine.entries.push_back({e->name, e->dtype, e->global_shape, e->first, ckpt::detail::numel_of(e->shape)});
         }
+        // Every rank checks the metadata of its checkpoint sections; rank 0's are the step's.
+        metadata_map given = ckpt::detail::merged_metadata(sections, metadata, caller);
+        if (rank_of(comm) == 0) mine.metadata = std::move(given);
       });
   // A step with slices is one shard, of whole tensors, that the ranks write together.
   if (std::ranges::any_of(all, [](const holding& h) {

@@ -265,6 +265,16 @@ void save_async_follows_the_rules_of_save(const fs::path& folder) {
                std::to_string(size - 1) + " of " + std::to_string(size) +
                ": ckpt: mpi::checkpoint_manager::save_async: two leaves are named 'dup'");
   CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 6)));
+  // Two checkpoint sections that disagree on a metadata key on one rank: refused on every rank.
+  const ckpt::checkpoint lr = ckpt::of_int("lr.a." + std::to_string(rank), 1).with_metadata({{"lr", "0.1"}});
+  const ckpt::checkpoint lr_too =
+      ckpt::of_int("lr.b." + std::to_string(rank), 1).with_metadata({{"lr", rank == size - 1 ? "0.2" : "0.1"}});
+  CHECK_EQ(MESSAGE_OF(ckpt::mpi::collective_error, manager.save(6, {lr, lr_too})),
+           "ckpt: mpi::checkpoint_manager::save in '" + folder.string() + "' failed on rank " +
+               std::to_string(size - 1) + " of " + std::to_string(size) +
+               ": ckpt: mpi::checkpoint_manager: save: metadata key 'lr' has two different values ('0.1' and '0.2') "
+               "in the checkpoint sections");
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 6)));
   // Data parallel: every rank offers the same replicated state and only rank 0 writes it.
   CHECK(manager.save_async(6, {ckpt::of_int("step", 6)}));
   manager.wait();
@@ -272,6 +282,11 @@ void save_async_follows_the_rules_of_save(const fs::path& folder) {
            (std::vector<std::string>{"model-00001-of-00001.safetensors", std::string(ckpt::mpi::detail::index_file_name)}));
   CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{4, 6}));
   CHECK_EQ(manager.path_of(6), ckpt::mpi::detail::step_folder(folder, 6));
+  // A checkpoint section brings its metadata (rank 0's), under the manager's step.
+  CHECK(manager.save(8, {ckpt::of_int("step", 8).with_metadata({{"lr", "0.1"}, {"step", "99"}})}));
+  const ckpt::checkpoint eighth = manager.load(8);
+  CHECK_EQ(eighth.metadata().at("lr"), std::string("0.1"));
+  CHECK_EQ(eighth.metadata().at("step"), std::string("8"));
 }
 
 }  // namespace

@@ -291,6 +291,41 @@ void digests_checked_once_per_shard(const fs::path& folder) {
   if (rank != size - 1) check_owned_layers(t, rank, size);
 }
 
+void checkpoint_sections_bring_their_metadata(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  // Rank 0's metadata are the step's, made as ckpt::save of sections makes them: its checkpoint
+  // sections', the call's over them, then the step over both.
+  const ckpt::checkpoint mine = ckpt::of_int("own." + std::to_string(rank), rank)
+                                    .with_metadata({{"lr", "0.1"}, {"rank", std::to_string(rank)}, {"step", "99"}});
+  ckpt::mpi::save(comm, folder, 1, {mine}, {{"lr", "0.2"}});
+  const ckpt::checkpoint t = ckpt::mpi::load(comm, folder, 1);
+  CHECK_EQ(t.metadata().at("lr"), std::string("0.2"));
+  CHECK_EQ(t.metadata().at("rank"), std::string("0"));
+  CHECK_EQ(t.metadata().at("step"), std::string("1"));
+  // The digest by default; the options alone, as ckpt::save of sections takes them.
+  const fs::path first = ckpt::mpi::detail::step_folder(folder, 1) / shard(rank + 1, size);
+  CHECK(ckpt::load(first).metadata().contains("ckpt.xxh3_64_file"));
+  ckpt::mpi::save(comm, folder, 2, {mine}, {.digest = false});
+  const fs::path second = ckpt::mpi::detail::step_folder(folder, 2) / shard(rank + 1, size);
+  CHECK(!ckpt::load(second).metadata().contains("ckpt.xxh3_64_file"));
+  CHECK_EQ(ckpt::load(second).metadata().at("lr"), std::string("0.1"));
+  // Two checkpoint sections that disagree on the last rank only: every rank throws, naming it,
+  // and nothing is written.
+  const ckpt::checkpoint other =
+      ckpt::of_int("other." + std::to_string(rank), 1).with_metadata({{"lr", rank == size - 1 ? "0.3" : "0.1"}});
+  try {
+    ckpt::mpi::save(comm, folder, 3, {mine, other});
+    CHECK(false);
+  } catch (const ckpt::mpi::collective_error& e) {
+    CHECK_EQ(e.rank(), size - 1);
+    CHECK_EQ(e.cause(), std::string("ckpt: mpi::save: metadata key 'lr' has two different values ('0.1' and '0.3') in "
+                                    "the checkpoint sections"));
+  }
+  CHECK(!fs::exists(ckpt::mpi::detail::step_folder(folder, 3)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,5 +336,6 @@ int main(int argc, char** argv) {
                   {"committed_steps_are_never_rewritten", committed_steps_are_never_rewritten},
                   {"steps_without_index_do_not_exist", steps_without_index_do_not_exist},
                   {"a_step_saved_on_some_ranks_loads_on_any_other_number_of_ranks", a_step_saved_on_some_ranks_loads_on_any_other_number_of_ranks},
-                  {"digests_checked_once_per_shard", digests_checked_once_per_shard}});
+                  {"digests_checked_once_per_shard", digests_checked_once_per_shard},
+                  {"checkpoint_sections_bring_their_metadata", checkpoint_sections_bring_their_metadata}});
 }

@@ -29,6 +29,11 @@ namespace {
 using namespace ckpt_mpi_test;
 namespace fs = std::filesystem;
 
+// A slice's leaf is not part of the API: `sliced` reaches it through a detail access struct.
+template <class S>
+concept exposes_its_leaf = requires(const S& s) { s.local(); };
+static_assert(!exposes_its_leaf<ckpt::mpi::slice>);
+
 // The global tensors: "w" [13, 7] split by rows, "mu" [1000] and "big" [600 * 1024] (2.4 MiB,
 // so that the digest's 1 MiB chunks cut across pieces) split flat, "b" replicated.
 constexpr Eigen::Index w_rows = 13, w_cols = 7, mu_size = 1000, big_size = 600 * 1024;

@@ -102,8 +102,9 @@ void add_leaf_reads(std::vector<leaf_read>& leaves, P& params, std::string_view 
 // The one read: checks every leaf against its entry and the entries under the plan's prefixes
 // (names, presence, shapes, dtypes, as `options` allow; strict, every problem listed in one
 // error), then reads each entry into its leaf and runs the commits. Nothing is written before
-// every check has passed. `function` names the caller unless `options.function` does; `strict`
-// is the caller's default for `options.strict`.
+// every check has passed. `function` names the caller in the messages (read_params, to_params;
+// a function built on a read passes its own name); `strict` is the caller's default for
+// `options.strict`.
 read_report read_planned(const checkpoint& t, read_plan& plan, const extract_options& options,
                          std::string_view function, bool strict);
 
