@@ -45,4 +45,25 @@ remote_error::remote_error(const std::string& url, const std::string& method, lo
       code_(std::move(code)) {}
 remote_error::~remote_error() = default;
 
+namespace {
+
+std::string mixed_save_message(const std::filesystem::path& index, const std::filesystem::path& shard,
+                               const std::string& index_save, const std::string& shard_save) {
+  return "ckpt: the shard '" + shard.string() + "' is " +
+         (shard_save.empty() ? "of a save without an id" : "of save " + shard_save) + ", not of save " + index_save +
+         " that its index '" + index.string() +
+         "' names: the sharded checkpoint was saved again while it was read (load it again)";
+}
+
+}  // namespace
+
+mixed_save_error::mixed_save_error(const std::filesystem::path& index, const std::filesystem::path& shard,
+                                   std::string index_save, std::string shard_save)
+    : error(index, mixed_save_message(index, shard, index_save, shard_save)),
+      shard_(shard),
+      index_save_(std::move(index_save)),
+      shard_save_(std::move(shard_save)) {}
+
+mixed_save_error::~mixed_save_error() = default;
+
 }  // namespace ckpt

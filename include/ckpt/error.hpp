@@ -142,4 +142,32 @@ class remote_error : public error {
   std::string code_;
 };
 
+/// A sharded checkpoint's index names a shard written by another save (`save_sharded` records
+/// its save's id in the index and every shard): the checkpoint was saved again, over the same
+/// shard names, while it was read. The files are not damaged; loading again reads one save whole.
+/// The message reads `ckpt: the shard '<shard>' is of save <id> (or: of a save without an id),
+/// not of save <id> that its index '<index>' names: the sharded checkpoint was saved again while
+/// it was read (load it again)`; `path()` is the index.
+class mixed_save_error : public error {
+ public:
+  /// \param index the index; \param shard the shard; \param index_save the index's save id;
+  /// \param shard_save the shard's ("" if it has none).
+  mixed_save_error(const std::filesystem::path& index, const std::filesystem::path& shard, std::string index_save,
+                   std::string shard_save);
+  ~mixed_save_error() override;
+  /// The shard of another save.
+  /// \throws nothing
+  [[nodiscard]] const std::filesystem::path& shard() const noexcept { return shard_; }
+  /// The save id the index records.
+  /// \throws nothing
+  [[nodiscard]] const std::string& index_save() const noexcept { return index_save_; }
+  /// The save id the shard records, "" if it records none.
+  /// \throws nothing
+  [[nodiscard]] const std::string& shard_save() const noexcept { return shard_save_; }
+
+ private:
+  std::filesystem::path shard_;
+  std::string index_save_, shard_save_;
+};
+
 }  // namespace ckpt

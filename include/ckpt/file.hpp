@@ -171,7 +171,7 @@ void save(const std::filesystem::path& path, const checkpoint& t, const save_opt
 ///   names an entry its shard does not hold; the message reads `ckpt: '<index>' is not a valid
 ///   sharded checkpoint index: <broken rule>`, the rule naming the entry and the shard file where
 ///   there is one.
-/// \throws mixed_save_error (ckpt/sharded.hpp) if a shard is of another save than its index, twice
+/// \throws mixed_save_error (ckpt/error.hpp) if a shard is of another save than its index, twice
 ///   (the checkpoint was saved again while it was read).
 /// \throws ckpt::error (the base class) naming the folder if a folder holds no checkpoint, two
 ///   checkpoints (see above, naming both files), or several indexes of one kind (naming the

@@ -23,7 +23,7 @@
 /// index's `metadata` and every shard's `__metadata__`, as `"ckpt.save_id"`. A load checks that
 /// every shard it reads gives its index's id, so that a checkpoint saved again over the same
 /// shard names while it is read (in a folder or a bucket) never loads as half one save, half the
-/// other: the load reads the index again once, and throws `mixed_save_error` if it meets a shard
+/// other: the load reads the index again once, and throws `mixed_save_error` (ckpt/error.hpp) if it meets a shard
 /// of another save again. Indexes without an id (Hugging Face's, or written by ckpt before it
 /// wrote ids) are read as they are.
 ///
@@ -41,34 +41,6 @@
 #include <vector>
 
 namespace ckpt {
-
-/// A sharded checkpoint's index names a shard written by another save (`save_sharded` records
-/// its save's id in the index and every shard): the checkpoint was saved again, over the same
-/// shard names, while it was read. The files are not damaged; loading again reads one save whole.
-/// The message reads `ckpt: the shard '<shard>' is of save <id> (or: of a save without an id),
-/// not of save <id> that its index '<index>' names: the sharded checkpoint was saved again while
-/// it was read (load it again)`; `path()` is the index.
-class mixed_save_error : public error {
- public:
-  /// \param index the index; \param shard the shard; \param index_save the index's save id;
-  /// \param shard_save the shard's ("" if it has none).
-  mixed_save_error(const std::filesystem::path& index, const std::filesystem::path& shard, std::string index_save,
-                   std::string shard_save);
-  ~mixed_save_error() override;
-  /// The shard of another save.
-  /// \throws nothing
-  [[nodiscard]] const std::filesystem::path& shard() const noexcept { return shard_; }
-  /// The save id the index records.
-  /// \throws nothing
-  [[nodiscard]] const std::string& index_save() const noexcept { return index_save_; }
-  /// The save id the shard records, "" if it records none.
-  /// \throws nothing
-  [[nodiscard]] const std::string& shard_save() const noexcept { return shard_save_; }
-
- private:
-  std::filesystem::path shard_;
-  std::string index_save_, shard_save_;
-};
 
 /// How `save_sharded` names and writes its files.
 struct shard_options {
