@@ -18,8 +18,8 @@
 // ckpt_bench_loop --dir=DIR [--model-mib=256] [--order=col|row] [--intervals=1,2,5,10] [--pairs=5]
 //                 [--seconds=20] [--batch=32] [--eager=1] [--normal-priority=0] [--first]
 
+#include "io/io_hooks.hpp"  // the writer's priority, left as it was for --normal-priority (private: src/)
 #include "common.hpp"
-#include "io_hooks.hpp"  // the writer's priority, left as it was for --normal-priority (private: src/)
 
 #include <xxhash.h>
 

@@ -1,10 +1,10 @@
 #pragma once
 // The writes a save makes with direct I/O (its descriptor in O_DIRECT), seen through the I/O seam
-// (src/io_hooks.hpp): the bytes written, and those of them written from the writer's staging
+// (src/io/io_hooks.hpp): the bytes written, and those of them written from the writer's staging
 // buffer (the one address every staged write is from: that of the first, which holds the
 // header). Shared by the tests of both managers' background saves.
 
-#include "io_hooks.hpp"
+#include "io/io_hooks.hpp"
 
 #include <fcntl.h>
 #include <sys/uio.h>

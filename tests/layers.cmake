@@ -3,12 +3,13 @@ cmake_minimum_required(VERSION 3.25)
 #   1. every public header, every header of include/ckpt/detail/ and every file of src/ has a
 #      layer, and no file includes one of a higher layer;
 #   2. no include goes in a circle: neither between files nor between units (a unit is a name's
-#      header and sources: include/ckpt/file.hpp, src/file.cpp; src/mpi/X is the unit mpi/X);
-#   3. ckpt::load (src/load.cpp) sits above the file reader and the sharded reader, which do not
+#      header and sources: include/ckpt/file.hpp, src/format/file.cpp; src/mpi/X is the unit mpi/X);
+#   3. ckpt::load (src/format/load.cpp) sits above the file reader and the sharded reader, which do not
 #      include each other (the file reader does not reach the sharded one; neither reaches load);
-#   4. the headers of ckpt/detail/ are there because a public header needs them.
-# The public headers' layers are read from the guide's table itself; the detail headers and the
-# private pieces of src/ have theirs below. Run by CTest as
+#   4. the headers of ckpt/detail/ are there because a public header needs them;
+#   5. the folders of src/ are layers in an order: none includes a file of a later folder.
+# The public headers' layers are read from the guide's table itself, the detail headers' are
+# listed below, and a piece of src/ is on its folder's layer. Run by CTest as
 #   cmake -DCKPT_SOURCE_DIR=... -P tests/layers.cmake
 # and fails listing every offence, except the ones listed in `known` below: those are printed
 # (each edge that makes them) and left to be fixed.
@@ -53,72 +54,45 @@ set(layer_detail/leaf_copies 3)   # a leaf's shape, a copy of it, an unfilled le
 set(layer_detail/walk 3)          # the walk of named structures (named.hpp)
 set(layer_detail/flat_array 3)    # zero leaves, a leaf as a flat array (leafwise.hpp)
 set(layer_detail/section_access 3) # the way into a section's members (section.hpp)
-set(layer_detail/lazy_copy 2)     # the copy-before-write rule of a lazy snapshot (adam.hpp, src/snapshot.cpp)
+set(layer_detail/lazy_copy 2)     # the copy-before-write rule of a lazy snapshot (adam.hpp, src/structures/snapshot.cpp)
 set(layer_detail/extract 3)       # the read of one structure (params.hpp)
 set(layer_detail/adam_update 4)   # Adam's moments and the update of a leaf (adam.hpp)
 set(layer_detail/training_state 4) # the training state's section names and step entry (adam.hpp)
 set(layer_detail/slice_reads 4)   # the part of an entry read_flat and read_rows read (mpi.hpp)
 
-# The private pieces of src/ that are not named after a public header (a src/ file named after a
-# public header lives on that header's layer).
-set(layer_memory 1)
-set(layer_parallel 1)
-set(layer_tuning 1)              # the compiled library's tuning constants (src/tuning.hpp)
-set(layer_temporary_name 1)
-set(layer_folder 1)             # a folder held by its descriptor: every name the library creates, renames or removes
-set(layer_entry_name 1)        # the format's rule for entry names and its messages
-set(layer_metadata 1)          # the rule for merging __metadata__ maps (a key, one value) and its message
-set(layer_utf8 1)              # UTF-8 read, checked and quoted for messages
-set(layer_hex 1)               # hex digits, spelled and checked (src/hex.hpp)
-set(layer_digest 1)            # the whole-file digest's parts (src/digest.hpp), below the file writer
-set(layer_transpose 1)
-set(layer_transpose_avx2 1)
-set(layer_transpose_kernels 1)
-set(layer_transpose_tiles 1)
-set(layer_mapped_file 2)       # the mapping a tensor's bytes may live in
-set(layer_pages 2)             # src/pages.cpp: the copies out of a tensor's bytes (ckpt/detail/pages.hpp)
-set(layer_entry_source 2)      # src/entry_source.cpp: an entry's rows, a tensor's entry source
-set(layer_live_source 3)       # src/live_source.cpp: entry sources sorted by name, names checked
-set(layer_reordered_bands 2)   # the file writer's bands
-set(layer_json_sax 2)           # what the SAX handlers of the JSON readers share (safetensors, hf_index)
-set(layer_safetensors 2)       # the format's header parser and writer
-set(layer_cast 2)              # dtype conversion (src/cast.hpp, src/cast.cpp; the API is ckpt::cast of adapt.hpp)
-set(layer_hf_index 2)          # the sharded index's reader
-set(layer_name_pattern 2)      # ckpt::name_pattern, select, drop (name_pattern.hpp), on RE2
-set(layer_load 2)              # src/load.cpp: load dispatches to the file and the sharded reader
-set(layer_by_content 2)        # a file or bytes by content, to the torch or the safetensors reader (load.cpp, sharded.cpp)
-set(layer_torch_error 2)       # the torch reader's error and budgets (src/torch_error.hpp, for pickle, torch_tensors, torch)
-set(layer_pickle 2)            # the restricted unpickler of data.pkl (included by src/torch.cpp, src/torch_tensors.hpp)
-set(layer_torch_tensors 2)     # the storages and tensors a torch.save pickle rebuilds (included by src/torch.cpp)
-set(layer_manager_core 4)
-set(layer_local_manager 4)     # checkpoint_manager: a file a step, on the core (the API is ckpt/manager.hpp)
-set(layer_mpi/common 4)
-set(layer_mpi/step 4)
-set(layer_mpi/manager 4)
-set(layer_mpi/holding 4)       # what ranks exchange before a save (steps, entries, slices)
-set(layer_mpi/step_folders 4)  # mpi::save, mpi::load and the committed steps of step folders
-set(layer_mpi/sliced 4)        # mpi::save of slices and the resharded reads
-set(layer_mpi/tiers 4)         # the manager's local tiers: nodes, partner copies, drain, restore
-set(layer_s3/client 2)         # the S3 client on libcurl (object storage, I/O)
-set(layer_s3/xml 2)            # S3's XML answers, read by expat (the client's)
-set(layer_s3/object_file 2)    # a checkpoint file as an S3 object: the upload sink, the download
-set(layer_s3/run 4)            # a checkpoint_manager's run in a bucket (its manager_state)
-set(layer_remote 2)            # s3:// paths for ckpt::save and ckpt::load
-set(layer_remote_path 1)       # whether a path is s3:// (the folder opener refuses such paths)
-set(layer_byte_sink 1)         # where the file writer's bytes go (a temporary file, an upload)
+# The folders of src/ are layers (CMakeLists.txt lists the library's sources by folder): a private
+# piece of src/ is on its folder's layer, and a source named after a public header must be on that
+# header's (checked below). A folder includes only its own files and those of the folders before it
+# in this list (5.).
+set(src_folders base io s3 tensor format structures run mpi)
+set(folder_layer_base 1)        # errors, dtypes, UTF-8, hex, memory, digests, the transpose
+set(folder_layer_io 1)          # files held by their descriptors, the atomic writer, mappings, the test seam
+set(folder_layer_s3 1)          # the S3 client and its transfers: bytes only
+set(folder_layer_tensor 2)      # tensors, checkpoints, views, dtype conversion, name patterns, adapters
+set(folder_layer_format 2)      # the file formats, and the front doors of a load and a save
+set(folder_layer_structures 3)  # leaves, named structures, params, sections, snapshots
+set(folder_layer_run 4)         # the managers
+set(folder_layer_mpi 4)         # ckpt::mpi
 
-# A file's unit: include/ckpt/X.hpp, src/X.cpp and src/X.hpp are X; include/ckpt/detail/X.hpp is
-# detail/X; src/mpi/X.* is mpi/X, except src/mpi/mpi.cpp, which is mpi.
+# A file's unit: include/ckpt/X.hpp and src/<folder>/X.* are X; include/ckpt/detail/X.hpp is
+# detail/X; src/mpi/X.* is mpi/X and src/s3/X.* is s3/X (folders that are also namespaces).
 function(unit_of rel out)
   get_filename_component(stem "${rel}" NAME_WE)
   if(rel MATCHES "^include/ckpt/detail/")
     set(stem "detail/${stem}")
-  elseif(rel MATCHES "^src/mpi/" AND NOT stem STREQUAL "mpi")
-    set(stem "mpi/${stem}")
-  elseif(rel MATCHES "^src/s3/")
-    set(stem "s3/${stem}")
+  elseif(rel MATCHES "^src/(mpi|s3)/")
+    set(stem "${CMAKE_MATCH_1}/${stem}")
   endif()
   set(${out} "${stem}" PARENT_SCOPE)
+endfunction()
+
+# A file's folder of src/ ("" for the headers of include/).
+function(folder_of rel out)
+  if(rel MATCHES "^src/([a-z0-9_]+)/")
+    set(${out} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
 endfunction()
 
 file(GLOB headers RELATIVE "${CKPT_SOURCE_DIR}" "${CKPT_SOURCE_DIR}/include/ckpt/*.hpp")
@@ -137,8 +111,12 @@ foreach(rel IN LISTS headers details sources)
   foreach(line IN LISTS lines)
     if(line MATCHES "^#include <ckpt/([a-z_/]+\\.hpp)>")
       set(dep "include/ckpt/${CMAKE_MATCH_1}")
-    elseif(line MATCHES "^#include \"([a-z_./]+)\"")
+    elseif(line MATCHES "^#include \"([a-z0-9_./]+)\"")
+      # Beside the file, else under src/ (the library's private include directory).
       cmake_path(SET dep NORMALIZE "${folder}/${CMAKE_MATCH_1}")
+      if(NOT dep IN_LIST files)
+        cmake_path(SET dep NORMALIZE "src/${CMAKE_MATCH_1}")
+      endif()
     else()
       continue()
     endif()
@@ -154,7 +132,14 @@ set(offences "")
 set(unknown "")
 foreach(rel IN LISTS files)
   unit_of("${rel}" unit)
-  if(NOT DEFINED layer_${unit})
+  folder_of("${rel}" folder)
+  if(NOT folder STREQUAL "" AND NOT DEFINED folder_layer_${folder})
+    list(APPEND unknown "${rel} (folder src/${folder}/ has no layer)")
+  elseif(NOT folder STREQUAL "" AND DEFINED layer_${unit} AND NOT layer_${unit} EQUAL folder_layer_${folder})
+    list(APPEND offences "${rel}: named after a header of layer ${layer_${unit}}, in src/${folder}/ of layer ${folder_layer_${folder}}")
+  elseif(NOT folder STREQUAL "")
+    set(layer_${unit} "${folder_layer_${folder}}")
+  elseif(NOT DEFINED layer_${unit})
     list(APPEND unknown "${rel} (unit ${unit})")
   endif()
   set(layer_of_${rel} "${layer_${unit}}")
@@ -281,6 +266,23 @@ endforeach()
 foreach(rel IN LISTS details)
   if(NOT rel IN_LIST needed)
     list(APPEND offences "not needed by a public header: ${rel} (move it to src/)")
+  endif()
+endforeach()
+
+# 5. The folders of src/ in their order: none includes a file of a folder after it.
+foreach(edge IN LISTS edges)
+  string(REPLACE "|" ";" pair "${edge}")
+  list(GET pair 0 from)
+  list(GET pair 1 to)
+  folder_of("${from}" a)
+  folder_of("${to}" b)
+  if(a STREQUAL "" OR b STREQUAL "" OR a STREQUAL b)
+    continue()
+  endif()
+  list(FIND src_folders "${a}" ia)
+  list(FIND src_folders "${b}" ib)
+  if(ib GREATER ia)
+    list(APPEND offences "folder order: ${from} (src/${a}/) includes ${to} (src/${b}/, a later folder)")
   endif()
 endforeach()
 

@@ -1,14 +1,14 @@
-// Tests of ckpt::cast and of the conversion under it (src/cast.hpp: detail::can_cast and
+// Tests of ckpt::cast and of the conversion under it (src/tensor/cast.hpp: detail::can_cast and
 // detail::convert).
 //
 // The floating formats are checked against a reference written here from the formats'
-// definitions, independently of src/cast.cpp: values decoded with std::ldexp, and rounding
+// definitions, independently of src/tensor/cast.cpp: values decoded with std::ldexp, and rounding
 // done by brute force (the nearest of all the format's values, ties to the even code).
 
 #define BOOST_TEST_MODULE cast
 #include <boost/test/unit_test.hpp>
 
-#include "cast.hpp"  // src/: detail::can_cast, detail::convert
+#include "tensor/cast.hpp"  // src/: detail::can_cast, detail::convert
 
 #include <ckpt/adapt.hpp>
 

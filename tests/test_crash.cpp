@@ -15,7 +15,7 @@
 #include "support.hpp"
 
 #include <ckpt/ckpt.hpp>
-#include "io_hooks.hpp"  // the build's private seam (src/)
+#include "io/io_hooks.hpp"  // the build's private seam (src/)
 
 #include <sys/mman.h>
 #include <sys/resource.h>

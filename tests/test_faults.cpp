@@ -1,4 +1,4 @@
-// Faults while saving, through the I/O seam (src/io_hooks.hpp): the system calls
+// Faults while saving, through the I/O seam (src/io/io_hooks.hpp): the system calls
 // a save issues and their order (the fsyncs that make the rename durable), short and interrupted
 // writes, and EIO/ENOSPC injected at every stage: the error names the file and the system error,
 // the previous file is intact byte for byte, and no temporary is left behind. Then the managers'
@@ -10,7 +10,7 @@
 #include "support.hpp"
 
 #include <ckpt/ckpt.hpp>
-#include "io_hooks.hpp"  // the build's private seam (src/)
+#include "io/io_hooks.hpp"  // the build's private seam (src/)
 
 #include <Eigen/Core>
 

@@ -7,7 +7,7 @@
 #include <ckpt/detail/pages.hpp>
 #include <ckpt/ckpt.hpp>
 
-#include "io_hooks.hpp"
+#include "io/io_hooks.hpp"
 
 #include <fcntl.h>
 #include <sys/resource.h>

@@ -6,9 +6,9 @@
 
 #include "support.hpp"
 
+#include "format/hf_index.hpp"  // read_weight_map and index_text (src/)
+#include "io/io_hooks.hpp"  // the build's private seam (src/)
 #include "allocation_watch.hpp"  // this executable's operator new, counting the heap's peak
-#include "hf_index.hpp"  // read_weight_map and index_text (src/)
-#include "io_hooks.hpp"  // the build's private seam (src/)
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
 

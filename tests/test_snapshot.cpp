@@ -1,12 +1,12 @@
 // snapshot_arena: snapshots of live structures into memory reused from one snapshot to the next,
 // and the manager's saves of live sections (straight from the leaves, or through its arena); the
-// large buffers given back and kept for the next of their size (src/memory.hpp, kept_buffers).
+// large buffers given back and kept for the next of their size (src/base/memory.hpp, kept_buffers).
 #define BOOST_TEST_MODULE snapshot
 #include <boost/test/unit_test.hpp>
 
+#include "base/memory.hpp"    // src/: detail::kept_buffers, detail::tuning::heap_limit (tuning.hpp)
+#include "io/io_hooks.hpp"       // src/: the background copy held back
 #include "direct_writes.hpp"  // the writes of a background save, seen
-#include "io_hooks.hpp"       // src/: the background copy held back
-#include "memory.hpp"    // src/: detail::kept_buffers, detail::tuning::heap_limit (tuning.hpp)
 #include "support.hpp"
 
 #include <ckpt/ckpt.hpp>

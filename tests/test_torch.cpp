@@ -5,9 +5,9 @@
 #define BOOST_TEST_MODULE torch
 #include <boost/test/unit_test.hpp>
 
-#include "support.hpp"
-#include "io_hooks.hpp"
 #include "fuzz/exercise_torch.hpp"
+#include "io/io_hooks.hpp"
+#include "support.hpp"
 
 #include <boost/json.hpp>  // declarations only: the test links Boost::json
 

@@ -6,8 +6,8 @@
 
 #include <ckpt/detail/transpose.hpp>
 
-#include "parallel.hpp"           // the build's private seams (src/)
-#include "transpose_kernels.hpp"
+#include "base/parallel.hpp"           // the build's private seams (src/)
+#include "base/transpose_kernels.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -11,7 +11,7 @@
 #include <string>
 #include <system_error>
 
-// The constructors, which build the messages, and the destructors are compiled in src/error.cpp:
+// The constructors, which build the messages, and the destructors are compiled in src/base/error.cpp:
 // each destructor, the class's first virtual function defined out of line, is its key function,
 // so that its vtable and type information are emitted once, in the library, and not in every
 // file that throws or catches it.

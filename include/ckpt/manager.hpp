@@ -45,7 +45,7 @@
 namespace ckpt {
 
 namespace detail {
-class manager_state;  // src/manager_core.hpp
+class manager_state;  // src/run/manager_core.hpp
 }  // namespace detail
 
 /// Numbered steps of one training run in a folder, kept by the retention rules of `options`:

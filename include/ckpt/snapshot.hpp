@@ -15,7 +15,7 @@
 namespace ckpt {
 
 namespace detail {
-struct arena_access;  // the managers' snapshots (src/snapshot.hpp)
+struct arena_access;  // the managers' snapshots (src/structures/snapshot.hpp)
 }  // namespace detail
 
 /// Makes immutable checkpoints out of live structures (the `section`s that `save` writes), copying

@@ -1,12 +1,12 @@
 #include <ckpt/mpi.hpp>
 
-#include "../atomic_file.hpp"
-#include "../folder.hpp"
-#include "../io_hooks.hpp"
-#include "../manager_core.hpp"
-#include "../posix_file.hpp"
-#include "../sharded.hpp"
-#include "../snapshot.hpp"
+#include "format/sharded.hpp"
+#include "io/atomic_file.hpp"
+#include "io/folder.hpp"
+#include "io/io_hooks.hpp"
+#include "io/posix_file.hpp"
+#include "run/manager_core.hpp"
+#include "structures/snapshot.hpp"
 #include "common.hpp"
 #include "step.hpp"
 #include "tiers.hpp"
@@ -48,7 +48,7 @@ struct opened_folder {
 };
 
 // A folder of shards per step, committed by its index, written by the ranks together. Every rank
-// holds the folder by its descriptor from open to close (src/folder.hpp); rank 0 checks that
+// holds the folder by its descriptor from open to close (src/io/folder.hpp); rank 0 checks that
 // they all hold the folder it locked. With a local tier (ckpt::mpi::tiers, src/mpi/tiers.hpp),
 // every step goes to the nodes' local folders and every drain_every-th one is drained to the
 // folder, the shared tier, on a second background thread.

@@ -5,12 +5,12 @@
 #include <ckpt/mpi.hpp>
 #include <ckpt/detail/pages.hpp>
 
-#include "../atomic_file.hpp"
-#include "../digest.hpp"
-#include "../folder.hpp"
-#include "../posix_file.hpp"
-#include "../safetensors.hpp"
-#include "../tuning.hpp"
+#include "base/digest.hpp"
+#include "base/tuning.hpp"
+#include "format/safetensors.hpp"
+#include "io/atomic_file.hpp"
+#include "io/folder.hpp"
+#include "io/posix_file.hpp"
 #include "common.hpp"
 #include "holding.hpp"
 #include "step.hpp"

@@ -2,14 +2,14 @@
 // ckpt/mpi.hpp), on the helpers of src/mpi/ that every collective function shares.
 #include <ckpt/mpi.hpp>
 
-#include "../atomic_file.hpp"
-#include "../file.hpp"
-#include "../folder.hpp"
-#include "../hf_index.hpp"
-#include "../manager_core.hpp"
-#include "../posix_file.hpp"
-#include "../safetensors.hpp"
-#include "../sharded.hpp"
+#include "format/file.hpp"
+#include "format/hf_index.hpp"
+#include "format/safetensors.hpp"
+#include "format/sharded.hpp"
+#include "io/atomic_file.hpp"
+#include "io/folder.hpp"
+#include "io/posix_file.hpp"
+#include "run/manager_core.hpp"
 #include "common.hpp"
 #include "holding.hpp"
 #include "step.hpp"

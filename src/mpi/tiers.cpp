@@ -1,12 +1,12 @@
 // The local tiers of ckpt::mpi::checkpoint_manager (src/mpi/tiers.hpp).
 #include "tiers.hpp"
 
-#include "../atomic_file.hpp"
-#include "../file.hpp"
-#include "../hf_index.hpp"
-#include "../manager_core.hpp"
-#include "../posix_file.hpp"
-#include "../sharded.hpp"
+#include "format/file.hpp"
+#include "format/hf_index.hpp"
+#include "format/sharded.hpp"
+#include "io/atomic_file.hpp"
+#include "io/posix_file.hpp"
+#include "run/manager_core.hpp"
 #include "common.hpp"
 #include "holding.hpp"
 

@@ -3,19 +3,19 @@
 // nodes of the job, each node's local folder, the partner copies sent over MPI, the drain's copy
 // to the shared folder, and the restore of a step from the fastest intact copy of each shard.
 //
-// Each run keeps its tiers apart under its id (src/manager_core.hpp, run_id_file_name): a node's
+// Each run keeps its tiers apart under its id (src/run/manager_core.hpp, run_id_file_name): a node's
 // local folder is `<local>/run-<id>/` (or `<local>/run-<id>/node-<k>/` for simulated nodes), and
 // nothing of the manager reads, writes or deletes anything of the local root outside it.
 // A node's local folder holds its own step folders, `step-<s>/` (the shards its ranks wrote, and
 // shards other nodes sent it at a restore), and `partner/step-<s>/` (the copies of the previous
 // node's shards). Each is committed by the step's index, written last by the node's first rank,
 // as a shared step folder is; the index names every shard of the step, of which a node holds some.
-// Every file is written, renamed and removed relative to the folders opened once (src/folder.hpp).
+// Every file is written, renamed and removed relative to the folders opened once (src/io/folder.hpp).
 
 #include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 
-#include "../folder.hpp"
+#include "io/folder.hpp"
 #include "step.hpp"
 
 #include <mpi.h>

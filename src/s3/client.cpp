@@ -2,8 +2,8 @@
 // answers checked against the requests, XML answers read by src/s3/xml.hpp.
 #include "client.hpp"
 
-#include "../hex.hpp"
-#include "../remote_path.hpp"
+#include "base/hex.hpp"
+#include "io/remote_path.hpp"
 #include "xml.hpp"
 
 #include <curl/curl.h>

@@ -3,7 +3,7 @@
 // cannot put the index in place. Every rank must then throw the same error (for save_async, at the
 // next call), no index may exist, the shards already written must be gone, and the previous step
 // must load intact.
-// The faults come through the I/O seam of the single-process writer (src/io_hooks.hpp),
+// The faults come through the I/O seam of the single-process writer (src/io/io_hooks.hpp),
 // installed on the failing rank only.
 
 #include "mpi_test.hpp"
@@ -11,7 +11,7 @@
 #include <ckpt/file.hpp>
 #include <ckpt/mpi.hpp>
 
-#include "io_hooks.hpp"     // the build's private seam (src/)
+#include "io/io_hooks.hpp"     // the build's private seam (src/)
 #include "mpi/step.hpp"     // the step folders' layout (src/): step_folder, index_file_name
 
 #include <optional>

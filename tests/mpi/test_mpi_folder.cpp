@@ -12,7 +12,7 @@
 #include <ckpt/mpi.hpp>
 #include <ckpt/sharded.hpp>
 
-#include "io_hooks.hpp"  // the test seam (src/): a failing unlink
+#include "io/io_hooks.hpp"  // the test seam (src/): a failing unlink
 #include "mpi/step.hpp"  // the step folders' layout (src/): step_folder, index_file_name
 
 #include <sys/resource.h>

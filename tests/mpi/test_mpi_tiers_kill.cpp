@@ -10,7 +10,7 @@
 
 #include <ckpt/mpi.hpp>
 
-#include "io_hooks.hpp"  // the writes, where the last rank kills itself (src/)
+#include "io/io_hooks.hpp"  // the writes, where the last rank kills itself (src/)
 
 #include <Eigen/Core>
 

@@ -8,11 +8,11 @@
 #include <ckpt/ckpt.hpp>
 
 #include "../support.hpp"
+#include "format/object_file.hpp"
+#include "io/folder.hpp"
+#include "s3/client.hpp"
 #include "fake_store.hpp"
 #include "local_server.hpp"
-#include "folder.hpp"
-#include "s3/client.hpp"
-#include "s3/object_file.hpp"
 
 #include <Eigen/Core>
 

@@ -6,8 +6,8 @@
 #define BOOST_TEST_MODULE s3_client
 #include <boost/test/unit_test.hpp>
 
-#include "local_server.hpp"
 #include "s3/client.hpp"
+#include "local_server.hpp"
 
 
 #include "fuzz/exercise_s3_xml.hpp"
@@ -502,7 +502,7 @@ BOOST_AUTO_TEST_CASE(bucket_names_that_would_change_the_host_or_path_are_refused
 }
 
 // Issue 49, finding 10: `S3://bkt/run` and `s3:/bkt/run` were local folders. One test of an
-// s3:// URL for the whole project (src/remote_path.hpp) refuses them by name.
+// s3:// URL for the whole project (src/io/remote_path.hpp) refuses them by name.
 BOOST_AUTO_TEST_CASE(an_s3_scheme_that_is_not_exactly_s3_slash_slash_is_refused) {
   for (const std::string url : {"S3://bkt/run", "s3:/bkt/run", "s3:bkt", "S3:", "s3:\\\\bkt\\run"})
     BOOST_TEST(refusal_of([&] { static_cast<void>(s3::object::parse(url)); }) ==

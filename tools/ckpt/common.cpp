@@ -3,12 +3,12 @@
 // The library's own rules, through its internal headers (src/): UTF-8 and hex digits, the managers'
 // names and step codec, the names of temporaries and of staging folders, the test of an s3:// URL,
 // each in one place.
-#include "hex.hpp"
-#include "manager_core.hpp"
-#include "remote_path.hpp"
-#include "sharded.hpp"
-#include "temporary_name.hpp"
-#include "utf8.hpp"
+#include "base/hex.hpp"
+#include "base/utf8.hpp"
+#include "format/sharded.hpp"
+#include "io/remote_path.hpp"
+#include "io/temporary_name.hpp"
+#include "run/manager_core.hpp"
 
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>

@@ -8,7 +8,7 @@
 #include <ckpt/manager.hpp>
 #include <ckpt/torch.hpp>
 
-#include "digest.hpp"
+#include "base/digest.hpp"
 
 #include <CLI/App.hpp>
 
@@ -39,7 +39,7 @@ enum status : int {
 // over a finding over nothing found).
 
 /// The digest keys of the file format (docs/guide.md, "File-format guarantees"), as the library
-/// names them (src/digest.hpp): ckpt's digest of the whole file, which `load` verifies, and the
+/// names them (src/base/digest.hpp): ckpt's digest of the whole file, which `load` verifies, and the
 /// data-only ones of earlier versions, which it does not check. Each describes one file's bytes.
 using ckpt::detail::digest_key;
 using ckpt::detail::earlier_digest_keys;

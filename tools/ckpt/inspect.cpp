@@ -1,9 +1,9 @@
 // ckpt inspect PATH: the entries of a checkpoint, the steps of a checkpoint_manager folder, or the
 // runs of a node-local tier root (ckpt::mpi::tiers::local).
 
+#include "io/folder.hpp"
+#include "run/manager_core.hpp"
 #include "common.hpp"
-#include "folder.hpp"
-#include "manager_core.hpp"
 
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
@@ -129,7 +129,7 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
   return success;
 }
 
-// The run id of an mpi::checkpoint_manager's folder (src/manager_core.hpp): nothing if `folder`
+// The run id of an mpi::checkpoint_manager's folder (src/run/manager_core.hpp): nothing if `folder`
 // has no id file (or is not a local folder), else the id, or why it cannot be read.
 struct run_id_reading {
   std::optional<std::string> id;

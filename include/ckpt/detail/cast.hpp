@@ -1,7 +1,7 @@
 #pragma once
 // Not part of the API: the cast of a tensor, which the extraction's templates (params.hpp) call
 // to read an entry into a leaf of another dtype; ckpt::cast (ckpt/adapt.hpp) is the public face,
-// and gives the rules. Compiled in src/cast.cpp.
+// and gives the rules. Compiled in src/tensor/cast.cpp.
 
 #include <ckpt/dtype.hpp>
 #include <ckpt/tensor.hpp>

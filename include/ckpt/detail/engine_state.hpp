@@ -1,6 +1,6 @@
 #pragma once
 // Not part of the API: what leaf.hpp's leaf_traits of the <random> engines use, which types are
-// engines and an engine's state as the numbers of its text (compiled in src/leaf.cpp).
+// engines and an engine's state as the numbers of its text (compiled in src/structures/leaf.cpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -31,10 +31,10 @@ struct is_std_engine<std::independent_bits_engine<E, w, U>> : is_std_engine<E> {
 template <class E, std::size_t k>
 struct is_std_engine<std::shuffle_order_engine<E, k>> : is_std_engine<E> {};
 
-// The numbers `print` writes to a stream in the classic locale, in order (src/leaf.cpp).
+// The numbers `print` writes to a stream in the classic locale, in order (src/structures/leaf.cpp).
 std::vector<std::uint64_t> printed_numbers(const std::function<void(std::ostream&)>& print);
 // Runs `scan` on a stream holding `numbers`, in the classic locale; false if the stream failed
-// (src/leaf.cpp).
+// (src/structures/leaf.cpp).
 bool scan_numbers(std::span<const std::uint64_t> numbers, const std::function<void(std::istream&)>& scan);
 // Throws std::invalid_argument: the entry does not hold a state of the random engine.
 [[noreturn]] void throw_not_engine_state();

@@ -1,6 +1,6 @@
 #pragma once
 // Not part of the API (adam.hpp's update and training_state, the managers' save_async through
-// src/snapshot.cpp): the copy-before-write rule of a snapshot taken lazily.
+// src/structures/snapshot.cpp): the copy-before-write rule of a snapshot taken lazily.
 //
 // A background save of `training_state(params, state)` copies the leaves Adam trains, and their
 // moments, after the call has returned: on the background thread, in the order of the file, and,

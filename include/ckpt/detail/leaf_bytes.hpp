@@ -88,7 +88,7 @@ inline std::size_t outer_rows(const dims& shape) {
 }
 
 // Throws std::invalid_argument unless a leaf's hook `hook` gave (or took) `given` bytes for an
-// entry of `needed` bytes (src/leaf.cpp).
+// entry of `needed` bytes (src/structures/leaf.cpp).
 void check_leaf_bytes(const char* hook, std::size_t given, std::size_t needed);
 
 // `write` of a leaf through its hooks `contiguous` (if `Traits` has it) and `write_rows`: its

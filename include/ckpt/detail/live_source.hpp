@@ -58,7 +58,7 @@ entry_source live_source(std::string name, const L& x, std::string_view function
 void order_entries(std::vector<const entry_source*>& entries, std::string_view function);
 
 // A checkpoint of a C-order copy of every entry (a tensor's bytes are shared, not copied): large
-// entries each in memory of its own, small ones packed together (src/snapshot.cpp,
+// entries each in memory of its own, small ones packed together (src/structures/snapshot.cpp,
 // entry_memory); a copy of 128 MiB or more is made on up to four threads.
 checkpoint copy_entries(const std::vector<entry_source>& entries, std::string_view function);
 

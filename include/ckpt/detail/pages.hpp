@@ -7,7 +7,7 @@
 // destination when the layouts match, else through a small staging band that is reordered or
 // converted while it is in the cache: no bulk copy touches the mapping, so a file truncated or
 // unreadable during a load is an io_error or format_error naming it, never a SIGBUS. The
-// functions are compiled in src/pages.cpp: the templates of leaf.hpp call them and do no I/O of
+// functions are compiled in src/tensor/pages.cpp: the templates of leaf.hpp call them and do no I/O of
 // their own.
 
 #include <ckpt/tensor.hpp>

@@ -1,5 +1,5 @@
 #pragma once
-// Not part of the API (adam.hpp's training_state makes its sections with it; src/section.cpp
+// Not part of the API (adam.hpp's training_state makes its sections with it; src/structures/section.cpp
 // reads them, and the writers take their entries in order and their metadata): the way into a
 // section's members.
 // section.hpp includes it at its end, after class section, which it needs: not to be included

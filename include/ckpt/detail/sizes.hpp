@@ -1,5 +1,5 @@
 #pragma once
-// Not part of the API (tensor.hpp's tensor::make calls these; compiled in src/tensor.cpp): the
+// Not part of the API (tensor.hpp's tensor::make calls these; compiled in src/tensor/tensor.cpp): the
 // elements and the bytes of a tensor's shape, checked.
 
 #include <ckpt/dtype.hpp>

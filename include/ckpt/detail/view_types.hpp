@@ -1,6 +1,6 @@
 #pragma once
 // Not part of the API (view.hpp's matrix_view and tensor_view return these and call
-// throw_rank_mismatch, compiled in src/view.cpp): the types of the views, and the error of a rank.
+// throw_rank_mismatch, compiled in src/tensor/view.cpp): the types of the views, and the error of a rank.
 
 #include <ckpt/dtype.hpp>
 #include <ckpt/tensor.hpp>

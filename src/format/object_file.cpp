@@ -1,0 +1,170 @@
+// Checkpoint files as S3 objects (src/format/object_file.hpp), and ckpt::save / ckpt::load of
+// `s3://` URLs (src/format/remote.hpp) on them.
+#include "object_file.hpp"
+
+#include "by_content.hpp"
+#include "file.hpp"
+#include "remote.hpp"
+#include "safetensors.hpp"
+#include "torch.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+namespace ckpt::detail::s3 {
+
+bool write_object(const config& settings, const object& target, entry_list entries,
+                  const metadata_map& metadata, const save_options& options, upload::existing rule) {
+  upload out(settings, target, {}, rule);
+  write_file(out, entries, metadata, options);
+  return out.commit();
+}
+
+std::vector<std::byte> read_head(client& c, const object& o, std::optional<std::uint64_t> size) {
+  // 64 KiB hold the length and the header of files of up to some 600 entries.
+  constexpr std::size_t first_read = std::size_t{64} << 10;
+  std::vector<std::byte> head(first_read);
+  head.resize(c.get(o, 0, head, size));
+  std::uint64_t length = 0;
+  if (head.size() < 8 || looks_like_torch(head)) return head;
+  std::memcpy(&length, head.data(), sizeof length);
+  if (head.size() == first_read && length <= max_header_size && 8 + length > head.size()) {
+    const std::size_t had = head.size();
+    head.resize(static_cast<std::size_t>(8 + length));
+    head.resize(had + c.get(o, had, std::span(head).subspan(had), size));
+  }
+  return head;
+}
+
+}  // namespace ckpt::detail::s3
+
+namespace ckpt::detail {
+
+void save_remote(const std::filesystem::path& url, entry_list entries, const metadata_map& metadata,
+                 const save_options& options) {
+  static_cast<void>(s3::write_object(s3::config::from_environment(), s3::object::parse(url.native()), entries, metadata,
+                                     options, s3::upload::existing::replaced));
+}
+
+namespace {
+
+// Entries whose bytes lie within this many bytes of each other are fetched by one ranged GET:
+// about what a request costs in time on a fast link, so that a selection of many small
+// neighbouring entries is a few requests, not one each.
+constexpr std::uint64_t coalesce_gap = std::uint64_t{1} << 20;
+
+// The safetensors object `o` of `size` bytes, whose first bytes `head` holds (read_head), with
+// only the entries `options.only` matches: their bytes by ranged GETs in parallel, neighbours
+// coalesced, into memory the checkpoint owns.
+checkpoint load_chosen(const s3::config& settings, s3::client& c, const s3::object& o, std::uint64_t size,
+                       std::span<const std::byte> head, const std::filesystem::path& url, const load_options& options) {
+  file_layout layout = parse_layout(head, size, url, options.skipped);
+  std::vector<file_layout::entry*> chosen;
+  for (file_layout::entry& e : layout.entries)
+    if (options.only->matches(e.name)) chosen.push_back(&e);
+  std::ranges::sort(chosen, {}, &file_layout::entry::begin);
+
+  // Runs of chosen entries fetched together, each placed in the buffer at an address with the
+  // file offset's place in a 64-byte line, so that an entry aligned in the file is aligned here.
+  struct run {
+    std::uint64_t begin, end;  // in the data section
+    std::size_t at;            // in the buffer
+  };
+  std::vector<run> runs;
+  std::size_t total = 0;
+  for (const file_layout::entry* e : chosen) {
+    if (e->begin == e->end) continue;
+    if (!runs.empty() && e->begin <= runs.back().end + coalesce_gap) {
+      runs.back().end = std::max(runs.back().end, e->end);
+      continue;
+    }
+    if (!runs.empty()) total += static_cast<std::size_t>(runs.back().end - runs.back().begin);
+    total = (total + 63) / 64 * 64 + static_cast<std::size_t>((layout.data_start + e->begin) % 64);
+    runs.push_back({e->begin, e->end, total});
+  }
+  if (!runs.empty()) total += static_cast<std::size_t>(runs.back().end - runs.back().begin);
+  const std::shared_ptr<std::byte[]> bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(total, 1));
+  std::vector<s3::piece> pieces;
+  const std::size_t part = s3::transfer_options{}.part_bytes;
+  for (const run& r : runs)
+    for (std::uint64_t at = r.begin; at < r.end; at += part)
+      pieces.push_back({layout.data_start + at, {bytes.get() + r.at + (at - r.begin),
+                                                 static_cast<std::size_t>(std::min<std::uint64_t>(part, r.end - at))}});
+  s3::fetch(settings, c, o, size, pieces, s3::transfer_options{}.threads);
+
+  std::vector<checkpoint::entry> entries;
+  entries.reserve(chosen.size());
+  auto r = runs.begin();
+  for (file_layout::entry* e : chosen) {
+    while (r != runs.end() && r->end < e->end) ++r;
+    const std::span<const std::byte> data =
+        e->begin == e->end ? std::span<const std::byte>()
+                           : std::span<const std::byte>(bytes.get() + r->at + (e->begin - r->begin), e->end - e->begin);
+    entries.emplace_back(std::move(e->name), tensor::view_of(e->type, std::move(e->shape), data, bytes));
+  }
+  return checkpoint(std::move(entries), std::move(layout.metadata));
+}
+
+}  // namespace
+
+struct remote_folder::impl {
+  s3::client client;
+  s3::object prefix;  // the key: "" or ending with '/'
+};
+
+remote_folder::remote_folder(const std::filesystem::path& url) {
+  s3::object prefix = s3::object::parse(url.native(), /*key_required=*/false);
+  while (prefix.key.ends_with('/')) prefix.key.pop_back();
+  if (!prefix.key.empty()) prefix.key += '/';
+  impl_ = std::make_unique<impl>(impl{s3::client(s3::config::from_environment()), std::move(prefix)});
+}
+
+remote_folder::~remote_folder() = default;
+
+std::optional<std::string> remote_folder::read(const std::string& name) {
+  const s3::object o{impl_->prefix.bucket, impl_->prefix.key + name};
+  try {
+    return impl_->client.get(o);
+  } catch (const remote_error& e) {
+    if (e.status() == 404 && e.code() != "NoSuchBucket") return std::nullopt;
+    throw;
+  }
+}
+
+void remote_folder::write(const std::string& name, std::string_view text) {
+  static_cast<void>(impl_->client.put({impl_->prefix.bucket, impl_->prefix.key + name}, std::as_bytes(std::span(text))));
+}
+
+std::vector<std::string> remote_folder::names() {
+  std::vector<std::string> out;
+  for (const s3::object_info& o : impl_->client.list(impl_->prefix.bucket, impl_->prefix.key))
+    if (std::string name = o.key.substr(impl_->prefix.key.size()); name.find('/') == std::string::npos)
+      out.push_back(std::move(name));
+  return out;
+}
+
+void remote_folder::remove(const std::string& name) { impl_->client.remove({impl_->prefix.bucket, impl_->prefix.key + name}); }
+
+std::filesystem::path remote_folder::path_of(const std::string& name) const {
+  return s3::object{impl_->prefix.bucket, impl_->prefix.key + name}.url();
+}
+
+checkpoint load_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
+  const s3::config settings = s3::config::from_environment();
+  const s3::object o = s3::object::parse(url.native());
+  if (options.only) {
+    s3::client c(settings);
+    const std::uint64_t size = s3::size_of(c, o);
+    const std::vector<std::byte> head = s3::read_head(c, o, size);
+    // A torch.save file is read whole (its entries are found by unpickling, not by offsets).
+    if (!looks_like_torch(head)) return load_chosen(settings, c, o, size, head, url, options);
+  }
+  std::size_t size = 0;
+  std::shared_ptr<std::byte[]> bytes = s3::download(settings, o, size);
+  return parse_owned_by_content(std::move(bytes), size, url, options, torch);
+}
+
+}  // namespace ckpt::detail

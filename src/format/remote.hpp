@@ -1,0 +1,68 @@
+#pragma once
+// Checkpoints in object storage (`s3://bucket/key`, src/io/remote_path.hpp), as ckpt::save and
+// ckpt::load reach them: the save and load of one file there. Built
+// with the S3 client when libcurl was found (src/format/object_file.cpp), else refusing
+// (src/format/remote.cpp), so that an `s3://` path is never taken for a local one.
+
+#include <ckpt/checkpoint.hpp>
+#include <ckpt/detail/entry_source.hpp>
+#include <ckpt/file.hpp>
+#include <ckpt/torch.hpp>
+
+#include "io/remote_path.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt::detail {
+
+// Writes a safetensors file of `entries` (laid out, names checked) to the object `url`, streamed
+// as a multipart upload: the object appears whole once the upload completes, or not at all.
+// \throws std::invalid_argument if `url` is not an object URL, no credentials are set, or this
+// build has no S3 support; ckpt::error (the S3 client's remote_error) if a request fails.
+void save_remote(const std::filesystem::path& url, entry_list entries, const metadata_map& metadata,
+                 const save_options& options);
+
+// The checkpoint in the object `url` (a safetensors or torch.save file), downloaded with ranged
+// GETs in parallel, its digest verified as `options` says.
+// \throws as save_remote, and as ckpt::parse for the bytes.
+[[nodiscard]] checkpoint load_remote(const std::filesystem::path& url, const load_options& options,
+                                     const torch_options& torch);
+
+// A prefix in a bucket taken as a folder (`s3://bucket/prefix`: its objects `prefix/<name>`), for
+// the sharded layout there (src/format/sharded.cpp): small objects read and written whole, listed and
+// deleted. Without S3 support, the constructor refuses.
+class remote_folder {
+ public:
+  // \throws std::invalid_argument if `url` is not `s3://bucket[/prefix]`, no credentials are set,
+  // or this build has no S3 support.
+  explicit remote_folder(const std::filesystem::path& url);
+  remote_folder(const remote_folder&) = delete;
+  remote_folder& operator=(const remote_folder&) = delete;
+  ~remote_folder();
+
+  // The object `name`'s bytes, or nothing if there is none. \throws remote_error.
+  std::optional<std::string> read(const std::string& name);
+  // Writes `text` as the object `name` (one PUT). \throws remote_error.
+  void write(const std::string& name, std::string_view text);
+  // The names of the objects directly under the prefix, sorted. \throws remote_error.
+  std::vector<std::string> names();
+  // Deletes the object `name` (none there is fine). \throws remote_error.
+  void remove(const std::string& name);
+  // `s3://bucket/prefix/name`.
+  [[nodiscard]] std::filesystem::path path_of(const std::string& name) const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Without S3 support: throws the std::invalid_argument that says so, naming `url`.
+[[noreturn]] void refuse_without_s3(const std::filesystem::path& url);
+
+}  // namespace ckpt::detail
