@@ -10,7 +10,7 @@
 
 #include <ckpt/manager.hpp>
 
-// The digest's hash, as src/format/file.cpp reaches it (runtime-dispatched on x86).
+// The digest's hash, as src/format/writer.cpp reaches it (runtime-dispatched on x86).
 #if (defined(__x86_64__) || defined(__i386__)) && __has_include(<xxh_x86dispatch.h>)
 #include <xxh_x86dispatch.h>
 #else

@@ -44,7 +44,7 @@ inline constexpr std::size_t parallel_read_bytes = std::size_t{2} << 20;
 // sequentially), smaller ones in the leaves' order (their memory's order matters more).
 inline constexpr std::size_t file_order_bytes = 4096;
 
-// The file writer and the digest (src/format/file.cpp, src/format/reordered_bands.hpp).
+// The file writer and the digest (src/format/writer.cpp, src/format/reordered_bands.hpp).
 // The band the writer reorders a column-major leaf into, then hashes and writes while it is in
 // L2: smaller bands cost more hand-overs between the threads than they save.
 inline constexpr std::size_t band_bytes = std::size_t{2} << 20;

@@ -1,10 +1,10 @@
 // A checkpoint file or its bytes, recognized by content (src/format/by_content.hpp): the first bytes
-// decide between the torch reader (src/format/torch.hpp) and the safetensors file reader (src/format/file.hpp),
+// decide between the torch reader (src/format/torch.hpp) and the safetensors file reader (src/format/reader.hpp),
 // which are all it calls.
 #include "by_content.hpp"
 
 #include "io/folder.hpp"
-#include "file.hpp"
+#include "reader.hpp"
 #include "torch.hpp"
 
 #include <fcntl.h>

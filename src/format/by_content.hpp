@@ -1,7 +1,7 @@
 #pragma once
 // One checkpoint file, or its bytes, recognized by content (src/format/by_content.cpp): a torch.save
 // file goes to the torch reader (src/format/torch.hpp), anything else to the safetensors file reader
-// (src/format/file.hpp), which refuses what is not one. ckpt::load and ckpt::parse (src/format/load.cpp) call
+// (src/format/reader.hpp), which refuses what is not one. ckpt::load and ckpt::parse (src/format/load.cpp) call
 // it for a single file or bytes in memory, the sharded reader (src/format/sharded.hpp) for each shard of
 // an index whose shards are not safetensors by name (a `pytorch_model.bin.index.json`). Below
 // both, so that neither calls back into the other.

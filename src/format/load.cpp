@@ -11,7 +11,7 @@
 #include <ckpt/torch.hpp>
 
 #include "by_content.hpp"
-#include "file.hpp"
+#include "reader.hpp"
 #include "remote.hpp"
 #include "sharded.hpp"
 

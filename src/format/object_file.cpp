@@ -3,10 +3,10 @@
 #include "object_file.hpp"
 
 #include "by_content.hpp"
-#include "file.hpp"
 #include "remote.hpp"
 #include "safetensors.hpp"
 #include "torch.hpp"
+#include "writer.hpp"
 
 #include <algorithm>
 #include <atomic>

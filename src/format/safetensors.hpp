@@ -94,7 +94,7 @@ struct file_header {
 // or if a metadata entry is_damaged_digest_entry.
 file_header make_header(entry_list entries, const metadata_map& metadata, std::string_view digest = {});
 
-// The header `write_file` writes (src/format/file.cpp), the one preparation of its metadata that every
+// The header `write_file` writes (src/format/writer.cpp), the one preparation of its metadata that every
 // writer of whole files shares (ckpt::save, the MPI writer of sliced steps): `metadata` without
 // the digest keys ckpt owns, plus, if `digest` names a key, that key with 16 '0' digits as a
 // placeholder, which starts at byte `digest_at` of `bytes`. Throws as make_header.

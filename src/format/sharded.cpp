@@ -1,7 +1,7 @@
 // Sharded checkpoints as Hugging Face writes them (ckpt/sharded.hpp, src/format/sharded.hpp): the index
 // text (python_json_string, index_text), save_sharded (the shards written by the file writer,
-// src/format/file.hpp, then the index, atomically), and the sharded reader: the weight_map read through
-// src/format/hf_index.hpp, each shard loaded once, by the safetensors file reader (src/format/file.hpp) from
+// src/format/save.hpp, then the index, atomically), and the sharded reader: the weight_map read through
+// src/format/hf_index.hpp, each shard loaded once, by the safetensors file reader (src/format/reader.hpp) from
 // the folder held, or by content (src/format/by_content.hpp) for another kind of index, and the
 // entries assembled (assemble_shards). It calls only down: ckpt::load (src/format/load.cpp) calls it.
 #include <ckpt/sharded.hpp>
@@ -13,10 +13,11 @@
 #include "io/io_hooks.hpp"
 #include "io/posix_file.hpp"
 #include "by_content.hpp"
-#include "file.hpp"
 #include "hf_index.hpp"
+#include "reader.hpp"
 #include "remote.hpp"
 #include "safetensors.hpp"
+#include "save.hpp"
 #include "sharded.hpp"
 
 #include <fcntl.h>
@@ -251,7 +252,7 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
   // is not UTF-8, a full disk) removes it and leaves the folder as it was.
   staging_folder staging(held);
   for (std::size_t i = 0; i < groups.size(); ++i)
-    detail::save_to({staging.folder(), names[i]}, checkpoint(std::move(groups[i]), shard_metadata), options.save);
+    detail::save_checkpoint({staging.folder(), names[i]}, checkpoint(std::move(groups[i]), shard_metadata), options.save);
   // Then the shards move into place. If one replaces a shard of the previous save, that save's
   // index goes first: an interruption from here on leaves a folder without an index (which
   // `load` refuses), never an index naming shards of two saves.

@@ -4,7 +4,7 @@
 // are recognized by content) or a folder holding one, the managers for their step folders, and
 // ckpt::mpi for the shards it loads with their verified hashes (assemble_shards). Not part of
 // the API: `ckpt::load` is the one way to load. It reads the index through src/format/hf_index.hpp and
-// each shard through the file reader (src/format/file.hpp) or, by content, src/format/by_content.hpp; it never
+// each shard through the file reader (src/format/reader.hpp) or, by content, src/format/by_content.hpp; it never
 // calls ckpt::load. With it, the names of the sharded layout that ckpt::load and the tool `ckpt`
 // also use.
 

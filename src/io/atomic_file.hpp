@@ -1,5 +1,5 @@
 #pragma once
-// The one writer of files that must appear whole or not at all: a checkpoint (src/format/file.cpp), a
+// The one writer of files that must appear whole or not at all: a checkpoint (src/format/writer.cpp), a
 // sharded index (src/format/sharded.cpp, src/mpi/step_folders.cpp), the manager's small files. A temporary beside
 // the target, every byte written, fsynced, renamed over the target, the folder fsynced; the
 // temporary removed if anything fails or the file is dropped uncommitted. Every name is resolved

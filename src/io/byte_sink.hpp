@@ -1,5 +1,5 @@
 #pragma once
-// Where the file writer (src/format/file.cpp) sends a safetensors file's bytes, in file order: a
+// Where the file writer (src/format/writer.cpp) sends a safetensors file's bytes, in file order: a
 // temporary file that becomes the target when committed (atomic_file), or an upload to object
 // storage that becomes the object when completed (src/s3/transfer.hpp). The writer does not
 // commit: its caller does, once every byte is out.

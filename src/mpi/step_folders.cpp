@@ -2,10 +2,11 @@
 // ckpt/mpi.hpp), on the helpers of src/mpi/ that every collective function shares.
 #include <ckpt/mpi.hpp>
 
-#include "format/file.hpp"
 #include "format/hf_index.hpp"
+#include "format/reader.hpp"
 #include "format/safetensors.hpp"
 #include "format/sharded.hpp"
+#include "format/writer.hpp"
 #include "io/atomic_file.hpp"
 #include "io/folder.hpp"
 #include "io/posix_file.hpp"

@@ -1,9 +1,10 @@
 // The local tiers of ckpt::mpi::checkpoint_manager (src/mpi/tiers.hpp).
 #include "tiers.hpp"
 
-#include "format/file.hpp"
 #include "format/hf_index.hpp"
+#include "format/reader.hpp"
 #include "format/sharded.hpp"
+#include "format/writer.hpp"
 #include "io/atomic_file.hpp"
 #include "io/posix_file.hpp"
 #include "run/manager_core.hpp"

@@ -3,7 +3,6 @@
 // the object appear whole, on the one manager core (src/run/manager_core.hpp).
 #include "bucket_run.hpp"
 
-#include "format/file.hpp"
 #include "format/object_file.hpp"
 #include "format/safetensors.hpp"
 #include "s3/client.hpp"

@@ -4,8 +4,9 @@
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 
-#include "format/file.hpp"
+#include "format/reader.hpp"
 #include "format/remote.hpp"
+#include "format/save.hpp"
 #include "format/sharded.hpp"
 #include "io/atomic_file.hpp"
 #include "io/folder.hpp"
@@ -141,7 +142,7 @@ class local_state final : public detail::manager_state {
       detail::background_write::yield();
       // Direct I/O: the writer's CPU is the copy into its staging buffer and the hash, not the
       // kernel's copy into fresh page-cache pages, taken from a loop that uses every core.
-      detail::save_to(target, snapshot->data(), save_options{.digest = digest}, detail::write_path::direct);
+      detail::save_checkpoint(target, snapshot->data(), save_options{.digest = digest}, detail::write_path::direct);
       // A step file only (a folder under a step's name fails here and is set aside by the commit).
       for (const std::string& name : dropped) static_cast<void>(detail::hooks().unlinkat(folder, name.c_str(), 0));
     });

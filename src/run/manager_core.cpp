@@ -3,7 +3,7 @@
 #include <ckpt/error.hpp>
 
 #include "base/tuning.hpp"
-#include "format/file.hpp"
+#include "format/reader.hpp"
 #include "io/io_hooks.hpp"
 
 #include <sys/resource.h>

@@ -2,9 +2,9 @@
 
 #include "base/digest.hpp"
 #include "base/metadata.hpp"
-#include "format/file.hpp"
-#include "format/remote.hpp"
 #include "format/safetensors.hpp"
+#include "format/save.hpp"
+#include "format/writer.hpp"
 #include "section.hpp"
 
 #include <stdexcept>
@@ -47,27 +47,13 @@ void detail::save_sections(const file_at& target, std::span<const section> secti
   write_file(target, detail::ordered_entries(sections, "save"), metadata, options, path);
 }
 
-void detail::save_to(const file_at& target, const checkpoint& t, const save_options& options, write_path path) {
-  const section whole(t);
-  save_sections(target, std::span<const section>(&whole, 1), t.metadata(), options, path);
-}
-
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,
           const save_options& options) {
   // The entries and the metadata are checked before the folder is opened: a bad name or a
   // metadata conflict is refused as such.
   const std::vector<const detail::entry_source*> entries = detail::ordered_entries(sections, "save");
   const metadata_map merged = detail::merged_metadata(sections, metadata, "save");
-  if (detail::is_remote(path)) return detail::save_remote(path, entries, merged, options);
-  detail::write_file(detail::target_in_folder(path), entries, merged, options);
-}
-
-// Declared in ckpt/file.hpp (Raven's `Kaun.Checkpoint.save`), defined here as the one-section case
-// of the save of sections, so that every save goes through one path: save(path, t) is
-// save(path, {t}), the section bringing t's metadata.
-void save(const std::filesystem::path& path, const checkpoint& t, const save_options& options) {
-  const section whole(t);
-  save(path, std::span<const section>(&whole, 1), metadata_map{}, options);
+  detail::save_entries(path, entries, merged, options);
 }
 
 }  // namespace ckpt

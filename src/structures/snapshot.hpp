@@ -46,7 +46,7 @@ struct snapshot_layout {
   // The entries one after the other, as in the data section of the file that ckpt::save (with a
   // digest or not) writes of them, each at the same place in a memory block as in a file block:
   // direct I/O then writes them from the snapshot, without a copy into its staging buffer (see
-  // data_writer in src/format/file.cpp). Taken where the copy it saves outweighs building the header
+  // data_writer in src/format/writer.cpp). Taken where the copy it saves outweighs building the header
   // once more: data of direct_write_bytes or more, a block or more an entry. Otherwise (and
   // without `as_file`) each entry starts a cache line of its own.
   bool as_file = false;

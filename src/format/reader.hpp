@@ -1,14 +1,14 @@
 #pragma once
-// The file reader and writer of src/format/file.cpp, as the rest of the library calls them: the
-// safetensors format (src/format/safetensors.hpp) below them, ckpt::save and ckpt::load above.
+// The file reader (src/format/reader.cpp), as the rest of the library calls it: the safetensors
+// format (src/format/safetensors.hpp) below it, the front door of a load (src/format/load.cpp), the
+// sharded reader and the managers above. Its mirror is the writer (src/format/writer.hpp).
 
 #include <ckpt/checkpoint.hpp>
-#include <ckpt/detail/entry_source.hpp>
 #include <ckpt/file.hpp>
 
-#include "io/atomic_file.hpp"
 #include "io/folder.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -16,22 +16,6 @@
 #include <vector>
 
 namespace ckpt::detail {
-
-// Writes a safetensors file of `entries` (already in the order they should be laid out, names
-// valid and distinct) and `metadata` at `target`, atomically, as `options` say; see ckpt::save.
-// `path` says how the bytes reach the disk: the same file either way. Direct I/O (what a
-// manager's background save asks for, so as not to spend the writer's CPU filling the page
-// cache) falls back to the page cache where the file system refuses it.
-void write_file(const file_at& target, entry_list entries, const metadata_map& metadata,
-                const save_options& options, write_path path = write_path::page_cache);
-// The same bytes to `sink` (which the caller then commits: an upload, src/s3/transfer.hpp).
-void write_file(byte_sink& sink, entry_list entries, const metadata_map& metadata,
-                const save_options& options, write_path path = write_path::page_cache);
-
-// ckpt::save of a checkpoint, to a file in a folder held by its descriptor: the one-section case
-// of save_sections (src/structures/section.hpp), defined with it in src/structures/section.cpp. `path` as write_file's.
-void save_to(const file_at& target, const checkpoint& t, const save_options& options,
-             write_path path = write_path::page_cache);
 
 // Whether a load with `options` checks a file's digest: asked to (`verify_digest`), and reading
 // the whole file (no `only`: a digest covers every byte).
@@ -43,7 +27,7 @@ void save_to(const file_at& target, const checkpoint& t, const save_options& opt
 // The one place ckpt::load, ckpt::parse, the managers' loads and ckpt::mpi::load choose them.
 [[nodiscard]] checkpoint chosen(const checkpoint& t, const load_options& options);
 
-// One safetensors file: mapped, parsed, its digest verified as `options` says (src/format/file.cpp),
+// One safetensors file: mapped, parsed, its digest verified as `options` says (src/format/reader.cpp),
 // after which every copy out of it is checked against what was verified (mapped_file). With
 // `verified` (what verify_file returned for this file in another process), only the header is
 // hashed: the chunks' hashes are taken as given, combined with it and compared with the digest.
