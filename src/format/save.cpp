@@ -38,6 +38,11 @@ void save_checkpoint(const file_at& target, const checkpoint& t, const save_opti
   write_file(target, entries.order, t.metadata(), options, path);
 }
 
+void save_checkpoint(byte_sink& sink, const checkpoint& t, const save_options& options, write_path path) {
+  const checkpoint_entries entries(t);
+  write_file(sink, entries.order, t.metadata(), options, path);
+}
+
 }  // namespace detail
 
 // Declared in ckpt/file.hpp (Raven's `Kaun.Checkpoint.save`): the same file as the save of the one

@@ -26,5 +26,8 @@ void save_entries(const std::filesystem::path& path, entry_list entries, const m
 // \throws as ckpt::save.
 void save_checkpoint(const file_at& target, const checkpoint& t, const save_options& options,
                      write_path path = write_path::page_cache);
+// The same bytes into `sink`, which the caller commits (a manager's step in its store).
+void save_checkpoint(byte_sink& sink, const checkpoint& t, const save_options& options,
+                     write_path path = write_path::page_cache);
 
 }  // namespace ckpt::detail

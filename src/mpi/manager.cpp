@@ -5,7 +5,9 @@
 #include "io/folder.hpp"
 #include "io/io_hooks.hpp"
 #include "io/posix_file.hpp"
-#include "run/manager_core.hpp"
+#include "run/layout.hpp"
+#include "run/policy.hpp"
+#include "run/store.hpp"
 #include "structures/snapshot.hpp"
 #include "common.hpp"
 #include "step.hpp"
@@ -28,7 +30,7 @@
 namespace ckpt::mpi {
 namespace {
 
-using ckpt::detail::manager_lock_name;
+using ckpt::detail::layout::lock_name;
 constexpr std::string_view who = "mpi::checkpoint_manager";
 
 using step_map = ckpt::detail::manager_core::step_map;
@@ -293,7 +295,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   // Collective: rank 0 deletes them, every rank learns what is left.
   std::vector<ckpt::detail::step_status> remove_damaged() override {
     const std::vector<ckpt::detail::step_status> before = core.damaged();
-    on_rank_0_then_share([this] { static_cast<void>(core.remove_set_aside(folder_)); }, "remove_damaged");
+    on_rank_0_then_share([this] { static_cast<void>(core.remove_set_aside(*ckpt::detail::folder_store_of(folder_))); }, "remove_damaged");
     std::vector<ckpt::detail::step_status> removed;
     for (const ckpt::detail::step_status& s : before)
       if (std::ranges::none_of(core.damaged(), [&](const auto& d) { return d.path == s.path; })) removed.push_back(s);
@@ -394,12 +396,12 @@ class mpi_state final : public ckpt::detail::manager_state {
       return;
     }
     folder_ = ckpt::detail::folder_handle::open(core.folder(), /*create=*/true);
-    lock_ = folder_.lock(manager_lock_name);
+    lock_ = folder_.lock(lock_name);
     write_token();
     run_id_ = run_id_on_rank_0();
     // Debris: a step folder without its index (a link so named is only unlinked, never followed).
     for (const std::string& name : folder_.names()) {
-      if (!ckpt::detail::step_in_name(name, detail::step_prefix) || detail::is_committed(folder_, name)) continue;
+      if (!ckpt::detail::layout::step_of_folder(name) || detail::is_committed(folder_, name)) continue;
       try {
         if (const auto info = folder_.status(name); info && (S_ISDIR(info->st_mode) || S_ISLNK(info->st_mode)))
           static_cast<void>(folder_.remove(name));
@@ -422,13 +424,13 @@ class mpi_state final : public ckpt::detail::manager_state {
   // Rank 0: step folders set aside as damaged by an earlier run, listed as damaged.
   void note_set_aside() {
     for (const std::string& name : folder_.names())
-      if (const auto step = ckpt::detail::step_set_aside(name, detail::step_prefix))
+      if (const auto step = ckpt::detail::layout::step_set_aside(name))
         core.mark_damaged(*step, folder_.path_of(name), "set aside as damaged by an earlier run");
   }
 
   // Rank 0: sets a damaged step's folder aside (a link is renamed as a link).
   void set_aside_on_rank_0(std::int64_t step, const std::string& reason) {
-    static_cast<void>(core.set_aside(step, folder_, detail::step_folder_name(step), reason));
+    static_cast<void>(core.set_aside(step, *ckpt::detail::folder_store_of(folder_), detail::step_folder_name(step), reason));
   }
 
   // Rank 0: deletes what the rules drop, the index first, so that a step is either committed and
@@ -481,29 +483,29 @@ class mpi_state final : public ckpt::detail::manager_state {
     token_ = ckpt::detail::random_suffix() + ckpt::detail::random_suffix() + " " + std::to_string(::getpid());
     if (::ftruncate(lock_.get(), 0) != 0 ||
         ::pwrite(lock_.get(), token_.data(), token_.size(), 0) != static_cast<ssize_t>(token_.size()))
-      throw io_error(folder_.path_of(manager_lock_name), "write the lock file", ckpt::detail::last_error());
+      throw io_error(folder_.path_of(lock_name), "write the lock file", ckpt::detail::last_error());
   }
 
   // Rank 0, holding the lock: the run's id (docs/distributed.md, "Runs and their ids"); a folder
   // without one (a new run, or one an earlier version created) gets one now, written atomically:
   // the id is made once, and every later manager of the folder reads it.
   [[nodiscard]] std::string run_id_on_rank_0() const {
-    if (std::optional<std::string> id = ckpt::detail::read_run_id(folder_)) return std::move(*id);
+    if (std::optional<std::string> id = ckpt::detail::layout::read_run_id(*ckpt::detail::folder_store_of(folder_))) return std::move(*id);
     std::string id;
-    while (id.size() < ckpt::detail::run_id_length) id += ckpt::detail::random_suffix();
-    id.resize(ckpt::detail::run_id_length);
-    ckpt::detail::write_atomically({folder_, std::string(ckpt::detail::run_id_file_name)}, id + "\n");
+    while (id.size() < ckpt::detail::layout::run_id_length) id += ckpt::detail::random_suffix();
+    id.resize(ckpt::detail::layout::run_id_length);
+    ckpt::detail::write_atomically({folder_, std::string(ckpt::detail::layout::run_id_name)}, id + "\n");
     return id;
   }
 
   // Another rank: the token in the lock file of the folder it opened.
   [[nodiscard]] std::string read_token() const {
     const ckpt::detail::file_descriptor fd(
-        ::openat(folder_.fd(), std::string(manager_lock_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (fd.get() < 0) throw io_error(folder_.path_of(manager_lock_name), "open the lock file", ckpt::detail::last_error());
+        ::openat(folder_.fd(), std::string(lock_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) throw io_error(folder_.path_of(lock_name), "open the lock file", ckpt::detail::last_error());
     std::string text(64, '\0');
     text.resize(ckpt::detail::read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0,
-                                         folder_.path_of(manager_lock_name)));
+                                         folder_.path_of(lock_name)));
     return text;
   }
 

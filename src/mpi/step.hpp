@@ -11,7 +11,8 @@
 
 #include "io/atomic_file.hpp"
 #include "io/folder.hpp"
-#include "run/manager_core.hpp"
+#include "run/layout.hpp"
+#include "run/policy.hpp"
 
 #include <mpi.h>
 
@@ -27,14 +28,9 @@
 
 namespace ckpt::mpi::detail {
 
-// A step folder's name: this prefix and the step, through the managers' one step codec
-// (ckpt::detail::step_name / step_in_name, src/run/manager_core.hpp, which a read-only
-// ckpt::checkpoint_manager uses to read these folders too).
-inline constexpr std::string_view step_prefix = ckpt::detail::mpi_step_prefix;
-
-// The index file of a step folder, whose presence commits the step (named in
-// src/run/manager_core.hpp, which a read-only ckpt::checkpoint_manager reads too).
-inline constexpr std::string_view index_file_name = ckpt::detail::mpi_step_index;
+// The index file of a step folder, whose presence commits the step (src/run/layout.hpp, which a
+// read-only ckpt::checkpoint_manager reads too).
+inline constexpr std::string_view index_file_name = ckpt::detail::layout::step_index;
 
 // The folder of `step` in `folder`: `<folder>/step-<step, zero-padded to 10 digits>` (what
 // `ckpt::mpi::save` returns and `ckpt::mpi::checkpoint_manager::path_of` gives).

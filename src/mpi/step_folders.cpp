@@ -10,7 +10,7 @@
 #include "io/atomic_file.hpp"
 #include "io/folder.hpp"
 #include "io/posix_file.hpp"
-#include "run/manager_core.hpp"
+#include "run/layout.hpp"
 #include "common.hpp"
 #include "holding.hpp"
 #include "step.hpp"
@@ -36,7 +36,6 @@ using detail::describe_entry;
 using detail::index_file_name;
 using detail::shard_name;
 using detail::step_folder;
-using detail::step_prefix;
 
 
 
@@ -62,7 +61,7 @@ namespace detail {
 
 std::string step_folder_name(std::int64_t step) {
   if (step < 0) throw std::invalid_argument("ckpt: mpi: negative step " + std::to_string(step));
-  return ckpt::detail::step_name(step_prefix, step);
+  return ckpt::detail::layout::step_folder(step);
 }
 
 std::filesystem::path step_folder(const std::filesystem::path& folder, std::int64_t step) {
@@ -250,7 +249,7 @@ bool is_committed(const ckpt::detail::folder_handle& run, const std::string& nam
 std::vector<std::int64_t> committed_steps(const ckpt::detail::folder_handle& run) {
   std::vector<std::int64_t> steps;
   for (const std::string& name : run.names())
-    if (const std::optional<std::int64_t> step = ckpt::detail::step_in_name(name, step_prefix); step && is_committed(run, name))
+    if (const std::optional<std::int64_t> step = ckpt::detail::layout::step_of_folder(name); step && is_committed(run, name))
       steps.push_back(*step);
   std::ranges::sort(steps);
   return steps;

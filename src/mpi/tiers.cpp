@@ -7,6 +7,7 @@
 #include "format/writer.hpp"
 #include "io/atomic_file.hpp"
 #include "io/posix_file.hpp"
+#include "run/layout.hpp"
 #include "run/manager_core.hpp"
 #include "common.hpp"
 #include "holding.hpp"
@@ -219,7 +220,7 @@ local_tiers::local_tiers(MPI_Comm comm, const tiers& levels, const std::string& 
                          const std::filesystem::path& shared)
     : comm_(comm),
       levels_(levels),
-      run_(levels.local / (std::string(ckpt::detail::run_folder_prefix) + run_id)),
+      run_(levels.local / (std::string(ckpt::detail::layout::tier_run_prefix) + run_id)),
       nodes_(comm, levels.ranks_per_node) {
   // The run's folder and the node's in it, from the local root down, each level below the root
   // opened without following a link.
@@ -235,10 +236,10 @@ local_tiers::local_tiers(MPI_Comm comm, const tiers& levels, const std::string& 
     try {
       const folder_handle run = open_run(/*create=*/true);
       own_ = node_in(run, /*create=*/true);
-      lock_ = own_.lock(ckpt::detail::manager_lock_name);
+      lock_ = own_.lock(ckpt::detail::layout::lock_name);
       partner_ = own_.subfolder(partner_folder_name, /*create=*/true);
       // Which run this is, for ckpt inspect of the local root (a note: the id is what counts).
-      ckpt::detail::write_atomically({run, std::string(ckpt::detail::run_shared_folder_name)},
+      ckpt::detail::write_atomically({run, std::string(ckpt::detail::layout::tier_shared_folder_name)},
                                      std::filesystem::absolute(shared).lexically_normal().string() + "\n");
     } catch (...) {
       record(error);
@@ -298,7 +299,7 @@ void local_tiers::keep_only(const std::set<std::int64_t>& keep) const noexcept {
   for (const folder_handle* run : {&own_, &partner_}) {
     try {
       for (const std::string& name : run->names()) {
-        const std::optional<std::int64_t> step = ckpt::detail::step_in_name(name, step_prefix);
+        const std::optional<std::int64_t> step = ckpt::detail::layout::step_of_folder(name);
         if (!step || keep.contains(*step)) continue;
         try {
           if (const auto info = run->status(name); info && S_ISDIR(info->st_mode))

@@ -42,9 +42,9 @@ metadata_map merged_metadata(std::span<const section> sections, const metadata_m
 
 }  // namespace detail
 
-void detail::save_sections(const file_at& target, std::span<const section> sections, const metadata_map& metadata,
+void detail::save_sections(byte_sink& sink, std::span<const section> sections, const metadata_map& metadata,
                            const save_options& options, write_path path) {
-  write_file(target, detail::ordered_entries(sections, "save"), metadata, options, path);
+  write_file(sink, detail::ordered_entries(sections, "save"), metadata, options, path);
 }
 
 void save(const std::filesystem::path& path, std::span<const section> sections, const metadata_map& metadata,

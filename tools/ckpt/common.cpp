@@ -1,14 +1,13 @@
 #include "common.hpp"
 
-// The library's own rules, through its internal headers (src/): UTF-8 and hex digits, the managers'
-// names and step codec, the names of temporaries and of staging folders, the test of an s3:// URL,
-// each in one place.
+// The library's own rules, through its internal headers (src/): UTF-8 and hex digits, the test of
+// an s3:// URL, and what a run holds (the one description of a run, src/run/layout.hpp), each in
+// one place.
 #include "base/hex.hpp"
 #include "base/utf8.hpp"
-#include "format/sharded.hpp"
 #include "io/remote_path.hpp"
-#include "io/temporary_name.hpp"
-#include "run/manager_core.hpp"
+#include "run/layout.hpp"
+#include "run/store.hpp"
 
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
@@ -113,43 +112,9 @@ std::vector<listed_step> steps_in(const std::filesystem::path& path) {
 
 namespace {
 
-// The names of ckpt/manager.hpp and ckpt/mpi.hpp (a step file of ckpt::checkpoint_manager, a step
-// folder of ckpt::mpi::checkpoint_manager and the index that commits it, the managers' lock
-// file), the temporaries of ckpt::save and the staging folders of ckpt::save_sharded, as the
-// library spells and reads them.
-using ckpt::detail::file_step_prefix;
-using ckpt::detail::file_step_suffix;
-using ckpt::detail::mpi_step_index;
-using ckpt::detail::mpi_step_prefix;
-using ckpt::detail::staging_prefix;
-using ckpt::detail::step_in_name;
-using ckpt::detail::target_of_temporary;
-using ckpt::detail::temporary_suffix_length;  // the XXXXXX of a temporary or a staging folder
-
-// What the entry `name` of a manager folder is, if it is a leftover. Looked at without following
-// a link, but for an MPI step folder's index, which the managers look for through a link too.
-std::optional<leftover_kind> leftover_kind_of(const std::filesystem::path& folder, const std::string& name) {
-  std::error_code ec;
-  const std::filesystem::file_status status = std::filesystem::symlink_status(folder / name, ec);
-  if (ec) return std::nullopt;  // gone since the folder was listed
-  const bool is_folder = std::filesystem::is_directory(status);
-  if (step_in_name(name, mpi_step_prefix, {})) {
-    // As the MPI manager sees it: a folder (or a link) without its index is debris it removes;
-    // with its index, a step.
-    if (!is_folder && !std::filesystem::is_symlink(status)) return std::nullopt;
-    if (std::filesystem::is_regular_file(std::filesystem::status(folder / name / mpi_step_index, ec))) return std::nullopt;
-    return leftover_kind::uncommitted_step;
-  }
-  if (is_folder) {
-    if (name.starts_with(staging_prefix) && name.size() == staging_prefix.size() + temporary_suffix_length)
-      return leftover_kind::staging_folder;
-    return std::nullopt;
-  }
-  const std::optional<std::string_view> target = target_of_temporary(name);
-  if (!target) return std::nullopt;
-  // ckpt::checkpoint_manager removes the temporaries of its own step files only (and no folder).
-  return step_in_name(*target, file_step_prefix, file_step_suffix) ? leftover_kind::manager_temporary
-                                                                   : leftover_kind::temporary;
+// What the run at `path` holds, as the library describes it (src/run/layout.hpp).
+std::vector<ckpt::detail::layout::item> described(const std::filesystem::path& path) {
+  return ckpt::detail::layout::describe(*ckpt::detail::open_store(path, /*create=*/false));
 }
 
 }  // namespace
@@ -158,8 +123,9 @@ bool is_manager_folder(const std::filesystem::path& path, const std::vector<list
   if (!steps.empty()) return true;
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return false;
-  const std::filesystem::file_type type = std::filesystem::symlink_status(path / ckpt::detail::manager_lock_name, ec).type();
-  return type != std::filesystem::file_type::not_found && type != std::filesystem::file_type::none;
+  return std::ranges::any_of(described(path), [](const ckpt::detail::layout::item& x) {
+    return x.kind == ckpt::detail::layout::what::lock;
+  });
 }
 
 failed_load what_failed(const listed_step& s, const std::exception& e) {
@@ -217,31 +183,25 @@ std::string to_string(const footprint& f) {
 }
 
 std::vector<leftover> leftovers_in(const std::filesystem::path& folder) {
+  using ckpt::detail::layout::what;
   std::vector<leftover> out;
-  // A run in a bucket has no files of an interrupted save (its uploads are invisible to a reader).
-  if (names_run_in_bucket(folder)) return out;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(folder, ec);
-  for (const std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (const std::optional<leftover_kind> kind = leftover_kind_of(folder, name))
-      out.push_back({folder / name, *kind, footprint_of(folder / name)});
-  }
-  if (ec) throw ckpt::io_error(folder, "list", ec);
-  std::ranges::sort(out, {}, &leftover::path);
+  for (const ckpt::detail::layout::item& x : described(folder))
+    if (x.kind == what::step_temporary || x.kind == what::uncommitted_step_folder || x.kind == what::staging_folder ||
+        x.kind == what::temporary)
+      out.push_back({folder / x.name, x.kind, footprint_of(folder / x.name)});
   return out;
 }
 
 std::string what_is(const leftover& l) {
   switch (l.kind) {
-    case leftover_kind::manager_temporary:
+    case ckpt::detail::layout::what::step_temporary:
       return "a checkpoint_manager's temporary file of an interrupted save (or one in progress)";
-    case leftover_kind::uncommitted_step:
+    case ckpt::detail::layout::what::uncommitted_step_folder:
       return "an MPI step folder without its index (a save not committed: a killed job's, or one in progress; "
              "or a step being deleted)";
-    case leftover_kind::staging_folder:
+    case ckpt::detail::layout::what::staging_folder:
       return "the staging folder of an interrupted ckpt::save_sharded (or one in progress)";
-    case leftover_kind::temporary:
+    default:
       break;
   }
   return "the temporary file of an interrupted ckpt::save (or one in progress)";
@@ -249,12 +209,11 @@ std::string what_is(const leftover& l) {
 
 std::string what_removes(const leftover& l) {
   switch (l.kind) {
-    case leftover_kind::manager_temporary:
+    case ckpt::detail::layout::what::step_temporary:
       return "a checkpoint_manager removes it when it next opens the folder for writing (so does ckpt prune --damaged)";
-    case leftover_kind::uncommitted_step:
+    case ckpt::detail::layout::what::uncommitted_step_folder:
       return "an mpi::checkpoint_manager removes it when it next opens the folder for writing";
-    case leftover_kind::staging_folder:
-    case leftover_kind::temporary:
+    default:
       break;
   }
   return "no manager removes it: delete it once no save is running";

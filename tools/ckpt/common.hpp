@@ -3,6 +3,8 @@
 // the listing of a manager folder (its steps, what counts as damage, its leftovers), aligned
 // tables, the progress bar, and the registration of each subcommand with CLI11.
 
+#include "run/layout.hpp"
+
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
@@ -139,14 +141,6 @@ enum class failed_load { gone, damaged, error };
 /// \throws std::bad_alloc
 [[nodiscard]] failed_load what_failed(const listed_step& s, const std::exception& e);
 
-/// What a leftover in a manager folder is, which says what removes it.
-enum class leftover_kind {
-  manager_temporary,  ///< `.ckpt-<step>.safetensors.tmp-XXXXXX`: a `ckpt::checkpoint_manager`'s save
-  uncommitted_step,   ///< `step-<step>` without its index: an MPI save not committed, or a step being deleted
-  staging_folder,     ///< `.ckpt-staging-XXXXXX`: the staging folder of a `ckpt::save_sharded`
-  temporary,          ///< `.<name>.tmp-XXXXXX`: any other `ckpt::save`'s temporary
-};
-
 /// What a file or folder takes, a symbolic link not followed: the bytes of a file, or of the files
 /// in a folder and its subfolders.
 struct footprint {
@@ -166,7 +160,9 @@ struct footprint {
 /// Something a save that did not finish (or has not finished yet) left in a manager folder.
 struct leftover {
   std::filesystem::path path;
-  leftover_kind kind;
+  /// What the library's description of a run calls it (src/run/layout.hpp): a step file's
+  /// temporary, a step folder without its index, a staging folder, another temporary.
+  ckpt::detail::layout::what kind;
   footprint size;
 };
 

@@ -2,7 +2,7 @@
 // runs of a node-local tier root (ckpt::mpi::tiers::local).
 
 #include "io/folder.hpp"
-#include "run/manager_core.hpp"
+#include "run/store.hpp"
 #include "common.hpp"
 
 #include <ckpt/error.hpp>
@@ -139,7 +139,7 @@ std::optional<run_id_reading> run_id_in(const std::filesystem::path& folder) {
   std::error_code ec;
   if (!std::filesystem::is_directory(folder, ec)) return std::nullopt;
   try {
-    if (std::optional<std::string> id = ckpt::detail::read_run_id(ckpt::detail::folder_handle::open(folder)))
+    if (std::optional<std::string> id = ckpt::detail::layout::read_run_id(*ckpt::detail::open_folder_store(folder, false)))
       return run_id_reading{std::move(id), {}};
     return std::nullopt;
   } catch (const std::exception& e) {
@@ -228,7 +228,7 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
     if (s.damaged) std::cout << "step " << s.step << " damaged: " << printable(*s.damaged) << '\n';
   if (id && id->id)
     std::cout << "run id: " << *id->id << " (an mpi::checkpoint_manager's; its node-local tiers are "
-              << ckpt::detail::run_folder_prefix << *id->id << " in a tiers::local root)\n";
+              << ckpt::detail::layout::tier_run_prefix << *id->id << " in a tiers::local root)\n";
   else if (id)
     std::cout << "run id: unreadable: " << printable(id->error) << '\n';
   print_leftovers(std::cout, leftovers);
@@ -290,7 +290,7 @@ tier_node node_at(const std::filesystem::path& folder, std::optional<int> node) 
     std::error_code ec;
     if (!std::filesystem::is_directory(listed, ec)) continue;
     for (const leftover& l : leftovers_in(listed))
-      if (l.kind == leftover_kind::uncommitted_step) out.uncommitted.push_back(l.path);
+      if (l.kind == ckpt::detail::layout::what::uncommitted_step_folder) out.uncommitted.push_back(l.path);
   }
   return out;
 }
@@ -301,14 +301,14 @@ std::vector<tier_run> tier_runs_in(const std::filesystem::path& root) {
   if (!std::filesystem::is_directory(root, ec)) return {};
   std::vector<tier_run> out;
   for (const auto& [name, is_folder] : entries_of(root)) {
-    if (!is_folder || !name.starts_with(ckpt::detail::run_folder_prefix)) continue;
-    const std::string_view id = std::string_view(name).substr(ckpt::detail::run_folder_prefix.size());
-    if (!ckpt::detail::is_run_id(id)) continue;
+    if (!is_folder || !name.starts_with(ckpt::detail::layout::tier_run_prefix)) continue;
+    const std::string_view id = std::string_view(name).substr(ckpt::detail::layout::tier_run_prefix.size());
+    if (!ckpt::detail::layout::is_run_id(id)) continue;
     tier_run run{std::string(id), root / name, {}, shared_state::not_noted, {}, {}};
     try {
-      const ckpt::detail::folder_handle folder = ckpt::detail::folder_handle::open(run.folder);
       // The note is one path and a newline.
-      std::optional<std::string> noted = ckpt::detail::read_small_file(folder, ckpt::detail::run_shared_folder_name, PATH_MAX);
+      std::optional<std::string> noted =
+          ckpt::detail::open_folder_store(run.folder, false)->read(ckpt::detail::layout::tier_shared_folder_name, PATH_MAX);
       if (noted) {
         if (noted->ends_with('\n')) noted->pop_back();
         run.shared = *noted;
@@ -343,7 +343,7 @@ std::vector<std::filesystem::path> earlier_layout_in(const std::filesystem::path
   std::vector<std::filesystem::path> out;
   for (const auto& [name, is_folder] : entries_of(root))
     if (is_folder && (node_in_name(name) || name == "partner" ||
-                      ckpt::detail::step_in_name(name, ckpt::detail::mpi_step_prefix)))
+                      ckpt::detail::layout::step_of_folder(name)))
       out.push_back(root / name);
   return out;
 }
@@ -447,7 +447,7 @@ int inspect_local_root(const inspect_args& args, const std::vector<tier_run>& ru
                   << unused;
         break;
       case shared_state::not_noted:
-        std::cout << "its shared folder is not noted (no " << ckpt::detail::run_shared_folder_name << ")";
+        std::cout << "its shared folder is not noted (no " << ckpt::detail::layout::tier_shared_folder_name << ")";
         break;
       case shared_state::unreadable:
         std::cout << (run.shared ? shared + ", whose run id" : "its shared folder")

@@ -79,7 +79,7 @@ int prune(const prune_args& args) {
   }
   // Removed as the manager opened: its own temporaries that were there before and are gone now.
   for (const leftover& l : before) {
-    if (l.kind != leftover_kind::manager_temporary || still_there(l.path)) continue;
+    if (l.kind != ckpt::detail::layout::what::step_temporary || still_there(l.path)) continue;
     ++removed;
     bytes += l.size.bytes;
     std::cout << "removed '" << printable(l.path.string()) << "' (" << to_string(l.size) << "): " << what_is(l) << '\n';

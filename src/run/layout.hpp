@@ -1,0 +1,88 @@
+#pragma once
+// The one description of a run (docs/guide.md, "The manager and resuming"; docs/distributed.md):
+// what the managers write into a run's store and how they find it again. ckpt::checkpoint_manager
+// writes a file a step, ckpt::mpi::checkpoint_manager a folder a step committed by its index, the
+// node-local tiers the same folders under the run's id; each leaves temporaries while it writes
+// and sets damaged steps aside. Every manager lists a run through `describe`, and the tool `ckpt`
+// shows what it answers: no other file spells a step's name or decides what a leftover is.
+
+#include "store.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt::detail::layout {
+
+// The lock file that a writing manager holds (one name for both managers, so that neither writes
+// a run the other holds).
+inline constexpr std::string_view lock_name = ".ckpt-manager.lock";
+
+// A step of ckpt::checkpoint_manager: the file `ckpt-<step, 10 digits>.safetensors`.
+[[nodiscard]] std::string step_file(std::int64_t step);
+// A step of ckpt::mpi::checkpoint_manager (which a read-only ckpt::checkpoint_manager reads too):
+// the folder `step-<step, 10 digits>`, committed once it holds its index, a regular file.
+[[nodiscard]] std::string step_folder(std::int64_t step);
+inline constexpr std::string_view step_index = "model.safetensors.index.json";
+// `<step folder>/<step_index>`: where a step folder's index is in its store.
+[[nodiscard]] std::string index_of(std::int64_t step);
+
+// The step of a step file's or step folder's name, or nothing for any other name: only the exact
+// spelling counts, so that a user's "ckpt-7.safetensors" or "step-7" is never a step.
+[[nodiscard]] std::optional<std::int64_t> step_of_file(std::string_view name);
+[[nodiscard]] std::optional<std::int64_t> step_of_folder(std::string_view name);
+
+// A damaged step is set aside under `<name>.damaged`, or `<name>.damaged-K` (K = 2, 3, ...) when
+// that is taken: the K-th name to try (K = 1, 2, ...).
+[[nodiscard]] std::string set_aside_name(std::string_view name, int k);
+// The step of a set-aside step file or folder, or nothing.
+[[nodiscard]] std::optional<std::int64_t> step_set_aside(std::string_view name);
+
+// A run of ckpt::mpi::checkpoint_manager has an id, made once by the first manager that opens
+// the run for writing and kept in the run's file `.ckpt-run-id`: `run_id_length` letters and
+// digits, then a newline. Its node-local tiers live under `<tiers::local>/run-<id>/` (and
+// `node-<k>/` below it with simulated nodes), where each node's first rank notes the run's shared
+// folder in `.ckpt-shared-folder`.
+inline constexpr std::string_view run_id_name = ".ckpt-run-id";
+inline constexpr std::size_t run_id_length = 24;
+inline constexpr std::string_view tier_run_prefix = "run-";
+inline constexpr std::string_view tier_shared_folder_name = ".ckpt-shared-folder";
+[[nodiscard]] bool is_run_id(std::string_view text) noexcept;
+// The run id `s` keeps, or nothing if it keeps none.
+// \throws error naming the file if it holds anything else; as the store for the read.
+[[nodiscard]] std::optional<std::string> read_run_id(const store& s);
+
+// What a name in a run is.
+enum class what {
+  step_file,                ///< a committed step of ckpt::checkpoint_manager
+  step_folder,              ///< a committed step of ckpt::mpi::checkpoint_manager (its index is there)
+  uncommitted_step_folder,  ///< a step folder without its index: a save that did not finish
+  set_aside,                ///< a damaged step set aside by a manager
+  step_temporary,           ///< the temporary of a step file a save did not finish
+  temporary,                ///< the temporary of another file (ckpt::save, an index, a run id)
+  staging_folder,           ///< the staging folder of a ckpt::save_sharded that did not finish
+  lock,                     ///< the managers' lock file
+  run_id,                   ///< the run's id
+  other,                    ///< not the managers': never touched by them
+};
+
+struct item {
+  std::string name;
+  what kind = what::other;
+  std::optional<std::int64_t> step;  // for the steps, set aside or not
+  store::kind entry = store::kind::file;
+};
+
+// Every name directly in `s` and what it is, sorted by name. A step folder is looked into for its
+// index (through a link: a forked run's step may point at another run's).
+// \throws as the store's listing.
+[[nodiscard]] std::vector<item> describe(const store& s);
+
+// `name` of `s` is a committed step folder.
+// \throws as the store.
+[[nodiscard]] bool committed_step_folder(const store& s, std::string_view name);
+
+}  // namespace ckpt::detail::layout
