@@ -71,9 +71,13 @@ if(MODE STREQUAL "find_package")
   message(STATUS "consumer: ckpt_DIR=${found}")
 elseif(MODE STREQUAL "add_subdirectory")
   # The library alone: no MPI component, whatever the machine has.
+  # The library alone, and unoptimized (no build type: the flags of the build under test, its
+  # sanitizers, and no -O): what is checked is that ckpt builds and links as a subproject, and a
+  # whole library built at -O0 takes a third of the time the build type's flags would.
   run("configure with add_subdirectory(${CKPT_SOURCE_DIR})" "${CMAKE_COMMAND}"
       -S "${CONSUMER_SOURCE_DIR}/subdirectory" ${configure_args} "-DCKPT_SOURCE_DIR=${CKPT_SOURCE_DIR}"
-      -DCKPT_BUILD_MPI=OFF)
+      -DCKPT_BUILD_MPI=OFF -DCMAKE_BUILD_TYPE=)
+  set(config_args)
 elseif(MODE STREQUAL "pkg_config")
   foreach(var LIBDIR PKG_CONFIG)
     if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
