@@ -15,12 +15,12 @@
 namespace ckpt {
 namespace {
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 const tensor& entry_of(const checkpoint& t, std::string_view name, std::string_view adapter) {
   const tensor* x = t.find(name);
   if (x == nullptr)
-    throw std::invalid_argument("ckpt: " + std::string(adapter) + ": no entry named " + quoted(name));
+    throw std::invalid_argument("ckpt: " + std::string(adapter) + ": no entry named " + in_quotes(name));
   return *x;
 }
 
@@ -50,14 +50,14 @@ checkpoint rename(const checkpoint& t, const std::function<std::string(std::stri
   for (const auto& [name, x] : t) {
     std::string renamed = fn(name);
     if (renamed.empty())
-      throw std::invalid_argument("ckpt: rename: entry " + quoted(name) + " is renamed to the empty name");
+      throw std::invalid_argument("ckpt: rename: entry " + in_quotes(name) + " is renamed to the empty name");
     if (renamed == "__metadata__")
-      throw std::invalid_argument("ckpt: rename: entry " + quoted(name) +
+      throw std::invalid_argument("ckpt: rename: entry " + in_quotes(name) +
                                   " is renamed to '__metadata__', which the format reserves");
     const auto [it, inserted] = source_of.emplace(renamed, name);
     if (!inserted)
-      throw std::invalid_argument("ckpt: rename: entries " + quoted(it->second) + " and " + quoted(name) +
-                                  " are both renamed to " + quoted(renamed));
+      throw std::invalid_argument("ckpt: rename: entries " + in_quotes(it->second) + " and " + in_quotes(name) +
+                                  " are both renamed to " + in_quotes(renamed));
     entries.emplace_back(std::move(renamed), x);
   }
   return checkpoint(std::move(entries), t.metadata());
@@ -71,10 +71,10 @@ checkpoint rename(const checkpoint& t, const name_pattern& pattern, std::string_
 checkpoint transpose(const checkpoint& t, std::string_view name) {
   const tensor& x = entry_of(t, name, "transpose");
   if (x.rank() < 2)
-    throw std::invalid_argument("ckpt: transpose: entry " + quoted(name) + " has shape " + to_string(x.shape()) +
+    throw std::invalid_argument("ckpt: transpose: entry " + in_quotes(name) + " has shape " + to_string(x.shape()) +
                                 ", not the 2 or more axes a transpose of the last two needs");
   if (detail::is_sub_byte(x.dtype()))
-    throw std::invalid_argument("ckpt: transpose: entry " + quoted(name) + " has dtype " +
+    throw std::invalid_argument("ckpt: transpose: entry " + in_quotes(name) + " has dtype " +
                                 std::string(to_string(x.dtype())) +
                                 ", whose packed elements are not byte-addressable");
   const std::size_t rank = x.rank();
@@ -96,16 +96,16 @@ checkpoint transpose(const checkpoint& t, std::string_view name) {
 checkpoint split(const checkpoint& t, std::string_view name, const std::vector<std::string>& into,
                  std::int64_t axis) {
   const tensor& x = entry_of(t, name, "split");
-  const std::string what = "ckpt: split: entry " + quoted(name) + " of shape " + to_string(x.shape());
+  const std::string what = "ckpt: split: entry " + in_quotes(name) + " of shape " + to_string(x.shape());
   if (into.empty()) throw std::invalid_argument(what + ": no names to split it into");
   std::set<std::string_view> seen;
   for (const std::string& part : into) {
     if (part.empty()) throw std::invalid_argument(what + ": a part name is empty");
     if (part == "__metadata__")
       throw std::invalid_argument(what + ": the part name '__metadata__' is reserved by the format");
-    if (!seen.insert(part).second) throw std::invalid_argument(what + ": the part name " + quoted(part) + " appears twice");
+    if (!seen.insert(part).second) throw std::invalid_argument(what + ": the part name " + in_quotes(part) + " appears twice");
     if (part != name && t.contains(part))
-      throw std::invalid_argument(what + ": the part name " + quoted(part) + " is already an entry");
+      throw std::invalid_argument(what + ": the part name " + in_quotes(part) + " is already an entry");
   }
   const auto rank = static_cast<std::int64_t>(x.rank());
   if (rank == 0) throw std::invalid_argument(what + ": a scalar has no axis to split along");
@@ -156,7 +156,7 @@ checkpoint split(const checkpoint& t, std::string_view name, const std::vector<s
 
 checkpoint fuse(const checkpoint& t, const std::vector<std::string>& parts, std::string_view into,
                        std::int64_t axis) {
-  const std::string what = "ckpt: fuse: into " + quoted(into);
+  const std::string what = "ckpt: fuse: into " + in_quotes(into);
   if (parts.empty()) throw std::invalid_argument(what + ": no entries to fuse");
   if (into.empty()) throw std::invalid_argument("ckpt: fuse: the name of the result is empty");
   if (into == "__metadata__")
@@ -164,24 +164,24 @@ checkpoint fuse(const checkpoint& t, const std::vector<std::string>& parts, std:
   std::set<std::string_view> seen;
   std::vector<const tensor*> xs;
   for (const std::string& part : parts) {
-    if (!seen.insert(part).second) throw std::invalid_argument(what + ": the entry " + quoted(part) + " is named twice");
+    if (!seen.insert(part).second) throw std::invalid_argument(what + ": the entry " + in_quotes(part) + " is named twice");
     xs.push_back(&entry_of(t, part, "fuse"));
   }
   if (!seen.contains(into) && t.contains(into))
-    throw std::invalid_argument(what + ": " + quoted(into) + " is already an entry, and not one of the parts");
+    throw std::invalid_argument(what + ": " + in_quotes(into) + " is already an entry, and not one of the parts");
   const tensor& first = *xs.front();
   const auto rank = static_cast<std::int64_t>(first.rank());
-  if (rank == 0) throw std::invalid_argument(what + ": the entry " + quoted(parts.front()) + " is a scalar, which has no axis");
+  if (rank == 0) throw std::invalid_argument(what + ": the entry " + in_quotes(parts.front()) + " is a scalar, which has no axis");
   if (axis < -rank || axis >= rank)
     throw std::invalid_argument(what + ": axis " + std::to_string(axis) + " is out of range for the " +
-                                std::to_string(rank) + " axes of " + quoted(parts.front()) + " " + to_string(first.shape()));
+                                std::to_string(rank) + " axes of " + in_quotes(parts.front()) + " " + to_string(first.shape()));
   const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
   dims shape(first.shape().begin(), first.shape().end());
   shape[a] = 0;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const tensor& x = *xs[i];
     const auto both = [&](const std::string& of_first, const std::string& of_this) {
-      return quoted(parts.front()) + " " + of_first + " and " + quoted(parts[i]) + " " + of_this;
+      return in_quotes(parts.front()) + " " + of_first + " and " + in_quotes(parts[i]) + " " + of_this;
     };
     if (x.dtype() != first.dtype())
       throw std::invalid_argument(what + ": the dtypes differ: " +
@@ -195,7 +195,7 @@ checkpoint fuse(const checkpoint& t, const std::vector<std::string>& parts, std:
         (a != 0 || static_cast<std::size_t>(x.numel()) * detail::bit_width(x.dtype()) % 8 != 0))
       throw std::invalid_argument(what + ": the dtype " + std::string(to_string(x.dtype())) +
                                   " is packed: its parts join along axis 0 only, each a whole number of bytes (" +
-                                  quoted(parts[i]) + " " + to_string(x.shape()) + ", axis " + std::to_string(a) + ")");
+                                  in_quotes(parts[i]) + " " + to_string(x.shape()) + ", axis " + std::to_string(a) + ")");
     shape[a] += x.shape()[a];
   }
   // Each outer index takes one run of bytes from every part, in order.
@@ -233,7 +233,7 @@ checkpoint cast(const checkpoint& t, dtype to, const std::function<bool(std::str
       continue;
     }
     if (!detail::can_cast(from, to))
-      throw std::invalid_argument("ckpt: cast: entry " + quoted(name) + " cannot be cast from " +
+      throw std::invalid_argument("ckpt: cast: entry " + in_quotes(name) + " cannot be cast from " +
                                   std::string(to_string(from)) + " to " + std::string(to_string(to)) +
                                   ": F6_E2M3, F6_E3M2 and F4 are raw bytes only");
     entries.emplace_back(name, detail::cast_tensor(x, to));
