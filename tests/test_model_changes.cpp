@@ -386,9 +386,14 @@ BOOST_AUTO_TEST_CASE(a_layer_widened_with_zero_outgoing_weights_computes_what_th
   BOOST_TEST((wide.l1.w.bottomRows(4).array() != 0.f).all());
   // ...and the outputs are the saved model's, to the last bit, before the first update.
   BOOST_TEST((logits(wide, data.x) == before));
-  mlp_example::mlp grads;
-  BOOST_TEST(mlp_example::loss_and_grads(wide, data.x, data.y, grads) ==
-             mlp_example::loss_and_grads(old, data.x, data.y, grads));
+  // So are the loss and the old parameters' gradients.
+  mlp_example::mlp wide_grads, old_grads;
+  BOOST_TEST(mlp_example::loss_and_grads(wide, data.x, data.y, wide_grads) ==
+             mlp_example::loss_and_grads(old, data.x, data.y, old_grads));
+  BOOST_TEST((wide_grads.l1.w.topRows(8) == old_grads.l1.w));
+  BOOST_TEST((wide_grads.l1.b.head(8) == old_grads.l1.b));
+  BOOST_TEST((wide_grads.l2.w.leftCols(8) == old_grads.l2.w));
+  BOOST_TEST((wide_grads.l2.b == old_grads.l2.b));
 
   // Without the zeroing, the same read gives another function.
   mlp_example::mlp unzeroed = mlp_example::init_mlp(2, 12);
