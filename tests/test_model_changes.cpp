@@ -2,11 +2,16 @@
 // retyped; a warm start) trains, changes the structure, reads the training state back with
 // `read_params` of `training_state`, and checks the values (restored bit-exact, kept from the
 // template, new moments zero, the overlap copied) and the report. The strict default refuses
-// each case with a message naming every entry.
+// each case with a message naming every entry. The last cases check what the guide's chapter
+// says beyond the reads: a layer widened with zero outgoing weights computes what the saved model
+// computed (on the example trainer's MLP), Adam's bias correction of a parameter added mid-run,
+// and why a state to train starts from `opt.init`.
 #define BOOST_TEST_MODULE model_changes
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
+
+#include "mlp.hpp"  // examples/mlp_trainer: the example trainer's model, data and training step
 
 #include <ckpt/adam.hpp>
 #include <ckpt/adapt.hpp>
@@ -16,6 +21,7 @@
 
 #include <Eigen/Core>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -70,8 +76,8 @@ struct trained {
   net params = make_net(4);
   ckpt::adam opt{.lr = 0.01};
   ckpt::adam_state<net> state = opt.init(params);
-  trained() {
-    for (int k = 0; k < 3; ++k) opt.update(params, gradients(params), state);
+  explicit trained(int steps = 3) {
+    for (int k = 0; k < steps; ++k) opt.update(params, gradients(params), state);
   }
   [[nodiscard]] ckpt::checkpoint saved() {
     ckpt_test::temp_dir dir;
@@ -339,4 +345,121 @@ BOOST_AUTO_TEST_CASE(a_section_of_a_temporary_is_saved_not_read_into) {
   ckpt::save(dir.path() / "t.safetensors", {{Eigen::Vector2f(1, 2), "x"}});
   const ckpt::checkpoint t = ckpt::load(dir.path() / "t.safetensors");
   BOOST_TEST((t.get("x").as<float>()[1] == 2.f));
+}
+
+// The outputs of the example trainer's MLP for the inputs `x` (one per column), as its
+// loss_and_grads computes them.
+Eigen::MatrixXf logits(const mlp_example::mlp& p, const Eigen::MatrixXf& x) {
+  const Eigen::MatrixXf hidden = ((p.l1.w * x).colwise() + p.l1.b).array().tanh().matrix();
+  return (p.l2.w * hidden).colwise() + p.l2.b;
+}
+
+// The example trainer's MLP of `hidden` units trained `steps` steps on its data, saved as its
+// training state and loaded back.
+ckpt::checkpoint trained_mlp(const mlp_example::dataset& data, int hidden, int steps, mlp_example::mlp& params) {
+  const ckpt::adam opt{.lr = 0.01};
+  params = mlp_example::init_mlp(1, hidden);
+  ckpt::adam_state<mlp_example::mlp> state = opt.init(params);
+  mlp_example::shuffled_batches order(1, static_cast<int>(data.x.cols()), 64);
+  for (int k = 0; k < steps; ++k) (void)mlp_example::train_step(data, order, opt, params, state);
+  ckpt_test::temp_dir dir;
+  ckpt::save(dir.path() / "run.safetensors", ckpt::training_state(params, state));
+  return ckpt::load(dir.path() / "run.safetensors");
+}
+
+BOOST_AUTO_TEST_CASE(a_layer_widened_with_zero_outgoing_weights_computes_what_the_saved_model_computed) {
+  const mlp_example::dataset data = mlp_example::two_spirals(1);
+  mlp_example::mlp old;
+  const ckpt::checkpoint t = trained_mlp(data, 8, 200, old);
+  const Eigen::MatrixXf before = logits(old, data.x);
+
+  // Hidden width 8 -> 12, initialized as the trainer initializes (seed 2: other values than the
+  // run's), the 4 new units' outgoing weights zeroed; the run's state read over it.
+  const ckpt::adam opt{.lr = 0.01};
+  mlp_example::mlp wide = mlp_example::init_mlp(2, 12);
+  wide.l2.w.rightCols(4).setZero();
+  ckpt::adam_state<mlp_example::mlp> state = opt.init(wide);
+  const ckpt::read_report report = ckpt::read_params(t, ckpt::training_state(wide, state), {.copy_overlap = true});
+  BOOST_TEST(report.reshaped.size() == 9u);
+  BOOST_TEST(state.step == 200);
+  // The new units are alive (their incoming weights are the fresh initialization's)...
+  BOOST_TEST((wide.l1.w.bottomRows(4).array() != 0.f).all());
+  // ...and the outputs are the saved model's, to the last bit, before the first update.
+  BOOST_TEST((logits(wide, data.x) == before));
+  // So are the loss and the old parameters' gradients.
+  mlp_example::mlp wide_grads, old_grads;
+  BOOST_TEST(mlp_example::loss_and_grads(wide, data.x, data.y, wide_grads) ==
+             mlp_example::loss_and_grads(old, data.x, data.y, old_grads));
+  BOOST_TEST((wide_grads.l1.w.topRows(8) == old_grads.l1.w));
+  BOOST_TEST((wide_grads.l1.b.head(8) == old_grads.l1.b));
+  BOOST_TEST((wide_grads.l2.w.leftCols(8) == old_grads.l2.w));
+  BOOST_TEST((wide_grads.l2.b == old_grads.l2.b));
+
+  // Without the zeroing, the same read gives another function.
+  mlp_example::mlp unzeroed = mlp_example::init_mlp(2, 12);
+  ckpt::adam_state<mlp_example::mlp> unzeroed_state = opt.init(unzeroed);
+  (void)ckpt::read_params(t, ckpt::training_state(unzeroed, unzeroed_state), {.copy_overlap = true});
+  BOOST_TEST((logits(unzeroed, data.x) - before).cwiseAbs().maxCoeff() > 1e-2f);
+
+  // The first update gives the new units' outgoing weights values of their own: they train.
+  mlp_example::shuffled_batches order(1, static_cast<int>(data.x.cols()), 64);
+  (void)mlp_example::train_step(data, order, opt, wide, state);
+  BOOST_TEST((wide.l2.w.rightCols(4).array() != 0.f).all());
+}
+
+BOOST_AUTO_TEST_CASE(new_units_with_zero_incoming_and_outgoing_weights_never_train) {
+  const mlp_example::dataset data = mlp_example::two_spirals(1);
+  mlp_example::mlp old;
+  const ckpt::checkpoint t = trained_mlp(data, 8, 50, old);
+  const ckpt::adam opt{.lr = 0.01};
+  mlp_example::mlp wide = mlp_example::init_mlp(2, 12);
+  wide.l1.w.bottomRows(4).setZero();  // init_mlp's biases are zero already
+  wide.l2.w.rightCols(4).setZero();
+  ckpt::adam_state<mlp_example::mlp> state = opt.init(wide);
+  (void)ckpt::read_params(t, ckpt::training_state(wide, state), {.copy_overlap = true});
+  mlp_example::shuffled_batches order(1, static_cast<int>(data.x.cols()), 64);
+  for (int k = 0; k < 20; ++k) (void)mlp_example::train_step(data, order, opt, wide, state);
+  // Their gradients are zero: tanh(0) reaches no output, and no output reaches them.
+  BOOST_TEST((wide.l1.w.bottomRows(4).array() == 0.f).all());
+  BOOST_TEST((wide.l1.b.tail(4).array() == 0.f).all());
+  BOOST_TEST((wide.l2.w.rightCols(4).array() == 0.f).all());
+  BOOST_TEST((wide.l1.w.topRows(8).array() != old.l1.w.array()).any());  // the old units trained
+}
+
+BOOST_AUTO_TEST_CASE(a_parameter_added_mid_run_gets_the_bias_correction_of_the_runs_step) {
+  const std::int64_t t = 2000;
+  trained run(static_cast<int>(t));
+  const ckpt::checkpoint saved = run.saved();
+  net_with_scale params{make_layer(3, 4, 9.f), make_layer(4, 2, 9.f), Eigen::VectorXf::Constant(2, 1.5f)};
+  ckpt::adam_state<net_with_scale> state = run.opt.init(params);
+  (void)ckpt::read_params(saved, ckpt::training_state(params, state), {.keep_missing = true});
+  BOOST_TEST(state.step == t);
+  const net_with_scale grads = gradients(params);  // 0.875 for `scale`
+  run.opt.update(params, grads, state);
+  // Its first update is lr * m^ / sqrt(v^) with its zero moments corrected by the run's step
+  // t + 1, not by 1 as a fresh parameter's: ratio times the fresh parameter's lr.
+  const double b1 = run.opt.beta1, b2 = run.opt.beta2;
+  const double ratio = (1 - b1) / (1 - std::pow(b1, t + 1)) * std::sqrt((1 - std::pow(b2, t + 1)) / (1 - b2));
+  const double moved = 1.5 - static_cast<double>(params.scale[0]);
+  BOOST_TEST(ratio > 2.9);  // past the first few thousand steps: about 3.2 (sqrt(1 - b2) / (1 - b1))
+  BOOST_TEST(moved / run.opt.lr == ratio, boost::test_tools::tolerance(1e-4));
+
+  // In an Adam state of its own (step 0), its first update is a fresh parameter's: lr.
+  Eigen::VectorXf scale = Eigen::VectorXf::Constant(2, 1.5f);
+  ckpt::adam_state<Eigen::VectorXf> own = run.opt.init(scale);
+  run.opt.update(scale, grads.scale, own);
+  BOOST_TEST((1.5 - static_cast<double>(scale[0])) / run.opt.lr == 1.0, boost::test_tools::tolerance(1e-4));
+}
+
+BOOST_AUTO_TEST_CASE(a_default_constructed_state_is_filled_by_a_read_and_refused_by_update) {
+  net params = make_net(4);
+  ckpt::adam_state<net> state;  // no moments: a read of the training state shapes them, update does not
+  BOOST_TEST(message_of<std::invalid_argument>([&] { ckpt::adam{}.update(params, gradients(params), state); }) ==
+             "ckpt: adam: the gradient or state of 'l1.w' has another shape than the parameter [4, 3]");
+  BOOST_TEST(state.step == 0);
+  // A read of the whole training state replaces it all: the same state then trains.
+  trained run;
+  (void)ckpt::read_params(run.saved(), ckpt::training_state(params, state));
+  ckpt::adam{}.update(params, gradients(params), state);
+  BOOST_TEST(state.step == 4);
 }
