@@ -158,19 +158,32 @@ void report_sources(int rank, const ckpt::mpi::checkpoint_manager::latest& resto
   }
 }
 
+// The run's start, collective: nothing (said on rank 0) if the folder holds steps and --resume
+// was not given; else the step resumed from (none for a fresh start: `--resume` of a folder
+// without steps, or whose steps are all damaged, is refused), its skipped damaged steps and the
+// tier of each shard said on rank 0, and what shapes the run taken from its metadata.
+std::optional<ckpt::mpi::checkpoint_manager::latest> open_run(ckpt::mpi::checkpoint_manager& manager, options& o,
+                                                              int rank) {
+  if (refuse_to_overwrite(o, manager.latest_step(), rank)) return std::nullopt;
+  ckpt::mpi::checkpoint_manager::latest restored;
+  if (o.resume) {
+    // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
+    restored = manager.load_latest();
+    report_skipped(rank, restored);
+    report_sources(rank, restored);
+    if (!restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);  // every rank alike
+  }
+  if (restored) continue_run(o, *restored);
+  return restored;
+}
+
 // --shard-optimizer: ZeRO-1 (zero.hpp), each rank's slices saved by the checkpoint manager.
 int run_sharded(MPI_Comm comm, options o) {
   const auto [rank, ranks] = place_in(comm);
   ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every});
-  const std::optional<std::int64_t> latest = manager.latest_step();
-  if (refuse_to_overwrite(o, latest, rank)) return 2;
-  ckpt::mpi::checkpoint_manager::latest restored;
-  if (o.resume) {
-    restored = manager.load_latest();  // the newest step that loads, as in the replicated run
-    report_skipped(rank, restored);
-    if (!restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);  // every rank alike
-  }
-  if (restored) continue_run(o, *restored);
+  const std::optional<ckpt::mpi::checkpoint_manager::latest> opened = open_run(manager, o, rank);
+  if (!opened) return 2;
+  const ckpt::mpi::checkpoint_manager::latest& restored = *opened;
   auto [data, order, opt, params] = start_of(o);
   zero_optimizer optimizer(comm, opt, params);
   if (restored) {
@@ -212,17 +225,9 @@ int run(MPI_Comm comm, options o) {
   ckpt::mpi::checkpoint_manager manager(
       comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every},
       {.local = o.local_dir, .ranks_per_node = o.ranks_per_node, .drain_every = o.drain_every * o.save_every});
-  const std::optional<std::int64_t> latest = manager.latest_step();
-  if (refuse_to_overwrite(o, latest, rank)) return 2;
-  ckpt::mpi::checkpoint_manager::latest restored;
-  if (o.resume) {
-    // The newest step that loads; damaged newer ones are set aside (collective: every rank alike).
-    restored = manager.load_latest();
-    report_skipped(rank, restored);
-    report_sources(rank, restored);
-    if (!restored) refuse_fresh_start_over(manager.status(), o.ckpt_dir);  // every rank alike
-  }
-  if (restored) continue_run(o, *restored);
+  const std::optional<ckpt::mpi::checkpoint_manager::latest> opened = open_run(manager, o, rank);
+  if (!opened) return 2;
+  const ckpt::mpi::checkpoint_manager::latest& restored = *opened;
   auto [data, order, opt, params] = start_of(o);
   ckpt::adam_state<mlp> state = opt.init(params);
   if (restored) {

@@ -21,5 +21,8 @@ foreach(mode find_package add_subdirectory pkg_config)
       "-DPKG_CONFIG=${PKG_CONFIG_EXECUTABLE}"
       "-DCKPT_STATIC=$<STREQUAL:$<TARGET_PROPERTY:ckpt,TYPE>,STATIC_LIBRARY>"
       -P "${CMAKE_CURRENT_LIST_DIR}/run.cmake")
-  set_tests_properties(consumer_${mode} PROPERTIES TIMEOUT 900)
+  # Label `packaging`: they check how a project gets ckpt, not the library's code, so the sanitizer
+  # stages of scripts/ckpt-dev do not run them again (their ASan build of the whole library, for
+  # add_subdirectory, cost more than any suite).
+  set_tests_properties(consumer_${mode} PROPERTIES TIMEOUT 900 LABELS packaging)
 endforeach()
