@@ -6,6 +6,7 @@
 //   mpirun -np 3 mlp_trainer_mpi --steps 3000 --ckpt-dir runs/d --resume   # resume on 3 ranks
 //   mpirun -np 4 mlp_trainer_mpi --shard-optimizer ...                      # ZeRO-1 (zero.hpp)
 //   mpirun -np 4 mlp_trainer_mpi --local-dir /tmp/ckpt --drain-every 5 ... # multi-level checkpoints
+//   mpirun -np 4 mlp_trainer_mpi --ckpt-dir s3://bucket/run ...             # the run in a bucket
 //
 // With the default --reduction ordered, the run is bit-identical whatever the number of ranks and
 // wherever it is stopped and resumed (see data_parallel.hpp).
@@ -248,9 +249,11 @@ int run(MPI_Comm comm, options o) {
   if (state.step > first || !manager.latest_step())
     manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
   manager.wait();
-  // With --local-dir, the last step is in the shared folder only if it was drained.
+  // With --local-dir, the last step is in the shared tier (a folder or a bucket) only if it was
+  // drained: a multiple of the drain's steps.
+  const std::int64_t drain = o.drain_every * o.save_every;
   std::filesystem::path last = manager.path_of(state.step);
-  if (!o.local_dir.empty() && !std::filesystem::exists(last)) last = o.local_dir;
+  if (!o.local_dir.empty() && (drain == 0 || state.step % drain != 0)) last = o.local_dir;
   if (rank == 0) report_end(o.params_out, params, data, last);
   return 0;
 }
