@@ -203,7 +203,7 @@ int run_sharded(MPI_Comm comm, options o) {
   if (optimizer.steps() > first || !manager.latest_step())
     optimizer.save(manager, params, run_metadata(o, loss), /*in_background=*/false);
   manager.wait();
-  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(optimizer.steps()));
+  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(optimizer.steps()).string());
   return 0;
 }
 
@@ -250,10 +250,12 @@ int run(MPI_Comm comm, options o) {
     manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
   manager.wait();
   // With --local-dir, the last step is in the shared tier (a folder or a bucket) only if it was
-  // drained: a multiple of the drain's steps.
+  // drained: a multiple of the drain's steps; else it is in the node-local tiers alone.
   const std::int64_t drain = o.drain_every * o.save_every;
-  std::filesystem::path last = manager.path_of(state.step);
-  if (!o.local_dir.empty() && (drain == 0 || state.step % drain != 0)) last = o.local_dir;
+  std::string last = manager.path_of(state.step).string();
+  if (!o.local_dir.empty() && (drain == 0 || state.step % drain != 0))
+    last = "step " + std::to_string(state.step) + " in the node-local tiers under " + o.local_dir.string() +
+           " (not drained to " + o.ckpt_dir.string() + ")";
   if (rank == 0) report_end(o.params_out, params, data, last);
   return 0;
 }

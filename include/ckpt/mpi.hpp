@@ -415,7 +415,7 @@ class checkpoint_manager : public ckpt::checkpoint_manager {
   /// Collective.
   /// \throws std::invalid_argument on every rank if an option is out of range (as the
   ///   single-process manager; `ranks_per_node` or `drain_every` negative, `local_max_to_keep` 0, a
-  ///   local tier with `read_only`).
+  ///   local tier with `read_only`, `local` an `s3://` path).
   /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder, or
   ///   read or write its run id (the cause, a `ckpt::error`, names `.ckpt-run-id` if it holds
   ///   anything but an id), or a node's first rank its local folder (the cause names the lock file

@@ -3,6 +3,7 @@
 #include "io/atomic_file.hpp"
 #include "io/folder.hpp"
 #include "io/posix_file.hpp"
+#include "io/remote_path.hpp"
 #include "run/layout.hpp"
 #include "run/policy.hpp"
 #include "run/store.hpp"
@@ -324,6 +325,9 @@ class mpi_state final : public ckpt::detail::manager_state {
     if (levels_.local.empty()) return;
     const auto refuse = [this](const std::string& what) { throw std::invalid_argument(core.message(what)); };
     if (core.options().read_only) refuse("a local tier ('" + levels_.local.string() + "') cannot be read-only");
+    if (ckpt::detail::is_remote(levels_.local))
+      refuse("tiers::local ('" + levels_.local.string() + "') is in object storage: a node-local tier is a folder of "
+             "the node's (the manager's folder, the shared tier, may be a bucket)");
     if (levels_.ranks_per_node < 0) refuse("tiers::ranks_per_node is negative (" + std::to_string(levels_.ranks_per_node) + ")");
     if (levels_.drain_every < 0) refuse("tiers::drain_every is negative (" + std::to_string(levels_.drain_every) + ")");
     if (levels_.local_max_to_keep == 0) refuse("tiers::local_max_to_keep is 0 (a local tier keeps at least one step)");

@@ -1,11 +1,11 @@
 // ckpt::mpi with its run in a bucket (issue 51), at 1, 2 and 4 ranks, against the S3 server of the
 // CTest fixture s3_server (tests/s3/s3_server.sh): a manager saves its steps there (each rank
 // uploads its shard, rank 0 commits the index last), keeps them by its rules (index first, then the
-// shards), sets a damaged step aside and resumes on another rank count; a load fetches each shard
-// once in all, not once per rank; a step of slices is one object, uploaded in parts by the ranks;
-// the node-local tiers drain to the bucket and restore from it; and (the in-process fake store,
-// tests/s3/fake_store.hpp, since the fixture's server answers 501 to conditional writes) a step's
-// index never replaces one another writer committed meanwhile.
+// shards), sets a damaged step aside, clears what a killed job left and resumes on another rank
+// count; a load fetches each shard once in all, not once per rank; a step of slices is one object,
+// uploaded in parts by the ranks; the node-local tiers drain to the bucket and restore from it;
+// and (the in-process fake store, tests/s3/fake_store.hpp, since the fixture's server answers 501
+// to conditional writes) a step's index never replaces one another writer committed meanwhile.
 
 #include "mpi_test.hpp"
 
@@ -221,6 +221,46 @@ void a_damaged_step_in_a_bucket_is_set_aside(const fs::path& folder) {
   CHECK(std::ranges::none_of(keys_of(run), [](const std::string& k) { return k.starts_with(step_name(2)); }));
 }
 
+// What a killed job left (a step's shards without its index, an upload neither completed nor
+// aborted under a step folder) is cleared by the next job that opens the run for writing; a
+// read-only manager and what is not a step's are left alone.
+void opening_a_run_in_a_bucket_clears_what_a_killed_job_left(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm);
+  const bucket_run run = run_in_bucket(folder);
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, run.url);
+    CHECK(manager.save(1, {state_of(rank, 1)}));
+  }
+  s3::client c(s3::config::from_environment());
+  const std::string crashed = run.prefix + "/" + step_name(2) + "/" + shard(1, 1);
+  if (rank == 0) {
+    const std::string bytes = "a shard of a job killed before its index";
+    static_cast<void>(c.put({run.bucket, crashed}, std::as_bytes(std::span(bytes))));
+    static_cast<void>(c.put({run.bucket, run.prefix + "/notes.txt"}, std::as_bytes(std::span(bytes))));
+    static_cast<void>(c.start_upload({run.bucket, run.prefix + "/" + step_name(3) + "/" + shard(1, 1)}));
+  }
+  MPI_Barrier(comm);
+  {
+    ckpt::mpi::checkpoint_manager reader(comm, run.url, {.read_only = true});
+    CHECK_EQ(reader.steps(), std::vector<std::int64_t>{1});
+  }
+  if (rank == 0) {
+    CHECK(c.head({run.bucket, crashed}).has_value());
+    CHECK_EQ(c.uploads(run.bucket, run.prefix + "/").size(), std::size_t{1});
+  }
+  MPI_Barrier(comm);
+  ckpt::mpi::checkpoint_manager manager(comm, run.url);
+  CHECK_EQ(manager.steps(), std::vector<std::int64_t>{1});
+  if (rank == 0) {
+    CHECK(!c.head({run.bucket, crashed}).has_value());
+    CHECK(c.uploads(run.bucket, run.prefix + "/").empty());
+    CHECK(c.head({run.bucket, run.prefix + "/notes.txt"}).has_value());
+  }
+  CHECK(manager.save(2, {state_of(rank, 2)}));
+  check_step(*manager.load_latest(), 2, size_of(comm));
+}
+
 void a_step_of_slices_in_a_bucket_is_one_object_uploaded_in_parts_by_the_ranks(const fs::path& folder) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = rank_of(comm), size = size_of(comm);
@@ -294,6 +334,9 @@ void node_local_tiers_drain_to_a_bucket_and_restore_from_it(const fs::path& fold
     CHECK_EQ(shared.steps(), std::vector<std::int64_t>{2});
     check_step(shared.load(2), 2, size);
   }
+  // A node-local tier is a folder of the node's, never a bucket: refused on every rank, by name.
+  CHECK(MESSAGE_OF(std::invalid_argument, ckpt::mpi::checkpoint_manager(comm, run.url, {}, {.local = run.url + "-local"}))
+            .find("tiers::local ('" + run.url + "-local') is in object storage") != std::string::npos);
   // Every node's local tier lost: the run restores step 2 from the bucket.
   MPI_Barrier(comm);
   if (rank == 0) fs::remove_all(local);
@@ -352,6 +395,7 @@ int main(int argc, char** argv) {
                  {{"a_manager_keeps_its_steps_in_a_bucket_and_resumes_on_another_rank_count", a_manager_keeps_its_steps_in_a_bucket_and_resumes_on_another_rank_count},
                   {"a_load_from_a_bucket_fetches_each_shard_once_in_all", a_load_from_a_bucket_fetches_each_shard_once_in_all},
                   {"a_damaged_step_in_a_bucket_is_set_aside", a_damaged_step_in_a_bucket_is_set_aside},
+                  {"opening_a_run_in_a_bucket_clears_what_a_killed_job_left", opening_a_run_in_a_bucket_clears_what_a_killed_job_left},
                   {"a_step_of_slices_in_a_bucket_is_one_object_uploaded_in_parts_by_the_ranks", a_step_of_slices_in_a_bucket_is_one_object_uploaded_in_parts_by_the_ranks},
                   {"node_local_tiers_drain_to_a_bucket_and_restore_from_it", node_local_tiers_drain_to_a_bucket_and_restore_from_it},
                   {"a_steps_index_never_replaces_one_another_writer_committed", a_steps_index_never_replaces_one_another_writer_committed}});

@@ -290,15 +290,16 @@ BOOST_AUTO_TEST_CASE(errors_name_the_object) {
   }
   ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
   BOOST_TEST(c.list(bucket, "").empty());
-  // What takes a folder (ckpt::mpi's saves and loads) refuses an s3:// path, rather than making a
-  // local folder 's3:'.
+  // What takes a folder (a node-local tier of ckpt::mpi) refuses an s3:// path, rather than making
+  // a local folder 's3:'.
   try {
     static_cast<void>(ckpt::detail::folder_handle::open("s3://" + bucket + "/run", /*create=*/true));
     BOOST_FAIL("a folder in a bucket was opened");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()) == "ckpt: 's3://" + bucket + "/run' is in object storage, and this takes a local "
                                         "folder (s3:// paths are taken by ckpt::save, ckpt::load, "
-                                        "ckpt::save_sharded, ckpt::checkpoint_manager and the ckpt tool)");
+                                        "ckpt::save_sharded, ckpt::checkpoint_manager, ckpt::mpi's save, load and "
+                                        "manager's shared tier, and the ckpt tool)");
   }
   BOOST_TEST(!fs::exists("s3:"));
 }
