@@ -31,13 +31,14 @@
 ///
 /// **In a bucket.** `folder` may be `s3://bucket/prefix` (a build with S3 support; credentials
 /// and endpoint from the standard AWS environment, as for `ckpt::save`): the same layout, a step
-/// folder being the objects under `<prefix>/step-<s>/`. Each rank uploads its shard (a multipart
-/// upload of its own); rank 0 writes the index last, once every upload completed, never over an
-/// index there (a conditional write); a step of slices is one object, uploaded in parts by the
-/// ranks. A load fetches each shard once in the whole job, by the rank that verifies it, which
-/// sends the bytes to the other ranks over MPI (every rank then holds the step in memory). A
-/// bucket has no lock: one job writes a run at a time (docs/guide.md, "Checkpoints in object
-/// storage"). See docs/distributed.md, "A run in a bucket".
+/// folder being the objects under `<prefix>/step-<s>/`. Each rank uploads its shard (past 8 MiB,
+/// a multipart upload of its own); rank 0 writes the index last, once every upload completed,
+/// never over an index there (a conditional write); a step of slices is one object, uploaded in
+/// parts by the ranks. A load fetches each shard once in the whole job, by the rank that verifies
+/// it, which sends the bytes to the other ranks over MPI (every rank then holds the step in
+/// memory). A bucket has no lock: one job writes a run at a time (docs/guide.md, "Checkpoints in
+/// object storage"). A node-local tier (`tiers::local`) is a folder, never a bucket. See
+/// docs/distributed.md, "A run in a bucket".
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/live_source.hpp>
@@ -305,10 +306,11 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// k's shards are kept on node (k + 1) mod K), which writes the copy into its own local folder.
 /// The step is committed (listed by `steps()`) once every copy is durable and each node's
 /// leader has written the step's index beside its copies. A step whose number is a multiple of
-/// `drain_every` is then copied from the local tier to `folder` (a folder, or a bucket: uploaded) on a background thread, each rank its own shard, and
-/// committed there by the index, written last, at the first member call after every rank's copy
-/// is done (`wait` and the destructor wait for it): a step is never committed but incomplete in
-/// `folder`, whatever is killed when. `save_async` writes the local shard on a background thread.
+/// `drain_every` is then copied from the local tier to `folder` (a folder, or a bucket: uploaded)
+/// on a background thread, each rank its own shard, and committed there by the index, written
+/// last, at the first member call after every rank's copy is done (`wait` and the destructor wait
+/// for it): a step is never committed but incomplete in `folder`, whatever is killed when.
+/// `save_async` writes the local shard on a background thread.
 /// If every rank's MPI was initialized with `MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)`, that
 /// thread also sends and receives the partner copies (on a communicator of its own); otherwise the
 /// call that commits the step (the next `save`, `save_async`, `wait`, `load` or `load_latest`)
@@ -370,13 +372,15 @@ struct tiers {
 /// `ckpt::checkpoint_manager`, it stays this manager, collective members and destructor included
 /// ("Moving" in ckpt/manager.hpp).
 ///
-/// Rank 0 takes the advisory lock `<folder>/.ckpt-manager.lock` (a folder's: a bucket has none), the single-process manager's
-/// lock file too (refusing a second manager of either kind with `lock_error`), reads the run's id
-/// from `<folder>/.ckpt-run-id` (making it, atomically, at the folder's first writing open: see
-/// "Runs" in `tiers`), lists the folder, removes the step folders left uncommitted by a crashed
-/// job, and applies the retention rules, then again after each commit: it deletes what the rules
-/// drop, index first, so a step never appears half-deleted. Every rank then opens the folder
-/// once and checks that it is the one rank 0 locked (a token rank 0 writes into the lock file);
+/// Rank 0 takes the advisory lock `<folder>/.ckpt-manager.lock` (a folder's: a bucket has none),
+/// the single-process manager's lock file too (refusing a second manager of either kind with
+/// `lock_error`), reads the run's id from `<folder>/.ckpt-run-id` (making it, atomically, at the
+/// folder's first writing open: see "Runs" in `tiers`), lists the folder, removes the step
+/// folders left uncommitted by a crashed job (in a bucket, also aborts the uploads it left open
+/// under step folders), and applies the retention rules, then again after each commit: it deletes
+/// what the rules drop, index first, so a step never appears half-deleted. Every rank then opens
+/// the folder once and checks that it is the one rank 0 locked (a token rank 0 writes into the
+/// lock file; a bucket's prefix has no lock to check);
 /// from then on every rank works relative to the folder it opened, as the single-process manager
 /// does ("The folder is held, not its path" in ckpt/manager.hpp): a step folder that is a link is
 /// read through but only ever renamed or unlinked, never written into or emptied.
