@@ -5,7 +5,8 @@
 // count; a load fetches each shard once in all, not once per rank; a step of slices is one object,
 // uploaded in parts by the ranks; the node-local tiers drain to the bucket and restore from it;
 // and (the in-process fake store, tests/s3/fake_store.hpp, since the fixture's server answers 501
-// to conditional writes) a step's index never replaces one another writer committed meanwhile.
+// to conditional writes and shows no order) a step's index never replaces one another writer
+// committed meanwhile, and retention deletes a step's index before its shards.
 
 #include "mpi_test.hpp"
 
@@ -24,6 +25,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <unistd.h>
 
@@ -350,6 +352,23 @@ void node_local_tiers_drain_to_a_bucket_and_restore_from_it(const fs::path& fold
   for (const ckpt::checkpoint_manager::source& s : latest.sources) CHECK(s.from == ckpt::checkpoint_manager::tier::folder);
 }
 
+// Collective: the in-process fake store (tests/s3/fake_store.hpp) in rank 0's process (null on the
+// others), answering by `script`, every rank's endpoint until use_server().
+std::unique_ptr<ckpt_s3_test::fake_store> serve_from_rank_0(MPI_Comm comm, ckpt_s3_test::fake_store::script script) {
+  std::unique_ptr<ckpt_s3_test::fake_store> store;
+  std::string endpoint;
+  if (rank_of(comm) == 0) {
+    store = std::make_unique<ckpt_s3_test::fake_store>(std::move(script));
+    endpoint = store->endpoint();
+  }
+  int length = static_cast<int>(endpoint.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, comm);
+  endpoint.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(endpoint.data(), length, MPI_CHAR, 0, comm);
+  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  return store;
+}
+
 // Finding: a step's index is written last and never over one that another writer of the run
 // committed meanwhile (a conditional write): the save fails on every rank, and the other writer's
 // step is left as it is, its shards too.
@@ -359,22 +378,12 @@ void a_steps_index_never_replaces_one_another_writer_committed(const fs::path& f
   const std::string bucket = "fake", prefix = folder.filename().string();
   const std::string index_key = prefix + "/" + step_name(2) + "/model.safetensors.index.json";
   const std::string theirs = "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {}}";
-  // The fake store runs in rank 0's process; every rank talks to it.
   std::unique_ptr<ckpt_s3_test::fake_store> store;
-  std::string endpoint;
-  if (rank == 0) {
-    store = std::make_unique<ckpt_s3_test::fake_store>([&](const ckpt_s3_test::fake_store::request& r) {
-      // Another writer's index lands just before ours.
-      if (r.method == "PUT" && r.key == index_key && r.headers.contains("if-none-match")) store->put_object(bucket, index_key, theirs);
-      return ckpt_s3_test::fake_store::plan{};
-    });
-    endpoint = store->endpoint();
-  }
-  int length = static_cast<int>(endpoint.size());
-  MPI_Bcast(&length, 1, MPI_INT, 0, comm);
-  endpoint.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(endpoint.data(), length, MPI_CHAR, 0, comm);
-  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  store = serve_from_rank_0(comm, [&](const ckpt_s3_test::fake_store::request& r) {
+    // Another writer's index lands just before ours.
+    if (r.method == "PUT" && r.key == index_key && r.headers.contains("if-none-match")) store->put_object(bucket, index_key, theirs);
+    return ckpt_s3_test::fake_store::plan{};
+  });
   {
     ckpt::mpi::checkpoint_manager manager(comm, "s3://" + bucket + "/" + prefix);
     CHECK(manager.save(1, {state_of(rank, 1)}));
@@ -382,6 +391,44 @@ void a_steps_index_never_replaces_one_another_writer_committed(const fs::path& f
     CHECK(refused.find("another writer of the run committed it meanwhile") != std::string::npos);
     CHECK_EQ(manager.steps(), std::vector<std::int64_t>{1});
     if (rank == 0) CHECK_EQ(store->object(bucket, index_key), std::optional<std::string>(theirs));
+  }
+  MPI_Barrier(comm);
+  use_server();
+}
+
+
+// Retention in a bucket deletes a step's index before any of its shards (the fake store records
+// the deletions in order): a job killed half-way leaves shards without an index, which the next
+// writing open clears, never an index without its shards.
+void retention_in_a_bucket_deletes_a_steps_index_before_its_shards(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm), size = size_of(comm);
+  const std::string prefix = folder.filename().string(), first = prefix + "/" + step_name(1) + "/";
+  std::mutex mutex;
+  std::vector<std::string> deleted;  // rank 0: step 1's keys, in the order they were deleted
+  const std::unique_ptr<ckpt_s3_test::fake_store> store = serve_from_rank_0(comm, [&](const ckpt_s3_test::fake_store::request& r) {
+    if (r.method == "DELETE" && r.key.starts_with(first)) {
+      const std::lock_guard lock(mutex);
+      deleted.push_back(r.key.substr(first.size()));
+    }
+    return ckpt_s3_test::fake_store::plan{};
+  });
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, "s3://fake/" + prefix, {.max_to_keep = 1});
+    CHECK(manager.save(1, {state_of(rank, 1)}));
+    CHECK(manager.save(2, {state_of(rank, 2)}));
+    manager.wait();
+    CHECK_EQ(manager.steps(), std::vector<std::int64_t>{2});
+  }
+  if (rank == 0) {
+    const std::lock_guard lock(mutex);
+    std::vector<std::string> expected{"model.safetensors.index.json"};
+    for (int k = 1; k <= size; ++k) expected.push_back(shard(static_cast<std::size_t>(k), static_cast<std::size_t>(size)));
+    CHECK_EQ(deleted.size(), expected.size());
+    CHECK(!deleted.empty() && deleted.front() == expected.front());
+    std::ranges::sort(deleted);
+    std::ranges::sort(expected);
+    CHECK_EQ(deleted, expected);
   }
   MPI_Barrier(comm);
   use_server();
@@ -398,5 +445,6 @@ int main(int argc, char** argv) {
                   {"opening_a_run_in_a_bucket_clears_what_a_killed_job_left", opening_a_run_in_a_bucket_clears_what_a_killed_job_left},
                   {"a_step_of_slices_in_a_bucket_is_one_object_uploaded_in_parts_by_the_ranks", a_step_of_slices_in_a_bucket_is_one_object_uploaded_in_parts_by_the_ranks},
                   {"node_local_tiers_drain_to_a_bucket_and_restore_from_it", node_local_tiers_drain_to_a_bucket_and_restore_from_it},
-                  {"a_steps_index_never_replaces_one_another_writer_committed", a_steps_index_never_replaces_one_another_writer_committed}});
+                  {"a_steps_index_never_replaces_one_another_writer_committed", a_steps_index_never_replaces_one_another_writer_committed},
+                  {"retention_in_a_bucket_deletes_a_steps_index_before_its_shards", retention_in_a_bucket_deletes_a_steps_index_before_its_shards}});
 }
