@@ -336,7 +336,7 @@ int run(options o) {
   manager.wait();
   if (stopped)
     std::cout << "stopped by a signal at step " << state.step << " (run again with --resume to continue)\n";
-  report_end(o.params_out, params, data, manager.path_of(state.step));
+  report_end(o.params_out, params, data, manager.path_of(state.step).string());
   return 0;
 }
 

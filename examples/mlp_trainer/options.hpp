@@ -96,11 +96,12 @@ inline std::string exact(double x) {
 }
 
 // The end of a run, the same for both trainers: the parameters to `params_out` if one was given,
-// and the line that runs compare: the accuracy of `params` on `data` and the last checkpoint.
+// and the line that runs compare: the accuracy of `params` on `data` and the last checkpoint (its
+// path, or where it is).
 inline void report_end(const std::filesystem::path& params_out, const mlp& params, const dataset& data,
-                       const std::filesystem::path& last_checkpoint) {
+                       std::string_view last_checkpoint) {
   if (!params_out.empty()) ckpt::save(params_out, ckpt::training_state(params));  // the model alone
-  std::cout << "accuracy " << exact(accuracy(params, data)) << "; last checkpoint: " << last_checkpoint.string() << '\n';
+  std::cout << "accuracy " << exact(accuracy(params, data)) << "; last checkpoint: " << last_checkpoint << '\n';
 }
 
 // A resume that found no step to load: starting fresh is right only where the run has never saved

@@ -6,6 +6,7 @@
 //   mpirun -np 3 mlp_trainer_mpi --steps 3000 --ckpt-dir runs/d --resume   # resume on 3 ranks
 //   mpirun -np 4 mlp_trainer_mpi --shard-optimizer ...                      # ZeRO-1 (zero.hpp)
 //   mpirun -np 4 mlp_trainer_mpi --local-dir /tmp/ckpt --drain-every 5 ... # multi-level checkpoints
+//   mpirun -np 4 mlp_trainer_mpi --ckpt-dir s3://bucket/run ...             # the run in a bucket
 //
 // With the default --reduction ordered, the run is bit-identical whatever the number of ranks and
 // wherever it is stopped and resumed (see data_parallel.hpp).
@@ -215,7 +216,7 @@ int run_sharded(MPI_Comm comm, options o) {
   if (optimizer.steps() > first || !manager.latest_step())
     optimizer.save(manager, params, run_metadata(o, loss), /*in_background=*/false);
   manager.wait();
-  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(optimizer.steps()));
+  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(optimizer.steps()).string());
   return 0;
 }
 
@@ -253,9 +254,13 @@ int run(MPI_Comm comm, options o) {
   if (state.step > first || !manager.latest_step())
     manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
   manager.wait();
-  // With --local-dir, the last step is in the shared folder only if it was drained.
-  std::filesystem::path last = manager.path_of(state.step);
-  if (!o.local_dir.empty() && !std::filesystem::exists(last)) last = o.local_dir;
+  // With --local-dir, the last step is in the shared tier (a folder or a bucket) only if it was
+  // drained: a multiple of the drain's steps; else it is in the node-local tiers alone.
+  const std::int64_t drain = o.drain_every * o.save_every;
+  std::string last = manager.path_of(state.step).string();
+  if (!o.local_dir.empty() && (drain == 0 || state.step % drain != 0))
+    last = "step " + std::to_string(state.step) + " in the node-local tiers under " + o.local_dir.string() +
+           " (not drained to " + o.ckpt_dir.string() + ")";
   if (rank == 0) report_end(o.params_out, params, data, last);
   return 0;
 }

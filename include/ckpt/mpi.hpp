@@ -28,6 +28,17 @@
 /// naming that rank). Communication errors follow the communicator's MPI error handler (by
 /// default they abort the job). The folder must be one file system seen by every rank (a local
 /// disk for ranks of one machine, or a shared/parallel file system); see docs/distributed.md.
+///
+/// **In a bucket.** `folder` may be `s3://bucket/prefix` (a build with S3 support; credentials
+/// and endpoint from the standard AWS environment, as for `ckpt::save`): the same layout, a step
+/// folder being the objects under `<prefix>/step-<s>/`. Each rank uploads its shard (past 8 MiB,
+/// a multipart upload of its own); rank 0 writes the index last, once every upload completed,
+/// never over an index there (a conditional write); a step of slices is one object, uploaded in
+/// parts by the ranks. A load fetches each shard once in the whole job, by the rank that verifies
+/// it, which sends the bytes to the other ranks over MPI (every rank then holds the step in
+/// memory). A bucket has no lock: one job writes a run at a time (docs/guide.md, "Checkpoints in
+/// object storage"). A node-local tier (`tiers::local`) is a folder, never a bucket. See
+/// docs/distributed.md, "A run in a bucket".
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/live_source.hpp>
@@ -95,7 +106,9 @@ class collective_error : public error {
 /// 2. Each rank that writes anything writes its shard with `ckpt::save` (temporary file, fsync,
 ///    rename, folder fsync), all ranks in parallel.
 /// 3. One `MPI_Allreduce` confirms that every shard is durable. Then rank 0 writes the index the
-///    same atomic way, and that commits the step; a second `MPI_Allreduce` tells the ranks.
+///    same atomic way, never over an index that another job committed meanwhile (the save then
+///    fails, and that step is left as it is), and that commits the step; a second
+///    `MPI_Allreduce` tells the ranks.
 ///
 /// Every shard's `__metadata__` is rank 0's, as `ckpt::save` of sections makes them: the
 /// metadata of its checkpoint sections, then `metadata`, then `step` (decimal); `load` gives
@@ -216,6 +229,13 @@ class slice {
 ///    into the header.
 ///    Rank 0 renames the file into place, and the index commits the step, as for any step.
 ///
+/// In a bucket the file is one multipart upload: part 1 is the header and the first 8 MiB of the
+/// data (more past 78 GiB: at most 10,000 parts), each next part the next as many bytes;
+/// part k is uploaded by rank (k - 1) mod n, which receives its bytes from the ranks that hold
+/// them (`MPI_Alltoallv`, a round of at most n parts and 1 GiB at a time) and hashes its chunks;
+/// rank 0 writes the digest into part 1, uploads it last and completes the upload: the object is
+/// byte for byte the file, and appears whole.
+///
 /// Of the save's options, `progress` is not used for such a step (the writes are collective). A
 /// manager's `save_async` snapshots the slices and writes them on its background thread if every
 /// rank's MPI was initialized with `MPI_THREAD_MULTIPLE` (the writes are MPI-IO calls, on a
@@ -263,7 +283,9 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// with a prefix, `read_params` of `training_state`...). Works on any number of ranks.
 ///
 /// If `options.verify_digest` is set, the shards' digests are checked, each shard by one rank
-/// (shard k by rank k mod n), so the step is read once in all, not once per rank.
+/// (shard k by rank k mod n), so the step is read once in all, not once per rank. From a bucket,
+/// shard k is fetched whole by rank k mod n (and verified there), which sends its bytes to every
+/// rank: the step crosses the network from the bucket once.
 /// Each rank's copies out of the result are then checked against the hashes the verifying rank
 /// computed (see "Verified bytes" in the guide): a shard rewritten in place afterwards is an
 /// `integrity_error`, never bytes that do not match its digest. A rank holds a bounded number of
@@ -284,10 +306,11 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// k's shards are kept on node (k + 1) mod K), which writes the copy into its own local folder.
 /// The step is committed (listed by `steps()`) once every copy is durable and each node's
 /// leader has written the step's index beside its copies. A step whose number is a multiple of
-/// `drain_every` is then copied from the local tier to `folder` on a background thread, each rank its own shard, and
-/// committed there by the index, written last, at the first member call after every rank's copy
-/// is done (`wait` and the destructor wait for it): a step is never committed but incomplete in
-/// `folder`, whatever is killed when. `save_async` writes the local shard on a background thread.
+/// `drain_every` is then copied from the local tier to `folder` (a folder, or a bucket: uploaded)
+/// on a background thread, each rank its own shard, and committed there by the index, written
+/// last, at the first member call after every rank's copy is done (`wait` and the destructor wait
+/// for it): a step is never committed but incomplete in `folder`, whatever is killed when.
+/// `save_async` writes the local shard on a background thread.
 /// If every rank's MPI was initialized with `MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)`, that
 /// thread also sends and receives the partner copies (on a communicator of its own); otherwise the
 /// call that commits the step (the next `save`, `save_async`, `wait`, `load` or `load_latest`)
@@ -349,13 +372,15 @@ struct tiers {
 /// `ckpt::checkpoint_manager`, it stays this manager, collective members and destructor included
 /// ("Moving" in ckpt/manager.hpp).
 ///
-/// Rank 0 takes the advisory lock `<folder>/.ckpt-manager.lock`, the single-process manager's
-/// lock file too (refusing a second manager of either kind with `lock_error`), reads the run's id
-/// from `<folder>/.ckpt-run-id` (making it, atomically, at the folder's first writing open: see
-/// "Runs" in `tiers`), lists the folder, removes the step folders left uncommitted by a crashed
-/// job, and applies the retention rules, then again after each commit: it deletes what the rules
-/// drop, index first, so a step never appears half-deleted. Every rank then opens the folder
-/// once and checks that it is the one rank 0 locked (a token rank 0 writes into the lock file);
+/// Rank 0 takes the advisory lock `<folder>/.ckpt-manager.lock` (a folder's: a bucket has none),
+/// the single-process manager's lock file too (refusing a second manager of either kind with
+/// `lock_error`), reads the run's id from `<folder>/.ckpt-run-id` (making it, atomically, at the
+/// folder's first writing open: see "Runs" in `tiers`), lists the folder, removes the step
+/// folders left uncommitted by a crashed job (in a bucket, also aborts the uploads it left open
+/// under step folders), and applies the retention rules, then again after each commit: it deletes
+/// what the rules drop, index first, so a step never appears half-deleted. Every rank then opens
+/// the folder once and checks that it is the one rank 0 locked (a token rank 0 writes into the
+/// lock file; a bucket's prefix has no lock to check);
 /// from then on every rank works relative to the folder it opened, as the single-process manager
 /// does ("The folder is held, not its path" in ckpt/manager.hpp): a step folder that is a link is
 /// read through but only ever renamed or unlinked, never written into or emptied.
@@ -388,12 +413,13 @@ struct tiers {
 class checkpoint_manager : public ckpt::checkpoint_manager {
  public:
 
-  /// Opens `folder` (created if needed) for the ranks of `comm` (duplicated, so the manager's
-  /// messages never mix with the caller's), and, with `levels.local`, each node's local folder.
+  /// Opens `folder` (created if needed; or `s3://bucket/prefix`, see "In a bucket" above) for the
+  /// ranks of `comm` (duplicated, so the manager's messages never mix with the caller's), and,
+  /// with `levels.local`, each node's local folder.
   /// Collective.
   /// \throws std::invalid_argument on every rank if an option is out of range (as the
   ///   single-process manager; `ranks_per_node` or `drain_every` negative, `local_max_to_keep` 0, a
-  ///   local tier with `read_only`).
+  ///   local tier with `read_only`, `local` an `s3://` path).
   /// \throws collective_error on every rank if rank 0 cannot create, lock or list the folder, or
   ///   read or write its run id (the cause, a `ckpt::error`, names `.ckpt-run-id` if it holds
   ///   anything but an id), or a node's first rank its local folder (the cause names the lock file

@@ -92,6 +92,23 @@ std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::
   return out;
 }
 
+std::string shard_name(std::string_view base, std::size_t number, std::size_t count) {
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "-%05zu-of-%05zu.safetensors", number, count);
+  return std::string(base) + digits;
+}
+
+std::optional<std::size_t> shard_count_of(std::string_view name, std::string_view base) {
+  if (!name.starts_with(base)) return std::nullopt;
+  std::size_t number = 0, count = 0;
+  char tail = 0;
+  const std::string rest(name.substr(base.size()));
+  if (std::sscanf(rest.c_str(), "-%5zu-of-%5zu.safetensor%c", &number, &count, &tail) != 3 || number == 0 ||
+      number > count || shard_name(base, number, count) != name)
+    return std::nullopt;
+  return count;
+}
+
 }  // namespace detail
 
 namespace {
@@ -105,12 +122,7 @@ using detail::save_id_key;
 
 constexpr std::string_view shard_suffix = ".safetensors";
 using detail::safetensors_index_suffix;
-
-std::string shard_name(const std::string& base, std::size_t number, std::size_t count) {
-  char digits[64];
-  std::snprintf(digits, sizeof digits, "-%05zu-of-%05zu", number, count);
-  return base + digits + std::string(shard_suffix);
-}
+using detail::shard_name;
 
 // True for `<base>-NNNNN-of-NNNNN.safetensors`: a shard of some save with this base name.
 bool is_shard_name(std::string_view name, std::string_view base) {

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,16 @@ namespace ckpt::detail {
                                          const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
                                          const std::function<checkpoint(const std::string& shard)>& load_shard,
                                          const std::string& save_id = {});
+
+/// The name of shard `number` of `count` of a sharded checkpoint whose files are named after
+/// `base`: `<base>-<number>-of-<count>.safetensors`, both five digits at least, as Hugging Face
+/// names shards (save_sharded's, and an MPI step's, src/run/layout.hpp).
+/// \throws std::bad_alloc
+[[nodiscard]] std::string shard_name(std::string_view base, std::size_t number, std::size_t count);
+/// The shard count K of a name `shard_name(base, k, K)` gives, or nothing for any other name (only
+/// the exact spelling counts, of at most 99999 shards).
+/// \throws std::bad_alloc
+[[nodiscard]] std::optional<std::size_t> shard_count_of(std::string_view name, std::string_view base);
 
 /// The suffix of a sharded safetensors checkpoint's index (`model.safetensors.index.json`): the
 /// index save_sharded writes, and the one the readers look for in a folder.

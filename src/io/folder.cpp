@@ -83,8 +83,8 @@ folder_handle folder_handle::open(const std::filesystem::path& path, bool create
   if (is_remote(path))
     throw std::invalid_argument("ckpt: '" + path.string() +
                                 "' is in object storage, and this takes a local folder (s3:// paths are taken by "
-                                "ckpt::save, ckpt::load, ckpt::save_sharded, ckpt::checkpoint_manager and the ckpt "
-                                "tool)");
+                                "ckpt::save, ckpt::load, ckpt::save_sharded, ckpt::checkpoint_manager, ckpt::mpi's "
+                                "save, load and manager's shared tier, and the ckpt tool)");
   if (create) {
     std::error_code ec;
     std::filesystem::create_directories(path, ec);

@@ -123,6 +123,9 @@ class byte_reader {
         (*this)(value);
         x.insert_or_assign(std::move(key), std::move(value));
       }
+    } else if constexpr (requires { x.first; x.second; }) {
+      (*this)(x.first);
+      (*this)(x.second);
     } else {
       boost::pfr::for_each_field(x, [this](auto& field) { (*this)(field); });
     }

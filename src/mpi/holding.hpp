@@ -10,7 +10,6 @@
 #include <mpi.h>
 
 #include <climits>
-#include <cstdio>
 #include <functional>
 #include <optional>
 #include <cstdint>
@@ -20,25 +19,6 @@
 #include <vector>
 
 namespace ckpt::mpi::detail {
-
-// The name of shard `number` of `count`, as Hugging Face names them.
-inline std::string shard_name(std::size_t number, std::size_t count) {
-  char digits[64];
-  std::snprintf(digits, sizeof digits, "model-%05zu-of-%05zu.safetensors", number, count);
-  return digits;
-}
-
-// The shard count K of a name shard_name(k, K) gives (only the exact spelling counts), or nothing.
-inline std::optional<std::size_t> shard_count_of(std::string_view name) {
-  std::size_t number = 0;
-  std::size_t count = 0;
-  char tail = 0;
-  const std::string text(name);
-  if (std::sscanf(text.c_str(), "model-%5zu-of-%5zu.safetensor%c", &number, &count, &tail) != 3 || number == 0 ||
-      number > count || shard_name(number, count) != name)
-    return std::nullopt;
-  return count;
-}
 
 // What one rank brings to a save: its step, what it holds, and (rank 0) the step's metadata.
 // `error` is set instead if the rank could not even say.
@@ -70,11 +50,11 @@ inline std::string describe_entry(ckpt::dtype type, std::span<const std::int64_t
 // Collective: the part of planning a step that every save shares. Every rank's holding, this
 // rank's entries and (rank 0) the step's metadata described by `describe_mine` (an exception there
 // is reported on every rank as a collective_error), after checking that the ranks agree on the
-// step and that it is not committed; fills `plan`'s folder, run (`held`, the folder a manager
-// holds, or `folder` opened by each rank, created if need be, once the step is agreed), step, dir,
-// operation and metadata (rank 0's, then `step`). `function` names the caller in messages.
+// step and that it is not committed; fills `plan`'s folder, run (`held`, the run a manager holds,
+// or `folder` opened by each rank, a folder created if need be, once the step is agreed), step,
+// dir, operation and metadata (rank 0's, then `step`). `function` names the caller in messages.
 std::vector<holding> gather_holdings(MPI_Comm comm, step_plan& plan, const std::filesystem::path& folder,
-                                     const ckpt::detail::folder_handle* held, std::int64_t step,
+                                     const run_store& held, std::int64_t step,
                                      std::string_view function, const std::function<void(holding& mine)>& describe_mine);
 
 // Collective data, local work: plans a step in which some rank holds slices (src/mpi/sliced.cpp):

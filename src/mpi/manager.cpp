@@ -1,10 +1,9 @@
 #include <ckpt/mpi.hpp>
 
-#include "format/sharded.hpp"
 #include "io/atomic_file.hpp"
 #include "io/folder.hpp"
-#include "io/io_hooks.hpp"
 #include "io/posix_file.hpp"
+#include "io/remote_path.hpp"
 #include "run/layout.hpp"
 #include "run/policy.hpp"
 #include "run/store.hpp"
@@ -14,7 +13,6 @@
 #include "tiers.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -49,11 +47,13 @@ struct opened_folder {
   std::string run_id;
 };
 
-// A folder of shards per step, committed by its index, written by the ranks together. Every rank
-// holds the folder by its descriptor from open to close (src/io/folder.hpp); rank 0 checks that
-// they all hold the folder it locked. With a local tier (ckpt::mpi::tiers, src/mpi/tiers.hpp),
-// every step goes to the nodes' local folders and every drain_every-th one is drained to the
-// folder, the shared tier, on a second background thread.
+// The collective policy over a run's store (src/run/store.hpp, src/run/layout.hpp): a folder of
+// shards per step, committed by its index, written by the ranks together. Every rank holds the
+// run's store from open to close: a folder by its descriptor (src/io/folder.hpp), rank 0 checking
+// that they all hold the folder it locked; or a bucket's prefix, which has no lock. With a local
+// tier (ckpt::mpi::tiers, src/mpi/tiers.hpp), every step goes to the nodes' local folders and
+// every drain_every-th one is drained to the run's store, the shared tier, on a second background
+// thread.
 class mpi_state final : public ckpt::detail::manager_state {
  public:
   mpi_state(MPI_Comm comm, std::filesystem::path folder, checkpoint_manager::options opts, tiers levels)
@@ -64,15 +64,15 @@ class mpi_state final : public ckpt::detail::manager_state {
     static_cast<void>(background.join());  // settled by ~checkpoint_manager, unless MPI is gone
     static_cast<void>(drain_.join());
     tiers_.reset();  // frees its node communicator while MPI is there
-    lock_ = ckpt::detail::file_descriptor(-1);  // releases the flock
+    lock_.reset();   // releases the flock
     if (finalized()) return;
     if (background_comm_ != MPI_COMM_NULL) MPI_Comm_free(&background_comm_);
     MPI_Comm_free(&comm_);
   }
 
-  // Collective: rank 0 opens and locks the folder (and reads or makes the run's id), then every
-  // rank opens it, checks that it is the one rank 0 locked, and learns its steps and the run's id;
-  // then the run's local tier, if there is one.
+  // Collective: rank 0 opens and locks the run's store (a folder; a bucket has no lock) and reads or
+  // makes the run's id, then every rank opens it, checks that it is the one rank 0 locked, and
+  // learns its steps and the run's id; then the run's local tier, if there is one.
   void open() {
     check_tiers();
     open_shared();
@@ -107,8 +107,8 @@ class mpi_state final : public ckpt::detail::manager_state {
     run_id_ = run_id;
     if (rank() != 0) {
       try {
-        folder_ = ckpt::detail::folder_handle::open(core.folder());
-        if (!core.options().read_only && read_token() != token)
+        store_ = ckpt::detail::open_store(core.folder(), /*create=*/false);
+        if (!token.empty() && read_token() != token)
           throw std::runtime_error("ckpt: mpi::checkpoint_manager: the folder '" + core.folder().string() +
                                    "' is another folder on this rank than the one rank 0 opened and locked");
       } catch (...) {
@@ -142,7 +142,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     settle();
     if (finalized()) return;
     finish_drain(true);
-    clear_debris(folder_, std::exchange(debris_, {}));
+    clear_debris(*store_, std::exchange(debris_, {}));
     MPI_Barrier(comm_);  // the folder is tidy on every rank's return
   }
 
@@ -206,7 +206,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     // The writes of a step of slices are collective MPI-IO calls: without a communicator for the
     // background thread, they are made here, and the next call commits the step as usual.
     if (sliced && background_comm_ == MPI_COMM_NULL) {
-      clear_debris(folder_, std::exchange(debris_, {}));
+      clear_debris(*store_, std::exchange(debris_, {}));
       std::exception_ptr error;
       write_step(comm_, pending_, sections, error);
       background.finish(error);
@@ -219,7 +219,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     const bool exchange = background_comm_ != MPI_COMM_NULL && (tiers_ || sliced);
     if (pending_.mine.empty() && !exchange) {
       // Nothing of this rank's is written (another rank writes its entries): only the commit.
-      clear_debris(folder_, std::exchange(debris_, {}));
+      clear_debris(*store_, std::exchange(debris_, {}));
       background.finish(nullptr);
       return;
     }
@@ -231,13 +231,14 @@ class mpi_state final : public ckpt::detail::manager_state {
       if (!pending_.mine.empty())
         snapshot = std::make_shared<ckpt::detail::taken_snapshot>(
             ckpt::detail::take_snapshot(arena, sliced ? without_slices(sections, slices) : sections, pending_.metadata,
-                                        {.lazily = true, .as_file = !sliced, .digest = core.options().digest}));
+                                        {.lazily = true, .as_file = !sliced && store_->direct_io(),
+                                         .digest = core.options().digest}));
     } catch (...) {
       failed = std::current_exception();
     }
     const auto job = [this, plan = &pending_, snapshot, failed, room, slices = std::move(slices),
                       debris = std::exchange(debris_, {})] {
-      clear_debris(folder_, debris);
+      clear_debris(*store_, debris);
       if (tiers_) tiers_->keep_only(room);
       std::exception_ptr error = failed;
       std::vector<section> copy;  // the snapshot's entries (a step of slices: as slices again)
@@ -275,14 +276,20 @@ class mpi_state final : public ckpt::detail::manager_state {
   // Collective.
   checkpoint load_step(std::int64_t step, const load_options& options) override {
     last_load_damaged_ = false;
-    if (tiers_) return tiers_->load(folder_, step, options, last_sources, &last_load_damaged_);
-    return detail::load_step(comm_, folder_, step, options, &last_load_damaged_, &last_sources);
+    if (tiers_) return tiers_->load(*store_, step, options, last_sources, &last_load_damaged_);
+    return detail::load_step(comm_, *store_, step, options, &last_load_damaged_, &last_sources);
   }
 
   // Collective: rank 0 looks; a step folder no longer committed (its index deleted, as the
   // writer's retention does first) is gone, unless a local tier holds the step.
   bool gone(std::int64_t step) override {
-    int answer = rank() == 0 && !detail::is_committed(folder_, detail::step_folder_name(step)) ? 1 : 0;
+    int answer = 0;
+    if (rank() == 0) {
+      try {
+        answer = ckpt::detail::layout::committed_step_folder(*store_, detail::step_folder_name(step)) ? 0 : 1;
+      } catch (const error&) {  // cannot say: not gone
+      }
+    }
     MPI_Bcast(&answer, 1, MPI_INT, 0, comm_);
     return answer != 0 && !(tiers_ && tiers_->holds(step));
   }
@@ -295,7 +302,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   // Collective: rank 0 deletes them, every rank learns what is left.
   std::vector<ckpt::detail::step_status> remove_damaged() override {
     const std::vector<ckpt::detail::step_status> before = core.damaged();
-    on_rank_0_then_share([this] { static_cast<void>(core.remove_set_aside(*ckpt::detail::folder_store_of(folder_))); }, "remove_damaged");
+    on_rank_0_then_share([this] { static_cast<void>(core.remove_set_aside(*store_)); }, "remove_damaged");
     std::vector<ckpt::detail::step_status> removed;
     for (const ckpt::detail::step_status& s : before)
       if (std::ranges::none_of(core.damaged(), [&](const auto& d) { return d.path == s.path; })) removed.push_back(s);
@@ -318,6 +325,9 @@ class mpi_state final : public ckpt::detail::manager_state {
     if (levels_.local.empty()) return;
     const auto refuse = [this](const std::string& what) { throw std::invalid_argument(core.message(what)); };
     if (core.options().read_only) refuse("a local tier ('" + levels_.local.string() + "') cannot be read-only");
+    if (ckpt::detail::is_remote(levels_.local))
+      refuse("tiers::local ('" + levels_.local.string() + "') is in object storage: a node-local tier is a folder of "
+             "the node's (the manager's folder, the shared tier, may be a bucket)");
     if (levels_.ranks_per_node < 0) refuse("tiers::ranks_per_node is negative (" + std::to_string(levels_.ranks_per_node) + ")");
     if (levels_.drain_every < 0) refuse("tiers::drain_every is negative (" + std::to_string(levels_.drain_every) + ")");
     if (levels_.local_max_to_keep == 0) refuse("tiers::local_max_to_keep is 0 (a local tier keeps at least one step)");
@@ -385,35 +395,46 @@ class mpi_state final : public ckpt::detail::manager_state {
     return done != 0;
   }
 
-  // Rank 0, holding the lock: the committed steps, and the uncommitted step folders of a crashed
-  // job removed (no save of ours runs, and a step without its index does not exist).
+  // Rank 0, holding the lock (a folder's; a bucket has none): the committed steps, and the
+  // uncommitted step folders of a crashed job removed (no save of ours runs, and a step without its
+  // index does not exist). Everything through the run's store and its layout.
   void open_on_rank_0() {
-    if (core.options().read_only) {
-      // No lock, no clean-up, no run id: the committed steps as they are now.
-      folder_ = ckpt::detail::folder_handle::open(core.folder());
-      note_set_aside();
-      static_cast<void>(core.add_existing(detail::committed_steps(folder_), [](std::int64_t) { return metadata_map{}; }));
-      return;
+    namespace layout = ckpt::detail::layout;
+    const bool writing = !core.options().read_only;
+    store_ = ckpt::detail::open_store(core.folder(), /*create=*/writing);
+    if (writing) {
+      lock_ = store_->hold(lock_name);
+      if (lock_) write_token();
+      run_id_ = run_id_on_rank_0();
     }
-    folder_ = ckpt::detail::folder_handle::open(core.folder(), /*create=*/true);
-    lock_ = folder_.lock(lock_name);
-    write_token();
-    run_id_ = run_id_on_rank_0();
-    // Debris: a step folder without its index (a link so named is only unlinked, never followed).
-    for (const std::string& name : folder_.names()) {
-      if (!ckpt::detail::layout::step_of_folder(name) || detail::is_committed(folder_, name)) continue;
-      try {
-        if (const auto info = folder_.status(name); info && (S_ISDIR(info->st_mode) || S_ISLNK(info->st_mode)))
-          static_cast<void>(folder_.remove(name));
-      } catch (const io_error&) {  // debris left is only wasted space
+    std::vector<std::int64_t> steps;
+    for (const layout::item& x : layout::describe(*store_)) {
+      if (x.kind == layout::what::step_folder) {
+        steps.push_back(*x.step);
+      } else if (x.kind == layout::what::set_aside) {
+        core.mark_damaged(*x.step, store_->path_of(x.name), "set aside as damaged by an earlier run");
+      } else if (x.kind == layout::what::uncommitted_step_folder && writing) {
+        // Debris (a link so named is only unlinked, never followed); debris left is only wasted space.
+        try {
+          static_cast<void>(store_->remove(x.name));
+        } catch (const error&) {
+        }
       }
     }
-    note_set_aside();
-    // Only the headers are needed for the metrics.
-    const auto unreadable = core.add_existing(detail::committed_steps(folder_), [this](std::int64_t step) {
-      return ckpt::detail::load_sharded(folder_.subfolder_to_read(detail::step_folder_name(step)), detail::index_file_name,
-                                        {.verify_digest = false})
-          .metadata();
+    if (!writing) {
+      // No lock, no clean-up, no run id: the committed steps as they are now.
+      static_cast<void>(core.add_existing(steps, [](std::int64_t) { return metadata_map{}; }));
+      return;
+    }
+    // The uploads that killed writers of our steps left in a bucket.
+    store_->abandon_writes([](std::string_view name) {
+      return layout::step_of_folder(name.substr(0, name.find('/'))).has_value();
+    });
+    // Only the headers are needed for the metrics: those of the step's first shard.
+    const auto unreadable = core.add_existing(steps, [this](std::int64_t step) {
+      const auto map = detail::read_step_index(*store_, detail::step_folder_name(step));
+      if (!map || map->empty()) return metadata_map{};
+      return store_->metadata(detail::step_folder_name(step) + "/" + map->begin()->first);
     });
     for (const auto& [step, reason] : unreadable) set_aside_on_rank_0(step, reason);
     // Finishes the retention of a job that died between a commit and its deletions, so that
@@ -421,16 +442,10 @@ class mpi_state final : public ckpt::detail::manager_state {
     retain(/*defer=*/false);
   }
 
-  // Rank 0: step folders set aside as damaged by an earlier run, listed as damaged.
-  void note_set_aside() {
-    for (const std::string& name : folder_.names())
-      if (const auto step = ckpt::detail::layout::step_set_aside(name))
-        core.mark_damaged(*step, folder_.path_of(name), "set aside as damaged by an earlier run");
-  }
-
-  // Rank 0: sets a damaged step's folder aside (a link is renamed as a link).
+  // Rank 0: sets a damaged step's folder aside (a link is renamed as a link; in a bucket, copied
+  // and deleted).
   void set_aside_on_rank_0(std::int64_t step, const std::string& reason) {
-    static_cast<void>(core.set_aside(step, *ckpt::detail::folder_store_of(folder_), detail::step_folder_name(step), reason));
+    static_cast<void>(core.set_aside(step, *store_, detail::step_folder_name(step), reason));
   }
 
   // Rank 0: deletes what the rules drop, the index first, so that a step is either committed and
@@ -442,17 +457,13 @@ class mpi_state final : public ckpt::detail::manager_state {
   void retain(bool defer) {
     core.retain([this, defer](std::int64_t step) {
       const std::string name = detail::step_folder_name(step);
-      const std::optional<struct stat> info = folder_.status(name);
-      if (!info) return;
-      if (!S_ISDIR(info->st_mode)) {
-        if (ckpt::detail::hooks().unlinkat(folder_.fd(), name.c_str(), 0) != 0 && errno != ENOENT)
-          throw io_error(folder_.path_of(name), "remove", ckpt::detail::last_error());
+      const std::optional<ckpt::detail::store::kind> kind = store_->find(name);
+      if (!kind) return;
+      if (*kind != ckpt::detail::store::kind::folder) {
+        static_cast<void>(store_->remove(name));
         return;
       }
-      const ckpt::detail::folder_handle dir = folder_.subfolder(name);
-      const std::string index(detail::index_file_name);
-      if (ckpt::detail::hooks().unlinkat(dir.fd(), index.c_str(), 0) != 0 && errno != ENOENT)
-        throw io_error(dir.path_of(index), "remove", ckpt::detail::last_error());
+      static_cast<void>(store_->remove(ckpt::detail::layout::index_of(step)));
       // The step is gone. With `defer`, its shards are deleted off the caller's thread by the next
       // background save (their unlink is the costly part: 0.1 s a GiB here), or by `wait`.
       if (defer) {
@@ -460,18 +471,18 @@ class mpi_state final : public ckpt::detail::manager_state {
         return;
       }
       try {
-        static_cast<void>(folder_.remove(name));
-      } catch (const io_error&) {
+        static_cast<void>(store_->remove(name));
+      } catch (const error&) {
       }
     });
   }
 
   // Rank 0: deletes the folders of the steps the retention dropped (debris left is only wasted
   // space: the next manager removes it when it opens).
-  static void clear_debris(const ckpt::detail::folder_handle& folder, std::vector<std::string> debris) noexcept {
+  static void clear_debris(const ckpt::detail::store& run, std::vector<std::string> debris) noexcept {
     for (const std::string& name : debris) {
       try {
-        static_cast<void>(folder.remove(name));
+        static_cast<void>(run.remove(name));
       } catch (const std::exception&) {
       }
     }
@@ -481,31 +492,36 @@ class mpi_state final : public ckpt::detail::manager_state {
   // reads through the folder it opened, to prove it is the one rank 0 locked.
   void write_token() {
     token_ = ckpt::detail::random_suffix() + ckpt::detail::random_suffix() + " " + std::to_string(::getpid());
-    if (::ftruncate(lock_.get(), 0) != 0 ||
-        ::pwrite(lock_.get(), token_.data(), token_.size(), 0) != static_cast<ssize_t>(token_.size()))
-      throw io_error(folder_.path_of(lock_name), "write the lock file", ckpt::detail::last_error());
+    if (::ftruncate(lock_->get(), 0) != 0 ||
+        ::pwrite(lock_->get(), token_.data(), token_.size(), 0) != static_cast<ssize_t>(token_.size()))
+      throw io_error(store_->path_of(lock_name), "write the lock file", ckpt::detail::last_error());
   }
 
-  // Rank 0, holding the lock: the run's id (docs/distributed.md, "Runs and their ids"); a folder
-  // without one (a new run, or one an earlier version created) gets one now, written atomically:
-  // the id is made once, and every later manager of the folder reads it.
+  // Rank 0, holding the run (a folder's lock; a bucket's writer is the only one, as documented):
+  // the run's id (docs/distributed.md, "Runs and their ids"); a run without one (a new run, or one
+  // an earlier version created) gets one now, written whole, never over another's: the id is made
+  // once, and every later manager of the run reads it.
   [[nodiscard]] std::string run_id_on_rank_0() const {
-    if (std::optional<std::string> id = ckpt::detail::layout::read_run_id(*ckpt::detail::folder_store_of(folder_))) return std::move(*id);
-    std::string id;
-    while (id.size() < ckpt::detail::layout::run_id_length) id += ckpt::detail::random_suffix();
-    id.resize(ckpt::detail::layout::run_id_length);
-    ckpt::detail::write_atomically({folder_, std::string(ckpt::detail::layout::run_id_name)}, id + "\n");
-    return id;
+    namespace layout = ckpt::detail::layout;
+    for (;;) {
+      if (std::optional<std::string> id = layout::read_run_id(*store_)) return std::move(*id);
+      std::string id;
+      while (id.size() < layout::run_id_length) id += ckpt::detail::random_suffix();
+      id.resize(layout::run_id_length);
+      if (store_->write(layout::run_id_name, id + "\n", ckpt::detail::store::existing::kept)) return id;
+    }
   }
 
-  // Another rank: the token in the lock file of the folder it opened.
+  // Another rank: the token in the lock file of the folder it opened (only a folder has a lock),
+  // the file opened without following a link.
   [[nodiscard]] std::string read_token() const {
+    const ckpt::detail::folder_handle& folder = *store_->local();
     const ckpt::detail::file_descriptor fd(
-        ::openat(folder_.fd(), std::string(lock_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (fd.get() < 0) throw io_error(folder_.path_of(lock_name), "open the lock file", ckpt::detail::last_error());
+        ::openat(folder.fd(), std::string(lock_name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) throw io_error(folder.path_of(lock_name), "open the lock file", ckpt::detail::last_error());
     std::string text(64, '\0');
     text.resize(ckpt::detail::read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0,
-                                         folder_.path_of(lock_name)));
+                                         folder.path_of(lock_name)));
     return text;
   }
 
@@ -551,10 +567,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   void release_pages_of_dropped(const detail::step_plan& plan) const {
     if (plan.shard.empty() || tiers_) return;
     for (const std::int64_t old : core.to_drop_after(plan.step, plan.metadata)) {
-      try {
-        ckpt::detail::drop_cached_pages({folder_.subfolder(detail::step_folder_name(old)), plan.shard});
-      } catch (const io_error&) {  // a step that is a link (not ours to advise on), or gone
-      }
+      store_->drop_cache(detail::step_folder_name(old) + "/" + plan.shard);
     }
   }
 
@@ -639,7 +652,7 @@ class mpi_state final : public ckpt::detail::manager_state {
   // The step's plan, named after the calling member.
   detail::step_plan plan_of(std::int64_t step, std::span<const section> sections, const metadata_map& metadata,
                             std::string_view member) {
-    detail::step_plan plan = detail::plan_step(comm_, core.folder(), &folder_, step, sections, metadata,
+    detail::step_plan plan = detail::plan_step(comm_, core.folder(), store_, step, sections, metadata,
                                                "checkpoint_manager::" + std::string(member));
     if (tiers_ && !plan.sliced.empty())  // alike on every rank
       throw std::invalid_argument(core.message("step " + std::to_string(step) +
@@ -650,8 +663,8 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  ckpt::detail::folder_handle folder_;  // every rank's own descriptor of the folder
-  ckpt::detail::file_descriptor lock_{-1};  // rank 0 only
+  detail::run_store store_;  // every rank's own: a folder held by its descriptor, or a bucket's prefix
+  std::optional<ckpt::detail::file_descriptor> lock_;  // rank 0's, of a folder
   std::string token_;                        // rank 0: what it wrote into the lock file
   std::string run_id_;                       // the run's id (a writing manager's; read-only: none)
   bool last_load_damaged_ = false;

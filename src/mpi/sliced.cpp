@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -327,7 +328,7 @@ void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank) 
   for (auto& [name, t] : tensors) check_coverage(plan.operation, name, t);
 
   // The file, laid out as ckpt::save lays out the same whole tensors (name order).
-  const std::string shard = shard_name(1, 1);
+  const std::string shard = ckpt::detail::layout::step_shard(1, 1);
   plan.shards.assign(all.size(), std::string());
   plan.shards[0] = shard;
   plan.shard = plan.shards[static_cast<std::size_t>(rank)];
@@ -340,46 +341,51 @@ void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank) 
   }
 }
 
-void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section> sections, const save_options& options,
-                  std::exception_ptr& error) {
+namespace {
+
+// Every rank's `out[d]` to rank d (MPI_Alltoallv of their bytes); what each rank sent this one, by
+// rank.
+template <class T>
+std::vector<std::vector<T>> exchange_all(MPI_Comm comm, const std::vector<std::vector<T>>& out) {
+  const auto size = static_cast<std::size_t>(size_of(comm));
+  std::vector<int> send_counts(size), receive_counts(size), send_at(size), receive_at(size);
+  std::vector<T> sent;
+  for (std::size_t d = 0; d < size; ++d) {
+    send_at[d] = static_cast<int>(sent.size() * sizeof(T));
+    send_counts[d] = static_cast<int>(out[d].size() * sizeof(T));
+    sent.insert(sent.end(), out[d].begin(), out[d].end());
+  }
+  MPI_Alltoall(send_counts.data(), 1, MPI_INT, receive_counts.data(), 1, MPI_INT, comm);
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < size; ++r) {
+    receive_at[r] = static_cast<int>(total);
+    total += static_cast<std::size_t>(receive_counts[r]);
+  }
+  std::vector<T> received(total / sizeof(T));
+  MPI_Alltoallv(sent.data(), send_counts.data(), send_at.data(), MPI_BYTE, received.data(), receive_counts.data(),
+                receive_at.data(), MPI_BYTE, comm);
+  std::vector<std::vector<T>> in(size);
+  for (std::size_t r = 0; r < size; ++r) {
+    const auto* from = received.data() + static_cast<std::size_t>(receive_at[r]) / sizeof(T);
+    in[r].assign(from, from + static_cast<std::size_t>(receive_counts[r]) / sizeof(T));
+  }
+  return in;
+}
+
+// write_sliced into a folder: the ranks write `units` with MPI-IO into a temporary file, which rank
+// 0 renames into place.
+void write_in_place(MPI_Comm comm, const step_plan& plan, const ckpt::detail::file_header& header,
+                    const std::vector<unit>& units, const save_options& options, std::exception_ptr& error) {
   const int rank = rank_of(comm);
   const int size = size_of(comm);
-  std::map<std::string_view, const step_plan::global_tensor*, std::less<>> by_name;
-  std::vector<ckpt::detail::entry_source> layout;
-  layout.reserve(plan.sliced.size());
-  for (const step_plan::global_tensor& t : plan.sliced) {
-    by_name.emplace(t.name, &t);
-    layout.push_back({.name = t.name, .dtype = t.type, .shape = t.shape,
-                      .nbytes = ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape)), .contiguous = {},
-                      .write_rows = {}, .keep_alive = {}, .global_shape = {}, .first = -1});
-  }
-  std::vector<const ckpt::detail::entry_source*> order;
-  order.reserve(layout.size());
-  for (const ckpt::detail::entry_source& e : layout) order.push_back(&e);
-  const ckpt::detail::file_header header = ckpt::detail::make_file_header(
-      order, plan.metadata, options.digest ? ckpt::detail::digest_key : std::string_view());
   const std::string& shard = plan.shards[0];
   const std::filesystem::path target = plan.dir / shard;
-
-  // What this rank writes, in file order.
   const std::uint64_t data_start = header.bytes.size();
-  std::vector<unit> units;
-  keep_error(error, [&] {
-    if (rank == 0) units.push_back({0, header.bytes.size(), reinterpret_cast<const std::byte*>(header.bytes.data()), nullptr, 0, 0});
-    for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation, ckpt::detail::slices_are::taken)) {
-      if (!plan.mine.contains(e->name)) continue;
-      const step_plan::global_tensor& t = *by_name.at(e->name);
-      const std::uint64_t at = e->first < 0 ? 0 : static_cast<std::uint64_t>(e->first) * ckpt::detail::nbytes_of(e->dtype, 1);
-      add_units(units, *e, data_start + t.offset + at);
-    }
-    std::ranges::sort(units, {}, &unit::offset);
-  });
-
   std::optional<ckpt::detail::folder_handle> dir;
   std::optional<ckpt::detail::atomic_file> file;
   std::string temporary;
   keep_error(error, [&] {
-    dir = open_step_folder(plan);  // never through a link
+    dir = plan.run->local()->subfolder(plan.dir_name, /*create=*/true);  // never through a link
     if (rank == 0) {
       file.emplace(ckpt::detail::file_at{*dir, shard});
       temporary = file->temporary();
@@ -432,6 +438,166 @@ void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section>
       });
   }
   if (rank == 0) keep_error(error, [&] { file->commit(); });
+}
+
+// write_sliced into a bucket: one multipart upload (store::start_parts). Part 1 is the header and
+// the first `part_data` bytes of the data, each next part the next `part_data` bytes (a multiple
+// of the digest's chunks, so that each chunk lies in one part; the last part shorter): part j
+// (from 0) is uploaded by rank j mod n, which receives its bytes from the ranks that hold them, in
+// rounds of at most n parts and 1 GiB; then rank 0, once every chunk's hash is in, writes the
+// digest into the header and uploads part 1 last, and completes the upload.
+void write_as_parts(MPI_Comm comm, const step_plan& plan, const ckpt::detail::file_header& header,
+                    const std::vector<unit>& units, const save_options& options, std::exception_ptr& error) {
+  const int rank = rank_of(comm);
+  const int size = size_of(comm);
+  const std::string name = plan.name_of(plan.shards[0]);
+  const std::uint64_t data_start = header.bytes.size();
+  const std::uint64_t end = data_start + plan.total_size;
+  constexpr std::uint64_t chunk = ckpt::detail::file_digest_chunk_bytes;
+  constexpr std::uint64_t least = std::uint64_t{8} << 20;  // >= store::min_part_bytes
+  constexpr std::uint64_t max_parts = 10'000;              // S3's limit
+  const std::uint64_t part_data =
+      std::max(least, (plan.total_size / (max_parts - 1) + chunk) / chunk * chunk);
+  const std::uint64_t parts = std::max<std::uint64_t>(1, (plan.total_size + part_data - 1) / part_data);
+  const auto begin_of = [&](std::uint64_t j) { return j == 0 ? 0 : data_start + j * part_data; };
+  const auto end_of = [&](std::uint64_t j) { return std::min(end, data_start + (j + 1) * part_data); };
+  const auto part_at = [&](std::uint64_t offset) { return offset < data_start + part_data ? 0 : (offset - data_start) / part_data; };
+  const auto owner = [&](std::uint64_t j) { return static_cast<int>(j % static_cast<std::uint64_t>(size)); };
+  const std::uint64_t per_round =
+      std::clamp<std::uint64_t>((std::uint64_t{1} << 30) / (part_data + data_start), 1, static_cast<std::uint64_t>(size));
+
+  std::string id;
+  if (rank == 0) keep_error(error, [&] { id = plan.run->start_parts(name); });
+  if (agree(comm, error)) return;
+  broadcast(comm, id, 0);
+
+  std::vector<std::byte> first;  // rank 0: part 1, kept until the digest is known
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint64_t>>> hashes;  // (first chunk, its hashes) of my parts
+  std::vector<std::pair<int, std::string>> tags;                                // (number, tag) of my parts
+  std::vector<std::byte> staging;
+  std::size_t next = 0;  // the first unit that ends after the round's start
+  for (std::uint64_t j0 = 0; j0 < parts; j0 += per_round) {
+    const std::uint64_t j1 = std::min(parts, j0 + per_round);
+    const std::uint64_t low = begin_of(j0), high = end_of(j1 - 1);
+    // What this rank holds of the round, for each part's owner: (offset, length) pairs and the bytes.
+    std::vector<std::vector<std::uint64_t>> where(static_cast<std::size_t>(size));
+    std::vector<std::vector<std::byte>> bytes(static_cast<std::size_t>(size));
+    keep_error(error, [&] {
+      while (next < units.size() && units[next].offset + units[next].length <= low) ++next;
+      for (std::size_t i = next; i < units.size() && units[i].offset < high; ++i) {
+        const unit& u = units[i];
+        const std::byte* from = u.bytes;
+        if (u.source != nullptr) {
+          staging.resize(u.length);
+          u.source->write_rows(u.first_row, u.rows, staging.data());
+          from = staging.data();
+        }
+        for (std::uint64_t at = std::max(u.offset, low); at < std::min(u.offset + u.length, high);) {
+          const std::uint64_t j = part_at(at);
+          const std::uint64_t stop = std::min({end_of(j), u.offset + u.length, high});
+          const auto d = static_cast<std::size_t>(owner(j));
+          where[d].insert(where[d].end(), {at, stop - at});
+          bytes[d].insert(bytes[d].end(), from + (at - u.offset), from + (stop - u.offset));
+          at = stop;
+        }
+      }
+    });
+    if (error) {
+      for (auto& w : where) w.clear();
+      for (auto& b : bytes) b.clear();
+    }
+    const std::vector<std::vector<std::uint64_t>> got_where = exchange_all(comm, where);
+    const std::vector<std::vector<std::byte>> got_bytes = exchange_all(comm, bytes);
+    // The parts this rank uploads: put together, hashed, sent (part 1 kept).
+    for (std::uint64_t j = j0; j < j1; ++j) {
+      if (owner(j) != rank) continue;
+      keep_error(error, [&] {
+        std::vector<std::byte> part(static_cast<std::size_t>(end_of(j) - begin_of(j)));
+        std::uint64_t filled = 0;
+        for (std::size_t r = 0; r < got_where.size(); ++r)
+          for (std::size_t k = 0, at = 0; k < got_where[r].size(); k += 2) {
+            const std::uint64_t offset = got_where[r][k], length = got_where[r][k + 1];
+            if (offset >= begin_of(j) && offset < end_of(j)) {
+              std::memcpy(part.data() + (offset - begin_of(j)), got_bytes[r].data() + at, static_cast<std::size_t>(length));
+              filled += length;
+            }
+            at += static_cast<std::size_t>(length);
+          }
+        if (filled != part.size())  // the plan covers every byte once: a bug if not
+          throw std::logic_error("ckpt: mpi: part " + std::to_string(j + 1) + " of '" + plan.run->path_of(name).string() +
+                                 "' got " + std::to_string(filled) + " of its " + std::to_string(part.size()) + " bytes");
+        if (options.digest) {
+          const std::uint64_t data = std::max(begin_of(j), data_start) - begin_of(j);
+          std::vector<std::uint64_t>& mine = hashes.emplace_back((begin_of(j) + data - data_start) / chunk, std::vector<std::uint64_t>{}).second;
+          for (std::uint64_t at = data; at < part.size(); at += chunk)
+            mine.push_back(ckpt::detail::xxh3_of({part.data() + at, static_cast<std::size_t>(std::min<std::uint64_t>(chunk, part.size() - at))}));
+        }
+        if (j == 0) first = std::move(part);
+        else tags.emplace_back(static_cast<int>(j + 1), plan.run->put_part(name, id, static_cast<int>(j + 1), part));
+      });
+    }
+  }
+  const auto all_hashes = gather_all(comm, hashes, "the hashes of the parts");
+  const auto all_tags = gather_all(comm, tags, "the tags of the parts");
+  if (agree(comm, error)) {
+    if (rank == 0) plan.run->abort_parts(name, id);
+    return;
+  }
+  if (rank != 0) return;
+  keep_error(error, [&] {
+    if (options.digest) {
+      std::vector<std::uint64_t> chunks(static_cast<std::size_t>((plan.total_size + chunk - 1) / chunk));
+      for (const auto& of_rank : all_hashes)
+        for (const auto& [at, values] : of_rank) std::ranges::copy(values, chunks.begin() + static_cast<std::ptrdiff_t>(at));
+      const std::uint64_t value =
+          ckpt::detail::file_digest(ckpt::detail::xxh3_of(std::as_bytes(std::span(header.bytes))), chunks);
+      const std::string digits = ckpt::detail::digest_hex(value);
+      std::memcpy(first.data() + header.digest_at, digits.data(), digits.size());
+    }
+    std::vector<std::string> ordered(static_cast<std::size_t>(parts));
+    for (const auto& of_rank : all_tags)
+      for (const auto& [number, tag] : of_rank) ordered[static_cast<std::size_t>(number - 1)] = tag;
+    ordered[0] = plan.run->put_part(name, id, 1, first);
+    static_cast<void>(plan.run->finish_parts(name, id, ordered, end, ckpt::detail::store::existing::replaced));
+  });
+  if (error) plan.run->abort_parts(name, id);
+}
+
+}  // namespace
+
+void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section> sections, const save_options& options,
+                  std::exception_ptr& error) {
+  const int rank = rank_of(comm);
+  std::map<std::string_view, const step_plan::global_tensor*, std::less<>> by_name;
+  std::vector<ckpt::detail::entry_source> layout;
+  layout.reserve(plan.sliced.size());
+  for (const step_plan::global_tensor& t : plan.sliced) {
+    by_name.emplace(t.name, &t);
+    layout.push_back({.name = t.name, .dtype = t.type, .shape = t.shape,
+                      .nbytes = ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape)), .contiguous = {},
+                      .write_rows = {}, .keep_alive = {}, .global_shape = {}, .first = -1});
+  }
+  std::vector<const ckpt::detail::entry_source*> order;
+  order.reserve(layout.size());
+  for (const ckpt::detail::entry_source& e : layout) order.push_back(&e);
+  const ckpt::detail::file_header header = ckpt::detail::make_file_header(
+      order, plan.metadata, options.digest ? ckpt::detail::digest_key : std::string_view());
+  // What this rank writes, in file order.
+  const std::uint64_t data_start = header.bytes.size();
+  std::vector<unit> units;
+  keep_error(error, [&] {
+    if (rank == 0) units.push_back({0, header.bytes.size(), reinterpret_cast<const std::byte*>(header.bytes.data()), nullptr, 0, 0});
+    for (const auto* e : ckpt::detail::ordered_entries(sections, "mpi::" + plan.operation, ckpt::detail::slices_are::taken)) {
+      if (!plan.mine.contains(e->name)) continue;
+      const step_plan::global_tensor& t = *by_name.at(e->name);
+      const std::uint64_t at = e->first < 0 ? 0 : static_cast<std::uint64_t>(e->first) * ckpt::detail::nbytes_of(e->dtype, 1);
+      add_units(units, *e, data_start + t.offset + at);
+    }
+    std::ranges::sort(units, {}, &unit::offset);
+  });
+
+  if (plan.run->local() != nullptr) write_in_place(comm, plan, header, units, options, error);
+  else write_as_parts(comm, plan, header, units, options, error);
 }
 
 }  // namespace detail

@@ -6,7 +6,9 @@
 #include "format/sharded.hpp"
 #include "format/writer.hpp"
 #include "io/atomic_file.hpp"
+#include "io/folder.hpp"
 #include "io/posix_file.hpp"
+#include "io/remote_path.hpp"
 #include "run/layout.hpp"
 #include "run/manager_core.hpp"
 #include "common.hpp"
@@ -27,10 +29,10 @@ namespace {
 
 using ckpt::detail::file_at;
 using ckpt::detail::folder_handle;
+using ckpt::detail::store;
+namespace layout = ckpt::detail::layout;
 using source = checkpoint_manager::source;
 using tier = checkpoint_manager::tier;
-
-constexpr std::string_view partner_folder_name = "partner";
 // Files cross between ranks this many bytes at a time: a buffer of it per file in flight.
 constexpr std::uint64_t chunk_bytes = std::uint64_t{16} << 20;
 constexpr int size_tag = 7301;
@@ -150,11 +152,11 @@ struct node_copies {
 
 // The shard files of the committed step folder `name` of `run`; none if it is absent or not
 // committed.
-std::vector<std::string> shards_in(const folder_handle& run, const std::string& name) {
-  if (!is_committed(run, name)) return {};
+std::vector<std::string> shards_in(const store& run, const std::string& name) {
+  if (!layout::committed_step_folder(run, name)) return {};
   std::vector<std::string> out;
-  for (std::string& file : run.subfolder(name).names())
-    if (shard_count_of(file)) out.push_back(std::move(file));
+  for (store::entry& file : run.list(name))
+    if (layout::shard_count_of(file.name)) out.push_back(std::move(file.name));
   std::ranges::sort(out);
   return out;
 }
@@ -162,10 +164,16 @@ std::vector<std::string> shards_in(const folder_handle& run, const std::string& 
 // Whether `shards` (of one step, from any nodes) are every shard of it.
 bool every_shard(const std::set<std::string>& shards) {
   if (shards.empty()) return false;
-  const std::size_t count = *shard_count_of(*shards.begin());
+  const std::size_t count = *layout::shard_count_of(*shards.begin());
   for (std::size_t k = 1; k <= count; ++k)
-    if (!shards.contains(shard_name(k, count))) return false;
+    if (!shards.contains(layout::step_shard(k, count))) return false;
   return true;
+}
+
+// The step folder `name` of a node's store, to read (a link followed) or, with `create`, to write
+// into (made if need be, never through a link).
+folder_handle step_dir(const run_store& run, const std::string& name, bool create = false) {
+  return create ? run->local()->subfolder(name, true) : run->local()->subfolder(name);
 }
 
 // A copy of a shard as one rank checked it: on a node's own or partner folder, or the shared one.
@@ -220,7 +228,7 @@ local_tiers::local_tiers(MPI_Comm comm, const tiers& levels, const std::string& 
                          const std::filesystem::path& shared)
     : comm_(comm),
       levels_(levels),
-      run_(levels.local / (std::string(ckpt::detail::layout::tier_run_prefix) + run_id)),
+      run_(levels.local / layout::tier_run_folder(run_id)),
       nodes_(comm, levels.ranks_per_node) {
   // The run's folder and the node's in it, from the local root down, each level below the root
   // opened without following a link.
@@ -228,19 +236,25 @@ local_tiers::local_tiers(MPI_Comm comm, const tiers& levels, const std::string& 
     return folder_handle::open(levels.local, create).subfolder(run_.filename().string(), create);
   };
   const auto node_in = [&](const folder_handle& run, bool create) {
-    return levels.ranks_per_node > 0 ? run.subfolder("node-" + std::to_string(nodes_.index), create) : run;
+    return levels.ranks_per_node > 0 ? run.subfolder(layout::tier_node_folder(nodes_.index), create) : run;
+  };
+  const auto open_node = [&](const folder_handle& node, bool create) {
+    own_ = ckpt::detail::folder_store_of(node);
+    partner_ = ckpt::detail::folder_store_of(node.subfolder(layout::tier_partner_folder, create));
   };
   // The node's first rank creates and locks the folder, then the others open it.
   std::exception_ptr error;
   if (nodes_.leader) {
     try {
       const folder_handle run = open_run(/*create=*/true);
-      own_ = node_in(run, /*create=*/true);
-      lock_ = own_.lock(ckpt::detail::layout::lock_name);
-      partner_ = own_.subfolder(partner_folder_name, /*create=*/true);
+      const folder_handle node = node_in(run, /*create=*/true);
+      lock_ = ckpt::detail::folder_store_of(node)->hold(layout::lock_name);
+      open_node(node, /*create=*/true);
       // Which run this is, for ckpt inspect of the local root (a note: the id is what counts).
-      ckpt::detail::write_atomically({run, std::string(ckpt::detail::layout::tier_shared_folder_name)},
-                                     std::filesystem::absolute(shared).lexically_normal().string() + "\n");
+      const std::string where = ckpt::detail::is_remote(shared) ? shared.string()
+                                                                 : std::filesystem::absolute(shared).lexically_normal().string();
+      static_cast<void>(ckpt::detail::folder_store_of(run)->write(layout::tier_shared_folder_name, where + "\n",
+                                                                  store::existing::replaced));
     } catch (...) {
       record(error);
     }
@@ -248,8 +262,7 @@ local_tiers::local_tiers(MPI_Comm comm, const tiers& levels, const std::string& 
   settle(comm_, error, run_, "checkpoint_manager (the local tier)");
   if (!nodes_.leader) {
     try {
-      own_ = node_in(open_run(/*create=*/false), /*create=*/false);
-      partner_ = own_.subfolder(partner_folder_name);
+      open_node(node_in(open_run(/*create=*/false), /*create=*/false), /*create=*/false);
     } catch (...) {
       record(error);
     }
@@ -263,10 +276,10 @@ std::map<std::int64_t, bool> local_tiers::held_steps() {
   if (nodes_.leader) {
     try {
       for (const auto& [run, partner] : {std::pair{&own_, false}, std::pair{&partner_, true}})
-        for (const std::int64_t step : committed_steps(*run)) {
+        for (const std::int64_t step : committed_steps(**run)) {
           node_copies& held = mine[step];
           held.step = step;
-          (partner ? held.partner : held.own) = shards_in(*run, step_folder_name(step));
+          (partner ? held.partner : held.own) = shards_in(**run, step_folder_name(step));
         }
     } catch (...) {  // a node whose folder cannot be listed offers nothing
     }
@@ -288,7 +301,7 @@ bool local_tiers::holds(std::int64_t step) {
   int held = 0;
   if (nodes_.leader) {
     const std::string name = step_folder_name(step);
-    held = is_committed(own_, name) || is_committed(partner_, name) ? 1 : 0;
+    held = layout::committed_step_folder(*own_, name) || layout::committed_step_folder(*partner_, name) ? 1 : 0;
   }
   MPI_Allreduce(MPI_IN_PLACE, &held, 1, MPI_INT, MPI_MAX, comm_);
   return held != 0;
@@ -296,15 +309,14 @@ bool local_tiers::holds(std::int64_t step) {
 
 void local_tiers::keep_only(const std::set<std::int64_t>& keep) const noexcept {
   if (!nodes_.leader) return;
-  for (const folder_handle* run : {&own_, &partner_}) {
+  for (const run_store* run : {&own_, &partner_}) {
     try {
-      for (const std::string& name : run->names()) {
-        const std::optional<std::int64_t> step = ckpt::detail::layout::step_of_folder(name);
+      for (const store::entry& e : (*run)->list()) {
+        const std::optional<std::int64_t> step = layout::step_of_folder(e.name);
         if (!step || keep.contains(*step)) continue;
         try {
-          if (const auto info = run->status(name); info && S_ISDIR(info->st_mode))
-            static_cast<void>(::unlinkat(run->subfolder(name).fd(), std::string(index_file_name).c_str(), 0));
-          static_cast<void>(run->remove(name));
+          if (e.what == store::kind::folder) static_cast<void>((*run)->remove(layout::index_of(*step)));
+          static_cast<void>((*run)->remove(e.name));
         } catch (const std::exception&) {  // a cache: tried again after the next save
         }
       }
@@ -327,12 +339,12 @@ void local_tiers::send_partner_copies(const step_plan& plan, std::exception_ptr&
   std::vector<incoming> in;
   if (!error) {
     try {
-      if (!plan.shard.empty()) out.push_back({nodes_.partner_of(rank), {own_.subfolder(plan.dir_name), plan.shard}});
+      if (!plan.shard.empty()) out.push_back({nodes_.partner_of(rank), {step_dir(own_, plan.dir_name), plan.shard}});
       std::optional<folder_handle> dir;
       for (int r = 0; r < size_of(comm); ++r) {
         const std::string& shard = plan.shards[static_cast<std::size_t>(r)];
         if (shard.empty() || nodes_.partner_of(r) != rank) continue;
-        if (!dir) dir = partner_.subfolder(plan.dir_name, /*create=*/true);
+        if (!dir) dir = step_dir(partner_, plan.dir_name, /*create=*/true);
         in.push_back({r, {*dir, shard}});
       }
     } catch (...) {
@@ -354,10 +366,9 @@ void local_tiers::commit(const step_plan& plan, std::exception_ptr local_error, 
     try {
       const std::string index = ckpt::detail::index_text(plan.total_size, plan.weight_map);
       const bool partners = levels_.partner && nodes_.count() > 1;
-      for (const folder_handle* run : {&own_, &partner_})
+      for (const run_store* run : {&own_, &partner_})
         if (run == &own_ || partners)
-          ckpt::detail::write_atomically({run->subfolder(plan.dir_name, /*create=*/true), std::string(index_file_name)},
-                                         index, ckpt::detail::on_folder_sync_failure::remove_new_file);
+          static_cast<void>((*run)->write(plan.name_of(index_file_name), index, store::existing::replaced));
     } catch (...) {
       record(error);
     }
@@ -367,10 +378,10 @@ void local_tiers::commit(const step_plan& plan, std::exception_ptr local_error, 
   // Undone on every node: the step folders hold nothing committed.
   MPI_Barrier(comm_);
   if (nodes_.leader)
-    for (const folder_handle* run : {&own_, &partner_}) {
+    for (const run_store* run : {&own_, &partner_}) {
       try {
-        static_cast<void>(::unlinkat(run->subfolder(plan.dir_name).fd(), std::string(index_file_name).c_str(), 0));
-        static_cast<void>(run->remove(plan.dir_name));
+        static_cast<void>((*run)->remove(plan.name_of(index_file_name)));
+        static_cast<void>((*run)->remove(plan.dir_name));
       } catch (const std::exception&) {  // debris: removed by keep_only later
       }
     }
@@ -379,24 +390,26 @@ void local_tiers::commit(const step_plan& plan, std::exception_ptr local_error, 
 }
 
 void local_tiers::drain(const step_plan& plan) const {
-  const folder_handle dir = open_step_folder(plan);
   if (plan.shard.empty()) return;
-  const file_at from{own_.subfolder(plan.dir_name), plan.shard};
+  const file_at from{step_dir(own_, plan.dir_name), plan.shard};
   struct stat info {};
   const ckpt::detail::file_descriptor in = from.folder.open_to_read(from.name, info);
-  ckpt::detail::atomic_file out({dir, plan.shard});
+  // Into the shared tier's store: a file renamed into place, or an upload.
+  const std::unique_ptr<store::file> out = plan.run->create(plan.name_of(plan.shard), store::existing::replaced);
+  out->sink().begin(static_cast<std::uint64_t>(info.st_size));
   std::string buffer(static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, static_cast<std::uint64_t>(info.st_size))), '\0');
   for (off_t offset = 0; offset < info.st_size;) {
     const std::size_t wanted = static_cast<std::size_t>(std::min<off_t>(info.st_size - offset, static_cast<off_t>(buffer.size())));
     const std::size_t got = ckpt::detail::read_fully(in.get(), reinterpret_cast<std::byte*>(buffer.data()), wanted, offset, from.path());
     if (got != wanted) throw io_error(from.path(), "read (the file is shorter than it was)", std::make_error_code(std::errc::io_error));
-    out.write(std::string_view(buffer.data(), got));
+    std::vector<iovec> pieces{{buffer.data(), got}};
+    out->sink().write(pieces);
     offset += static_cast<off_t>(got);
   }
-  out.commit();
+  static_cast<void>(out->commit());
 }
 
-checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, const load_options& options,
+checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_options& options,
                              std::vector<source>& sources, bool* damaged) {
   const int rank = rank_of(comm_);
   const int size = size_of(comm_);
@@ -415,8 +428,8 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
   std::exception_ptr error;
   if (nodes_.leader) {
     try {
-      mine.own = shards_in(own_, name);
-      mine.partner = shards_in(partner_, name);
+      mine.own = shards_in(*own_, name);
+      mine.partner = shards_in(*partner_, name);
     } catch (...) {  // a folder that cannot be listed offers nothing
       mine = {step, {}, {}};
     }
@@ -426,7 +439,13 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
     const std::vector<node_copies> all = gather_all(comm_, mine, "the local tier's copies");
     for (int n = 0; n < nodes_.count(); ++n) held[static_cast<std::size_t>(n)] = all[static_cast<std::size_t>(nodes_.leader_of(n))];
   }
-  int in_shared = rank == 0 && is_committed(shared, name) ? 1 : 0;
+  int in_shared = 0;
+  if (rank == 0) {
+    try {
+      in_shared = layout::committed_step_folder(shared, name) ? 1 : 0;
+    } catch (...) {  // a shared tier that cannot be looked at offers nothing
+    }
+  }
   MPI_Bcast(&in_shared, 1, MPI_INT, 0, comm_);
 
   // 2. The weight map, read by the first node holding a copy, else by rank 0 from the shared folder.
@@ -442,11 +461,10 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
   std::string bytes;
   if (rank == reader) {
     try {
-      const folder_handle& run = !mine.own.empty() ? own_ : !mine.partner.empty() ? partner_ : shared;
-      const folder_handle dir = run.subfolder_to_read(name);
-      struct stat info {};
-      const ckpt::detail::file_descriptor fd = dir.open_to_read(index_file_name, info);
-      bytes = encode(ckpt::detail::read_weight_map(fd.get(), dir.path_of(index_file_name)));
+      const store& run = !mine.own.empty() ? *own_ : !mine.partner.empty() ? *partner_ : shared;
+      const auto map = read_step_index(run, name);
+      if (!map) throw format_error(run.path_of(layout::index_of(step)), "the step's index is gone");
+      bytes = encode(*map);
     } catch (...) {
       record(error);
     }
@@ -462,9 +480,12 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
   MPI_Comm_size(nodes_.node, &node_size);
   // One copy verified: intact with its hashes, or the reason it is damaged (any other failure is
   // this rank's error).
-  const auto check = [&](copy_check c, const folder_handle& run) {
+  // A bucket's copy is fetched whole to be checked, and kept to be sent to every rank (6.).
+  std::map<std::string, fetched_shard> fetched;
+  const auto check = [&](copy_check c, const store& run) {
     try {
-      c.hashes = ckpt::detail::verify_file({run.subfolder_to_read(name), c.shard}, options);
+      if (const folder_handle* folder = run.local()) c.hashes = ckpt::detail::verify_file({folder->subfolder_to_read(name), c.shard}, options);
+      else fetched.insert_or_assign(c.shard, fetch_shard(run, name + "/" + c.shard, options));
       c.intact = true;
     } catch (const std::exception& e) {
       if (!ckpt::detail::is_damage(e)) record(error);
@@ -489,7 +510,7 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
       copies.push_back({nodes_.index, tier::partner, s, false, {}, {}});
     std::vector<copy_check> checked;
     for (std::size_t i = static_cast<std::size_t>(node_rank); i < copies.size(); i += static_cast<std::size_t>(node_size))
-      checked.push_back(check(copies[i], copies[i].from == tier::local ? own_ : partner_));
+      checked.push_back(check(copies[i], copies[i].from == tier::local ? *own_ : *partner_));
     share(checked, "the checks of the local copies");
   }
 
@@ -568,9 +589,9 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
           const int receiver = receivers[t % receivers.size()];
           ++t;
           if (rank == sender)
-            out.push_back({receiver, {(pick->from == tier::local ? own_ : partner_).subfolder(name), shard}});
+            out.push_back({receiver, {step_dir(pick->from == tier::local ? own_ : partner_, name), shard}});
           if (rank == receiver) {
-            if (!here) here = own_.subfolder(name, /*create=*/true);
+            if (!here) here = step_dir(own_, name, /*create=*/true);
             in.push_back({sender, {*here, shard}});
           }
         }
@@ -582,22 +603,32 @@ checkpoint local_tiers::load(const folder_handle& shared, std::int64_t step, con
   }
 
   // 6. Every rank maps each shard from where its node has it, checked against the hashes of the
-  // copy it came from.
+  // copy it came from; a bucket's shards come from the rank that fetched them (every node picks
+  // the shared copy of a shard that no node holds intact).
+  std::map<std::string, checkpoint> from_bucket;
+  if (shared.local() == nullptr)
+    for (std::size_t i = 0; i < from_shared.size(); ++i)
+      from_bucket.emplace(from_shared[i], share_shard(comm_, fetched[from_shared[i]], static_cast<int>(i % static_cast<std::size_t>(size)),
+                                                      shared.path_of(name + "/" + from_shared[i]), error));
   checkpoint result;
   sources.clear();
   try {
     std::map<std::string, folder_handle> dirs;
     for (const auto& [shard, names] : by_shard) {
       const copy_check* pick = chosen[static_cast<std::size_t>(nodes_.index)].at(shard);
-      if (pick->node < 0) dirs.emplace(shard, shared.subfolder_to_read(name));
-      else if (pick->node == nodes_.index && pick->from == tier::partner) dirs.emplace(shard, partner_.subfolder(name));
-      else dirs.emplace(shard, own_.subfolder(name));
+      if (pick->node < 0) {
+        if (const folder_handle* folder = shared.local()) dirs.emplace(shard, folder->subfolder_to_read(name));
+      } else {
+        dirs.emplace(shard, step_dir(pick->node == nodes_.index && pick->from == tier::partner ? partner_ : own_, name));
+      }
       sources.push_back({shard, pick->from, pick->node < 0 ? 0 : pick->node});
     }
-    result = ckpt::detail::assemble_shards(own_.path_of(name) / index_file_name, by_shard, [&](const std::string& shard) {
-      const copy_check* pick = chosen[static_cast<std::size_t>(nodes_.index)].at(shard);
-      return ckpt::detail::load_file({dirs.at(shard), shard}, {.verify_digest = !pick->hashes.empty()}, pick->hashes);
-    });
+    if (!error)
+      result = ckpt::detail::assemble_shards(own_->path_of(layout::index_of(step)), by_shard, [&](const std::string& shard) {
+        if (const auto it = from_bucket.find(shard); it != from_bucket.end()) return it->second;
+        const copy_check* pick = chosen[static_cast<std::size_t>(nodes_.index)].at(shard);
+        return ckpt::detail::load_file({dirs.at(shard), shard}, {.verify_digest = !pick->hashes.empty()}, pick->hashes);
+      });
   } catch (...) {
     record(error);
   }

@@ -3,19 +3,21 @@
 // nodes of the job, each node's local folder, the partner copies sent over MPI, the drain's copy
 // to the shared folder, and the restore of a step from the fastest intact copy of each shard.
 //
-// Each run keeps its tiers apart under its id (src/run/manager_core.hpp, run_id_file_name): a node's
-// local folder is `<local>/run-<id>/` (or `<local>/run-<id>/node-<k>/` for simulated nodes), and
-// nothing of the manager reads, writes or deletes anything of the local root outside it.
-// A node's local folder holds its own step folders, `step-<s>/` (the shards its ranks wrote, and
-// shards other nodes sent it at a restore), and `partner/step-<s>/` (the copies of the previous
-// node's shards). Each is committed by the step's index, written last by the node's first rank,
-// as a shared step folder is; the index names every shard of the step, of which a node holds some.
-// Every file is written, renamed and removed relative to the folders opened once (src/io/folder.hpp).
+// Each run keeps its tiers apart under its id (src/run/layout.hpp, which names every folder here): a
+// node's local folder is `<local>/run-<id>/` (or `<local>/run-<id>/node-<k>/` for simulated
+// nodes), and nothing of the manager reads, writes or deletes anything of the local root outside
+// it. A node's local folder holds its own step folders, `step-<s>/` (the shards its ranks wrote,
+// and shards other nodes sent it at a restore), and `partner/step-<s>/` (the copies of the
+// previous node's shards). Each is committed by the step's index, written last by the node's first
+// rank, as a shared step folder is; the index names every shard of the step, of which a node
+// holds some. Both are folder stores (src/run/store.hpp), held by their descriptors: every file is
+// written, renamed and removed relative to them; the shared tier is the manager's store, a folder
+// or a bucket.
 
 #include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 
-#include "io/folder.hpp"
+#include "io/posix_file.hpp"
 #include "step.hpp"
 
 #include <mpi.h>
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -90,16 +93,17 @@ class local_tiers {
   // \throws collective_error on every rank.
   void commit(const step_plan& plan, std::exception_ptr local_error, bool copies_sent);
   // Local, on the drain's thread: copies this rank's shard of `plan` (its step, planned for the
-  // shared folder `plan.run`) from its node's step folder there, atomically.
-  // \throws io_error.
+  // shared tier `plan.run`, a folder or a bucket) from its node's step folder there, atomically.
+  // \throws io_error, remote_error.
   void drain(const step_plan& plan) const;
 
   // Collective: step `step` from the fastest intact copy of each shard: this node's own copy, its
   // partner copy, another node's copy (sent over MPI into this node's step folder), the shared
-  // folder `shared`. `sources` gets where this rank read each shard. `damaged` is set on every
-  // rank to whether the failure thrown is damage (a shard without an intact copy in any tier).
+  // tier `shared` (a bucket's shard fetched once, by the rank that checks it, and sent to every
+  // rank). `sources` gets where this rank read each shard. `damaged` is set on every rank to
+  // whether the failure thrown is damage (a shard without an intact copy in any tier).
   // \throws std::invalid_argument on every rank if no tier holds the step; collective_error.
-  [[nodiscard]] checkpoint load(const ckpt::detail::folder_handle& shared, std::int64_t step,
+  [[nodiscard]] checkpoint load(const ckpt::detail::store& shared, std::int64_t step,
                                 const load_options& options, std::vector<checkpoint_manager::source>& sources,
                                 bool* damaged);
 
@@ -108,9 +112,9 @@ class local_tiers {
   tiers levels_;
   std::filesystem::path run_;  // `<local>/run-<id>`, for messages
   node_layout nodes_;
-  ckpt::detail::folder_handle own_;      // this node's folder
-  ckpt::detail::folder_handle partner_;  // its partner/ folder
-  ckpt::detail::file_descriptor lock_{-1};  // the node's first rank
+  run_store own_;      // this node's folder
+  run_store partner_;  // its partner/ folder
+  std::optional<ckpt::detail::file_descriptor> lock_;  // the node's first rank
 };
 
 }  // namespace ckpt::mpi::detail

@@ -141,6 +141,51 @@ class bucket_store final : public store {
 
   std::optional<file_descriptor> hold(std::string_view) const override { return std::nullopt; }
 
+  std::shared_ptr<std::byte[]> fetch(std::string_view name, std::size_t& size) const override {
+    try {
+      return s3::download(settings_, key(name), size);
+    } catch (const remote_error& e) {
+      // A missing file, as a folder says it: a step that names it is damaged.
+      if (e.status() == 404 && e.code() != "NoSuchBucket")
+        throw io_error(path_of(name), "read", std::make_error_code(std::errc::no_such_file_or_directory));
+      throw;
+    }
+  }
+
+  // The parts go on clients of their own: a rank's parts are its own requests, in parallel with
+  // the other ranks'.
+  std::string start_parts(std::string_view name) const override {
+    const auto lock = hold_client();
+    return client_.start_upload(key(name));
+  }
+
+  std::string put_part(std::string_view name, const std::string& id, int number,
+                       std::span<const std::byte> bytes) const override {
+    s3::client c(settings_);
+    return c.upload_part(key(name), id, number, bytes);
+  }
+
+  bool finish_parts(std::string_view name, const std::string& id, const std::vector<std::string>& tags,
+                    std::uint64_t size, existing rule) const override {
+    const auto lock = hold_client();
+    const s3::object o = key(name);
+    return s3::commit_object(
+        client_, o, rule == existing::kept ? s3::upload::existing::kept : s3::upload::existing::replaced,
+        /*multipart=*/true, [&](bool if_absent) { return client_.complete_upload(o, id, tags, if_absent); },
+        [&] {
+          const std::optional<s3::object_info> there = client_.head(o);
+          return there && there->size == size;
+        });
+  }
+
+  void abort_parts(std::string_view name, const std::string& id) const noexcept override {
+    try {
+      const auto lock = hold_client();
+      client_.abort_upload(key(name), id);
+    } catch (...) {  // an upload left open is abandoned by the next writer (abandon_writes)
+    }
+  }
+
   void abandon_writes(const std::function<bool(std::string_view name)>& ours) const override {
     const auto lock = hold_client();
     for (const s3::upload_info& u : client_.uploads(root_.bucket, root_.key))

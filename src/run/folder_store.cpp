@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -116,7 +117,7 @@ class folder_store final : public store {
   bool write(std::string_view name, std::string_view text, existing rule) const override {
     const file_at at = target(name);
     if (rule == existing::kept && at.folder.status(at.name)) return false;
-    write_atomically(at, text);
+    write_atomically(at, text, on_folder_sync_failure::remove_new_file);
     return true;
   }
 
@@ -134,9 +135,11 @@ class folder_store final : public store {
   std::optional<file_descriptor> hold(std::string_view name) const override { return folder_.lock(name); }
 
   bool direct_io() const noexcept override { return true; }
+  // Advice on a file of the store's own: not through a link (a forked run's step is not ours).
   void drop_cache(std::string_view name) const noexcept override {
     try {
-      drop_cached_pages(target_to_read(name));
+      const auto [dir, base] = split(name);
+      drop_cached_pages({dir.empty() ? folder_ : folder_.subfolder(dir), std::string(base)});
     } catch (...) {  // advice only
     }
   }
@@ -148,15 +151,31 @@ class folder_store final : public store {
     const auto [dir, base] = split(name);
     return {dir.empty() ? folder_ : folder_.subfolder(dir, /*create=*/true), std::string(base)};
   }
-  [[nodiscard]] file_at target_to_read(std::string_view name) const {
-    const auto [dir, base] = split(name);
-    return {dir.empty() ? folder_ : folder_.subfolder_to_read(dir), std::string(base)};
-  }
 
   folder_handle folder_;
 };
 
 }  // namespace
+
+namespace {
+
+[[noreturn]] void only_a_bucket(const store& s, std::string_view what) {
+  throw std::logic_error("ckpt: " + std::string(what) + " is a bucket's, and '" + s.path_of("").string() +
+                         "' is a folder (reached through local())");
+}
+
+}  // namespace
+
+std::shared_ptr<std::byte[]> store::fetch(std::string_view, std::size_t&) const { only_a_bucket(*this, "fetch"); }
+std::string store::start_parts(std::string_view) const { only_a_bucket(*this, "a file of parts"); }
+std::string store::put_part(std::string_view, const std::string&, int, std::span<const std::byte>) const {
+  only_a_bucket(*this, "a file of parts");
+}
+bool store::finish_parts(std::string_view, const std::string&, const std::vector<std::string>&, std::uint64_t,
+                         existing) const {
+  only_a_bucket(*this, "a file of parts");
+}
+void store::abort_parts(std::string_view, const std::string&) const noexcept {}
 
 std::unique_ptr<store> folder_store_of(const folder_handle& folder) { return std::make_unique<folder_store>(folder); }
 

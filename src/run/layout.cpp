@@ -18,6 +18,9 @@ constexpr std::string_view file_prefix = "ckpt-";
 constexpr std::string_view file_suffix = ".safetensors";
 constexpr std::string_view folder_prefix = "step-";
 constexpr std::string_view aside_mark = ".damaged";
+// The base of a step folder's shards and index (`model-00001-of-00002.safetensors`, step_index).
+constexpr std::string_view shard_base = "model";
+constexpr std::string_view node_prefix = "node-";
 
 // `<prefix><step, zero-padded to 10 digits><suffix>`.
 std::string step_name(std::string_view prefix, std::int64_t step, std::string_view suffix) {
@@ -47,6 +50,8 @@ std::string step_folder(std::int64_t step) { return step_name(folder_prefix, ste
 std::string index_of(std::int64_t step) { return step_folder(step) + "/" + std::string(step_index); }
 std::optional<std::int64_t> step_of_file(std::string_view name) { return step_in_name(name, file_prefix, file_suffix); }
 std::optional<std::int64_t> step_of_folder(std::string_view name) { return step_in_name(name, folder_prefix, {}); }
+std::string step_shard(std::size_t number, std::size_t count) { return shard_name(shard_base, number, count); }
+std::optional<std::size_t> shard_count_of(std::string_view name) { return detail::shard_count_of(name, shard_base); }
 
 std::string set_aside_name(std::string_view name, int k) {
   std::string out(name);
@@ -75,6 +80,25 @@ std::optional<std::int64_t> step_set_aside(std::string_view name) {
 bool is_run_id(std::string_view text) noexcept {
   const auto alphanumeric = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
   return text.size() == run_id_length && std::ranges::all_of(text, alphanumeric);
+}
+
+std::string tier_run_folder(std::string_view id) { return std::string(tier_run_prefix) + std::string(id); }
+
+std::optional<std::string> run_id_of_tier_folder(std::string_view name) {
+  if (!name.starts_with(tier_run_prefix)) return std::nullopt;
+  return std::string(name.substr(tier_run_prefix.size()));
+}
+
+std::string tier_node_folder(int node) { return std::string(node_prefix) + std::to_string(node); }
+
+std::optional<int> node_of_tier_folder(std::string_view name) {
+  if (!name.starts_with(node_prefix)) return std::nullopt;
+  const std::string_view digits = name.substr(node_prefix.size());
+  int node = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), node);
+  if (ec != std::errc() || end != digits.data() + digits.size() || node < 0 || tier_node_folder(node) != name)
+    return std::nullopt;
+  return node;
 }
 
 std::optional<std::string> read_run_id(const store& s) {

@@ -29,6 +29,11 @@ inline constexpr std::string_view lock_name = ".ckpt-manager.lock";
 inline constexpr std::string_view step_index = "model.safetensors.index.json";
 // `<step folder>/<step_index>`: where a step folder's index is in its store.
 [[nodiscard]] std::string index_of(std::int64_t step);
+// Shard `number` of `count` of a step folder: `model-<number>-of-<count>.safetensors` (five
+// digits each, as Hugging Face names shards: src/format/sharded.hpp).
+[[nodiscard]] std::string step_shard(std::size_t number, std::size_t count);
+// The shard count K of a name step_shard(k, K) gives (only the exact spelling counts), or nothing.
+[[nodiscard]] std::optional<std::size_t> shard_count_of(std::string_view name);
 
 // The step of a step file's or step folder's name, or nothing for any other name: only the exact
 // spelling counts, so that a user's "ckpt-7.safetensors" or "step-7" is never a step.
@@ -45,12 +50,22 @@ inline constexpr std::string_view step_index = "model.safetensors.index.json";
 // the run for writing and kept in the run's file `.ckpt-run-id`: `run_id_length` letters and
 // digits, then a newline. Its node-local tiers live under `<tiers::local>/run-<id>/` (and
 // `node-<k>/` below it with simulated nodes), where each node's first rank notes the run's shared
-// folder in `.ckpt-shared-folder`.
+// tier (a folder's absolute path, or an `s3://` URL) in `.ckpt-shared-folder`. A node's folder
+// holds its own step folders and, in `partner/`, the step folders of the previous node's shards.
 inline constexpr std::string_view run_id_name = ".ckpt-run-id";
 inline constexpr std::size_t run_id_length = 24;
 inline constexpr std::string_view tier_run_prefix = "run-";
 inline constexpr std::string_view tier_shared_folder_name = ".ckpt-shared-folder";
+inline constexpr std::string_view tier_partner_folder = "partner";
 [[nodiscard]] bool is_run_id(std::string_view text) noexcept;
+// `run-<id>`: the folder of the run `id` in a node-local root.
+[[nodiscard]] std::string tier_run_folder(std::string_view id);
+// The run id of a name tier_run_folder gives, or nothing for another name.
+[[nodiscard]] std::optional<std::string> run_id_of_tier_folder(std::string_view name);
+// `node-<k>`: simulated node k's folder in a run's folder of a node-local root.
+[[nodiscard]] std::string tier_node_folder(int node);
+// The node of a name tier_node_folder gives (only the exact spelling counts), or nothing.
+[[nodiscard]] std::optional<int> node_of_tier_folder(std::string_view name);
 // The run id `s` keeps, or nothing if it keeps none.
 // \throws error naming the file if it holds anything else; as the store for the read.
 [[nodiscard]] std::optional<std::string> read_run_id(const store& s);

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,7 +92,10 @@ class store {
   // \throws io_error, remote_error.
   [[nodiscard]] virtual std::unique_ptr<file> create(std::string_view name, existing rule,
                                                      write_path path = write_path::page_cache) const = 0;
-  // Writes the small file `name` whole: true once it is there, false if `rule` kept what was.
+  // Writes the small file `name` whole (an index that commits a step, a run id): true once it is
+  // there, false if `rule` kept what was. A write that throws leaves nothing at `name` that it
+  // wrote (in a folder, a file renamed into place whose folder's fsync then failed is removed
+  // again), so that a commit that failed is not there.
   // \throws io_error, remote_error.
   virtual bool write(std::string_view name, std::string_view text, existing rule) const = 0;
   // Removes `name`: a file, a link (never what it leads to), or a folder with what it holds.
@@ -118,6 +122,30 @@ class store {
   // The local folder, for what only a folder can do (MPI-IO, mapped shards, files sent between
   // ranks); null for a bucket.
   [[nodiscard]] virtual const folder_handle* local() const noexcept { return nullptr; }
+
+  // What a bucket does where a folder has local(): an MPI job's step in a bucket.
+  //
+  // The file `name` whole in memory (an object fetched once, whose bytes a process hands to
+  // others), read by ranged GETs in parallel; its size in `size`.
+  // \throws io_error with ENOENT if there is no such file; remote_error; std::logic_error for a
+  // folder (mapped through local() there).
+  [[nodiscard]] virtual std::shared_ptr<std::byte[]> fetch(std::string_view name, std::size_t& size) const;
+  // One file `name` put together from numbered parts (1, 2, ...) that several processes send (an
+  // MPI job's step of slices: one multipart upload, started by one rank, its id handed to the
+  // others, each part sent by the rank that holds its bytes, finished by the first). Nothing is
+  // at `name` until `finish_parts`; `abort_parts` drops what was sent. A part is at least
+  // `min_part_bytes` long, but for the last.
+  // \throws remote_error; std::logic_error for a folder (written in place by MPI-IO there).
+  static constexpr std::size_t min_part_bytes = std::size_t{5} << 20;
+  [[nodiscard]] virtual std::string start_parts(std::string_view name) const;
+  // The part's tag, for finish_parts.
+  [[nodiscard]] virtual std::string put_part(std::string_view name, const std::string& id, int number,
+                                             std::span<const std::byte> bytes) const;
+  // Makes the file of the parts (`tags[i]`: part i + 1's), of `size` bytes in all: true once it is
+  // there, false (nothing written) if `rule` kept what was.
+  virtual bool finish_parts(std::string_view name, const std::string& id, const std::vector<std::string>& tags,
+                            std::uint64_t size, existing rule) const;
+  virtual void abort_parts(std::string_view name, const std::string& id) const noexcept;
 };
 
 // The store of the folder `path` (created with its parents if `create`).

@@ -137,32 +137,38 @@ bool upload::commit() {
   std::vector<std::string> etags;
   const bool one_part = upload_id_.empty() && filling_.empty();  // one PUT
   if (!one_part) send_parts(etags);
+  committed_ = commit_object(
+      client_, target_, rule_, !one_part,
+      [&](bool if_absent) {
+        return one_part ? client_.put(target_, first_, if_absent)
+                        : client_.complete_upload(target_, upload_id_, etags, if_absent);
+      },
+      [this] { return landed(); });
+  return committed_;
+}
+
+bool commit_object(client& c, const object& o, upload::existing rule, bool multipart,
+                   const std::function<bool(bool if_absent)>& write, const std::function<bool()>& landed) {
   // A commit retried after its answer was lost may have taken effect: its retry finds the object
   // there (412) or, for an upload, the upload gone (404 NoSuchUpload). It is this one's if the
   // object is.
-  const auto write = [&](bool if_absent) {
+  const auto attempt = [&](bool if_absent) {
     try {
-      if (one_part ? client_.put(target_, first_, if_absent)
-                   : client_.complete_upload(target_, upload_id_, etags, if_absent))
-        return true;
+      if (write(if_absent)) return true;
     } catch (const remote_error& e) {
-      const bool upload_gone = !one_part && e.status() == 404 && e.code() == "NoSuchUpload";
-      if (!upload_gone || client_.tries() == 1 || !landed()) throw;
+      const bool upload_gone = multipart && e.status() == 404 && e.code() == "NoSuchUpload";
+      if (!upload_gone || c.tries() == 1 || !landed()) throw;
       return true;
     }
-    return client_.tries() > 1 && landed();  // a 412
+    return c.tries() > 1 && landed();  // a 412
   };
-  if (rule_ == existing::replaced) {
-    committed_ = write(false);
-  } else {
-    try {
-      committed_ = write(true);
-    } catch (const remote_error& e) {
-      if (e.status() != 501) throw;
-      committed_ = !client_.head(target_) && write(false);
-    }
+  if (rule == upload::existing::replaced) return attempt(false);
+  try {
+    return attempt(true);
+  } catch (const remote_error& e) {
+    if (e.status() != 501) throw;
+    return !c.head(o) && attempt(false);
   }
-  return committed_;
 }
 
 bool upload::landed() {

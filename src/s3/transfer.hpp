@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -95,6 +96,15 @@ class upload final : public byte_sink {
   std::vector<std::string> etags_;  // etags_[n - 1]: part n's
   std::vector<std::thread> senders_;
 };
+
+// The commit of the object `o` by `write(if_absent)`, a PUT or a CompleteMultipartUpload (`multipart`)
+// on `c` that returns false on a 412, as upload::commit does it: with `existing::kept`, a conditional
+// write, or, where the server has none (501), a HEAD first; a commit retried after its answer was
+// lost that finds the object there (412) or the upload gone (404 NoSuchUpload) succeeded if
+// `landed()` says the object there is this one.
+// \throws remote_error.
+bool commit_object(client& c, const object& o, upload::existing rule, bool multipart,
+                   const std::function<bool(bool if_absent)>& write, const std::function<bool()>& landed);
 
 // Bytes [offset, offset + out.size()) of an object, into `out`.
 struct piece {

@@ -29,6 +29,7 @@
 #include <functional>
 #include <future>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -289,15 +290,16 @@ BOOST_AUTO_TEST_CASE(errors_name_the_object) {
   }
   ::setenv("AWS_SECRET_ACCESS_KEY", secret.c_str(), 1);
   BOOST_TEST(c.list(bucket, "").empty());
-  // What takes a folder (ckpt::mpi's saves and loads) refuses an s3:// path, rather than making a
-  // local folder 's3:'.
+  // What takes a folder (a node-local tier of ckpt::mpi) refuses an s3:// path, rather than making
+  // a local folder 's3:'.
   try {
     static_cast<void>(ckpt::detail::folder_handle::open("s3://" + bucket + "/run", /*create=*/true));
     BOOST_FAIL("a folder in a bucket was opened");
   } catch (const std::invalid_argument& e) {
     BOOST_TEST(std::string(e.what()) == "ckpt: 's3://" + bucket + "/run' is in object storage, and this takes a local "
                                         "folder (s3:// paths are taken by ckpt::save, ckpt::load, "
-                                        "ckpt::save_sharded, ckpt::checkpoint_manager and the ckpt tool)");
+                                        "ckpt::save_sharded, ckpt::checkpoint_manager, ckpt::mpi's save, load and "
+                                        "manager's shared tier, and the ckpt tool)");
   }
   BOOST_TEST(!fs::exists("s3:"));
 }
@@ -981,5 +983,94 @@ BOOST_AUTO_TEST_CASE(the_trainer_resumes_a_killed_run_from_a_bucket_bit_exact) {
   BOOST_TEST(verified == 0, verdict);
   BOOST_TEST(verdict.find(run + "/ckpt-0000002000.safetensors: ok, digest verified") != std::string::npos, verdict);
 #endif
+}
+#endif
+
+#ifdef CKPT_MLP_TRAINER_MPI
+namespace {
+
+// Runs the MPI example trainer on `ranks` ranks with `args`; returns its exit status and output.
+std::pair<int, std::string> run_mpi_trainer(int ranks, const std::string& args) {
+  const fs::path log = scratch("mpi-trainer.log");
+  const std::string command = std::string("'") + CKPT_MPIEXEC + "' -np " + std::to_string(ranks) +
+                              " --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none '" +
+                              CKPT_MLP_TRAINER_MPI + "' --log-every 100000 --save-every 100 " + args;
+  const int status = std::system((command + " > '" + log.string() + "' 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, file_bytes(log)};
+}
+
+// The processes whose parent is `parent` (/proc).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // "pid (comm) state ppid ...": the command may hold spaces and parentheses.
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+}  // namespace
+
+// issue 51: an MPI job points --ckpt-dir at a bucket, trains on 4 ranks, is killed (SIGKILL, every
+// rank), resumes on 2 ranks: the parameters of an uninterrupted run, byte for byte; and with the
+// optimizer sharded (steps of slices, one object each), resumed on 3.
+BOOST_AUTO_TEST_CASE(the_mpi_trainer_resumes_a_killed_run_from_a_bucket_bit_exact) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const auto flags = [&](const std::string& run, std::int64_t steps) {
+    return "--seed 3 --batch 48 --lr 0.02 --keep 2 --ckpt-dir s3://" + bucket + "/" + run + " --steps " + std::to_string(steps);
+  };
+  const fs::path straight = scratch("mpi-straight.safetensors");
+  const auto [done, out] = run_mpi_trainer(4, flags("straight", 600) + " --params-out '" + straight.string() + "'");
+  BOOST_TEST_REQUIRE(done == 0, out);
+
+  std::fflush(nullptr);
+  const pid_t mpirun = ::fork();
+  BOOST_TEST_REQUIRE(mpirun >= 0);
+  if (mpirun == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    const std::string dir = "s3://" + bucket + "/run";
+    ::execl(CKPT_MPIEXEC, CKPT_MPIEXEC, "-np", "4", "--allow-run-as-root", "--oversubscribe", "--mca",
+            "btl_vader_single_copy_mechanism", "none", CKPT_MLP_TRAINER_MPI, "--seed", "3", "--batch", "48", "--lr", "0.02",
+            "--keep", "2", "--save-every", "100", "--log-every", "100000", "--ckpt-dir", dir.c_str(), "--steps", "1000000",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!c.head({bucket, "run/step-0000000300/model.safetensors.index.json"}) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (const pid_t rank : children_of(mpirun)) ::kill(rank, SIGKILL);
+  ::kill(mpirun, SIGKILL);
+  int status = 0;
+  ::waitpid(mpirun, &status, 0);
+  BOOST_TEST_REQUIRE(WIFSIGNALED(status));
+
+  const fs::path resumed = scratch("mpi-resumed.safetensors");
+  const auto [again, log] = run_mpi_trainer(2, flags("run", 600) + " --resume --params-out '" + resumed.string() + "'");
+  BOOST_TEST_REQUIRE(again == 0, log);
+  BOOST_TEST(log.find("resumed at step") != std::string::npos, log);
+  BOOST_TEST(log.find("last checkpoint: s3://" + bucket + "/run/step-0000000600") != std::string::npos, log);
+  BOOST_TEST(file_bytes(straight) == file_bytes(resumed));
+
+  // ZeRO-1: each rank's moments as slices, a step one object; stopped at 300, resumed on 3 ranks.
+  const fs::path sharded = scratch("mpi-sharded.safetensors");
+  BOOST_TEST_REQUIRE(run_mpi_trainer(4, flags("zero", 300) + " --shard-optimizer").first == 0);
+  BOOST_TEST(keys_under(c, bucket, "zero/step-0000000300/") ==
+             (std::vector<std::string>{"model-00001-of-00001.safetensors", "model.safetensors.index.json"}));
+  const auto [zero, zero_log] = run_mpi_trainer(3, flags("zero", 600) + " --shard-optimizer --resume --params-out '" +
+                                                       sharded.string() + "'");
+  BOOST_TEST_REQUIRE(zero == 0, zero_log);
+  BOOST_TEST(file_bytes(straight) == file_bytes(sharded));
 }
 #endif
