@@ -671,3 +671,37 @@ BOOST_AUTO_TEST_CASE(a_large_background_save_copies_on_helpers_and_holds_the_val
                      std::size_t{128} << 20);
   static_cast<void>(run.save_racing_an_update(manager));
 }
+
+// An update on several threads (its leaves cut in ranges, adam::threads) racing the lazy copies of
+// a background save: the step holds the values of the call, whether the background copies first
+// or the update's threads copy each leaf (several at once, some waiting for another's copy)
+// before its first range changes; and the update's results are those of one thread.
+BOOST_AUTO_TEST_CASE(a_threaded_update_racing_a_background_save_leaves_it_the_values_of_its_call) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path(), {.max_to_keep = 2});
+  wide_in_training run(1024, 333, 700);  // 6.5 MB of parameters: cut in ranges
+  ckpt::adam& threaded = run.opt;
+  threaded.threads = 4;
+  ckpt::adam single = threaded;
+  single.threads = 1;
+  wide replica = run.params;
+  ckpt::adam_state<wide> replica_state = run.state;
+  const wide grads{.a = decltype(wide::a)::Random(1024, 1024), .b = decltype(wide::b)::Random(700, 512),
+                   .c = Eigen::MatrixXf::Random(333, 700), .v = Eigen::Vector3f(-1, 0, 1)};
+  for (int save = 0; save < 4; ++save) {
+    // Half the saves hold their background copy back: the update's threads copy every leaf.
+    std::optional<held_copies> hold;
+    if (save % 2 == 0) hold.emplace();
+    const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state));
+    const std::int64_t step = run.state.step;
+    BOOST_TEST(manager.save_async(step, ckpt::training_state(run.params, run.state)));
+    threaded.update(run.params, grads, run.state);
+    single.update(replica, grads, replica_state);
+    held_copies::release();
+    manager.wait();
+    BOOST_TEST(same_entries(manager.load(step), expected), "step " << step);
+    BOOST_TEST(same_entries(ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state)),
+                            ckpt::snapshot_arena().snapshot(ckpt::training_state(replica, replica_state))),
+               "step " << step);
+  }
+}

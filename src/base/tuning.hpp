@@ -74,6 +74,18 @@ inline constexpr std::size_t snapshot_bytes_per_thread = std::size_t{64} << 20;
 // buffer would map heap_limit bytes.
 inline constexpr std::size_t packed_bytes = std::size_t{1} << 20;
 
+// adam::update (src/training/adam.cpp).
+// An update of this many bytes of trained parameters or more runs on several threads: the
+// pool's wake-up against a part of an update that touches seven times these bytes.
+inline constexpr std::size_t parallel_update_bytes = std::size_t{1} << 20;
+// The ranges a threaded update is cut in: about this many a thread, so that the threads end
+// together, each of this size at least (a range's bookkeeping) and at most (the time the other
+// threads may wait for the last one). A leaf no larger is one range: the threads then work on
+// different leaves, and make different leaves' copies for a pending background save.
+inline constexpr std::size_t update_ranges_per_thread = 4;
+inline constexpr std::size_t min_update_range_bytes = std::size_t{256} << 10;
+inline constexpr std::size_t max_update_range_bytes = std::size_t{16} << 20;
+
 // ckpt::mpi (src/mpi/sliced.cpp).
 // A rank writes at most this much in one collective write: fewer rounds against the staging
 // memory a round takes.

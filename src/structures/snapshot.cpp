@@ -43,7 +43,7 @@ void copy_entry(const detail::entry_source& e, std::byte* out) {
 // The threads a copy of `total` bytes takes: one per snapshot_bytes_per_thread, up to four and
 // the machine's hardware threads, since one core does not saturate memory bandwidth.
 std::size_t copy_threads(std::size_t total) {
-  return std::clamp<std::size_t>(std::min<std::size_t>(detail::hardware_threads(), 4), 1,
+  return std::clamp<std::size_t>(std::min<std::size_t>(detail::usable_threads(), 4), 1,
                                  std::max<std::size_t>(total / detail::tuning::snapshot_bytes_per_thread, 1));
 }
 
