@@ -661,6 +661,55 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_its_snapshot_in_place_with_direct_
   BOOST_TEST(seen.staged <= 2 * 13 * std::size_t{4096}, seen.staged << " bytes staged of " << seen.written);
 }
 
+namespace {
+
+// A model of one storage order, its leaves' sizes not multiples of the digest's 1 MiB chunks (so
+// that chunks span entries), with its Adam state one step into training.
+template <class M>
+struct one_order {
+  struct model {
+    M a, b, c;
+    Eigen::VectorXf v;
+  };
+  model params{.a = M::Random(700, 1001), .b = M::Random(513, 333), .c = M::Random(1024, 1024),
+               .v = Eigen::VectorXf::Random(4097)};
+  ckpt::adam opt{.lr = 1e-2};
+  ckpt::adam_state<model> state = opt.init(params);
+  one_order() { opt.update(params, params, state); }
+};
+
+}  // namespace
+
+// A manager's background save hashes the chunks of its snapshot's data section as it copies them
+// (laid out as the file): the writer then hashes no byte of the data (it writes them from where
+// they are with direct I/O, or through the page cache where the file system refuses direct I/O),
+// and the digest the file records verifies, for either storage order, an update racing the copies.
+BOOST_AUTO_TEST_CASE(a_background_save_hashes_its_snapshot_as_it_copies_it_and_the_writer_reads_it_once) {
+  const auto check = [](auto run, const std::string& what, bool direct) {
+    const ckpt_test::direct_writes writes;
+    ckpt::detail::hooks().refuse_direct = !direct;  // until `writes` ends
+    const temp_dir s(temp_dir::absent);
+    ckpt::checkpoint_manager manager(s.path());
+    const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state));
+    BOOST_TEST_REQUIRE(bytes_of(expected) >= std::size_t{8} << 20);  // laid out as the file
+    BOOST_TEST(manager.save_async(1, ckpt::training_state(run.params, run.state)));
+    run.opt.update(run.params, run.params, run.state);
+    manager.wait();
+    const ckpt_test::direct_writes::totals seen = writes.seen();
+    BOOST_TEST(seen.hashed == 0u, what << ": the writer hashed " << seen.hashed << " bytes");
+    // Read back whole and verified (a wrong digest is an integrity_error).
+    BOOST_TEST(same_entries(ckpt::load(manager.path_of(1), {.verify_digest = true}), expected), what);
+    if (direct && seen.written != 0)
+      BOOST_TEST(seen.staged <= 2 * 13 * std::size_t{4096}, what << ": " << seen.staged << " bytes staged");
+  };
+  using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  for (const bool direct : {true, false}) {
+    const std::string how = direct ? " with direct I/O" : " through the page cache";
+    check(one_order<Eigen::MatrixXf>(), "column-major" + how, direct);
+    check(one_order<row_major>(), "row-major" + how, direct);
+  }
+}
+
 // A background save of a state of 128 MiB or more makes its lazy copies on several threads
 // (snapshot_bytes_per_thread) while the update races them: the step holds the values of the call.
 BOOST_AUTO_TEST_CASE(a_large_background_save_copies_on_helpers_and_holds_the_values_of_its_call) {

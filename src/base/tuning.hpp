@@ -69,6 +69,11 @@ inline constexpr int writer_nice = 19;
 // A snapshot's copy takes a thread (up to four) per this many bytes: a thread's start against
 // the bandwidth it adds.
 inline constexpr std::size_t snapshot_bytes_per_thread = std::size_t{64} << 20;
+// A snapshot's entry is copied in pieces of this size, which the threads that need it share (a
+// background save's helpers, an update's threads): a piece's hand-over against a thread waiting
+// for another's copy of a large leaf. A snapshot whose data section is hashed as it is copied
+// uses the digest's chunks (1 MiB) instead.
+inline constexpr std::size_t snapshot_piece_bytes = std::size_t{8} << 20;
 // A snapshot's entries under heap_limit that add up to this many bytes or more are packed into
 // kept buffers of heap_limit bytes (reused without faults); less stays on the heap, for which a
 // buffer would map heap_limit bytes.
