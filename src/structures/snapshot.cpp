@@ -256,7 +256,10 @@ class detail::snapshot_copies {
   }
 
   // Piece k of `c`: its bytes in the k-th piece of the data section it reaches (whole rows for a
-  // reordered entry: those that start there), hashed when they complete a chunk.
+  // reordered entry: those that start there). Hashed, each chunk the piece holds whole is hashed
+  // from where its bytes are (a reordered piece: from a band in the cache it was reordered into),
+  // then copied around the caches (xxh3_copy); the parts of the others are copied, and hashed by
+  // the copy that completes them.
   void copy_piece(copy& c, std::size_t k) {
     const entry_source& e = *c.source;
     const std::size_t chunk0 = c.at / piece_bytes_;
@@ -265,6 +268,7 @@ class detail::snapshot_copies {
       return j == 0 ? 0 : j == c.pieces ? e.nbytes : (chunk0 + j) * piece_bytes_ - c.at;
     };
     std::size_t first = boundary(k), last = boundary(k + 1);
+    std::span<const std::byte> from;  // the piece's bytes in C order
     if (e.write_rows) {
       // The rows that start in [first, last).
       const std::size_t row = e.row_size(), rows = e.row_count();
@@ -273,14 +277,49 @@ class detail::snapshot_copies {
       if (first_row == last_row) return;
       first = first_row * row;
       last = last_row * row;
-      e.write_rows(first_row, last_row - first_row, c.target + first);
-    } else if (hashes_ && chunk_hashes::holds(chunk0 + k, c.at + first, c.at + last)) {
-      hashes_->hashed(chunk0 + k, detail::xxh3_copy(c.target + first, e.contiguous.subspan(first, last - first)));
-      return;
+      std::byte* const band = hashes_ ? reorder_band(last - first) : nullptr;
+      if (band == nullptr) {  // reordered into place
+        e.write_rows(first_row, last_row - first_row, c.target + first);
+        if (hashes_) hashes_->written(c.at + first, c.at + last);
+        return;
+      }
+      e.write_rows(first_row, last_row - first_row, band);
+      from = {band, last - first};
     } else {
-      std::memcpy(c.target + first, e.contiguous.data() + first, last - first);
+      from = e.contiguous.subspan(first, last - first);
+      if (!hashes_) {
+        std::memcpy(c.target + first, from.data(), from.size());
+        return;
+      }
     }
-    if (hashes_) hashes_->written(c.at + first, c.at + last);
+    for (std::size_t at = first; at < last;) {
+      const std::size_t chunk = (c.at + at) / chunk_bytes;
+      const std::size_t end = std::min(last, (chunk + 1) * chunk_bytes - c.at);
+      const std::span<const std::byte> part = from.subspan(at - first, end - at);
+      if (chunk_hashes::holds(chunk, c.at + at, c.at + end)) {
+        hashes_->hashed(chunk, detail::xxh3_copy(c.target + at, part));
+      } else {
+        std::memcpy(c.target + at, part.data(), part.size());
+        hashes_->written(c.at + at, c.at + end);
+      }
+      at = end;
+    }
+  }
+
+  // This thread's band for a reordered piece of `size` bytes, kept while the thread lives (a
+  // chunk and a row's worth of spare), or null for a larger piece or where it cannot be had.
+  static std::byte* reorder_band(std::size_t size) noexcept {
+    constexpr std::size_t capacity = 2 * chunk_bytes;
+    thread_local std::unique_ptr<std::byte[]> band;
+    thread_local bool failed = false;
+    if (size > capacity || failed) return nullptr;
+    if (!band) try {
+        band = std::make_unique_for_overwrite<std::byte[]>(capacity);
+      } catch (const std::bad_alloc&) {
+        failed = true;
+        return nullptr;
+      }
+    return band.get();
   }
 
   std::shared_ptr<std::byte[]> storage_;
