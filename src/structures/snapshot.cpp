@@ -154,8 +154,9 @@ class detail::snapshot_copies {
   snapshot_copies(const snapshot_copies&) = delete;
   snapshot_copies& operator=(const snapshot_copies&) = delete;
 
-  // Adds the copy of `source` (which lives as long as this, for a lazy one: see adopt) to
-  // `target`, its bytes at `at` in the data section; lazy ones are copied in the order added.
+  // Adds the copy of `source` to `target`, its bytes at `at` in the data section; lazy ones are
+  // made in the order added (their sources then copied by adopt_lazy_sources), the others by
+  // make_now while `source` lives.
   void add(const entry_source& source, std::byte* target, std::size_t at, bool lazy) {
     copy& c = copies_.emplace_back();
     c.source = &source;
