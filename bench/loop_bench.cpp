@@ -1,25 +1,36 @@
 // What a training loop sees of its checkpoints: a loop that keeps every core busy (the gradients
-// computed on every hardware thread, then `ckpt::adam::update`), with and without a
-// `checkpoint_manager::save_async` of `ckpt::training_state(params, state)` every few seconds
-// (digest on, fsync), in runs that alternate, and:
+// computed on every hardware thread, then `ckpt::adam::update` with its default options, on every
+// core too), with and without a `checkpoint_manager::save_async` of
+// `ckpt::training_state(params, state)` every few seconds (digest on, fsync), in pairs of runs
+// whose order alternates (without, with; then with, without), and:
+//   - the update against the same update cut by hand into one part per core, each part with its
+//     own Adam state, on its own thread (the floor of that pattern), and on one thread;
 //   - the throughput lost, per save interval (the median of the pairs' losses);
 //   - the loop's blocking per save (the `save_async` call plus what the next update takes beyond
 //     an update without a save), against a memcpy of the whole state;
 //   - the same with the leaves copied before the call returns (sections typed by hand, which a
-//     save copies whole), side by side;
+//     save copies whole), side by side (`--eager=0` leaves them out);
 //   - `--normal-priority=1`: the same lazy saves with the writer left at the loop's priority (the
 //     library lowers it once the copies are made: tuning::writer_nice), side by side;
-//   - the writer's CPU per GiB saved by stage (copy, hash, write into the page cache, fsync), a
-//     whole background save's CPU per GiB with nothing training, and the CPU a save costs the
-//     whole process inside the loop;
+//   - the machine's costs (ckpt_machine's, `--machine=0` leaves them out), the writer's CPU per GiB
+//     by stage (copy, hash, the copy that hashes as it goes, the transposing copy, write into the
+//     page cache, fsync, direct write), a whole background save's CPU per GiB with nothing
+//     training, for both storage orders, and the CPU a save costs the whole process in the loop;
+//   - `--update=one`: the loop with the update on one thread (adam::threads = 1), as before it ran
+//     on every core;
 //   - `--first`: only the blocking of a fresh process's first `save_async` against a memcpy of
 //     the state into fresh memory (run it in several processes: bench/loop_run.sh).
 //
-// ckpt_bench_loop --dir=DIR [--model-mib=256] [--order=col|row] [--intervals=1,2,5,10] [--pairs=5]
-//                 [--seconds=20] [--batch=32] [--eager=1] [--normal-priority=0] [--first]
+// ckpt_bench_loop --dir=DIR [--model-mib=256] [--order=col|row] [--intervals=5] [--pairs=10]
+//                 [--seconds=20] [--batch=32] [--eager=1] [--normal-priority=0] [--update=default|one]
+//                 [--split=1 (up to 256 MiB)] [--machine=1] [--first]
 
+#include "base/digest.hpp"  // the copy that hashes as it goes, as a snapshot's copy does (private: src/)
 #include "io/io_hooks.hpp"  // the writer's priority, left as it was for --normal-priority (private: src/)
 #include "common.hpp"
+#include "machine.hpp"
+
+#include <ckpt/detail/transpose.hpp>
 
 #include <xxhash.h>
 
@@ -74,14 +85,16 @@ std::vector<long> list_of(const std::string& text) {
 }
 
 // The gradients of every layer computed on `threads` threads (a pool that lives as long as the
-// trainer), then one Adam update on the calling thread.
+// trainer), then one Adam update: `opt`'s (every core, or one thread with --update=one), or the
+// same update cut by hand into one part per thread of the pool, each part with its own state
+// (update_split).
 template <class M>
 class trainer {
  public:
-  trainer(long layers, long batch, std::size_t threads)
-      : params(make_model<M>(layers, 1)), grads(make_model<M>(layers, 7)), state(opt.init(params)),
-        x_(Eigen::MatrixXf::Random(side, batch)), threads_(threads), start_(static_cast<std::ptrdiff_t>(threads)),
-        done_(static_cast<std::ptrdiff_t>(threads)) {
+  trainer(long layers, long batch, std::size_t threads, std::size_t update_threads)
+      : opt{.lr = 1e-4, .threads = update_threads}, params(make_model<M>(layers, 1)), grads(make_model<M>(layers, 7)),
+        state(opt.init(params)), x_(Eigen::MatrixXf::Random(side, batch)), threads_(threads),
+        start_(static_cast<std::ptrdiff_t>(threads)), done_(static_cast<std::ptrdiff_t>(threads)) {
     for (std::size_t k = 1; k < threads_; ++k) pool_.emplace_back([this, k] { work(k); });
   }
   trainer(const trainer&) = delete;
@@ -94,19 +107,58 @@ class trainer {
 
   // One step; returns the seconds of its update.
   double step() {
-    start_.arrive_and_wait();
-    gradients(0);
-    done_.arrive_and_wait();
+    on_pool([this](std::size_t k) { gradients(k); });
     const double t0 = now_s();
     opt.update(params, grads, state);
     return now_s() - t0;
   }
 
-  ckpt::adam opt{.lr = 1e-4};
+  // The update cut by hand: part k (its own parameters, gradients and state, 1/threads of the
+  // layers) updated on thread k of the pool, one thread each (made at the first call).
+  double update_split() {
+    if (parts_.empty())
+      for (std::size_t k = 0; k < threads_; ++k) {
+        const long layers = static_cast<long>((params.layers.size() * (k + 1)) / threads_ - (params.layers.size() * k) / threads_);
+        part p{make_model<M>(layers, 100 + static_cast<std::uint32_t>(k)), make_model<M>(layers, 200 + static_cast<std::uint32_t>(k)), {}};
+        p.state = one_thread.init(p.params);
+        parts_.push_back(std::move(p));
+      }
+    const double t0 = now_s();
+    on_pool([this](std::size_t k) { one_thread.update(parts_[k].params, parts_[k].grads, parts_[k].state); });
+    return now_s() - t0;
+  }
+  // The update on one thread.
+  double update_one() {
+    const double t0 = now_s();
+    one_thread.update(params, grads, state);
+    return now_s() - t0;
+  }
+  // The update with `opt`'s options.
+  double update() {
+    const double t0 = now_s();
+    opt.update(params, grads, state);
+    return now_s() - t0;
+  }
+  [[nodiscard]] std::size_t threads() const noexcept { return threads_; }
+
+  ckpt::adam opt;
+  ckpt::adam one_thread{.lr = 1e-4, .threads = 1};
   model<M> params, grads;
   ckpt::adam_state<model<M>> state;
 
  private:
+  struct part {
+    model<M> params, grads;
+    ckpt::adam_state<model<M>> state;
+  };
+
+  // Runs job(k) on every thread k of the pool (0: this one) and returns once all are done.
+  void on_pool(std::function<void(std::size_t)> job) {
+    job_ = std::move(job);
+    start_.arrive_and_wait();
+    job_(0);
+    done_.arrive_and_wait();
+  }
   void gradients(std::size_t k) {
     const float scale = 1.0f / static_cast<float>(x_.cols());
     for (std::size_t i = k; i < params.layers.size(); i += threads_) {
@@ -118,7 +170,7 @@ class trainer {
     for (;;) {
       start_.arrive_and_wait();
       if (stop_) return;
-      gradients(k);
+      job_(k);
       done_.arrive_and_wait();
     }
   }
@@ -127,8 +179,33 @@ class trainer {
   std::size_t threads_;
   std::barrier<> start_, done_;
   std::atomic<bool> stop_{false};
+  std::function<void(std::size_t)> job_;
+  std::vector<part> parts_;
   std::vector<std::thread> pool_;
 };
+
+// adam::update with the trainer's options against the same update cut by hand into one part per
+// core (update_split) and against one thread, `reps` of each in rotating order: the medians.
+template <class M>
+void update_figures(trainer<M>& t, int reps) {
+  std::vector<double> mine, split, one;
+  for (int i = 0; i < reps; ++i) {
+    if (i % 2 == 0) {
+      mine.push_back(t.update());
+      split.push_back(t.update_split());
+      one.push_back(t.update_one());
+    } else {
+      one.push_back(t.update_one());
+      split.push_back(t.update_split());
+      mine.push_back(t.update());
+    }
+  }
+  std::printf("| adam::update, %zu threads (adam::threads = %zu; 0: every usable CPU) | %s | cut by hand into %zu parts, "
+              "each its own state, on its own thread | %s | ratio %.3f | on one thread %s (%.2fx) | %d of each |\n",
+              t.threads(), t.opt.threads, fmt_time(median(mine)).c_str(), t.threads(), fmt_time(median(split)).c_str(),
+              median(mine) / median(split), fmt_time(median(one)).c_str(), median(one) / median(split), reps);
+  std::fflush(stdout);
+}
 
 // The same leaves as sections listed by hand, which a save copies whole before it returns, as
 // every save did before the lazy copy (the names do not matter here).
@@ -221,6 +298,21 @@ void writer_stages(const fs::path& dir, std::size_t bytes) {
   const double copy = cpu_of([&] { std::memcpy(dst.data(), src.data(), bytes); });
   std::uint64_t h = 0;
   const double hash = cpu_of([&] { h = XXH3_64bits(dst.data(), bytes); });
+  // What a snapshot's copy of a contiguous entry does: each 1 MiB chunk hashed, then copied
+  // around the caches (one pass); and the transposing copy of column-major leaves (1024 x 1024
+  // F32 each, as the model's), into the same memory.
+  constexpr std::size_t digest_chunk = ckpt::detail::file_digest_chunk_bytes;
+  const double copy_hash = cpu_of([&] {
+    for (std::size_t at = 0; at < bytes; at += digest_chunk)
+      h ^= ckpt::detail::xxh3_copy(reinterpret_cast<std::byte*>(dst.data()) + at,
+                                   std::as_bytes(std::span(src.data() + at, std::min(digest_chunk, bytes - at))));
+  });
+  constexpr std::size_t matrix = side * side * sizeof(float);
+  const double transposed = cpu_of([&] {
+    for (std::size_t at = 0; at + matrix <= bytes; at += matrix)
+      ckpt::detail::transpose(reinterpret_cast<const std::byte*>(src.data() + at), side, reinterpret_cast<std::byte*>(dst.data() + at),
+                              side, side, side, sizeof(float));
+  }) * static_cast<double>(bytes) / static_cast<double>(bytes / matrix * matrix);
   const fs::path file = dir / "stages.bin";
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) die("open " + file.string());
@@ -253,24 +345,27 @@ void writer_stages(const fs::path& dir, std::size_t bytes) {
   const double direct_wall = now_s() - d0;
   ::close(direct);
   fs::remove(file);
-  std::printf("| writer CPU per GiB, each stage alone | copy %.3f s | hash (XXH3) %.3f s | write into the page cache %.3f s "
-              "| fsync %.3f s CPU, %.3f s wall | O_DIRECT write + fsync, 8 MiB a call: %.3f s CPU, %.3f s wall | (hash %016llx) |\n",
-              copy / gib, hash / gib, write / gib, sync / gib, sync_wall / gib, direct_cpu / gib, direct_wall / gib,
-              static_cast<unsigned long long>(h));
+  std::printf("| writer CPU per GiB, each stage alone | copy %.3f s | hash (XXH3) %.3f s | hash, then copy around the caches "
+              "(a snapshot's contiguous chunk) %.3f s | transposing copy (1024x1024 F32, one thread) %.3f s | write into the page "
+              "cache %.3f s | fsync %.3f s CPU, %.3f s wall | O_DIRECT write + fsync, 8 MiB a call: %.3f s CPU, %.3f s wall | "
+              "(hash %016llx) |\n",
+              copy / gib, hash / gib, copy_hash / gib, transposed / gib, write / gib, sync / gib, sync_wall / gib,
+              direct_cpu / gib, direct_wall / gib, static_cast<unsigned long long>(h));
 }
 
-// The CPU of a whole background save of the training state, nothing training meanwhile: the
-// process's CPU from the call to the end of its write, per GiB (the median of 5 after a first
-// that fills the arena), and its wall time.
-template <class M>
-void save_alone(trainer<M>& t, const fs::path& dir, std::size_t state_bytes) {
+// The CPU of a whole background save of the training state `params`, `state`, nothing training
+// meanwhile: the process's CPU from the call to the end of its write, per GiB (the median of 5
+// after a first that fills the arena), and its wall time.
+template <class P>
+void save_alone(P& params, ckpt::adam_state<P>& state, const fs::path& dir, std::size_t state_bytes,
+                const std::string& what) {
   fs::remove_all(dir);
   std::vector<double> cpu, wall;
   {
     ckpt::checkpoint_manager manager(dir, {.max_to_keep = 2});
     for (int i = 0; i < 6; ++i) {
       const double c0 = process_cpu_s(), w0 = now_s();
-      manager.save_async(i, ckpt::training_state(t.params, t.state), {}, true);
+      manager.save_async(i, ckpt::training_state(params, state), {}, true);
       manager.wait();
       if (i == 0) continue;
       cpu.push_back(process_cpu_s() - c0);
@@ -279,8 +374,20 @@ void save_alone(trainer<M>& t, const fs::path& dir, std::size_t state_bytes) {
   }
   fs::remove_all(dir);
   const double gib = static_cast<double>(state_bytes) / (1 << 30);
-  std::printf("| a background save of the state alone (copies, hash, write, fsync; nothing training), per GiB | "
-              "CPU %.3f s | wall %.3f s |\n", median(cpu) / gib, median(wall) / gib);
+  std::printf("| a background save of the state alone (copies, hash, write, fsync; nothing training), %s, per GiB | "
+              "CPU %.3f s | wall %.3f s |\n", what.c_str(), median(cpu) / gib, median(wall) / gib);
+  std::fflush(stdout);
+}
+
+// The same of a model of the other storage order, of as many layers (made for it, then freed).
+template <class M>
+void save_alone_other_order(long layers, const fs::path& dir, std::size_t state_bytes) {
+  using other = std::conditional_t<M::IsRowMajor, Eigen::MatrixXf, row_matrix>;
+  model<other> params = make_model<other>(layers, 3);
+  const ckpt::adam opt;
+  ckpt::adam_state<model<other>> state = opt.init(params);
+  opt.update(params, params, state);
+  save_alone(params, state, dir, state_bytes, M::IsRowMajor ? "column-major" : "row-major");
 }
 
 std::string pct(double x) {
@@ -292,7 +399,7 @@ std::string pct(double x) {
 template <class M>
 void first_save(const fs::path& dir, long layers) {
   // A fresh process: the manager's arena is empty, so the first save_async copies into fresh memory.
-  trainer<M> t(layers, 32, std::max(1u, std::thread::hardware_concurrency()));
+  trainer<M> t(layers, 32, std::max(1u, std::thread::hardware_concurrency()), 0);
   const std::size_t state_bytes = 3 * static_cast<std::size_t>(layers) * side * side * sizeof(float);
   std::vector<double> updates;
   for (int i = 0; i < 3; ++i) updates.push_back(t.step());
@@ -327,16 +434,23 @@ int measure(const args& a) {
     fs::remove_all(dir / "first");
     return 0;
   }
-  const std::vector<long> intervals = list_of(a.str("intervals", "1,2,5,10"));
-  const long pairs = a.num("pairs", 5);
+  const std::vector<long> intervals = list_of(a.str("intervals", "5"));
+  const long pairs = a.num("pairs", 10);
   const double seconds = a.real("seconds", 20);
   const long batch = a.num("batch", 32);
   const bool eager = a.num("eager", 1) != 0;
   const bool normal = a.num("normal-priority", 0) != 0;
+  const std::string update = a.str("update", "default");
+  if (update != "default" && update != "one") throw std::invalid_argument("--update=default or --update=one");
+  const bool split = a.num("split", model_mib <= 256 ? 1 : 0) != 0;
   const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
   fs::create_directories(dir);
+  if (a.num("machine", 1) != 0) {
+    bench::print_machine(dir, std::size_t{256} << 20, 3, false);
+    std::printf("\n");
+  }
 
-  trainer<M> t(layers, batch, threads);
+  trainer<M> t(layers, batch, threads, update == "one" ? 1 : 0);
   const std::size_t state_bytes = 3 * static_cast<std::size_t>(layers) * side * side * sizeof(float);
   const double state_mib = static_cast<double>(state_bytes) / (1 << 20);
   const double copy = memcpy_s(state_bytes);
@@ -349,12 +463,16 @@ int measure(const args& a) {
   const double typical_update = median(updates);
 
   std::printf("# ckpt_bench_loop: model %ld MiB (%ld x 1024x1024 F32, %s), state %.0f MiB with Adam's moments; "
-              "%zu training threads; batch %ld; step %.3f s (update %.3f s); memcpy of the state %.3f s (%.2f GB/s, one thread)\n",
-              model_mib, layers, order, state_mib, threads, batch, step_s, typical_update, copy,
-              static_cast<double>(state_bytes) / copy / 1e9);
+              "%zu training threads; adam::update on %s; batch %ld; step %.3f s (update %.3f s); memcpy of the state %.3f s "
+              "(%.2f GB/s, one thread)\n",
+              model_mib, layers, order, state_mib, threads, update == "one" ? "one thread" : "every usable CPU (its default)",
+              batch, step_s, typical_update, copy, static_cast<double>(state_bytes) / copy / 1e9);
+  std::fflush(stdout);
+  if (split) update_figures(t, 15);
   writer_stages(dir, state_bytes);
 
-  save_alone(t, dir / "alone", state_bytes);
+  save_alone(t.params, t.state, dir / "alone", state_bytes, order);
+  save_alone_other_order<M>(layers, dir / "alone", state_bytes);
 
   fs::remove_all(dir / "run");  // a run an interrupted harness left
   ckpt::checkpoint_manager manager(dir / "run", {.max_to_keep = 2});

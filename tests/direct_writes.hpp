@@ -2,7 +2,8 @@
 // The writes a save makes with direct I/O (its descriptor in O_DIRECT), seen through the I/O seam
 // (src/io/io_hooks.hpp): the bytes written, and those of them written from the writer's staging
 // buffer (the one address every staged write is from: that of the first, which holds the
-// header). Shared by the tests of both managers' background saves.
+// header); and the data bytes the writer hashes as it writes them (direct I/O or not). Shared by
+// the tests of both managers' background saves.
 
 #include "io/io_hooks.hpp"
 
@@ -23,15 +24,18 @@ class direct_writes {
   direct_writes() : guard_(recording_hooks()) {
     const std::lock_guard lock(log().mutex);
     log().writes.clear();
+    log().hashed = 0;
   }
 
   struct totals {
     std::size_t written = 0;  // 0 if the file system refused direct I/O
     std::size_t staged = 0;
+    std::size_t hashed = 0;  // by the writer
   };
   [[nodiscard]] totals seen() const {
     const std::lock_guard lock(log().mutex);
     totals out;
+    out.hashed = log().hashed;
     for (const write& w : log().writes) {
       out.written += w.size;
       if (w.from == log().writes.front().from) out.staged += w.size;
@@ -47,6 +51,7 @@ class direct_writes {
   struct record {
     std::mutex mutex;
     std::vector<write> writes;
+    std::size_t hashed = 0;
   };
   static record& log() {
     static record r;
@@ -61,6 +66,10 @@ class direct_writes {
           log().writes.push_back({reinterpret_cast<std::uintptr_t>(pieces[i].iov_base), pieces[i].iov_len});
       }
       return ::writev(fd, pieces, count);
+    };
+    h.writer_hashed = [](std::size_t bytes) {
+      const std::lock_guard lock(log().mutex);
+      log().hashed += bytes;
     };
     return h;
   }

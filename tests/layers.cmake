@@ -66,13 +66,14 @@ set(layer_detail/slice_reads 4)   # the part of an entry read_flat and read_rows
 # piece of src/ is on its folder's layer, and a source named after a public header must be on that
 # header's (checked below). A folder includes only its own files and those of the folders before it
 # in this list (5.).
-set(src_folders base io s3 tensor format structures run mpi)
+set(src_folders base io s3 tensor format structures training run mpi)
 set(folder_layer_base 1)        # errors, dtypes, UTF-8, hex, memory, digests, the transpose
 set(folder_layer_io 1)          # files held by their descriptors, the atomic writer, mappings, the test seam
 set(folder_layer_s3 1)          # the S3 client and its transfers: bytes only
 set(folder_layer_tensor 2)      # tensors, checkpoints, views, dtype conversion, name patterns, adapters
 set(folder_layer_format 2)      # the file formats, and the front doors of a load and a save
 set(folder_layer_structures 3)  # leaves, named structures, params, sections, snapshots
+set(folder_layer_training 4)     # the optimizer's work off its header (adam::update's threads)
 set(folder_layer_run 4)         # the managers
 set(folder_layer_mpi 4)         # ckpt::mpi
 

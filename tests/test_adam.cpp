@@ -662,3 +662,103 @@ BOOST_AUTO_TEST_CASE(restore_takes_the_options_of_to_params) {
                    "their own");
   BOOST_TEST(st.step == 2);
 }
+
+// The update on several threads (adam::threads) cuts large leaves in ranges and updates them on
+// the process's pool; each element must come out bit-identical to the update on one thread
+// (Eigen's vectorized square root differs from the scalar one in the last bits: a range that put
+// an element on the other path would show), for row- and column-major leaves of several sizes,
+// above and below the size where a leaf is cut, and below the size where threads are used at all.
+namespace {
+
+struct wide_model {
+  Eigen::MatrixXf big;  // column-major, 3.1 MB: cut in ranges
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rows;  // 2.1 MB, odd sides
+  Eigen::VectorXd doubles;  // 2.4 MB
+  Eigen::Tensor<float, 3> cube;  // column-major rank 3, 0.4 MB: one range
+  Eigen::MatrixXf small;  // below the cut
+  Eigen::Matrix3f fixed;
+  Eigen::VectorXf odd;
+  float scalar = 0;
+  double scalar_d = 0;
+  ckpt::frozen<Eigen::VectorXf> kept;
+  std::int64_t count = 0;
+};
+
+// Values of every magnitude, signs mixed, from `seed`.
+template <class M>
+void fill_random(M& x, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> mantissa(-1, 1);
+  std::uniform_int_distribution<int> exponent(-20, 4);
+  using scalar = std::remove_cvref_t<decltype(*x.data())>;
+  for (Eigen::Index i = 0; i < x.size(); ++i)
+    x.data()[i] = static_cast<scalar>(std::ldexp(mantissa(gen), exponent(gen)));
+}
+
+// Each side divided by `shrink`.
+wide_model make_wide(std::uint32_t seed, Eigen::Index shrink) {
+  wide_model m;
+  m.big.resize(701 / shrink, 1103 / shrink);
+  m.rows.resize(513 / shrink, 1031 / shrink);
+  m.doubles.resize(300007 / shrink / shrink);
+  m.cube.resize(37, 51, 53 / shrink);
+  m.small.resize(31, 17);
+  m.odd.resize(7);
+  m.kept.value.resize(5);
+  fill_random(m.big, seed);
+  fill_random(m.rows, seed + 1);
+  fill_random(m.doubles, seed + 2);
+  fill_random(m.cube, seed + 3);
+  fill_random(m.small, seed + 4);
+  fill_random(m.fixed, seed + 5);
+  fill_random(m.odd, seed + 6);
+  fill_random(m.kept.value, seed + 7);
+  m.scalar = 0.25f + static_cast<float>(seed);
+  m.scalar_d = -0.5 - seed;
+  return m;
+}
+
+// Every leaf of both, byte for byte.
+bool same_bytes(const wide_model& a, const wide_model& b) {
+  bool same = true;
+  ckpt::for_each_leaf(
+      [&same](std::string_view, const auto& x, const auto& y) {
+        const ckpt::tensor tx = ckpt::detail::to_tensor(x), ty = ckpt::detail::to_tensor(y);
+        same = same && std::ranges::equal(tx.bytes(), ty.bytes());
+      },
+      a, b);
+  return same;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_update_on_several_threads_is_bit_identical_to_one_on_one_thread) {
+  for (const Eigen::Index shrink : {1, 4}) {  // 8 MB of parameters: threads; 0.6 MB: one thread
+    const wide_model start = make_wide(1, shrink);
+    // A fixed-size leaf is updated in place, and which of its elements Eigen takes through vectors
+    // depends on its address: the three copies sit equally aligned, as one model updated either
+    // way would (clang places them differently on the stack otherwise).
+    alignas(64) wide_model one = start;
+    alignas(64) wide_model several = start;
+    alignas(64) wide_model by_default = start;
+    const ckpt::adam single{.lr = 1e-2, .weight_decay = 0.1, .threads = 1};
+    ckpt::adam threaded = single;
+    threaded.threads = 4;
+    ckpt::adam defaults = single;
+    defaults.threads = 0;
+    ckpt::adam_state<wide_model> s1 = single.init(one), s2 = threaded.init(several), s3 = defaults.init(by_default);
+    for (std::uint32_t step = 0; step < 3; ++step) {
+      const wide_model grads = make_wide(10 + step, shrink);
+      single.update(one, grads, s1);
+      threaded.update(several, grads, s2);
+      defaults.update(by_default, grads, s3);
+    }
+    BOOST_TEST(!same_bytes(one, start));
+    BOOST_TEST(same_bytes(one, several), "shrink " << shrink);
+    BOOST_TEST(same_bytes(one, by_default), "shrink " << shrink);
+    BOOST_TEST(same_bytes(s1.mu.values, s2.mu.values));
+    BOOST_TEST(same_bytes(s1.nu.values, s2.nu.values));
+    BOOST_TEST(same_bytes(s1.nu.values, s3.nu.values));
+    BOOST_TEST(s2.step == 3);
+  }
+}

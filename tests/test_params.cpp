@@ -8,6 +8,8 @@
 #include <ckpt/ckpt.hpp>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <span>
@@ -620,6 +622,11 @@ struct thread_probe {
   std::vector<float> v = std::vector<float>(std::size_t{1} << 19);
   std::thread::id read_on;
 };
+
+// While set, each probe's read waits (up to 10 s) until two reads have started: reads that run at
+// once on two threads both go on, reads on one thread one after the other would wait it out.
+std::atomic<bool> meet{false};
+std::atomic<int> reads_started{0};
 }  // namespace
 
 template <bool Alone>
@@ -632,6 +639,11 @@ struct ckpt::leaf_traits<thread_probe<Alone>> {
   static void read(thread_probe<Alone>& x, const ckpt::tensor& in) {
     std::memcpy(x.v.data(), in.bytes().data(), in.nbytes());
     x.read_on = std::this_thread::get_id();
+    if (meet) {
+      reads_started.fetch_add(1);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (reads_started.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    }
   }
   static constexpr bool reads_only_its_leaf = Alone;
 };
@@ -659,7 +671,9 @@ BOOST_AUTO_TEST_CASE(leaves_that_read_alone_are_read_on_two_threads_and_the_othe
   // Every leaf declares reads_only_its_leaf, and there are 4 MiB to read: two runs of leaves,
   // one on this thread and one on a helper, where the machine has two threads.
   alone_model alone = probed<alone_model>(0);
+  meet = std::thread::hardware_concurrency() > 1;
   ckpt::read_params(t, alone);
+  meet = false;
   BOOST_TEST(alone.first.v.back() == 1.0f);
   BOOST_TEST(alone.second.v.front() == 2.0f);
   const bool here = alone.first.read_on == std::this_thread::get_id() || alone.second.read_on == std::this_thread::get_id();

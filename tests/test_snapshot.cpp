@@ -661,6 +661,55 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_its_snapshot_in_place_with_direct_
   BOOST_TEST(seen.staged <= 2 * 13 * std::size_t{4096}, seen.staged << " bytes staged of " << seen.written);
 }
 
+namespace {
+
+// A model of one storage order, its leaves' sizes not multiples of the digest's 1 MiB chunks (so
+// that chunks span entries), with its Adam state one step into training.
+template <class M>
+struct one_order {
+  struct model {
+    M a, b, c;
+    Eigen::VectorXf v;
+  };
+  model params{.a = M::Random(700, 1001), .b = M::Random(513, 333), .c = M::Random(1024, 1024),
+               .v = Eigen::VectorXf::Random(4097)};
+  ckpt::adam opt{.lr = 1e-2};
+  ckpt::adam_state<model> state = opt.init(params);
+  one_order() { opt.update(params, params, state); }
+};
+
+}  // namespace
+
+// A manager's background save hashes the chunks of its snapshot's data section as it copies them
+// (laid out as the file): the writer then hashes no byte of the data (it writes them from where
+// they are with direct I/O, or through the page cache where the file system refuses direct I/O),
+// and the digest the file records verifies, for either storage order, an update racing the copies.
+BOOST_AUTO_TEST_CASE(a_background_save_hashes_its_snapshot_as_it_copies_it_and_the_writer_reads_it_once) {
+  const auto check = [](auto run, const std::string& what, bool direct) {
+    const ckpt_test::direct_writes writes;
+    ckpt::detail::hooks().refuse_direct = !direct;  // until `writes` ends
+    const temp_dir s(temp_dir::absent);
+    ckpt::checkpoint_manager manager(s.path());
+    const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state));
+    BOOST_TEST_REQUIRE(bytes_of(expected) >= std::size_t{8} << 20);  // laid out as the file
+    BOOST_TEST(manager.save_async(1, ckpt::training_state(run.params, run.state)));
+    run.opt.update(run.params, run.params, run.state);
+    manager.wait();
+    const ckpt_test::direct_writes::totals seen = writes.seen();
+    BOOST_TEST(seen.hashed == 0u, what << ": the writer hashed " << seen.hashed << " bytes");
+    // Read back whole and verified (a wrong digest is an integrity_error).
+    BOOST_TEST(same_entries(ckpt::load(manager.path_of(1), {.verify_digest = true}), expected), what);
+    if (direct && seen.written != 0)
+      BOOST_TEST(seen.staged <= 2 * 13 * std::size_t{4096}, what << ": " << seen.staged << " bytes staged");
+  };
+  using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  for (const bool direct : {true, false}) {
+    const std::string how = direct ? " with direct I/O" : " through the page cache";
+    check(one_order<Eigen::MatrixXf>(), "column-major" + how, direct);
+    check(one_order<row_major>(), "row-major" + how, direct);
+  }
+}
+
 // A background save of a state of 128 MiB or more makes its lazy copies on several threads
 // (snapshot_bytes_per_thread) while the update races them: the step holds the values of the call.
 BOOST_AUTO_TEST_CASE(a_large_background_save_copies_on_helpers_and_holds_the_values_of_its_call) {
@@ -670,4 +719,38 @@ BOOST_AUTO_TEST_CASE(a_large_background_save_copies_on_helpers_and_holds_the_val
   BOOST_TEST_REQUIRE(bytes_of(ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state))) >=
                      std::size_t{128} << 20);
   static_cast<void>(run.save_racing_an_update(manager));
+}
+
+// An update on several threads (its leaves cut in ranges, adam::threads) racing the lazy copies of
+// a background save: the step holds the values of the call, whether the background copies first
+// or the update's threads copy each leaf (several at once, some waiting for another's copy)
+// before its first range changes; and the update's results are those of one thread.
+BOOST_AUTO_TEST_CASE(a_threaded_update_racing_a_background_save_leaves_it_the_values_of_its_call) {
+  const temp_dir s(temp_dir::absent);
+  ckpt::checkpoint_manager manager(s.path(), {.max_to_keep = 2});
+  wide_in_training run(1024, 333, 700);  // 6.5 MB of parameters: cut in ranges
+  ckpt::adam& threaded = run.opt;
+  threaded.threads = 4;
+  ckpt::adam single = threaded;
+  single.threads = 1;
+  wide replica = run.params;
+  ckpt::adam_state<wide> replica_state = run.state;
+  const wide grads{.a = decltype(wide::a)::Random(1024, 1024), .b = decltype(wide::b)::Random(700, 512),
+                   .c = Eigen::MatrixXf::Random(333, 700), .v = Eigen::Vector3f(-1, 0, 1)};
+  for (int save = 0; save < 4; ++save) {
+    // Half the saves hold their background copy back: the update's threads copy every leaf.
+    std::optional<held_copies> hold;
+    if (save % 2 == 0) hold.emplace();
+    const ckpt::checkpoint expected = ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state));
+    const std::int64_t step = run.state.step;
+    BOOST_TEST(manager.save_async(step, ckpt::training_state(run.params, run.state)));
+    threaded.update(run.params, grads, run.state);
+    single.update(replica, grads, replica_state);
+    held_copies::release();
+    manager.wait();
+    BOOST_TEST(same_entries(manager.load(step), expected), "step " << step);
+    BOOST_TEST(same_entries(ckpt::snapshot_arena().snapshot(ckpt::training_state(run.params, run.state)),
+                            ckpt::snapshot_arena().snapshot(ckpt::training_state(replica, replica_state))),
+               "step " << step);
+  }
 }

@@ -103,6 +103,13 @@ struct adam {
   double eps = 1e-8;
   /// Decoupled weight decay λ (AdamW); 0 gives plain Adam.
   double weight_decay = 0;
+  /// The threads `update` runs on: 0 (the default) for every hardware thread this process may
+  /// run on (its CPU affinity, so that MPI ranks bound to cores do not oversubscribe them), 1 for
+  /// the calling thread alone. The leaves are cut in ranges of elements (a large leaf in several)
+  /// that the calling thread and threads of a pool that ckpt keeps for the process update; an
+  /// update of less than 1 MiB of trained parameters stays on the calling thread. The results are
+  /// bit-identical whatever the threads: each element is computed by the same operations.
+  std::size_t threads = 0;
 
   /// A fresh state for `params`: zero moments for the leaves Adam trains, step 0.
   /// \throws std::bad_alloc; whatever copying `params` throws.
@@ -114,12 +121,16 @@ struct adam {
 
   /// Applies one bias-corrected Adam step (see the formula above) to `params` in place, using
   /// `grads` (shaped like `params`) and `state` (from `init` or restored), and counts it in
-  /// `state.step`. All shapes are checked before anything changes.
+  /// `state.step`. All shapes are checked before anything changes. The leaves are updated on
+  /// `threads` threads (see there); a pending background save of `training_state(params, state)`
+  /// that has not yet copied a leaf and its moments gets its copy before any of them changes.
   /// \throws std::invalid_argument if the hyper-parameters are out of range (`lr` or
   /// `weight_decay` negative or not finite, a β outside [0, 1), `eps` negative), if
   /// `state.step` is negative or at its maximum, if a gradient or moment differs in structure,
   /// shape or (for `ckpt::tensor` leaves) dtype from its parameter, or a `ckpt::tensor` leaf is
-  /// not F32 or F64 (each message names the leaf).
+  /// not F32 or F64 (each message names the leaf); all before anything changes.
+  /// \throws std::bad_alloc before anything changes, or when a new `ckpt::tensor` leaf cannot be
+  /// allocated (the other leaves are updated; that one and its moments keep their values).
   template <class P>
   void update(P& params, const P& grads, adam_state<P>& state) const {
     static_assert(named<P>, "ckpt: adam needs a named structure of parameters");
@@ -140,16 +151,14 @@ struct adam {
     const double bias2 = 1 - std::pow(beta2, t);
     const detail::adam_step step{1 - lr * weight_decay, beta1, beta2, lr / bias1,
                                  1 / std::sqrt(bias2), eps, weight_decay != 0};
-    for_each_leaf([&step](std::string_view, auto& m, auto& p, const auto& g, auto& v) {
-                    if constexpr (detail::may_train<std::remove_cvref_t<decltype(p)>>()) {
-                      // A save_async of training_state copies these first if it has not yet.
-                      detail::before_write(&p);
-                      detail::before_write(&m);
-                      detail::before_write(&v);
-                      detail::adam_leaf(p, g, m, v, step);
-                    }
+    std::vector<detail::adam_task> tasks;
+    for_each_leaf([&tasks](std::string_view, auto& m, auto& p, const auto& g, auto& v) {
+                    if constexpr (detail::may_train<std::remove_cvref_t<decltype(p)>>())
+                      tasks.push_back(detail::adam_task_of(p, g, m, v));
                   },
                   mu, params, grads, nu);
+    // A save_async of training_state copies each leaf and its moments first if it has not yet.
+    detail::update_leaves(tasks, step, threads);
     ++state.step;
   }
 

@@ -10,8 +10,16 @@
 #include <xxhash.h>
 #endif
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
+#include <utility>
 
 namespace ckpt::detail {
 
@@ -83,6 +91,68 @@ std::uint64_t chunked_digest::value() const {
   std::vector<std::uint64_t> chunks = chunks_;
   if (filled_ != 0) chunks.push_back(stream_->value());
   return file_digest(header_, chunks);
+}
+
+std::uint64_t xxh3_copy(std::byte* to, std::span<const std::byte> from) noexcept {
+  const std::uint64_t hash = xxh3_of(from);
+#if defined(__SSE2__)
+  const std::size_t n = from.size();
+  const std::size_t head = std::min<std::size_t>(n, (16 - reinterpret_cast<std::uintptr_t>(to) % 16) % 16);
+  std::memcpy(to, from.data(), head);
+  std::size_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    const auto* s = reinterpret_cast<const __m128i*>(from.data() + i);
+    auto* d = reinterpret_cast<__m128i*>(to + i);
+    const __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1), c = _mm_loadu_si128(s + 2),
+                  e = _mm_loadu_si128(s + 3);
+    _mm_stream_si128(d, a);
+    _mm_stream_si128(d + 1, b);
+    _mm_stream_si128(d + 2, c);
+    _mm_stream_si128(d + 3, e);
+  }
+  for (; i + 16 <= n; i += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from.data() + i)));
+  std::memcpy(to + i, from.data() + i, n - i);
+  _mm_sfence();
+#else
+  if (!from.empty()) std::memcpy(to, from.data(), from.size());
+#endif
+  return hash;
+}
+
+namespace {
+
+struct remembered {
+  std::mutex mutex;
+  // By the data's first byte: its size and its chunks' hashes.
+  std::map<const std::byte*, std::pair<std::size_t, std::vector<std::uint64_t>>> hashes;
+
+  static remembered& get() {
+    static remembered instance;
+    return instance;
+  }
+};
+
+}  // namespace
+
+void remember_chunk_hashes(std::span<const std::byte> data, std::vector<std::uint64_t> hashes) {
+  remembered& r = remembered::get();
+  const std::lock_guard lock(r.mutex);
+  r.hashes.insert_or_assign(data.data(), std::pair(data.size(), std::move(hashes)));
+}
+
+void forget_chunk_hashes(const std::byte* data) noexcept {
+  remembered& r = remembered::get();
+  const std::lock_guard lock(r.mutex);
+  r.hashes.erase(data);
+}
+
+std::vector<std::uint64_t> remembered_chunk_hashes(std::span<const std::byte> data) {
+  remembered& r = remembered::get();
+  const std::lock_guard lock(r.mutex);
+  const auto it = r.hashes.find(data.data());
+  if (it == r.hashes.end() || it->second.first != data.size()) return {};
+  return it->second.second;
 }
 
 std::string digest_hex(std::uint64_t value) { return to_hex(value, file_digest_digits); }

@@ -70,6 +70,8 @@ class chunked_digest {
   // The digest of the header and the data fed so far (file_digest).
   // Throws std::bad_alloc.
   [[nodiscard]] std::uint64_t value() const;
+  // The header's hash it was made with.
+  [[nodiscard]] std::uint64_t header_hash() const noexcept { return header_; }
 
  private:
   struct stream;  // XXH3's streaming state, over the current chunk
@@ -78,6 +80,24 @@ class chunked_digest {
   std::uint64_t header_;
   std::vector<std::uint64_t> chunks_;  // the hashes of the whole chunks
 };
+
+// XXH3-64 of `from` (a chunk), copied to `to` on the way: hashed first, which brings it into the
+// cache, then copied from there around the caches (non-temporal stores, which do not read the
+// destination's lines first; fenced before this returns). One read of `from` from memory, where a
+// copy and then a hash of the copy would read and write it twice.
+std::uint64_t xxh3_copy(std::byte* to, std::span<const std::byte> from) noexcept;
+
+// The chunks' hashes of data sections hashed as they were copied into memory (a background save's
+// snapshot, src/structures/snapshot.cpp), which the writer of those bytes takes instead of reading them
+// again (src/format/writer.cpp). `remember_chunk_hashes` while the bytes at `data` stay as they were hashed
+// (the data section's chunks: file_digest_chunk_bytes each, the last shorter), until
+// `forget_chunk_hashes(data.data())`.
+// Throws std::bad_alloc.
+void remember_chunk_hashes(std::span<const std::byte> data, std::vector<std::uint64_t> hashes);
+void forget_chunk_hashes(const std::byte* data) noexcept;
+// The hashes remembered for exactly the bytes `data` (the same first byte and size), or none.
+// Throws std::bad_alloc.
+std::vector<std::uint64_t> remembered_chunk_hashes(std::span<const std::byte> data);
 
 // `value` as 16 lowercase hex digits (src/base/hex.hpp).
 // Throws std::bad_alloc.

@@ -1,75 +1,51 @@
 #pragma once
 // The one way the compiled parts split work between threads: one core does not use all of the
-// memory bandwidth (CHANGELOG.md, "Performance history", "Notes from the code"), so large copies and transposes run
-// in parts, the first on the calling thread and the others on helpers started for the call.
+// memory bandwidth (CHANGELOG.md, "Performance history", "Notes from the code"), so large copies,
+// transposes and adam::update's leaves run in chunks, the first on the calling thread and the
+// others on it and on the process's pool of threads (src/base/parallel.cpp).
 
-#include <algorithm>
+#include <concepts>
 #include <cstddef>
-#include <exception>
-#include <new>
-#include <system_error>
-#include <thread>
-#include <vector>
 
 namespace ckpt::detail {
 
-// The machine's hardware threads (at least one), asked once: glibc answers
-// std::thread::hardware_concurrency() by reading sysfs on each call.
-inline std::size_t hardware_threads() noexcept {
-  static const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  return threads;
+// The hardware threads this process may run on: the CPUs of its affinity mask
+// (sched_getaffinity), so that processes bound to some of the cores (MPI ranks, taskset) do not
+// run more threads than they have; at least one. Asked once.
+[[nodiscard]] std::size_t usable_threads() noexcept;
+
+// A job of chunks, type-erased: `run(context, k)` does chunk k.
+struct chunk_job {
+  const void* context;
+  void (*run)(const void* context, std::size_t chunk);
+};
+
+// Runs the chunks [0, count), each once: chunk 0 on this thread, the others on this thread and on
+// up to `threads - 1` threads of the process's pool, handed out in the order of their index as
+// threads take them (fewer where the pool has fewer: usable_threads() - 1 at most, started at
+// their first use and kept). Returns once every chunk has run; rethrows the first exception a
+// chunk threw, the other chunks having run. Within a chunk, on any thread, a call runs all its
+// chunks on that thread: nested splits start no more threads than the outer one.
+void parallel_for(std::size_t count, std::size_t threads, chunk_job job);
+
+template <class F>
+  requires std::invocable<const F&, std::size_t>
+void parallel_for(std::size_t count, std::size_t threads, const F& chunk) {
+  parallel_for(count, threads,
+               chunk_job{&chunk, [](const void* context, std::size_t k) { (*static_cast<const F*>(context))(k); }});
 }
 
-// Whether this thread is running a part of a run_in_parallel call: the calls made from a part run
-// all their parts on its thread, so that nested splits do not start more threads than cores.
-inline thread_local bool in_parallel_part = false;
+// Whether this thread is running a chunk of a parallel_for call (where a nested call runs inline).
+[[nodiscard]] bool in_parallel_chunk() noexcept;
 
-// Calls part(k, n) once for every k in [0, n): part 0 on this thread, the others on helper
-// threads, all finished when it returns. `n` is `parts`, or 1 on a machine with one hardware
-// thread or within a part of another call. A helper that cannot be started leaves its parts to
-// this thread. Rethrows the first exception a part threw, once every part has finished.
+// Calls part(k, n) once for every k in [0, n): part 0 on this thread, the others on this thread
+// and the pool's, all finished when it returns (parallel_for). `n` is `parts`, or 1 on a machine
+// (or an affinity mask) of one hardware thread or within a chunk of another call. Rethrows the
+// first exception a part threw, once every part has finished.
 template <class Part>
 void run_in_parallel(std::size_t parts, const Part& part) {
-  if (parts <= 1 || in_parallel_part || hardware_threads() < 2) return part(0, 1);
-  const std::size_t n = parts;
-  // Marks this thread as running a part while one runs.
-  struct part_scope {
-    bool outer = in_parallel_part;
-    part_scope() noexcept { in_parallel_part = true; }
-    ~part_scope() { in_parallel_part = outer; }
-    part_scope(const part_scope&) = delete;
-    part_scope& operator=(const part_scope&) = delete;
-  };
-  std::vector<std::exception_ptr> errors;
-  std::vector<std::jthread> helpers;  // declared after `errors`: joined before it goes
-  try {
-    errors.resize(n);
-    helpers.reserve(n - 1);
-  } catch (const std::bad_alloc&) {
-    for (std::size_t k = 0; k < n; ++k) part(k, n);  // no room for helpers: all here
-    return;
-  }
-  const auto run = [&](std::size_t k) {
-    const part_scope scope;
-    try {
-      part(k, n);
-    } catch (...) {
-      errors[k] = std::current_exception();
-    }
-  };
-  std::size_t started = 1;
-  try {
-    for (; started < n; ++started) helpers.emplace_back(run, started);
-  } catch (const std::system_error&) {
-    // No more threads to be had: the remaining parts run here.
-  } catch (const std::bad_alloc&) {
-    // Likewise.
-  }
-  run(0);
-  for (std::size_t k = started; k < n; ++k) run(k);
-  helpers.clear();  // joins them
-  for (const std::exception_ptr& error : errors)
-    if (error) std::rethrow_exception(error);
+  if (parts <= 1 || in_parallel_chunk() || usable_threads() < 2) return part(0, 1);
+  parallel_for(parts, parts, [&](std::size_t k) { part(k, parts); });
 }
 
 }  // namespace ckpt::detail

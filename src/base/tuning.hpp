@@ -69,10 +69,27 @@ inline constexpr int writer_nice = 19;
 // A snapshot's copy takes a thread (up to four) per this many bytes: a thread's start against
 // the bandwidth it adds.
 inline constexpr std::size_t snapshot_bytes_per_thread = std::size_t{64} << 20;
+// A snapshot's entry is copied in pieces of this size, which the threads that need it share (a
+// background save's helpers, an update's threads): a piece's hand-over against a thread waiting
+// for another's copy of a large leaf. A snapshot whose data section is hashed as it is copied
+// uses the digest's chunks (1 MiB) instead.
+inline constexpr std::size_t snapshot_piece_bytes = std::size_t{8} << 20;
 // A snapshot's entries under heap_limit that add up to this many bytes or more are packed into
 // kept buffers of heap_limit bytes (reused without faults); less stays on the heap, for which a
 // buffer would map heap_limit bytes.
 inline constexpr std::size_t packed_bytes = std::size_t{1} << 20;
+
+// adam::update (src/training/adam.cpp).
+// An update of this many bytes of trained parameters or more runs on several threads: the
+// pool's wake-up against a part of an update that touches seven times these bytes.
+inline constexpr std::size_t parallel_update_bytes = std::size_t{1} << 20;
+// The ranges a threaded update is cut in: about this many a thread, so that the threads end
+// together, each of this size at least (a range's bookkeeping) and at most (the time the other
+// threads may wait for the last one). A leaf no larger is one range: the threads then work on
+// different leaves, and make different leaves' copies for a pending background save.
+inline constexpr std::size_t update_ranges_per_thread = 4;
+inline constexpr std::size_t min_update_range_bytes = std::size_t{256} << 10;
+inline constexpr std::size_t max_update_range_bytes = std::size_t{16} << 20;
 
 // ckpt::mpi (src/mpi/sliced.cpp).
 // A rank writes at most this much in one collective write: fewer rounds against the staging

@@ -27,7 +27,7 @@ reordered_bands::reordered_bands(entry_list entries) : entries_(entries) {
   if (total == 0) return;
   capacity_ = std::min(total, std::max(tuning::band_bytes, largest_row));
   for (slot& s : slots_) s.bytes = std::make_unique_for_overwrite<std::byte[]>(capacity_);
-  if (total < tuning::threaded_bytes || hardware_threads() < 2) return;
+  if (total < tuning::threaded_bytes || usable_threads() < 2) return;
   try {
     helper_ = std::jthread([this](const std::stop_token& stop) { run(stop); });
   } catch (const std::system_error&) {

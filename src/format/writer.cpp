@@ -8,6 +8,7 @@
 #include "base/parallel.hpp"
 #include "base/tuning.hpp"
 #include "io/atomic_file.hpp"
+#include "io/io_hooks.hpp"
 #include "io/mapped_file.hpp"
 #include "reordered_bands.hpp"
 #include "safetensors.hpp"
@@ -45,15 +46,18 @@ namespace {
 //     the end. The blocks that hold the digest's digits are kept as they were written (digits
 //     zero) and written again, patched, after everything else.
 // Either way the digest is that of the same bytes fed in the same order (chunked_digest does not
-// depend on how its updates are sliced), and every write goes through the test seam.
+// depend on how its updates are sliced), and every write goes through the test seam. Data whose
+// chunks were hashed as they were copied (a background save's snapshot: `known` hashes, see
+// remember_chunk_hashes in src/base/digest.hpp) are not hashed again: the writer then reads no byte of
+// them, and direct I/O writes them from where they are.
 class data_writer {
  public:
   // Takes `header` (the first 8 + N bytes, the digest's digits zeros at `digest_at` if a digest
   // is asked for; it must stay valid until the first flush) and hashes it when a digest is
   // asked for. `path` says how the bytes go; direct I/O is used only if the file takes it.
   data_writer(byte_sink& file, const save_options& options, std::uint64_t total, std::span<const std::byte> header,
-              std::size_t digest_at, write_path path)
-      : file_(file), progress_(options.progress), total_(total), digest_at_(digest_at) {
+              std::size_t digest_at, write_path path, std::vector<std::uint64_t> known)
+      : file_(file), progress_(options.progress), total_(total), digest_at_(digest_at), known_(std::move(known)) {
     if (options.digest) digest_.emplace(detail::xxh3_of(header));
     if (path == write_path::direct && file_.start_direct()) {
       staging_ = aligned_buffer(detail::tuning::direct_write_bytes + kept_capacity);
@@ -64,9 +68,9 @@ class data_writer {
       stage(header, false);
       return;
     }
-    // Without a digest or a progress report, nothing needs the pieces cut: the kernel gets as
-    // many as one writev takes.
-    slice_bytes_ = options.digest ? detail::tuning::hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
+    // Without a digest to hash or a progress report, nothing needs the pieces cut: the kernel gets
+    // as many as one writev takes.
+    slice_bytes_ = hashing() ? detail::tuning::hash_slice_bytes : progress_ ? progress_slice_bytes : 0;
     pieces_.push_back(as_iovec(header));
     pending_ += header.size();
   }
@@ -86,7 +90,7 @@ class data_writer {
     // reading the whole section from memory a second time.
     for (std::size_t first = 0; first < bytes.size(); first += slice_bytes_) {
       const std::span<const std::byte> part = bytes.subspan(first, std::min(slice_bytes_, bytes.size() - first));
-      if (digest_) digest_->update(part);
+      hash(part);
       pieces_.push_back(as_iovec(part));
       pending_ += part.size();
       if (pending_ >= slice_bytes_) flush();
@@ -106,7 +110,7 @@ class data_writer {
   void finish() {
     if (!staging_) {
       flush();
-      if (digest_) file_.write_at(detail::digest_hex(digest_->value()), static_cast<off_t>(digest_at_));
+      if (digest_) file_.write_at(detail::digest_hex(digest()), static_cast<off_t>(digest_at_));
       return;
     }
     if (staged_ > 0) {
@@ -116,7 +120,7 @@ class data_writer {
     }
     if (digest_) {
       std::byte* kept = staging_.get() + detail::tuning::direct_write_bytes;
-      const std::string digits = detail::digest_hex(digest_->value());
+      const std::string digits = detail::digest_hex(digest());
       std::memcpy(kept + (digest_at_ - kept_first_), digits.data(), digits.size());
       file_.write_at({reinterpret_cast<const char*>(kept), kept_end_ - kept_first_}, static_cast<off_t>(kept_first_));
     }
@@ -167,11 +171,24 @@ class data_writer {
       bytes = bytes.subspan(n);
     }
   }
+  // Whether the data are hashed as they go out: a digest, and no known hashes.
+  [[nodiscard]] bool hashing() const noexcept { return digest_ && known_.empty(); }
+  // Feeds data bytes to the digest (when hashing).
+  void hash(std::span<const std::byte> bytes) {
+    if (!hashing()) return;
+    digest_->update(bytes);
+    if (detail::hooks().writer_hashed != nullptr) detail::hooks().writer_hashed(bytes.size());
+  }
+  // The digest of the header and the data.
+  [[nodiscard]] std::uint64_t digest() const {
+    return known_.empty() ? digest_->value() : detail::file_digest(digest_->header_hash(), known_);
+  }
+
   // Hashes and writes `bytes` (whole blocks, aligned in memory, at written_) from where they are.
   void write_in_place(std::span<const std::byte> bytes) {
-    if (digest_)
+    if (hashing())
       for (std::size_t first = 0; first < bytes.size(); first += detail::tuning::hash_slice_bytes)
-        digest_->update(bytes.subspan(first, std::min(detail::tuning::hash_slice_bytes, bytes.size() - first)));
+        hash(bytes.subspan(first, std::min(detail::tuning::hash_slice_bytes, bytes.size() - first)));
     keep(bytes.data(), bytes.size());
     std::vector<iovec> piece{as_iovec(bytes)};
     file_.write(piece);
@@ -196,7 +213,7 @@ class data_writer {
       const std::size_t n = std::min({bytes.size(), capacity - staged_, detail::tuning::hash_slice_bytes});
       std::byte* to = staging_.get() + staged_;
       std::memcpy(to, bytes.data(), n);
-      if (data && digest_) digest_->update({to, n});
+      if (data) hash({to, n});
       staged_ += n;
       bytes = bytes.subspan(n);
       if (staged_ == capacity) write_staged(capacity);
@@ -219,6 +236,7 @@ class data_writer {
   std::uint64_t written_ = 0;
   std::size_t digest_at_;
   std::optional<detail::chunked_digest> digest_;
+  std::vector<std::uint64_t> known_;  // the data's chunk hashes, if known
   // Through the page cache: the pieces queued and the slice they are hashed and written by.
   std::size_t slice_bytes_ = 0;
   std::vector<iovec> pieces_;
@@ -229,6 +247,24 @@ class data_writer {
   std::size_t staged_ = 0;
   std::size_t kept_first_ = 0, kept_end_ = 0;
 };
+
+// The chunk hashes remembered for the data section of `entries` (`data` bytes), where their bytes
+// stand one after the other in memory (a snapshot laid out as a file): remember_chunk_hashes.
+std::vector<std::uint64_t> known_hashes(entry_list entries, std::size_t data) {
+  const std::byte* first = nullptr;
+  const std::byte* end = nullptr;
+  for (const entry_source* e : entries) {
+    if (e->nbytes == 0) continue;
+    if (e->write_rows || e->contiguous.size() != e->nbytes) return {};
+    if (first == nullptr) first = end = e->contiguous.data();
+    if (e->contiguous.data() != end) return {};
+    end += e->nbytes;
+  }
+  if (first == nullptr) return {};
+  std::vector<std::uint64_t> hashes = remembered_chunk_hashes({first, data});
+  if (hashes.size() != (data + file_digest_chunk_bytes - 1) / file_digest_chunk_bytes) return {};
+  return hashes;
+}
 
 }  // namespace
 
@@ -260,7 +296,8 @@ void write_file(byte_sink& file, entry_list entries, const metadata_map& metadat
   std::uint64_t total = header.size();
   for (const entry_source* e : entries) total += e->nbytes;
   file.begin(total);
-  data_writer out(file, options, total, std::as_bytes(std::span(header)), digest_at, path);
+  data_writer out(file, options, total, std::as_bytes(std::span(header)), digest_at, path,
+                  options.digest ? known_hashes(entries, total - header.size()) : std::vector<std::uint64_t>());
   // Entries that need reordering arrive in bands of whole rows, made one band ahead.
   reordered_bands bands(entries);
   for (std::size_t i = 0; i < entries.size();) {

@@ -40,6 +40,10 @@ struct io_hooks {
   // Not a system call: when set, atomic_file::start_direct answers as a file system that refuses
   // O_DIRECT does (tests of the fallback to the page cache).
   bool refuse_direct = false;
+  // Not a system call: called with the count of data bytes the file writer hashes as it writes
+  // them, for a digest (none of a snapshot that hashed them as it copied them: tests see that a
+  // background save reads its snapshot once).
+  void (*writer_hashed)(std::size_t bytes) = nullptr;
 };
 
 // The table in use; initially the system calls themselves.

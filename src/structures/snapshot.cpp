@@ -14,15 +14,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
-#include <cstring>
-#include <thread>
-#include <unordered_map>
-#include <vector>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace ckpt {
 namespace {
@@ -43,7 +45,7 @@ void copy_entry(const detail::entry_source& e, std::byte* out) {
 // The threads a copy of `total` bytes takes: one per snapshot_bytes_per_thread, up to four and
 // the machine's hardware threads, since one core does not saturate memory bandwidth.
 std::size_t copy_threads(std::size_t total) {
-  return std::clamp<std::size_t>(std::min<std::size_t>(detail::hardware_threads(), 4), 1,
+  return std::clamp<std::size_t>(std::min<std::size_t>(detail::usable_threads(), 4), 1,
                                  std::max<std::size_t>(total / detail::tuning::snapshot_bytes_per_thread, 1));
 }
 
@@ -78,77 +80,156 @@ void copy_in_parallel(const std::vector<const detail::entry_source*>& order, con
 
 }  // namespace
 
-// The lazy entries of one snapshot (see detail/lazy_copy.hpp), sorted by their leaf's address.
-class detail::lazy_copies {
- public:
-  struct copy {
-    entry_source source;
-    std::byte* target = nullptr;
-    std::atomic<int> state{0};  // 0 pending, 1 being copied, 2 copied
-  };
+namespace {
 
-  // `sources[i]` is copied to `targets[i]`, in this order by make_all; `storage` holds the targets.
-  lazy_copies(const std::vector<const entry_source*>& sources, const std::vector<std::byte*>& targets,
-              std::shared_ptr<std::byte[]> storage)
-      : storage_(std::move(storage)), copies_(sources.size()), remaining_(sources.size()) {
-    std::vector<std::size_t> by_leaf(sources.size());
-    for (std::size_t i = 0; i < by_leaf.size(); ++i) by_leaf[i] = i;
-    std::sort(by_leaf.begin(), by_leaf.end(),
-              [&](std::size_t a, std::size_t b) { return std::less<>()(sources[a]->lazy_leaf, sources[b]->lazy_leaf); });
-    copy_order_.resize(sources.size());
-    for (std::size_t k = 0; k < by_leaf.size(); ++k) {
-      copies_[k].source = *sources[by_leaf[k]];
-      copies_[k].target = targets[by_leaf[k]];
-      copy_order_[by_leaf[k]] = k;
-      bytes_ += copies_[k].source.nbytes;
-    }
+constexpr std::size_t chunk_bytes = detail::file_digest_chunk_bytes;
+
+// The chunks of the data section of a snapshot laid out as a file, hashed as the copies write
+// them: each by the thread that writes its last byte, right after (while it is in the cache), so
+// that the writer does not read the snapshot again for the digest.
+class chunk_hashes {
+ public:
+  explicit chunk_hashes(std::span<const std::byte> data)
+      : data_(data), count_((data.size() + chunk_bytes - 1) / chunk_bytes),
+        left_(std::make_unique<std::atomic<std::uint32_t>[]>(count_)), hashes_(count_) {
+    for (std::size_t k = 0; k < count_; ++k)
+      left_[k].store(static_cast<std::uint32_t>(chunk(k).size()), std::memory_order_relaxed);
   }
 
-  // The copy of the leaf at `leaf` if it is not copied yet, or null.
+  // Bytes [first, last) of the data section are in place: hashes the chunks they complete.
+  void written(std::size_t first, std::size_t last) noexcept {
+    for (std::size_t k = first / chunk_bytes; k * chunk_bytes < last; ++k) {
+      const auto n = static_cast<std::uint32_t>(std::min(last, (k + 1) * chunk_bytes) - std::max(first, k * chunk_bytes));
+      if (left_[k].fetch_sub(n, std::memory_order_acq_rel) == n) hashes_[k] = detail::xxh3_of(chunk(k));
+    }
+  }
+  // Chunk k is in place, hashed as it was copied (by its only writer).
+  void hashed(std::size_t k, std::uint64_t hash) noexcept {
+    hashes_[k] = hash;
+    left_[k].store(0, std::memory_order_relaxed);
+  }
+  // Whether chunk k lies in [first, last) of the data section.
+  [[nodiscard]] static bool holds(std::size_t k, std::size_t first, std::size_t last) noexcept {
+    return first <= k * chunk_bytes && (k + 1) * chunk_bytes <= last;
+  }
+
+  [[nodiscard]] std::span<const std::byte> data() const noexcept { return data_; }
+  [[nodiscard]] const std::vector<std::uint64_t>& all() const noexcept { return hashes_; }
+
+ private:
+  [[nodiscard]] std::span<const std::byte> chunk(std::size_t k) const noexcept {
+    return data_.subspan(k * chunk_bytes, std::min(chunk_bytes, data_.size() - k * chunk_bytes));
+  }
+
+  std::span<const std::byte> data_;
+  std::size_t count_;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> left_;  // bytes of each chunk not yet in place
+  std::vector<std::uint64_t> hashes_;
+};
+
+}  // namespace
+
+// The copies of one snapshot's entries (see detail/lazy_copy.hpp), and the hashes of its data
+// section's chunks (if it takes them). Each entry is copied in pieces (its bytes within one chunk
+// of the data section each, or tuning::snapshot_piece_bytes of it where nothing is hashed; whole
+// rows for an entry that is reordered), which the threads that need the entry take in turn: the
+// background's helpers, the call's, or an update's threads.
+class detail::snapshot_copies {
+ public:
+  struct copy {
+    const entry_source* source = nullptr;
+    std::byte* target = nullptr;
+    std::size_t at = 0;  // the entry's offset in the data section (0 when not hashed)
+    std::size_t pieces = 0;
+    bool lazy = false;
+    std::atomic<std::size_t> next{0};  // the next piece to take
+    std::atomic<std::size_t> done{0};  // pieces copied
+  };
+
+  // `storage` holds the targets; `data` is its data section, whose chunks are hashed unless empty.
+  snapshot_copies(std::shared_ptr<std::byte[]> storage, std::span<const std::byte> data)
+      : storage_(std::move(storage)), piece_bytes_(data.empty() ? tuning::snapshot_piece_bytes : chunk_bytes) {
+    if (!data.empty()) hashes_.emplace(data);
+  }
+  snapshot_copies(const snapshot_copies&) = delete;
+  snapshot_copies& operator=(const snapshot_copies&) = delete;
+
+  // Adds the copy of `source` to `target`, its bytes at `at` in the data section; lazy ones are
+  // made in the order added (their sources then copied by adopt_lazy_sources), the others by
+  // make_now while `source` lives.
+  void add(const entry_source& source, std::byte* target, std::size_t at, bool lazy) {
+    copy& c = copies_.emplace_back();
+    c.source = &source;
+    c.target = target;
+    c.at = hashes_ ? at : 0;
+    c.pieces = source.nbytes == 0 ? 0 : (c.at + source.nbytes - 1) / piece_bytes_ - c.at / piece_bytes_ + 1;
+    c.lazy = lazy;
+    if (lazy) {
+      lazy_.push_back(&c);
+      lazy_bytes_ += source.nbytes;
+    }
+  }
+  // The lazy copies' sources, copied out of the sections (which may end before they are made).
+  void adopt_lazy_sources() {
+    for (copy* c : lazy_) c->source = &owned_.emplace_back(*c->source);
+    by_leaf_ = lazy_;
+    std::ranges::sort(by_leaf_, std::less<>(), [](const copy* c) { return c->source->lazy_leaf; });
+    remaining_.store(lazy_.size(), std::memory_order_relaxed);
+  }
+  [[nodiscard]] bool has_lazy() const noexcept { return !lazy_.empty(); }
+
+  // Makes the copies that are not lazy, in the file's order, on this thread and as many helpers
+  // as a copy of this size takes (copy_threads); throws the first copy's error.
+  void make_now() {
+    std::vector<copy*> now;
+    std::size_t bytes = 0;
+    for (copy& c : copies_)
+      if (!c.lazy && c.pieces > 0) {
+        now.push_back(&c);
+        bytes += c.source->nbytes;
+      }
+    make_each(now, bytes);
+    if (const std::exception_ptr e = error()) std::rethrow_exception(e);
+  }
+
+  // The lazy copy of the leaf at `leaf` if it is not made yet, or null.
   copy* pending(const void* leaf) noexcept {
-    const auto it = std::lower_bound(copies_.begin(), copies_.end(), leaf, [](const copy& c, const void* l) {
-      return std::less<>()(c.source.lazy_leaf, l);
-    });
-    if (it == copies_.end() || it->source.lazy_leaf != leaf || it->state.load(std::memory_order_acquire) == 2)
-      return nullptr;
-    return &*it;
+    const auto it = std::ranges::lower_bound(by_leaf_, leaf, std::less<>(), [](const copy* c) { return c->source->lazy_leaf; });
+    if (it == by_leaf_.end() || (*it)->source->lazy_leaf != leaf || made(**it)) return nullptr;
+    return *it;
   }
   [[nodiscard]] bool complete() const noexcept { return remaining_.load(std::memory_order_acquire) == 0; }
 
-  // Copies `c` on this thread, or waits while another thread does; returns once it is copied.
+  // Copies the pieces of `c` no thread has taken, on this thread, and waits for those others
+  // copy; returns once `c` is made.
   void make(copy& c) noexcept {
-    int expected = 0;
-    if (c.state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    for (std::size_t k = c.next.fetch_add(1, std::memory_order_relaxed); k < c.pieces;
+         k = c.next.fetch_add(1, std::memory_order_relaxed)) {
       try {
-        copy_entry(c.source, c.target);
+        copy_piece(c, k);
       } catch (...) {
         const std::lock_guard lock(error_mutex_);
         if (!error_) error_ = std::current_exception();
       }
-      c.state.store(2, std::memory_order_release);
-      c.state.notify_all();
-      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_all();
-      return;
+      if (c.done.fetch_add(1, std::memory_order_acq_rel) + 1 == c.pieces) {
+        c.done.notify_all();
+        if (c.lazy && remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining_.notify_all();
+      }
     }
-    while (expected == 1) {
-      c.state.wait(1, std::memory_order_acquire);
-      expected = c.state.load(std::memory_order_acquire);
-    }
+    for (std::size_t done = c.done.load(std::memory_order_acquire); done < c.pieces;
+         done = c.done.load(std::memory_order_acquire))
+      c.done.wait(done, std::memory_order_acquire);
   }
 
-  // Makes every copy (those pending, in the order given, on this thread and as many helpers as a
-  // copy of this size takes: copy_threads) and waits for all. In a loop that trains on every
+  // Makes every lazy copy (those pending, in the order added, on this thread and as many helpers
+  // as a copy of this size takes: copy_threads) and waits for all. In a loop that trains on every
   // core, the helpers also take a larger share of the CPU while the gradients are computed, so
   // that the optimizer's update finds its leaves copied rather than copying them itself.
   void make_all() noexcept {
-    std::atomic<std::size_t> next{0};
-    const auto take_in_order = [&](std::size_t, std::size_t) {
-      for (std::size_t i = next.fetch_add(1); i < copy_order_.size(); i = next.fetch_add(1)) make(copies_[copy_order_[i]]);
-    };
     try {
-      detail::run_in_parallel(copy_threads(bytes_), take_in_order);
-    } catch (...) {  // make() throws nothing; should a helper's start do, this thread copies the rest
-      take_in_order(0, 1);
+      make_each(lazy_, lazy_bytes_);
+    } catch (...) {  // make() throws nothing; should the split itself fail, this thread copies the rest
+      for (copy* c : lazy_) make(*c);
     }
     for (std::size_t left = remaining_.load(std::memory_order_acquire); left != 0;
          left = remaining_.load(std::memory_order_acquire))
@@ -161,12 +242,96 @@ class detail::lazy_copies {
     return error_;
   }
 
+  // Once every copy is made: the data section and its chunks' hashes, or none if not hashed.
+  [[nodiscard]] const chunk_hashes* hashes() const noexcept { return hashes_ ? &*hashes_ : nullptr; }
+
  private:
+  static bool made(const copy& c) noexcept { return c.done.load(std::memory_order_acquire) == c.pieces; }
+
+  // make() of each of `copies` (of `bytes` in all), taken in order by this thread and the helpers.
+  void make_each(const std::vector<copy*>& copies, std::size_t bytes) {
+    std::atomic<std::size_t> next{0};
+    detail::run_in_parallel(copy_threads(bytes), [&](std::size_t, std::size_t) {
+      for (std::size_t i = next.fetch_add(1); i < copies.size(); i = next.fetch_add(1)) make(*copies[i]);
+    });
+  }
+
+  // Piece k of `c`: its bytes in the k-th piece of the data section it reaches (whole rows for a
+  // reordered entry: those that start there). Hashed, each chunk the piece holds whole is hashed
+  // from where its bytes are (a reordered piece: from a band in the cache it was reordered into),
+  // then copied around the caches (xxh3_copy); the parts of the others are copied, and hashed by
+  // the copy that completes them.
+  void copy_piece(copy& c, std::size_t k) {
+    const entry_source& e = *c.source;
+    const std::size_t chunk0 = c.at / piece_bytes_;
+    // The entry's offset of the k-th piece boundary it reaches (0 and nbytes at its ends).
+    const auto boundary = [&](std::size_t j) {
+      return j == 0 ? 0 : j == c.pieces ? e.nbytes : (chunk0 + j) * piece_bytes_ - c.at;
+    };
+    std::size_t first = boundary(k), last = boundary(k + 1);
+    std::span<const std::byte> from;  // the piece's bytes in C order
+    if (e.write_rows) {
+      // The rows that start in [first, last).
+      const std::size_t row = e.row_size(), rows = e.row_count();
+      const std::size_t first_row = std::min(rows, (first + row - 1) / row);
+      const std::size_t last_row = k + 1 == c.pieces ? rows : std::min(rows, (last + row - 1) / row);
+      if (first_row == last_row) return;
+      first = first_row * row;
+      last = last_row * row;
+      std::byte* const band = hashes_ ? reorder_band(last - first) : nullptr;
+      if (band == nullptr) {  // reordered into place
+        e.write_rows(first_row, last_row - first_row, c.target + first);
+        if (hashes_) hashes_->written(c.at + first, c.at + last);
+        return;
+      }
+      e.write_rows(first_row, last_row - first_row, band);
+      from = {band, last - first};
+    } else {
+      from = e.contiguous.subspan(first, last - first);
+      if (!hashes_) {
+        std::memcpy(c.target + first, from.data(), from.size());
+        return;
+      }
+    }
+    for (std::size_t at = first; at < last;) {
+      const std::size_t chunk = (c.at + at) / chunk_bytes;
+      const std::size_t end = std::min(last, (chunk + 1) * chunk_bytes - c.at);
+      const std::span<const std::byte> part = from.subspan(at - first, end - at);
+      if (chunk_hashes::holds(chunk, c.at + at, c.at + end)) {
+        hashes_->hashed(chunk, detail::xxh3_copy(c.target + at, part));
+      } else {
+        std::memcpy(c.target + at, part.data(), part.size());
+        hashes_->written(c.at + at, c.at + end);
+      }
+      at = end;
+    }
+  }
+
+  // This thread's band for a reordered piece of `size` bytes, kept while the thread lives (a
+  // chunk and a row's worth of spare), or null for a larger piece or where it cannot be had.
+  static std::byte* reorder_band(std::size_t size) noexcept {
+    constexpr std::size_t capacity = 2 * chunk_bytes;
+    thread_local std::unique_ptr<std::byte[]> band;
+    thread_local bool failed = false;
+    if (size > capacity || failed) return nullptr;
+    if (!band) try {
+        band = std::make_unique_for_overwrite<std::byte[]>(capacity);
+      } catch (const std::bad_alloc&) {
+        failed = true;
+        return nullptr;
+      }
+    return band.get();
+  }
+
   std::shared_ptr<std::byte[]> storage_;
-  std::vector<copy> copies_;            // by leaf address
-  std::vector<std::size_t> copy_order_;  // indexes into copies_, in the order make_all copies them
-  std::size_t bytes_ = 0;                 // of every copy
-  std::atomic<std::size_t> remaining_;
+  std::size_t piece_bytes_;
+  std::deque<copy> copies_;       // every entry's (stable addresses)
+  std::deque<entry_source> owned_;  // the lazy copies' sources
+  std::vector<copy*> lazy_;       // in the order make_all copies them
+  std::vector<copy*> by_leaf_;    // the lazy ones by leaf address
+  std::size_t lazy_bytes_ = 0;
+  std::optional<chunk_hashes> hashes_;
+  std::atomic<std::size_t> remaining_{0};  // lazy copies not made
   std::mutex error_mutex_;
   std::exception_ptr error_;
 };
@@ -178,18 +343,18 @@ namespace {
 // The snapshots with lazy copies, from take_snapshot to the end of their finish.
 struct lazy_registry {
   std::mutex mutex;
-  std::vector<std::shared_ptr<detail::lazy_copies>> snapshots;
+  std::vector<std::shared_ptr<detail::snapshot_copies>> snapshots;
 
   static lazy_registry& get() {
     static lazy_registry registry;
     return registry;
   }
-  void add(std::shared_ptr<detail::lazy_copies> copies) {
+  void add(std::shared_ptr<detail::snapshot_copies> copies) {
     const std::lock_guard lock(mutex);
     snapshots.push_back(std::move(copies));
     detail::lazy_snapshots_pending.fetch_add(1, std::memory_order_release);
   }
-  void remove(const detail::lazy_copies* copies) noexcept {
+  void remove(const detail::snapshot_copies* copies) noexcept {
     const std::lock_guard lock(mutex);
     const auto it = std::find_if(snapshots.begin(), snapshots.end(), [&](const auto& s) { return s.get() == copies; });
     if (it == snapshots.end()) return;
@@ -204,8 +369,8 @@ void detail::copy_before_write(const void* leaf) noexcept {
   lazy_registry& registry = lazy_registry::get();
   // One snapshot at a time, outside the lock (a leaf in two snapshots: two managers saving it).
   for (;;) {
-    std::shared_ptr<lazy_copies> owner;
-    lazy_copies::copy* c = nullptr;
+    std::shared_ptr<snapshot_copies> owner;
+    snapshot_copies::copy* c = nullptr;
     {
       const std::lock_guard lock(registry.mutex);
       for (const auto& s : registry.snapshots)
@@ -222,7 +387,7 @@ void detail::copy_before_write(const void* leaf) noexcept {
 void detail::finish_lazy_copies() noexcept {
   lazy_registry& registry = lazy_registry::get();
   for (;;) {
-    std::shared_ptr<lazy_copies> next;
+    std::shared_ptr<snapshot_copies> next;
     {
       const std::lock_guard lock(registry.mutex);
       for (const auto& s : registry.snapshots)
@@ -236,25 +401,36 @@ void detail::finish_lazy_copies() noexcept {
   }
 }
 
-detail::taken_snapshot::taken_snapshot(checkpoint data, std::shared_ptr<lazy_copies> pending) noexcept
-    : data_(std::move(data)), pending_(std::move(pending)) {}
+detail::taken_snapshot::taken_snapshot(checkpoint data, std::shared_ptr<snapshot_copies> copies) noexcept
+    : data_(std::move(data)), copies_(std::move(copies)) {}
 
 detail::taken_snapshot::taken_snapshot(taken_snapshot&& other) noexcept
-    : data_(std::move(other.data_)), pending_(std::move(other.pending_)) {}
+    : data_(std::move(other.data_)), copies_(std::move(other.copies_)), finished_(other.finished_) {}
 
 detail::taken_snapshot::~taken_snapshot() {
-  if (!pending_) return;
-  pending_->make_all();
-  lazy_registry::get().remove(pending_.get());
+  if (!copies_) return;
+  if (finished_) {
+    if (const chunk_hashes* hashes = copies_->hashes()) forget_chunk_hashes(hashes->data().data());
+    return;
+  }
+  if (!copies_->has_lazy()) return;
+  copies_->make_all();
+  lazy_registry::get().remove(copies_.get());
 }
 
 void detail::taken_snapshot::finish() {
-  if (!pending_) return;
-  const std::shared_ptr<lazy_copies> pending = std::move(pending_);
-  if (hooks().before_lazy_copies != nullptr) hooks().before_lazy_copies();
-  pending->make_all();
-  lazy_registry::get().remove(pending.get());
-  if (const std::exception_ptr error = pending->error()) std::rethrow_exception(error);
+  if (!copies_ || finished_) return;
+  if (copies_->has_lazy()) {
+    if (hooks().before_lazy_copies != nullptr) hooks().before_lazy_copies();
+    copies_->make_all();
+    lazy_registry::get().remove(copies_.get());
+    if (const std::exception_ptr error = copies_->error()) {
+      copies_.reset();
+      std::rethrow_exception(error);
+    }
+  }
+  if (const chunk_hashes* hashes = copies_->hashes()) remember_chunk_hashes(hashes->data(), hashes->all());
+  finished_ = true;
 }
 
 detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<const section> sections,
@@ -262,12 +438,11 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
   const std::vector<const entry_source*> order = ordered_entries(sections, "snapshot");
   // Laid out as the file's data section, which starts at byte `data_start` of the file (0: not).
   std::size_t data_start = 0;
-  if (layout.as_file) {
-    std::size_t data = 0;
-    for (const auto* e : order) data += e->nbytes;
-    if (data >= tuning::direct_write_bytes && data / std::max<std::size_t>(order.size(), 1) >= direct_block_bytes)
-      data_start = make_file_header(order, metadata, layout.digest ? digest_key : std::string_view()).bytes.size();
-  }
+  std::size_t data = 0;
+  for (const auto* e : order) data += e->nbytes;
+  if (layout.as_file && data >= tuning::direct_write_bytes &&
+      data / std::max<std::size_t>(order.size(), 1) >= direct_block_bytes)
+    data_start = make_file_header(order, metadata, layout.digest ? digest_key : std::string_view()).bytes.size();
   // Where each leaf goes in the buffer (from `lead`, below), and the bytes the buffer needs.
   std::vector<std::size_t> offsets;
   offsets.reserve(order.size());
@@ -295,18 +470,16 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
   // in a block.
   const std::size_t lead =
       data_start == 0 ? 0 : (data_start - reinterpret_cast<std::uintptr_t>(storage.get())) % direct_block_bytes;
-  for (std::size_t& offset : offsets) offset += lead;
 
-  // The entries copied now (their targets), and the indexes of those copied later (lazily).
-  std::vector<std::byte*> targets;
-  targets.reserve(order.size());
+  const bool hashed = data_start != 0 && layout.digest;
+  const auto copies = std::make_shared<snapshot_copies>(
+      storage, hashed ? std::span<const std::byte>(storage.get() + lead, data) : std::span<const std::byte>());
+  // The entries copied now, in the file's order, and those copied later (lazily).
   std::vector<std::size_t> later;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const bool lazy = layout.lazily && order[i]->lazy_leaf != nullptr && order[i]->nbytes > 0;
-    targets.push_back(lazy ? nullptr : storage.get() + offsets[i]);
-    if (lazy) later.push_back(i);
+    if (layout.lazily && order[i]->lazy_leaf != nullptr && order[i]->nbytes > 0) later.push_back(i);
+    else copies->add(*order[i], storage.get() + lead + offsets[i], offsets[i], false);
   }
-  std::shared_ptr<lazy_copies> pending;
   if (!later.empty()) {
     // The background copies in the order an update changes the leaves: the k-th of n lazy
     // entries of each section at k/n (a parameter, then its moments), not in the file's order
@@ -321,26 +494,21 @@ detail::taken_snapshot detail::take_snapshot(snapshot_arena& arena, std::span<co
         if (e.lazy_leaf != nullptr) rank.emplace(&e, std::pair(static_cast<double>(k++) / lazy_in, s));
     }
     std::ranges::stable_sort(later, {}, [&](std::size_t i) { return rank.at(order[i]); });
-    std::vector<const entry_source*> sources;
-    std::vector<std::byte*> source_targets;
-    for (const std::size_t i : later) {
-      sources.push_back(order[i]);
-      source_targets.push_back(storage.get() + offsets[i]);
-    }
-    pending = std::make_shared<lazy_copies>(sources, source_targets, storage);
+    for (const std::size_t i : later) copies->add(*order[i], storage.get() + lead + offsets[i], offsets[i], true);
+    copies->adopt_lazy_sources();
   }
-  copy_in_parallel(order, targets);
+  copies->make_now();
 
   std::vector<checkpoint::entry> entries;
   entries.reserve(order.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
     const entry_source& e = *order[i];
-    entries.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {storage.get() + offsets[i], e.nbytes}, storage));
+    entries.emplace_back(e.name, tensor::view_of(e.dtype, e.shape, {storage.get() + lead + offsets[i], e.nbytes}, storage));
   }
-  checkpoint data(std::move(entries), metadata);
+  checkpoint taken(std::move(entries), metadata);
   // Registered last: nothing can fail after, so a registered snapshot always has its owner.
-  if (pending) lazy_registry::get().add(pending);
-  return {std::move(data), std::move(pending)};
+  if (copies->has_lazy()) lazy_registry::get().add(copies);
+  return {std::move(taken), copies->has_lazy() || copies->hashes() != nullptr ? copies : nullptr};
 }
 
 checkpoint snapshot_arena::snapshot(std::span<const section> sections, const metadata_map& metadata) {

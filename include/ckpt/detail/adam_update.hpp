@@ -12,6 +12,8 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/CXX11/Tensor>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <stdexcept>
@@ -171,6 +173,90 @@ void adam_leaf(L& p, const L& g, L& m, L& v, const adam_step& step) {
     adam_kernel(flat_array(p), flat_array(g), flat_array(m), flat_array(v), step.as<scalar_type>());
   }
 }
+
+// One trained leaf of an update, type-erased for update_leaves (src/training/adam.cpp), which may cut it in
+// ranges of elements and update them on several threads. Each element's arithmetic is the same
+// whatever the cut: a range starts where every leaf's first element of a packet of Eigen's widest
+// vector type would (every `cut_grain` elements from `first_cut`), so that each element takes the
+// same path (vector or scalar) as in the update of the whole leaf.
+struct adam_task {
+  void* p = nullptr;
+  const void* g = nullptr;
+  void* m = nullptr;
+  void* v = nullptr;
+  std::size_t size = 0;       // elements
+  std::size_t bytes = 0;      // of the parameter
+  std::size_t first_cut = 0;  // the first element a range may start at, besides 0
+  std::size_t cut_grain = 0;  // 0: the leaf is updated whole
+  // Updates elements [first, last) (the whole leaf: adam_leaf).
+  void (*run)(const adam_task& task, std::size_t first, std::size_t last, const adam_step& step) = nullptr;
+
+  // Updates elements [first, last), once a pending background save has copied the leaf and its
+  // moments (lazy_copy.hpp).
+  void update(std::size_t first, std::size_t last, const adam_step& step) const {
+    before_write(p);
+    before_write(m);
+    before_write(v);
+    run(*this, first, last, step);
+  }
+};
+
+// Eigen's widest vector alignment in this build, where a cut may fall.
+inline constexpr std::size_t adam_cut_alignment = EIGEN_MAX_ALIGN_BYTES > 0 ? EIGEN_MAX_ALIGN_BYTES : 64;
+
+template <class L>
+void adam_range(const adam_task& task, std::size_t first, std::size_t last, const adam_step& step) {
+  L& p = *static_cast<L*>(task.p);
+  const L& g = *static_cast<const L*>(task.g);
+  L& m = *static_cast<L*>(task.m);
+  L& v = *static_cast<L*>(task.v);
+  if (first == 0 && last == task.size) return adam_leaf(p, g, m, v, step);
+  if constexpr (!std::is_same_v<L, tensor>) {
+    using scalar_type = flat_scalar_t<L>;
+    using map = Eigen::Map<Eigen::Array<scalar_type, Eigen::Dynamic, 1>>;
+    using const_map = Eigen::Map<const Eigen::Array<scalar_type, Eigen::Dynamic, 1>>;
+    const auto at = static_cast<Eigen::Index>(first), n = static_cast<Eigen::Index>(last - first);
+    adam_kernel(map(flat_array(p).data() + at, n), const_map(flat_array(g).data() + at, n),
+                map(flat_array(m).data() + at, n), map(flat_array(v).data() + at, n), step.as<scalar_type>());
+  }
+}
+
+// The task of one trained leaf: Eigen leaves whose parameter and moments are equally aligned to
+// adam_cut_alignment may be cut; scalars and `ckpt::tensor` leaves are updated whole.
+template <class L>
+adam_task adam_task_of(L& p, const L& g, L& m, L& v) {
+  adam_task task{};
+  task.p = &p;
+  task.g = &g;
+  task.m = &m;
+  task.v = &v;
+  task.run = &adam_range<L>;
+  if constexpr (std::is_same_v<L, tensor>) {
+    task.size = p.numel();
+    task.bytes = p.nbytes();
+  } else {
+    using scalar_type = flat_scalar_t<L>;
+    task.size = static_cast<std::size_t>(flat_array(p).size());
+    task.bytes = task.size * sizeof(scalar_type);
+    if constexpr (!std::is_arithmetic_v<L>) {
+      const auto address = [](const L& x) { return reinterpret_cast<std::uintptr_t>(flat_array(x).data()); };
+      const std::uintptr_t at = address(p);
+      if (at % sizeof(scalar_type) == 0 && (address(m) - at) % adam_cut_alignment == 0 &&
+          (address(v) - at) % adam_cut_alignment == 0) {
+        task.first_cut = (adam_cut_alignment - at % adam_cut_alignment) % adam_cut_alignment / sizeof(scalar_type);
+        task.cut_grain = adam_cut_alignment / sizeof(scalar_type);
+      }
+    }
+  }
+  return task;
+}
+
+// Updates every task's leaf (adam::update): on the calling thread in their order below a size
+// where threads pay (tuning::parallel_update_bytes), else cut in ranges of about equal size on up
+// to `threads` threads (0: usable_threads()) of the process's pool, a leaf's copies for a pending
+// background save made before any of its ranges changes. Rethrows the first exception a leaf's
+// update threw (a `ckpt::tensor` leaf's allocation), once every range has run.
+void update_leaves(std::span<const adam_task> tasks, const adam_step& step, std::size_t threads);
 
 template <class L>
 void check_adam_leaf(std::string_view name, const L& p, const L& g, const L& m, const L& v) {
