@@ -64,6 +64,14 @@ struct load_options {
   /// version of the format's), with the entry's name and the dtype as the file spells it. When
   /// unset, a warning naming the file, the entry and the dtype is written to stderr instead.
   std::function<void(std::string_view name, std::string_view dtype)> skipped = {};
+  /// If set, called once on the loading thread when the load returns, with what it fetched from
+  /// object storage (`s3://`): the bytes of the answers' bodies the servers sent, and the requests
+  /// it made (HEADs, GETs and LISTs, each retry counted), over every connection the load used,
+  /// its parallel ones included; both 0 for a checkpoint on disk. It holds a partial load to
+  /// account: `load(url, {.only = p})` of one 4 MiB entry of a 1 GiB object fetches its header
+  /// and that entry (64 KiB + 4 MiB), nothing else. Not called when the load throws. The tool's
+  /// `--stats` prints it (`ckpt inspect`, `verify`, `diff`, `convert`).
+  std::function<void(std::uint64_t bytes, std::uint64_t requests)> fetched = {};
 };
 
 /// Writes `t` to a safetensors file at `path`, replacing any existing file atomically: the data

@@ -2,7 +2,9 @@
 // `s3://` URLs (src/format/remote.hpp) on them.
 #include "object_file.hpp"
 
+#include "base/digest.hpp"
 #include "by_content.hpp"
+#include "reader.hpp"
 #include "remote.hpp"
 #include "safetensors.hpp"
 #include "torch.hpp"
@@ -11,8 +13,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 
 namespace ckpt::detail::s3 {
 
@@ -152,19 +156,134 @@ std::filesystem::path remote_folder::path_of(const std::string& name) const {
   return s3::object{impl_->prefix.bucket, impl_->prefix.key + name}.url();
 }
 
+namespace {
+
+// The object `o` of `size` bytes whose first bytes `head` holds (read_head's) whole in memory,
+// the rest fetched by ranged GETs in parallel. With `data_start` (a safetensors object whose
+// digest is to be checked: where its data section starts), the pieces are cut on the section's
+// 1 MiB chunks and the thread that fetched a piece hashes its chunks while they are in its cache,
+// into `hashes` as verify_file gives them (the header's first, left for the reader to take), so
+// that the digest check reads no byte again; `progress` (load_options::progress) hears of the
+// bytes hashed, on this thread.
+std::shared_ptr<std::byte[]> fetch_whole(const s3::config& settings, s3::client& c, const s3::object& o,
+                                         std::uint64_t size, std::span<const std::byte> head,
+                                         std::optional<std::size_t> data_start, std::vector<std::uint64_t>& hashes,
+                                         const load_options& options) {
+  const auto whole = static_cast<std::size_t>(size);
+  auto bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(whole, 1));
+  std::memcpy(bytes.get(), head.data(), std::min(head.size(), whole));
+  const std::size_t part = s3::transfer_options{}.part_bytes;
+  static_assert(s3::transfer_options{}.part_bytes % file_digest_chunk_bytes == 0, "a piece is whole chunks");
+  // Each piece of the object, [first, last): from the data section's start with a digest to
+  // check (the first piece's fetch starting where the head ends), else from the head's end.
+  struct span {
+    std::size_t first, last;
+  };
+  std::vector<span> spans;
+  for (std::size_t at = data_start.value_or(head.size()); at < whole; at += part)
+    spans.push_back({at, std::min(whole, at + part)});
+  std::vector<s3::piece> pieces;
+  std::vector<std::size_t> span_of;  // of each piece
+  std::vector<std::size_t> in_head;  // the spans the head holds whole
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    const std::size_t from = std::max(spans[k].first, head.size());
+    if (from >= spans[k].last) {
+      in_head.push_back(k);
+      continue;
+    }
+    pieces.push_back({from, {bytes.get() + from, spans[k].last - from}});
+    span_of.push_back(k);
+  }
+  std::function<void(std::size_t)> arrived;
+  std::atomic<std::uint64_t> hashed{0};
+  std::optional<std::uint64_t> reported;
+  const std::thread::id loader = std::this_thread::get_id();
+  const std::uint64_t data = data_start ? whole - *data_start : 0;
+  const auto report = [&](std::uint64_t done) {
+    if (!options.progress || reported == done) return;
+    reported = done;
+    options.progress(done, data);
+  };
+  const auto hash = [&](std::size_t k) {
+    const span s = spans[k];
+    for (std::size_t at = s.first; at < s.last; at += file_digest_chunk_bytes)
+      hashes[1 + (at - *data_start) / file_digest_chunk_bytes] =
+          xxh3_of({bytes.get() + at, std::min(file_digest_chunk_bytes, s.last - at)});
+    const std::uint64_t done = hashed += s.last - s.first;
+    if (std::this_thread::get_id() == loader) report(done);
+  };
+  if (data_start) {
+    hashes.assign(1 + (data + file_digest_chunk_bytes - 1) / file_digest_chunk_bytes, 0);
+    for (const std::size_t k : in_head) hash(k);
+    arrived = [&](std::size_t piece) { hash(span_of[piece]); };
+  }
+  s3::fetch(settings, c, o, size, pieces, s3::transfer_options{}.threads, arrived);
+  if (data_start) report(data);
+  return bytes;
+}
+
+// Ignores entries of unknown dtypes: the reader that parses the header again reports them.
+void unheard(std::string_view, std::string_view) {}
+
+}  // namespace
+
 checkpoint load_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
   const s3::config settings = s3::config::from_environment();
   const s3::object o = s3::object::parse(url.native());
-  if (options.only) {
-    s3::client c(settings);
-    const std::uint64_t size = s3::size_of(c, o);
-    const std::vector<std::byte> head = s3::read_head(c, o, size);
-    // A torch.save file is read whole (its entries are found by unpickling, not by offsets).
-    if (!looks_like_torch(head)) return load_chosen(settings, c, o, size, head, url, options);
+  s3::client c(settings);
+  const std::uint64_t size = s3::size_of(c, o);
+  const std::vector<std::byte> head = s3::read_head(c, o, size);
+  // A torch.save file is read whole (its entries are found by unpickling, not by offsets).
+  if (looks_like_torch(head)) {
+    std::vector<std::uint64_t> none;
+    std::shared_ptr<std::byte[]> bytes = fetch_whole(settings, c, o, size, head, std::nullopt, none, options);
+    return parse_owned_by_content(std::move(bytes), static_cast<std::size_t>(size), url, options, torch);
   }
-  std::size_t size = 0;
-  std::shared_ptr<std::byte[]> bytes = s3::download(settings, o, size);
-  return parse_owned_by_content(std::move(bytes), size, url, options, torch);
+  if (options.only) return load_chosen(settings, c, o, size, head, url, options);
+  // The header first: a broken one is refused before the data are fetched, and the digest's
+  // chunks are known.
+  const file_layout layout = parse_layout(head, size, url, unheard);
+  std::optional<std::size_t> data_start;
+  if (layout.digest_at && checks_digest(options)) data_start = layout.data_start;
+  std::vector<std::uint64_t> hashes;
+  std::shared_ptr<std::byte[]> bytes = fetch_whole(settings, c, o, size, head, data_start, hashes, options);
+  return parse_owned(std::move(bytes), static_cast<std::size_t>(size), url, options, hashes);
+}
+
+description describe_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
+  const s3::config settings = s3::config::from_environment();
+  const s3::object o = s3::object::parse(url.native());
+  s3::client c(settings);
+  const std::uint64_t size = s3::size_of(c, o);
+  const std::vector<std::byte> head = s3::read_head(c, o, size);
+  if (looks_like_torch(head)) {
+    std::vector<std::uint64_t> none;
+    std::shared_ptr<std::byte[]> bytes = fetch_whole(settings, c, o, size, head, std::nullopt, none, options);
+    return description_of(detail::chosen(
+        parse_owned_by_content(std::move(bytes), static_cast<std::size_t>(size), url, options, torch), options));
+  }
+  file_layout layout = parse_layout(head, size, url, options.skipped);
+  description out;
+  for (file_layout::entry& e : layout.entries)
+    if (!options.only || options.only->matches(e.name))
+      out.entries.push_back({std::move(e.name), e.type, std::move(e.shape), e.end - e.begin});
+  std::ranges::sort(out.entries, {}, &description::entry::name);
+  out.metadata = std::move(layout.metadata);
+  return out;
+}
+
+struct fetch_count::impl {
+  s3::traffic traffic;
+  s3::counting scope{traffic};
+};
+
+fetch_count::fetch_count(const load_options& options)
+    : options_(options), impl_(options.fetched ? std::make_unique<impl>() : nullptr) {}
+
+fetch_count::~fetch_count() = default;
+
+void fetch_count::report() const {
+  if (impl_) options_.fetched(impl_->traffic.bytes.load(), impl_->traffic.requests.load());
 }
 
 }  // namespace ckpt::detail

@@ -133,11 +133,11 @@ checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesys
 }
 
 checkpoint parse_owned(std::shared_ptr<std::byte[]> bytes, std::size_t size, const std::filesystem::path& origin,
-                       const load_options& options) {
+                       const load_options& options, std::span<const std::uint64_t> verified) {
   // `bytes` stays held here until the digest is checked: a file without tensors keeps none.
   const std::span<const std::byte> file(bytes.get(), size);
   detail::parsed_file parsed = detail::parse_file(file, origin, bytes, nullptr, options.skipped);
-  static_cast<void>(verify_digest(parsed, file, nullptr, origin, options, {}));
+  static_cast<void>(verify_digest(parsed, file, nullptr, origin, options, verified));
   return std::move(parsed.contents);
 }
 

@@ -46,8 +46,10 @@ checkpoint load_file(const file_at& file, const load_options& options, std::span
 // `options` says. `ckpt::parse` (src/format/load.cpp) calls it for bytes that are not a torch.save file.
 checkpoint parse_bytes(std::span<const std::byte> file_bytes, const std::filesystem::path& origin,
                        const load_options& options);
-// The same, of bytes the checkpoint then keeps (`bytes`, `size` of them: a download), not copied.
+// The same, of bytes the checkpoint then keeps (`bytes`, `size` of them: a download), not copied;
+// with `verified` (the header's hash, then each 1 MiB chunk's of the data section, as verify_file
+// returns them: hashed as the bytes arrived), only the header is hashed here.
 checkpoint parse_owned(std::shared_ptr<std::byte[]> bytes, std::size_t size, const std::filesystem::path& origin,
-                       const load_options& options);
+                       const load_options& options, std::span<const std::uint64_t> verified = {});
 
 }  // namespace ckpt::detail

@@ -22,6 +22,17 @@ void save_remote(const std::filesystem::path& url, entry_list, const metadata_ma
 
 checkpoint load_remote(const std::filesystem::path& url, const load_options&, const torch_options&) { refuse_without_s3(url); }
 
+description describe_remote(const std::filesystem::path& url, const load_options&, const torch_options&) {
+  refuse_without_s3(url);
+}
+
+struct fetch_count::impl {};
+fetch_count::fetch_count(const load_options& options) : options_(options) {}
+fetch_count::~fetch_count() = default;
+void fetch_count::report() const {
+  if (options_.fetched) options_.fetched(0, 0);
+}
+
 struct remote_folder::impl {};
 remote_folder::remote_folder(const std::filesystem::path& url) { refuse_without_s3(url); }
 remote_folder::~remote_folder() = default;

@@ -9,6 +9,7 @@
 #include <ckpt/file.hpp>
 #include <ckpt/torch.hpp>
 
+#include "describe.hpp"
 #include "io/remote_path.hpp"
 
 #include <filesystem>
@@ -28,11 +29,39 @@ namespace ckpt::detail {
 void save_remote(const std::filesystem::path& url, entry_list entries, const metadata_map& metadata,
                  const save_options& options);
 
-// The checkpoint in the object `url` (a safetensors or torch.save file), downloaded with ranged
-// GETs in parallel, its digest verified as `options` says.
+// The checkpoint in the object `url` (a safetensors or torch.save file): its header by a ranged
+// GET, then the rest by ranged GETs in parallel (those of the entries `options.only` chooses, if
+// set), the data section's chunks hashed as they arrive when the digest is to be verified, so
+// that the check costs no second pass over the bytes.
 // \throws as save_remote, and as ckpt::parse for the bytes.
 [[nodiscard]] checkpoint load_remote(const std::filesystem::path& url, const load_options& options,
                                      const torch_options& torch);
+
+// The object `url` described (src/format/describe.hpp) from its header alone, fetched by a ranged
+// GET (a torch.save file is read whole).
+// \throws as load_remote.
+[[nodiscard]] description describe_remote(const std::filesystem::path& url, const load_options& options,
+                                          const torch_options& torch);
+
+// What a load with `options` fetches from object storage, counted while it lives if
+// `options.fetched` is set (load_options::fetched): the requests and the bytes received of every
+// client made for it on this thread, and of their helpers (src/s3/client.hpp, counting); nothing
+// without S3 support.
+class fetch_count {
+ public:
+  explicit fetch_count(const load_options& options);
+  fetch_count(const fetch_count&) = delete;
+  fetch_count& operator=(const fetch_count&) = delete;
+  ~fetch_count();
+  // Calls `options.fetched`, if set, with the count so far.
+  // \throws what it throws.
+  void report() const;
+
+ private:
+  struct impl;
+  const load_options& options_;
+  std::unique_ptr<impl> impl_;
+};
 
 // A prefix in a bucket taken as a folder (`s3://bucket/prefix`: its objects `prefix/<name>`), for
 // the sharded layout there (src/format/sharded.cpp): small objects read and written whole, listed and

@@ -6,6 +6,7 @@
 // entries assembled (assemble_shards). It calls only down: ckpt::load (src/format/load.cpp) calls it.
 #include <ckpt/sharded.hpp>
 
+#include "base/digest.hpp"
 #include "base/hex.hpp"
 #include "base/utf8.hpp"
 #include "io/atomic_file.hpp"
@@ -13,6 +14,7 @@
 #include "io/io_hooks.hpp"
 #include "io/posix_file.hpp"
 #include "by_content.hpp"
+#include "describe.hpp"
 #include "hf_index.hpp"
 #include "reader.hpp"
 #include "remote.hpp"
@@ -78,6 +80,18 @@ error several_indexes(const std::filesystem::path& folder, std::span<const std::
                            (indexes.size() > 2 ? "', ...)" : "')") + "; load the one you mean");
 }
 
+std::string index_among(const std::vector<std::string>& names, const std::filesystem::path& folder) {
+  std::vector<std::string> found;
+  for (const std::string& name : names)
+    if (name.size() > safetensors_index_suffix.size() && name.ends_with(safetensors_index_suffix)) found.push_back(name);
+  std::ranges::sort(found);
+  if (found.empty())
+    throw error(folder, "ckpt: the folder '" + folder.string() + "' holds no sharded checkpoint index (*" +
+                            std::string(safetensors_index_suffix) + ")");
+  if (found.size() > 1) throw several_indexes(folder, found);
+  return found.front();
+}
+
 std::string index_text(std::uint64_t total_size, std::span<const std::pair<std::string, std::string>> weight_map,
                        std::string_view save_id) {
   std::string out = "{\n  \"metadata\": {\n    ";
@@ -139,19 +153,7 @@ bool is_shard_name(std::string_view name, std::string_view base) {
 }
 
 // The index in `folder`: its one `*.safetensors.index.json`.
-std::string index_in(const detail::folder_handle& folder) {
-  std::vector<std::string> found;
-  for (std::string& name : folder.names())
-    if (name.size() > safetensors_index_suffix.size() && name.ends_with(safetensors_index_suffix))
-      found.push_back(std::move(name));
-  std::sort(found.begin(), found.end());
-  const std::filesystem::path& path = folder.path();
-  if (found.empty())
-    throw error(path, "ckpt: the folder '" + path.string() + "' holds no sharded checkpoint index (*" +
-                          std::string(safetensors_index_suffix) + ")");
-  if (found.size() > 1) throw detail::several_indexes(path, found);
-  return found.front();
-}
+std::string index_in(const detail::folder_handle& folder) { return detail::index_among(folder.names(), folder.path()); }
 
 // A fresh hidden folder `.ckpt-staging-XXXXXX` in `folder`, removed with what it holds when
 // the guard goes (the shards of a failed save; empty once they are moved into place).
@@ -293,43 +295,61 @@ sharded_files save_sharded(const std::filesystem::path& folder, const checkpoint
 
 namespace detail {
 
+namespace {
+
+// What assembling a sharded checkpoint checks of each shard and keeps of the shards' metadata,
+// for a load (assemble_shards) and a description (describe_sharded) alike.
+void check_save_id(const std::filesystem::path& index, const std::string& shard, const std::string& save_id,
+                   const metadata_map& shard_metadata) {
+  if (save_id.empty()) return;
+  const auto it = shard_metadata.find(save_id_key);
+  std::string theirs = it == shard_metadata.end() ? std::string() : it->second;
+  if (theirs != save_id) throw mixed_save_error(index, index.parent_path() / shard, save_id, std::move(theirs));
+}
+
+void keep_common(std::optional<metadata_map>& common, const metadata_map& shard_metadata) {
+  // Keep what every shard agrees on; a key that differs (a per-file digest) is not the whole's.
+  if (!common) {
+    common = shard_metadata;
+    return;
+  }
+  std::erase_if(*common, [&shard_metadata](const auto& kv) {
+    const auto it = shard_metadata.find(kv.first);
+    return it == shard_metadata.end() || it->second != kv.second;
+  });
+}
+
+metadata_map whole_metadata(std::optional<metadata_map> common) {
+  metadata_map metadata = std::move(common).value_or(metadata_map{});
+  // A digest describes one file's bytes, never a checkpoint spanning several; the save id is the
+  // files'.
+  std::erase_if(metadata, [](const auto& kv) { return is_digest_key(kv.first) || kv.first == save_id_key; });
+  return metadata;
+}
+
+index_error missing_from_shard(const std::filesystem::path& index, const std::string& name, const std::string& shard) {
+  return index_error(index, "the entry '" + name + "' is not in its shard '" + shard + "'");
+}
+
+}  // namespace
+
 checkpoint assemble_shards(const std::filesystem::path& index,
                            const std::map<std::string, std::vector<std::string>, std::less<>>& by_shard,
                            const std::function<checkpoint(const std::string& shard)>& load_shard,
                            const std::string& save_id) {
   std::vector<checkpoint::entry> entries;
   std::optional<metadata_map> common;
-  const std::string id_key(save_id_key);
   for (const auto& [shard, names] : by_shard) {
     const checkpoint part = load_shard(shard);
-    if (!save_id.empty()) {
-      const auto it = part.metadata().find(id_key);
-      std::string theirs = it == part.metadata().end() ? std::string() : it->second;
-      if (theirs != save_id) throw mixed_save_error(index, index.parent_path() / shard, save_id, std::move(theirs));
-    }
+    check_save_id(index, shard, save_id, part.metadata());
     for (const std::string& name : names) {
       const tensor* x = part.find(name);
-      if (x == nullptr)
-        throw index_error(index, "the entry '" + name + "' is not in its shard '" + shard + "'");
+      if (x == nullptr) throw missing_from_shard(index, name, shard);
       entries.emplace_back(name, *x);
     }
-    // Keep what every shard agrees on; a key that differs (a per-file digest) is not the whole's.
-    if (!common) {
-      common = part.metadata();
-    } else {
-      std::erase_if(*common, [&part](const auto& kv) {
-        const auto it = part.metadata().find(kv.first);
-        return it == part.metadata().end() || it->second != kv.second;
-      });
-    }
+    keep_common(common, part.metadata());
   }
-  metadata_map metadata = common.value_or(metadata_map{});
-  // A digest describes one file's bytes, never a checkpoint spanning several; the save id is the
-  // files'.
-  metadata.erase(std::string(digest_key));
-  metadata.erase(id_key);
-  for (const std::string_view key : earlier_digest_keys) metadata.erase(std::string(key));
-  return checkpoint(std::move(entries), std::move(metadata));
+  return checkpoint(std::move(entries), whole_metadata(std::move(common)));
 }
 
 namespace {
@@ -349,7 +369,8 @@ shard_lists chosen_shards(shard_lists by_shard, const load_options& options) {
 
 // `load`, and once more if it met a shard of another save (the checkpoint saved again while it was
 // read): the second reads the index anew, which then names the newer save's shards.
-checkpoint once_more_if_mixed(const std::function<checkpoint()>& load) {
+template <class Read>
+auto once_more_if_mixed(const Read& load) -> decltype(load()) {
   try {
     return load();
   } catch (const mixed_save_error&) {
@@ -372,15 +393,26 @@ checkpoint load_sharded(const folder_handle& folder, std::string_view index, con
   });
 }
 
+namespace {
+
+// The weight_map of the index object `index` in a bucket, the entries `options` choose, and the
+// prefix it is in (its shards' folder).
+shard_lists remote_index(const std::filesystem::path& index, remote_folder& folder, const load_options& options,
+                         std::string& save_id) {
+  const std::optional<std::string> text = folder.read(index.filename().string());
+  if (!text) throw remote_error(index.string(), "GET", 404, "NoSuchKey", "no such object");
+  return chosen_shards(parse_weight_map(*text, index, &save_id), options);
+}
+
+}  // namespace
+
 checkpoint load_sharded_by_content(const std::filesystem::path& index, const load_options& options,
                                    const torch_options& torch) {
   return once_more_if_mixed([&] {
     std::string save_id;
     if (is_remote(index)) {
       remote_folder folder(index.parent_path());
-      const std::optional<std::string> text = folder.read(index.filename().string());
-      if (!text) throw remote_error(index.string(), "GET", 404, "NoSuchKey", "no such object");
-      const shard_lists by_shard = chosen_shards(parse_weight_map(*text, index, &save_id), options);
+      const shard_lists by_shard = remote_index(index, folder, options, save_id);
       const auto load_shard = [&](const std::string& shard) { return load_remote(folder.path_of(shard), options, torch); };
       return assemble_shards(index, by_shard, load_shard, save_id);
     }
@@ -389,6 +421,30 @@ checkpoint load_sharded_by_content(const std::filesystem::path& index, const loa
       return load_by_content(index.parent_path() / shard, options, torch);
     };
     return assemble_shards(index, by_shard, load_shard, save_id);
+  });
+}
+
+description describe_sharded(const std::filesystem::path& index, const load_options& options,
+                             const torch_options& torch) {
+  return once_more_if_mixed([&] {
+    std::string save_id;
+    remote_folder folder(index.parent_path());
+    const shard_lists by_shard = remote_index(index, folder, options, save_id);
+    description out;
+    std::optional<metadata_map> common;
+    for (const auto& [shard, names] : by_shard) {
+      const description part = describe_remote(folder.path_of(shard), options, torch);
+      check_save_id(index, shard, save_id, part.metadata);
+      for (const std::string& name : names) {
+        const auto it = std::ranges::lower_bound(part.entries, name, {}, &description::entry::name);
+        if (it == part.entries.end() || it->name != name) throw missing_from_shard(index, name, shard);
+        out.entries.push_back(*it);
+      }
+      keep_common(common, part.metadata);
+    }
+    std::ranges::sort(out.entries, {}, &description::entry::name);
+    out.metadata = whole_metadata(std::move(common));
+    return out;
   });
 }
 

@@ -13,6 +13,7 @@
 #include <ckpt/file.hpp>
 #include <ckpt/torch.hpp>
 
+#include "describe.hpp"
 #include "io/folder.hpp"
 
 #include <filesystem>
@@ -48,6 +49,13 @@ namespace ckpt::detail {
 [[nodiscard]] checkpoint load_sharded_by_content(const std::filesystem::path& index, const load_options& options,
                                                  const torch_options& torch);
 
+/// The description (src/format/describe.hpp) of the sharded checkpoint whose index is the object
+/// `index` in a bucket: the entries `options` choose, from the headers of the shards that hold
+/// them (each fetched by a ranged GET), checked and assembled as a load assembles them.
+/// \throws as load_sharded_by_content.
+[[nodiscard]] description describe_sharded(const std::filesystem::path& index, const load_options& options,
+                                           const torch_options& torch);
+
 /// The checkpoint of the index `index` whose weight_map is `by_shard` (read_weight_map's,
 /// src/format/hf_index.hpp): each shard, a file name in the index's folder, loaded once by
 /// `load_shard(name)`, and of it the entries the map names; the metadata common to every shard
@@ -79,6 +87,11 @@ inline constexpr std::string_view safetensors_index_suffix = ".safetensors.index
 /// The start of the name of save_sharded's staging folder, `.ckpt-staging-XXXXXX` (the X's as
 /// random_suffix gives them, src/io/atomic_file.hpp).
 inline constexpr std::string_view staging_prefix = ".ckpt-staging-";
+
+/// The one `*.safetensors.index.json` of `names`, the entries of the folder `folder` (on disk or
+/// under a prefix of a bucket), as the readers look for it.
+/// \throws ckpt::error naming the folder if it holds none, or several (several_indexes).
+[[nodiscard]] std::string index_among(const std::vector<std::string>& names, const std::filesystem::path& folder);
 
 /// The error of a folder that holds several indexes of one kind, `indexes` (sorted, two or more),
 /// where one is wanted: "ckpt: the folder '<folder>' holds N sharded checkpoint indexes ('a', 'b',

@@ -139,8 +139,20 @@ void global_init() {
 
 }  // namespace
 
+namespace {
+
+// The counter of this thread's innermost `counting`.
+thread_local traffic* counting_here = nullptr;
+
+}  // namespace
+
+counting::counting(traffic& into) noexcept : outer_(counting_here) { counting_here = &into; }
+
+counting::~counting() { counting_here = outer_; }
+
 config config::from_environment() {
   config c;
+  c.counted = counting_here;
   c.access_key = environment("AWS_ACCESS_KEY_ID");
   c.secret_key = environment("AWS_SECRET_ACCESS_KEY");
   c.session_token = environment("AWS_SESSION_TOKEN");
@@ -292,6 +304,7 @@ struct transfer {
   std::uint64_t received = 0;
   std::size_t sunk = 0;
   std::string refused{};  // why the answer is not taken: the transfer stops
+  traffic* counted = nullptr;  // the config's counter, if any
 };
 
 std::atomic<std::uint64_t> received_by_process{0};
@@ -382,6 +395,7 @@ std::size_t on_write(char* buffer, std::size_t size, std::size_t count, void* us
   auto& t = *static_cast<transfer*>(user);
   const std::size_t n = size * count;
   received_by_process.fetch_add(n, std::memory_order_relaxed);
+  if (t.counted != nullptr) t.counted->bytes.fetch_add(n, std::memory_order_relaxed);
   const long status = status_of(t.easy);
   if (!t.ranged || !is_success(status)) {
     if (is_success(status) || t.body.size() < max_error_body)
@@ -458,7 +472,14 @@ client::response client::try_once(const request& r, std::chrono::milliseconds li
                                              .c_str());
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
 
-  transfer t{.easy = easy, .upload = r.body, .sink = r.sink, .offset = r.offset, .ranged = r.ranged, .size = r.size};
+  transfer t{.easy = easy,
+             .upload = r.body,
+             .sink = r.sink,
+             .offset = r.offset,
+             .ranged = r.ranged,
+             .size = r.size,
+             .counted = config_.counted};
+  if (config_.counted != nullptr) config_.counted->requests.fetch_add(1, std::memory_order_relaxed);
   curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(easy, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_write);

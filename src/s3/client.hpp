@@ -21,6 +21,7 @@
 
 #include "xml.hpp"  // object_info, upload_info: what listings say
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,13 @@
 #include <vector>
 
 namespace ckpt::detail::s3 {
+
+// What requests cost: each try of a request (a retry is another), and the bytes of the answers'
+// bodies. A load counts what it fetched into one (load_options::fetched, through counting below).
+struct traffic {
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> bytes{0};
+};
 
 // Where requests go and who signs them.
 struct config {
@@ -51,13 +59,17 @@ struct config {
   // between them, end within twice that (a minute for all but transfers of more than 30 MiB).
   std::chrono::milliseconds try_time{30'000};
   std::uint64_t min_rate = std::uint64_t{1} << 20;  // bytes a second
+  // If set, every client made from this config (copies included: a transfer's helpers) adds its
+  // tries and the bytes it receives to it, which must outlive them. from_environment sets it to
+  // the counter of this thread's `counting`, if one lives.
+  traffic* counted = nullptr;
 
   // The standard AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
   // AWS_REGION (else AWS_DEFAULT_REGION, else us-east-1), AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL
   // (then path-style addressing, which every S3-compatible server takes), else AWS S3 in the
   // region with virtual-hosted addressing; CKPT_S3_ADDRESSING=path|virtual overrides. The time
   // rule: CKPT_S3_TRY_SECONDS (try_time, a decimal number of seconds) and CKPT_S3_MIN_RATE
-  // (min_rate, bytes a second).
+  // (min_rate, bytes a second). `counted`: the counter of this thread's `counting`, if any.
   // \throws std::invalid_argument if the key or the secret is missing, or a setting is not a
   // positive number (naming the variable).
   static config from_environment();
@@ -152,6 +164,21 @@ class client {
   int tries_ = 0;
   struct curl_handle;
   std::unique_ptr<curl_handle> curl_;
+};
+
+// While it lives, the configs that config::from_environment makes on this thread count into
+// `into` (config::counted): so a load (src/format/load.cpp) counts every request it makes, however
+// deep in the readers its clients are made, and on whichever thread they work. Scopes nest: the
+// innermost counts.
+class counting {
+ public:
+  explicit counting(traffic& into) noexcept;
+  counting(const counting&) = delete;
+  counting& operator=(const counting&) = delete;
+  ~counting();
+
+ private:
+  traffic* outer_;
 };
 
 // The bytes of response bodies every client of this process has received, over every request and

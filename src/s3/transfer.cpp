@@ -1,5 +1,5 @@
 // The transfers of whole objects (src/s3/transfer.hpp): the upload written in order, parallel
-// ranged reads, downloads.
+// ranged reads.
 #include "transfer.hpp"
 
 #include <algorithm>
@@ -199,7 +199,7 @@ void upload::send_parts(std::vector<std::string>& etags) {
 }
 
 void fetch(const config& settings, client& first, const object& o, std::uint64_t size, std::span<const piece> pieces,
-           int threads) {
+           int threads, const std::function<void(std::size_t piece)>& arrived) {
   std::atomic<std::size_t> next{0};
   std::mutex mutex;
   std::exception_ptr failure;
@@ -209,6 +209,7 @@ void fetch(const config& settings, client& first, const object& o, std::uint64_t
       try {
         if (c.get(o, p.offset, p.out, size) != p.out.size())
           throw remote_error(o.url(), "GET", 206, "", "the object is shorter than its size: it changed during the read");
+        if (arrived) arrived(k);
       } catch (...) {
         const std::lock_guard lock(mutex);
         if (!failure) failure = std::current_exception();
@@ -231,18 +232,6 @@ std::uint64_t size_of(client& c, const object& o) {
   const std::optional<object_info> info = c.head(o);
   if (!info) throw remote_error(o.url(), "HEAD", 404, "NoSuchKey", "no such object");
   return info->size;
-}
-
-std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
-                                      transfer_options options) {
-  client first(settings);
-  size = static_cast<std::size_t>(size_of(first, o));
-  auto bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(size, 1));
-  const std::size_t part = std::max<std::size_t>(options.part_bytes, 1);
-  std::vector<piece> pieces;
-  for (std::size_t at = 0; at < size; at += part) pieces.push_back({at, {bytes.get() + at, std::min(part, size - at)}});
-  fetch(settings, first, o, size, pieces, options.threads);
-  return bytes;
 }
 
 }  // namespace ckpt::detail::s3

@@ -1,7 +1,7 @@
 #pragma once
 // The bytes of whole objects: an `upload` that a writer fills in order (a multipart upload, parts
 // sent in parallel while the writer goes on, memory bounded by a few parts), ranged GETs in
-// parallel, downloads. What the bytes are is the caller's (src/format/object_file.hpp).
+// parallel. What the bytes are is the caller's (src/format/object_file.hpp).
 
 #include "io/byte_sink.hpp"
 #include "client.hpp"
@@ -114,19 +114,16 @@ struct piece {
 
 // Reads `pieces` of `o` (an object of `size` bytes, as a HEAD gave it), one ranged GET each,
 // `threads` at once: `first` reads, and threads with clients of their own from `settings` help.
+// `arrived`, if set, is called with a piece's index by the thread that read it, once its bytes
+// are in (to work on them while they are in that core's cache: the digest's hashing).
 // \throws remote_error (the first that failed; the others stop), naming `o`; one if a piece
-// comes back short or an answer gives another size (the object changed meanwhile).
+// comes back short or an answer gives another size (the object changed meanwhile); what
+// `arrived` throws.
 void fetch(const config& settings, client& first, const object& o, std::uint64_t size, std::span<const piece> pieces,
-           int threads);
+           int threads, const std::function<void(std::size_t piece)>& arrived = {});
 
 // The size of `o`.
 // \throws remote_error (a missing object: HTTP 404; an answer without a size).
 std::uint64_t size_of(client& c, const object& o);
-
-// The whole object `o`, read by ranged GETs of `options.part_bytes`, `options.threads` at once,
-// into memory the result owns; its size in `size`.
-// \throws remote_error (a missing object: HTTP 404).
-std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
-                                      transfer_options options = {});
 
 }  // namespace ckpt::detail::s3

@@ -350,6 +350,116 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_lives_in_a_bucket) {
                         [](const ckpt::remote_error& e) { return e.status() == 404; });
 }
 
+// A prefix of a bucket loads as a folder on disk does: its one *.safetensors.index.json (with or
+// without the trailing '/': a URL that names no object but has objects under it is a prefix), or
+// its model.safetensors; a prefix with neither is refused in a folder's words.
+BOOST_AUTO_TEST_CASE(a_prefix_loads_as_a_folder_does) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const model m = make_model(4096, 5.0f);
+  const ckpt::checkpoint t = ckpt::of_params(m, "model");
+  const std::string sharded = "s3://" + bucket + "/hf/model";
+  static_cast<void>(ckpt::save_sharded(sharded, t, 64 * 1024));
+  ckpt::save("s3://" + bucket + "/single/model.safetensors", t);
+  for (const std::string& url : {sharded, sharded + "/", "s3://" + bucket + "/single/", "s3://" + bucket + "/single"}) {
+    model back = make_model(4096, 0.0f);
+    ckpt::read_params(ckpt::load(url), {{back, "model"}});
+    BOOST_TEST(same(back, m), url);
+  }
+  // Two indexes, or none: refused as in a folder.
+  static_cast<void>(ckpt::save_sharded(sharded, t, 64 * 1024, {.base_name = "other"}));
+  BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load(sharded + "/")), ckpt::error, [&](const ckpt::error& e) {
+    return std::string(e.what()) == "ckpt: the folder '" + sharded + "/' holds 2 sharded checkpoint indexes "
+                                    "('model.safetensors.index.json', 'other.safetensors.index.json'); load the one "
+                                    "you mean";
+  });
+  c.put({bucket, "notes/readme.txt"}, std::as_bytes(std::span(std::string_view("hello"))));
+  BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load("s3://" + bucket + "/notes")), ckpt::error, [&](const ckpt::error& e) {
+    return std::string(e.what()) == "ckpt: the folder 's3://" + bucket + "/notes' holds no sharded checkpoint index "
+                                    "(*.safetensors.index.json)";
+  });
+  // A URL with nothing under it is still the missing object it names.
+  BOOST_CHECK_EXCEPTION(static_cast<void>(ckpt::load("s3://" + bucket + "/absent")), ckpt::remote_error,
+                        [](const ckpt::remote_error& e) { return e.status() == 404 && e.code() == "NoSuchKey"; });
+}
+
+// load_options::fetched: what a load took from object storage, every request and every byte of
+// the answers counted. A whole object: its size (the header's first read is not fetched again), in
+// a HEAD, the header's GET and a GET per 8 MiB of the rest; one entry: the header and that
+// entry; a file on disk: nothing.
+BOOST_AUTO_TEST_CASE(a_load_says_what_it_fetched) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/model.safetensors";
+  const model m = make_model(40'000, 3.0f);  // l1.w: 10 MiB
+  ckpt::save(url, {{m, "model"}}, {}, {.digest = true});
+  const std::uint64_t size = c.head(s3::object::parse(url))->size;
+  const std::uint64_t first_read = 64 * 1024;
+  std::uint64_t bytes = 0, requests = 0;
+  int calls = 0;
+  const auto count = [&](std::uint64_t b, std::uint64_t r) {
+    bytes = b;
+    requests = r;
+    ++calls;
+  };
+  const ckpt::checkpoint whole = ckpt::load(url, {.fetched = count});
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(bytes == size);
+  // The pieces after the header's read are cut on the data section's chunks, from its start.
+  std::uint64_t header = 0;
+  BOOST_TEST_REQUIRE(c.get(s3::object::parse(url), 0, std::as_writable_bytes(std::span(&header, 1))) == 8u);
+  const std::uint64_t data = size - 8 - header, part = std::uint64_t{8} << 20;
+  BOOST_TEST(requests == 2 + (data + part - 1) / part);
+
+  const ckpt::checkpoint one = ckpt::load(url, {.only = ckpt::name_pattern(R"(^model\.l2\.w$)"), .fetched = count});
+  BOOST_TEST(calls == 2);
+  BOOST_TEST(bytes == first_read + one.get("model.l2.w").nbytes());
+  BOOST_TEST(requests == 3u);  // HEAD, the header, the entry
+
+  const fs::path local = scratch("fetched.safetensors");
+  ckpt::save(local, {{m, "model"}});
+  static_cast<void>(ckpt::load(local, {.fetched = count}));
+  BOOST_TEST(calls == 3);
+  BOOST_TEST(bytes == 0u);
+  BOOST_TEST(requests == 0u);
+}
+
+// A whole load hashes the data section's 1 MiB chunks as each piece arrives, on the thread that
+// fetched it, instead of a second pass after the download: its digest progress starts before the
+// object is all there (the loading thread reports after its first 8 MiB piece, with a few more
+// in flight on the helpers), so a progress that stops the load at its first report leaves part
+// of a 64 MiB object unfetched. A changed byte in any piece is still found.
+BOOST_AUTO_TEST_CASE(a_whole_load_hashes_the_pieces_as_they_arrive) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/big.safetensors";
+  const Eigen::VectorXf big = Eigen::VectorXf::LinSpaced(16 << 20, 0.0f, 1.0f);  // 64 MiB
+  ckpt::save(url, ckpt::of_params(big, "big"), {.digest = true});
+  const std::uint64_t size = c.head(s3::object::parse(url))->size;
+
+  struct stop {};
+  std::uint64_t before = s3::bytes_received();
+  BOOST_CHECK_THROW(static_cast<void>(ckpt::load(url, {.progress = [](std::uint64_t, std::uint64_t) { throw stop{}; }})),
+                    stop);
+  BOOST_TEST(s3::bytes_received() - before < size);
+
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;
+  const ckpt::checkpoint t =
+      ckpt::load(url, {.progress = [&](std::uint64_t done, std::uint64_t total) { reports.emplace_back(done, total); }});
+  BOOST_TEST((t.get("big").as<float>()[12345] == big[12345]));
+  BOOST_TEST_REQUIRE(reports.size() >= 2u);
+  BOOST_TEST(std::ranges::is_sorted(reports));
+  BOOST_TEST(reports.back().first == reports.back().second);
+  BOOST_TEST(std::ranges::count_if(reports, [](const auto& r) { return r.first == r.second; }) == 1);
+
+  // One bit changed in the middle of the data: the digest of the pieces as they came refuses it.
+  std::string bytes = c.get(s3::object::parse(url));
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 4);
+  c.put(s3::object::parse(url), std::as_bytes(std::span(bytes)));
+  BOOST_CHECK_THROW(static_cast<void>(ckpt::load(url)), ckpt::integrity_error);
+  c.remove(s3::object::parse(url));
+}
+
 // The fake store (fake_store.hpp) answers the client as S3 does: objects whole and in ranges,
 // listings in pages, multipart uploads, conditional writes, copies; and as scripted: a trickled
 // answer arrives whole, a lost one is retried (and the retried conditional PUT finds its object).
