@@ -573,6 +573,127 @@ BOOST_AUTO_TEST_CASE(a_node_local_tier_root_lists_its_runs_by_id) {
       "restore it, or delete it to make the folder a new run (whose node-local tiers start empty)\n"));
 }
 
+// A node's folder in a node-local tier root holds a part of each step: the shards its ranks wrote
+// (and, in partner/, the copies of the previous node's), each step folder committed by the step's
+// whole index. inspect says which shards each node holds and reads their headers; verify checks
+// those shards (each as a sharded load checks its shards: rules, digest, the entries the index
+// gives it), and, given the run's shared folder and the local root (--local-dir), says for each
+// step which tiers can restore it. Built here as ckpt::mpi::tiers lays it out (4 ranks on 2
+// simulated nodes, a shard a rank): node 0 holds shards 1 and 2 and node 1's 3 and 4 as partner
+// copies, node 1 the converse; step 5 is drained to the shared folder, step 6 not yet.
+BOOST_AUTO_TEST_CASE(a_node_s_folder_shows_and_verifies_the_part_of_each_step_it_holds) {
+  const temp_dir d;
+  const std::string id = "Ab3dEf6hIj9lMn2pQr5tUv8x";
+  const fs::path shared = d.path() / "runA";
+  fs::create_directories(shared);
+  std::ofstream(shared / ".ckpt-run-id") << id << '\n';
+  const std::string run_folder = "local/run-" + id;
+  fs::create_directories(d.path() / run_folder);
+  std::ofstream(d.path() / run_folder / ".ckpt-shared-folder") << shared.string() << '\n';
+  const ckpt::checkpoint t = with(sample(), "l2.b", f32({2}, {7, 8}));  // 4 entries: a shard each
+  const auto shard = [](int k) { return "model-0000" + std::to_string(k) + "-of-00004.safetensors"; };
+  const auto keep_only = [&](const fs::path& folder, std::initializer_list<int> held) {
+    ckpt::save_sharded(folder, t, 8);
+    for (int k = 1; k <= 4; ++k)
+      if (std::ranges::find(held, k) == held.end()) fs::remove(folder / shard(k));
+  };
+  for (const std::string step : {"step-0000000005", "step-0000000006"}) {
+    keep_only(d.path() / run_folder / "node-0" / step, {1, 2});
+    keep_only(d.path() / run_folder / "node-0" / "partner" / step, {3, 4});
+    keep_only(d.path() / run_folder / "node-1" / step, {3, 4});
+    keep_only(d.path() / run_folder / "node-1" / "partner" / step, {1, 2});
+  }
+  ckpt::save_sharded(shared / "step-0000000005", t, 8);
+  fs::create_directories(d.path() / run_folder / "node-1" / "step-0000000007");  // a save that did not finish
+  const std::string node1 = run_folder + "/node-1";
+
+  // The node's own shards and its partner copies, each verified: not a missing shard.
+  result r = run(d.path(), {"verify", node1});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out == node1 + "/step-0000000005: ok, holds shards 3, 4 of 4, digests of 2 shards verified\n" +
+                          node1 + "/partner/step-0000000005: ok, holds the partner copies of shards 1, 2 of 4, digests "
+                          "of 2 shards verified\n" +
+                          node1 + "/step-0000000006: ok, holds shards 3, 4 of 4, digests of 2 shards verified\n" +
+                          node1 + "/partner/step-0000000006: ok, holds the partner copies of shards 1, 2 of 4, digests "
+                          "of 2 shards verified\n"
+                          "leftover '" + node1 + "/step-0000000007' (0 bytes): an MPI step folder without its index (a "
+                          "save not committed: a killed job's, or one in progress; or a step being deleted); an "
+                          "mpi::checkpoint_manager removes it when it next opens the folder for writing\n");
+  r = run(d.path(), {"inspect", node1});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.starts_with("node  step  copy     shards held  state  entries  parameters  bytes\n"
+                               "   1     5  own      3, 4 of 4    ok           2           3     12\n"
+                               "   1     5  partner  1, 2 of 4    ok           2           8     32\n"),
+             r.out);
+  BOOST_TEST(r.out.find("node-local tier of run " + id + ": steps 5, 6 (their own shards), 5, 6 (partner copies)\n") !=
+             std::string::npos, r.out);
+  const boost::json::value v = boost::json::parse(run(d.path(), {"inspect", node1, "--json"}).out);
+  BOOST_TEST(v.at("run").as_string() == id);
+  BOOST_TEST(v.at("copies").at(1).at("held") == boost::json::parse(R"(["model-00001-of-00004.safetensors",
+                                                                       "model-00002-of-00004.safetensors"])"));
+  BOOST_TEST(v.at("copies").at(1).at("copy") == "partner");
+  BOOST_TEST(v.at("copies").at(1).at("total").at("entries") == 2);
+  // The run's folder: both nodes.
+  r = run(d.path(), {"verify", run_folder});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.starts_with(run_folder + "/node-0/step-0000000005: ok, holds shards 1, 2 of 4, digests of 2 shards "
+                               "verified\n"), r.out);
+  // A part of a step is no checkpoint to compare or convert.
+  r = run(d.path(), {"diff", node1, "runA"});
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(r.err.find("is a folder of a node-local tier root") != std::string::npos, r.err);
+
+  // The whole run: its steps in the shared tier, its nodes' copies, and what can restore each step.
+  r = run(d.path(), {"verify", "runA", "--local-dir", "local"});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.starts_with("runA/step-0000000005: ok, digests of 4 shards verified\n"), r.out);
+  BOOST_TEST(r.out.ends_with("step 5: restorable from the node-local tier, the shared tier\n"
+                             "step 6: restorable from the node-local tier\n"), r.out);
+  // Node 0 lost: node 1's partner copies stand in for its shards.
+  fs::remove_all(d.path() / run_folder / "node-0");
+  r = run(d.path(), {"verify", "runA", "--local-dir", "local"});
+  BOOST_TEST(r.status == 0, r.err);
+  BOOST_TEST(r.out.ends_with("step 5: restorable from the node-local tier with its partner copies, the shared tier\n"
+                             "step 6: restorable from the node-local tier with its partner copies\n"), r.out);
+  // A changed byte in node 1's copy of shard 4: named, a finding; step 6 has no other copy of it.
+  flip_last_byte(d.path() / node1 / "step-0000000006" / shard(4));
+  r = run(d.path(), {"verify", "runA", "--local-dir", "local"});
+  BOOST_TEST(r.status == 1);
+  BOOST_TEST(r.out.find(node1 + "/step-0000000006: ckpt: '" + node1 + "/step-0000000006/" + shard(4) +
+                        "' is corrupted: its bytes hash to ") != std::string::npos, r.out);
+  BOOST_TEST(r.out.ends_with("step 5: restorable from the node-local tier with its partner copies, the shared tier\n"
+                             "step 6: no tier can restore it (no node holds an intact copy of " + shard(4) +
+                             "; the shared tier does not hold it)\n"), r.out);
+  // A shard that is not the one its index names (another save's): refused as a sharded load does.
+  fs::copy_file(d.path() / node1 / "partner" / "step-0000000006" / shard(1), d.path() / node1 / "step-0000000005" / shard(3),
+                fs::copy_options::overwrite_existing);
+  r = run(d.path(), {"verify", node1});
+  BOOST_TEST(r.status == 1, r.err);
+  BOOST_TEST(r.out.find(node1 + "/step-0000000005: ckpt: ") != std::string::npos, r.out);
+  // --local-dir takes the shared folder of an MPI run.
+  r = run(d.path(), {"verify", run_folder + "/node-1/step-0000000005", "--local-dir", "local"});
+  BOOST_TEST(r.status == 2, r.out + r.err);
+}
+
+// A manager folder with no committed step holds no checkpoint to compare or convert: said so (it
+// is no folder without an index), as inspect and verify describe it.
+BOOST_AUTO_TEST_CASE(a_manager_folder_without_steps_is_said_to_have_none) {
+  const temp_dir d;
+  { ckpt::checkpoint_manager manager(d.path() / "warm1"); }
+  ckpt::save(d.path() / "a.safetensors", sample());
+  const std::string said = "ckpt: 'warm1' is a checkpoint_manager folder with no step yet (its first step is not "
+                           "committed): there is no checkpoint to read\n";
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"diff", "warm1", "a.safetensors"},
+                                               std::vector<std::string>{"diff", "a.safetensors", "warm1"},
+                                               std::vector<std::string>{"convert", "warm1", "b.safetensors"}}) {
+    const result r = run(d.path(), args);
+    BOOST_TEST(r.status == 2);
+    BOOST_TEST(r.out == "");
+    BOOST_TEST(r.err == said);
+  }
+  BOOST_TEST(run(d.path(), {"verify", "warm1"}).out == "warm1: no step (a manager folder whose first step is not committed)\n");
+}
+
 // A step is what a manager writes: a torch.save file under a step's name (which ckpt::load would
 // read by its content) is a damaged step for the managers, inspect and verify alike.
 BOOST_AUTO_TEST_CASE(a_torch_file_under_a_steps_name_is_a_damaged_step) {

@@ -3,9 +3,11 @@
 // file or a torch.save zip, by its content); an index, by its name, to the sharded reader
 // (src/format/sharded.hpp: a `*.safetensors.index.json` through load_sharded, any other `*.index.json`,
 // such as `pytorch_model.bin.index.json`, through load_sharded_by_content, its shards by
-// content); a folder by the checkpoint files it holds, to one of those. `ckpt::parse` hands bytes
-// in memory to src/format/by_content.hpp. The dispatch sits above the file, sharded and torch readers,
-// none of which calls it.
+// content); a folder (or a bucket's prefix) by the checkpoint files it holds, to one of those;
+// an object in a bucket to src/format/remote.hpp. `ckpt::parse` hands bytes in memory to
+// src/format/by_content.hpp. The dispatch sits above the file, sharded and torch readers, none of
+// which calls it. describe (src/format/describe.hpp), the headers alone, goes through the same
+// dispatch; both count what they fetch from object storage (load_options::fetched).
 #include <ckpt/file.hpp>
 #include <ckpt/name_pattern.hpp>
 #include <ckpt/torch.hpp>
@@ -102,7 +104,7 @@ auto read_whole(const std::filesystem::path& path, const Read& read_file) -> dec
     if (std::filesystem::is_directory(path, ec)) return read_file(chosen_in_folder(path, names_in(path)));
     return read_file(path);
   }
-  if (std::string_view(path.native()).ends_with(".index.json")) return read_file(path);
+  if (detail::names_index(path.native())) return read_file(path);
   if (is_remote_folder(path, nullptr)) return read_file(chosen_in_folder(path, names_in(path)));
   try {
     return read_file(path);
@@ -117,10 +119,10 @@ checkpoint load_file_at(const std::filesystem::path& path, const load_options& o
   const std::string_view name(path.native());
   if (detail::is_remote(path)) {
     // An index in a bucket: its shards, objects beside it, each recognized by its content.
-    if (name.ends_with(".index.json")) return detail::load_sharded_by_content(path, options, torch);
+    if (detail::names_index(name)) return detail::load_sharded_by_content(path, options, torch);
     return detail::load_remote(path, options, torch);
   }
-  if (name.ends_with(".index.json")) {
+  if (detail::names_index(name)) {
     if (name.ends_with(detail::safetensors_index_suffix)) return detail::load_sharded(path, options);
     return detail::load_sharded_by_content(path, options, torch);
   }
@@ -172,7 +174,7 @@ description describe(const std::filesystem::path& path, const load_options& opti
   header_only.verify_digest = false;
   description out = read_whole(path, [&](const std::filesystem::path& file) {
     if (!is_remote(file)) return description_of(chosen(load_file_at(file, header_only, torch), options));
-    if (std::string_view(file.native()).ends_with(".index.json")) return describe_sharded(file, header_only, torch);
+    if (names_index(file.native())) return describe_sharded(file, header_only, torch);
     return describe_remote(file, header_only, torch);
   });
   fetched.report();

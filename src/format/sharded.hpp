@@ -84,6 +84,11 @@ namespace ckpt::detail {
 /// index save_sharded writes, and the one the readers look for in a folder.
 inline constexpr std::string_view safetensors_index_suffix = ".safetensors.index.json";
 
+/// Whether `ckpt::load` reads the file `name` (a path or a URL) as a sharded checkpoint's index,
+/// by its name: `*.index.json` (transformers' `*.safetensors.index.json`,
+/// `pytorch_model.bin.index.json`).
+[[nodiscard]] inline bool names_index(std::string_view name) noexcept { return name.ends_with(".index.json"); }
+
 /// The start of the name of save_sharded's staging folder, `.ckpt-staging-XXXXXX` (the X's as
 /// random_suffix gives them, src/io/atomic_file.hpp).
 inline constexpr std::string_view staging_prefix = ".ckpt-staging-";

@@ -3,12 +3,22 @@
 
 #include <ckpt/error.hpp>
 
+#include "format/hf_index.hpp"
+#include "format/safetensors.hpp"
 #include "format/sharded.hpp"
+#include "io/remote_path.hpp"
 #include "io/temporary_name.hpp"
+
+#include <climits>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <iterator>
+#include <map>
+#include <set>
+#include <system_error>
+#include <utility>
 
 namespace ckpt::detail::layout {
 
@@ -147,6 +157,187 @@ std::vector<item> describe(const store& s) {
     out.push_back(std::move(x));
   }
   std::ranges::sort(out, {}, &item::name);
+  return out;
+}
+
+}  // namespace ckpt::detail::layout
+
+// ---------------------------------------------------------------------------------------------
+// The node-local tier root, described for the tool (src/run/layout.hpp, describe_tier_root).
+// ---------------------------------------------------------------------------------------------
+
+namespace ckpt::detail::layout {
+
+namespace {
+
+// The names below a run's folder in the node-local tier root (src/mpi/tiers.hpp): a simulated
+// node's folder `node-<k>`, a node's `partner` folder.
+constexpr std::string_view node_prefix = "node-";
+constexpr std::string_view partner_name = "partner";
+
+// k of a simulated node's folder name `node-<k>` (only the exact spelling counts).
+std::optional<int> node_of_folder(std::string_view name) {
+  if (!name.starts_with(node_prefix) || name.size() == node_prefix.size() || name.size() > node_prefix.size() + 9)
+    return std::nullopt;
+  const std::string_view digits = name.substr(node_prefix.size());
+  int k = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
+  if (ec != std::errc() || end != digits.data() + digits.size() || std::to_string(k) != digits) return std::nullopt;
+  return k;
+}
+
+// The id of a run's folder name `run-<id>`.
+std::optional<std::string_view> run_of_folder(std::string_view name) {
+  if (!name.starts_with(tier_run_prefix) || !is_run_id(name.substr(tier_run_prefix.size()))) return std::nullopt;
+  return name.substr(tier_run_prefix.size());
+}
+
+std::string joined(std::string_view folder, std::string_view name) {
+  return folder.empty() ? std::string(name) : std::string(folder) + "/" + std::string(name);
+}
+
+// The folders of `s` (not links) under `folder`, sorted.
+std::vector<std::string> folders_in(const store& s, std::string_view folder) {
+  std::vector<std::string> out;
+  for (store::entry& e : s.list(folder))
+    if (e.what == store::kind::folder) out.push_back(std::move(e.name));
+  std::ranges::sort(out);
+  return out;
+}
+
+// The weight_map of the index of the step folder `folder` of `root`, read whole.
+// \throws index_error, io_error.
+std::map<std::string, std::vector<std::string>, std::less<>> index_of_folder(const store& root, std::string_view folder,
+                                                                             std::string* save_id) {
+  const std::string index = joined(folder, step_index);
+  const std::optional<std::string> text = root.read(index, max_header_size);
+  if (!text) throw io_error(root.path_of(index), "open", std::make_error_code(std::errc::no_such_file_or_directory));
+  return parse_weight_map(*text, root.path_of(index), save_id);
+}
+
+// The committed step folders and the uncommitted ones in the folder `folder` of `root`.
+void add_steps(const store& root, std::string_view folder, bool partner, tier_node& node) {
+  if (root.find(folder) != store::kind::folder) return;
+  node.step_folders.emplace_back(folder);
+  const std::unique_ptr<store> here = folder_store_of(root.local()->subfolder(folder));
+  for (const item& x : describe(*here)) {
+    if (x.kind == what::uncommitted_step_folder) {
+      node.uncommitted.push_back(partner ? joined(partner_name, x.name) : x.name);
+      continue;
+    }
+    if (x.kind != what::step_folder) continue;
+    tier_step copy{.step = *x.step, .partner = partner, .folder = joined(folder, x.name), .shards = {}, .held = {}, .problem = {}};
+    try {
+      for (const auto& [shard, names] : index_of_folder(root, copy.folder, nullptr)) copy.shards.push_back(shard);
+      for (const store::entry& e : root.list(copy.folder))
+        if (std::ranges::binary_search(copy.shards, e.name)) copy.held.push_back(e.name);
+      std::ranges::sort(copy.held);
+    } catch (const error& e) {
+      copy.problem = e.what();
+    }
+    node.steps.push_back(std::move(copy));
+  }
+}
+
+tier_node node_at(const store& root, std::string folder, std::optional<int> k) {
+  tier_node out{.node = k, .folder = std::move(folder), .steps = {}, .uncommitted = {}, .step_folders = {}};
+  add_steps(root, out.folder, false, out);
+  add_steps(root, joined(out.folder, partner_name), true, out);
+  std::ranges::sort(out.steps, {}, [](const tier_step& s) { return std::pair(s.step, s.partner); });
+  return out;
+}
+
+// What the run's note says of its shared folder, and what that folder holds now.
+void note_shared(const store& root, tier_run& run) {
+  try {
+    std::optional<std::string> noted = root.read(joined(run.folder, tier_shared_folder_name), PATH_MAX);
+    if (!noted) return;
+    if (noted->ends_with('\n')) noted->pop_back();
+    run.shared = *noted;
+    if (!is_remote(*run.shared)) {
+      std::error_code ec;
+      const std::filesystem::file_status status = std::filesystem::status(*run.shared, ec);
+      if (status.type() == std::filesystem::file_type::not_found) {
+        run.state = shared_state::gone;
+        return;
+      }
+      if (!ec && !std::filesystem::is_directory(status)) {
+        run.state = shared_state::no_run_id;
+        return;
+      }
+    }
+    const std::optional<std::string> theirs = read_run_id(*open_store(*run.shared, /*create=*/false));
+    run.state = !theirs ? shared_state::no_run_id : *theirs == run.id ? shared_state::this_run : shared_state::another_run;
+    if (theirs) run.detail = *theirs;
+  } catch (const std::exception& e) {
+    run.state = shared_state::unreadable;
+    run.detail = e.what();
+  }
+}
+
+}  // namespace
+
+tier_root describe_tier_root(const store& root) {
+  tier_root out;
+  if (root.local() == nullptr) return out;
+  for (const std::string& name : folders_in(root, {})) {
+    if (const std::optional<std::string_view> id = run_of_folder(name)) {
+      tier_run run{.id = std::string(*id), .folder = name, .shared = {}, .state = shared_state::not_noted, .detail = {}, .nodes = {}};
+      note_shared(root, run);
+      for (const std::string& sub : folders_in(root, name))
+        if (const std::optional<int> k = node_of_folder(sub)) run.nodes.push_back(node_at(root, joined(name, sub), k));
+      std::ranges::sort(run.nodes, {}, &tier_node::node);
+      if (run.nodes.empty()) run.nodes.push_back(node_at(root, name, std::nullopt));
+      out.runs.push_back(std::move(run));
+    } else if (node_of_folder(name) || name == partner_name || step_of_folder(name)) {
+      out.earlier.push_back(name);
+    }
+  }
+  return out;
+}
+
+std::string tier_run_folder(std::string_view id) { return std::string(tier_run_prefix) + std::string(id); }
+
+std::optional<tier_place> tier_place_of(const std::filesystem::path& path) {
+  std::filesystem::path p = path.lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "run-<id>/"
+  const std::string name = p.filename().string();
+  if (const std::optional<std::string_view> id = run_of_folder(name))
+    return tier_place{p.parent_path(), std::string(*id), name};
+  const std::string parent = p.parent_path().filename().string();
+  const std::optional<std::string_view> id = run_of_folder(parent);
+  if (!id || !node_of_folder(name)) return std::nullopt;
+  return tier_place{p.parent_path().parent_path(), std::string(*id), joined(parent, name)};
+}
+
+checkpoint load_held(const store& root, const tier_step& copy, const load_options& options, std::string_view shard) {
+  std::string save_id;
+  auto by_shard = index_of_folder(root, copy.folder, &save_id);
+  std::erase_if(by_shard, [&](const auto& kv) {
+    return shard.empty() ? !std::ranges::binary_search(copy.held, kv.first) : kv.first != shard;
+  });
+  return assemble_shards(
+      root.path_of(joined(copy.folder, step_index)), by_shard,
+      [&](const std::string& name) { return root.load(joined(copy.folder, name), options); }, save_id);
+}
+
+tier_cover covered(const tier_run& run, std::int64_t step,
+                   const std::function<bool(const tier_step& copy, const std::string& shard)>& intact) {
+  std::set<std::string> every, own, any;
+  for (const tier_node& node : run.nodes)
+    for (const tier_step& copy : node.steps) {
+      if (copy.step != step) continue;
+      every.insert(copy.shards.begin(), copy.shards.end());
+      for (const std::string& shard : copy.held) {
+        if (!intact(copy, shard)) continue;
+        any.insert(shard);
+        if (!copy.partner) own.insert(shard);
+      }
+    }
+  tier_cover out;
+  out.own = !every.empty() && own == every;
+  out.with_partners = !every.empty() && any == every;
+  std::ranges::set_difference(every, any, std::back_inserter(out.missing));
   return out;
 }
 

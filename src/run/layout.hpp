@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -99,5 +101,93 @@ struct item {
 // `name` of `s` is a committed step folder.
 // \throws as the store.
 [[nodiscard]] bool committed_step_folder(const store& s, std::string_view name);
+
+}  // namespace ckpt::detail::layout
+
+// ---------------------------------------------------------------------------------------------
+// The node-local tier root (ckpt::mpi::tiers::local), described for the tool `ckpt`
+// (describe_tier_root): each run's folder `run-<id>/` and its nodes' folders (`node-<k>/` with
+// simulated nodes, else the run's folder itself), what each node holds of each step (the shards
+// of its own ranks, and in its partner folder the copies of the previous node's), what became of
+// the run's shared folder, and which steps a run's tiers can restore. The MPI manager writes this
+// layout (src/mpi/tiers.hpp); the tool only formats what these answer.
+// ---------------------------------------------------------------------------------------------
+
+namespace ckpt::detail::layout {
+
+// A committed step folder of a node: of its own shards, or its partner copies. Its index names
+// every shard of the step; the node holds some of them.
+struct tier_step {
+  std::int64_t step = 0;
+  bool partner = false;             // the copies of the previous node's shards
+  std::string folder;               // the step folder, relative to the tier root
+  std::vector<std::string> shards;  // every shard its index names, sorted
+  std::vector<std::string> held;    // those of them in the folder, sorted
+  std::string problem;              // why the index cannot be read ("" if it was)
+};
+
+// A node's folder of a run.
+struct tier_node {
+  std::optional<int> node;                 // k of a simulated node's folder; nothing: a real node's
+  std::string folder;                      // relative to the tier root
+  std::vector<tier_step> steps;            // by step, its own before its partner copy
+  std::vector<std::string> uncommitted;    // step folders without their index, relative to `folder`
+  std::vector<std::string> step_folders;   // the folders that hold its steps (own, partner), relative to the root
+};
+
+// What became of a run's shared folder, as the run's folder notes it.
+enum class shared_state { this_run, another_run, no_run_id, gone, not_noted, unreadable };
+
+struct tier_run {
+  std::string id;
+  std::string folder;                           // relative to the tier root
+  std::optional<std::filesystem::path> shared;  // the shared folder, as noted
+  shared_state state = shared_state::not_noted;
+  std::string detail;  // the other run's id (another_run), or why the shared folder cannot be read
+  std::vector<tier_node> nodes;                 // by node
+  // No manager uses the run's folder again: its shared folder is gone, or holds another run now.
+  [[nodiscard]] bool left_over() const noexcept {
+    return state == shared_state::another_run || state == shared_state::no_run_id || state == shared_state::gone;
+  }
+};
+
+struct tier_root {
+  std::vector<tier_run> runs;         // by id
+  std::vector<std::string> earlier;   // folders right under the root in an earlier version's layout (no run id)
+};
+
+// What the node-local tier root `root` (a local folder) holds; nothing for a bucket.
+// \throws io_error if a folder cannot be listed.
+[[nodiscard]] tier_root describe_tier_root(const store& root);
+
+// A run's folder in the node-local tier root: `run-<id>`.
+[[nodiscard]] std::string tier_run_folder(std::string_view id);
+
+// Where `path` lies in a node-local tier root, by its name and its parent's: a run's folder
+// (`<root>/run-<id>`) or a simulated node's folder in it (`<root>/run-<id>/node-<k>`).
+struct tier_place {
+  std::filesystem::path root;
+  std::string run;     // the run's id
+  std::string folder;  // `path` relative to the root: the run's folder, or a node's
+};
+[[nodiscard]] std::optional<tier_place> tier_place_of(const std::filesystem::path& path);
+
+// The part of the step copy `copy` its node holds, read from the tier root `root`: each shard it
+// holds (or only `shard`) loaded with `options` (its digest checked as they say), with the
+// entries the index gives it, checked as a sharded load checks its shards.
+// \throws as ckpt::load.
+[[nodiscard]] checkpoint load_held(const store& root, const tier_step& copy, const load_options& options,
+                                   std::string_view shard = {});
+
+// Whether the node-local copies of `step` in `run` that `intact` accepts (a copy, and a shard it
+// holds) make the whole step, as the MPI manager restores a step from its nodes: from their own
+// shards alone, or with the partner copies; and the shards no intact copy holds.
+struct tier_cover {
+  bool own = false;
+  bool with_partners = false;
+  std::vector<std::string> missing;  // sorted
+};
+[[nodiscard]] tier_cover covered(const tier_run& run, std::int64_t step,
+                                 const std::function<bool(const tier_step& copy, const std::string& shard)>& intact);
 
 }  // namespace ckpt::detail::layout

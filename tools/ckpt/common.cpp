@@ -5,6 +5,7 @@
 // one place.
 #include "base/hex.hpp"
 #include "base/utf8.hpp"
+#include "format/sharded.hpp"
 #include "io/remote_path.hpp"
 #include "run/layout.hpp"
 #include "run/store.hpp"
@@ -128,6 +129,27 @@ bool is_manager_folder(const std::filesystem::path& path, const std::vector<list
   });
 }
 
+bool is_tier_folder(const std::filesystem::path& path) {
+  std::error_code ec;
+  return ckpt::detail::layout::tier_place_of(path) && std::filesystem::is_directory(path, ec);
+}
+
+std::string held_shards(const ckpt::detail::layout::tier_step& copy) {
+  if (!copy.problem.empty()) return "?";
+  std::string out;
+  for (const std::string& shard : copy.held)
+    out += (out.empty() ? "" : ", ") + std::to_string(std::ranges::lower_bound(copy.shards, shard) - copy.shards.begin() + 1);
+  return (out.empty() ? std::string("none") : out) + " of " + std::to_string(copy.shards.size());
+}
+
+std::string held_text(const ckpt::detail::layout::tier_step& copy) {
+  if (copy.held.empty())
+    return "holds the index alone (none of the step's " + count_of(copy.shards.size(), "shard", "shards") + ": " +
+           (copy.partner ? "the previous node's" : "the node's") + " ranks wrote none)";
+  return std::string(copy.partner ? "holds the partner copies of " : "holds ") +
+         (copy.held.size() == 1 ? "shard " : "shards ") + held_shards(copy);
+}
+
 failed_load what_failed(const listed_step& s, const std::exception& e) {
   if (s.set_aside) {
     std::error_code ec;
@@ -231,8 +253,15 @@ std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::opti
 
 std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std::vector<listed_step>& steps,
                                     std::optional<std::int64_t> step) {
+  if (is_tier_folder(path))
+    throw usage_error("ckpt: '" + path.string() + "' is a folder of a node-local tier root: its steps are each node's "
+                      "part of them (ckpt inspect and ckpt verify show them); read a step in the run's shared folder");
   if (steps.empty()) {
     if (step) throw usage_error("ckpt: --step " + std::to_string(*step) + ": '" + path.string() + "' is not a checkpoint_manager folder");
+    if (is_manager_folder(path, steps))
+      throw usage_error("ckpt: '" + path.string() +
+                        "' is a checkpoint_manager folder with no step yet (its first step is not committed): there is "
+                        "no checkpoint to read");
     return path;
   }
   const auto usable = [](const listed_step& s) { return !s.damaged; };
@@ -253,9 +282,57 @@ std::filesystem::path checkpoint_in(const std::filesystem::path& path, const std
 }
 
 bool names_sharded(const std::filesystem::path& path) noexcept {
-  if (std::string_view(path.native()).ends_with(".index.json")) return true;
+  if (ckpt::detail::names_index(path.native())) return true;
   std::error_code ec;
   return std::filesystem::is_directory(path, ec);
+}
+
+ckpt::load_options fetch_stats::counting(ckpt::load_options options) {
+  options.fetched = [this](std::uint64_t b, std::uint64_t r) {
+    bytes += b;
+    requests += r;
+    ++loads;
+  };
+  return options;
+}
+
+void add_stats_option(CLI::App& sub, bool& stats) {
+  sub.add_flag("--stats", stats,
+               "print what the loads fetched from object storage (s3://): the bytes of the answers and the requests");
+}
+
+void print_stats(std::ostream& out, const fetch_stats& s) {
+  out << "fetched from object storage: " << to_string(footprint{.bytes = s.bytes}) << " in "
+      << count_of(s.requests, "request", "requests") << '\n';
+}
+
+std::optional<ckpt::name_pattern> pattern_of(const std::vector<std::string>& prefixes,
+                                             const std::vector<std::string>& patterns) {
+  if (prefixes.empty() && patterns.empty()) return std::nullopt;
+  std::string any;
+  const auto add = [&](const std::string& alternative) { any += (any.empty() ? "(?:" : "|(?:") + alternative + ")"; };
+  for (const std::string& prefix : prefixes) {
+    // The prefix literally: every ASCII character but letters, digits and '_' escaped (RE2's
+    // QuoteMeta), a NUL as \x00.
+    std::string quoted = "^";
+    for (const char c : prefix) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u == 0) quoted += "\\x00";
+      else if (u >= 0x80 || std::isalnum(u) != 0 || c == '_') quoted += c;
+      else (quoted += '\\') += c;
+    }
+    add(quoted);
+  }
+  for (const std::string& p : patterns) add(p);
+  return ckpt::name_pattern(any);
+}
+
+bool fetched_in_part(const std::filesystem::path& path) noexcept { return ckpt::detail::is_remote(path); }
+
+void print_part_fetched(std::ostream& out, const std::filesystem::path& path, std::string_view option) {
+  out << "fetched only the chosen entries of '" << printable(path.string())
+      << "': the digest of the whole file (if it records one) was not checked; " << option
+      << " fetches it whole and checks it\n";
 }
 
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step) {

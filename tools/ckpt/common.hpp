@@ -132,6 +132,22 @@ struct listed_step {
 /// \throws std::bad_alloc
 [[nodiscard]] bool is_manager_folder(const std::filesystem::path& path, const std::vector<listed_step>& steps);
 
+/// Whether `path` is a run's folder, or a node's, in a node-local tier root (the library's
+/// layout::tier_place_of), and a folder.
+/// \throws std::bad_alloc
+[[nodiscard]] bool is_tier_folder(const std::filesystem::path& path);
+
+/// `"1, 2 of 4"`: the shards of the step that `copy` holds, by their places among the shards its
+/// index names (`"none of 4"`; `"?"` if its index cannot be read).
+/// \throws std::bad_alloc
+[[nodiscard]] std::string held_shards(const ckpt::detail::layout::tier_step& copy);
+
+/// What `copy` holds, for a line of verify: `"holds shards 1, 2 of 4"`, `"holds the partner copies
+/// of shards 3, 4 of 4"`, or, holding none (a node whose ranks wrote no shard of the step), that it
+/// holds the index alone.
+/// \throws std::bad_alloc
+[[nodiscard]] std::string held_text(const ckpt::detail::layout::tier_step& copy);
+
 /// What a load of listed step `s` that threw found, in the managers' words (ckpt/manager.hpp):
 /// the step was deleted since it was listed (a manager writing the folder: its reader no longer
 /// lists it), or its bytes are wrong (damage: its reader now lists it as damaged), or neither (an
@@ -191,7 +207,8 @@ void print_leftovers(std::ostream& out, const std::vector<leftover>& leftovers);
 /// the latest step not known to be damaged; for `step`, a damaged one if it is the only one), or
 /// PATH itself (a file, a sharded checkpoint, an MPI step folder).
 /// \throws usage_error if `step` is given and PATH is not a manager folder, or has no such step
-/// (the message lists the steps it has).
+/// (the message lists the steps it has); if PATH is a manager folder with no step yet, or a
+/// folder of a node-local tier root (whose steps are each node's part).
 [[nodiscard]] std::filesystem::path checkpoint_in(const std::filesystem::path& path, std::optional<std::int64_t> step);
 /// The same, for a caller that listed `path` already (`steps` is `steps_in(path)`).
 /// \throws usage_error as above.
@@ -199,15 +216,52 @@ void print_leftovers(std::ostream& out, const std::vector<leftover>& leftovers);
                                                   std::optional<std::int64_t> step);
 
 /// True if `ckpt::load` reads `path` as a sharded checkpoint, by the rules its documentation
-/// gives (ckpt/file.hpp): a name ending with `.index.json`, or a folder (which may hold a single
-/// `model.safetensors` or `pytorch_model.bin` instead). Looks at the file system only for the
-/// folder test. For what the tool shows of the reading (a bar a shard), not for how it reads.
+/// gives (ckpt/file.hpp): an index by its name, or a folder (which may hold a single file
+/// instead). Looks at the file system only for the folder test. For what the tool shows of the
+/// reading (a bar a shard), not for how it reads.
 /// \throws nothing
 [[nodiscard]] bool names_sharded(const std::filesystem::path& path) noexcept;
 
 /// Adds the `--step N` option of the commands that open a manager folder's step.
 /// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
+
+/// What the loads of a command fetched from object storage (`ckpt::load_options::fetched`), summed
+/// over its loads, for `--stats`.
+struct fetch_stats {
+  std::uint64_t bytes = 0;
+  std::uint64_t requests = 0;
+  std::uint64_t loads = 0;
+  /// `options` with its `fetched` adding to these (which must outlive the loads).
+  /// \throws std::bad_alloc
+  [[nodiscard]] ckpt::load_options counting(ckpt::load_options options);
+};
+
+/// Adds `--stats`, which prints what the command's loads fetched from object storage.
+/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
+void add_stats_option(CLI::App& sub, bool& stats);
+
+/// `fetched from object storage: B bytes (X MiB) in N requests`, a line.
+/// \throws whatever the stream throws
+void print_stats(std::ostream& out, const fetch_stats& s);
+
+/// The pattern (`ckpt::name_pattern`, for `load_options::only`) of the names that start with one
+/// of `prefixes` (taken literally) or that one of `patterns` (RE2) matches; nothing if there is
+/// neither.
+/// \throws std::invalid_argument if a pattern is not valid RE2.
+[[nodiscard]] std::optional<ckpt::name_pattern> pattern_of(const std::vector<std::string>& prefixes,
+                                                           const std::vector<std::string>& patterns = {});
+
+/// Whether a load of `path` with `load_options::only` fetches the chosen entries alone (an object,
+/// or a sharded checkpoint, in object storage), rather than reading the whole file first; the
+/// tool then fetches only those (by default), and says so (print_part_fetched).
+/// \throws nothing
+[[nodiscard]] bool fetched_in_part(const std::filesystem::path& path) noexcept;
+
+/// The line that says of `path`, loaded in part, that its whole file's digest was not checked,
+/// and that `option` fetches it whole.
+/// \throws whatever the stream throws
+void print_part_fetched(std::ostream& out, const std::filesystem::path& path, std::string_view option);
 
 /// Adds `--torch-budget FACTOR` (at least 1), which multiplies the budgets of the `.pt` reader
 /// (`ckpt::torch_options`), to a command that reads checkpoints.

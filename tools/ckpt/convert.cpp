@@ -44,6 +44,8 @@ struct convert_args {
   std::optional<std::int64_t> step;  // of a manager folder: this step, not the latest
   std::size_t torch_budget = 1;
   bool keep_tied = false;  // keep every name of a tied group (a .pt file's shared tensor)
+  bool fetch_all = false;  // an object in a bucket fetched whole (its digest checked), whatever is kept
+  bool stats = false;
 };
 
 struct rename_rule {
@@ -127,13 +129,19 @@ int convert(const convert_args& args) {
     throw usage_error("ckpt convert: '" + args.out.string() +
                       "' is a folder: give --shard-size to write a sharded checkpoint into it, or a file name");
 
-  // The digest (if recorded) is checked: a conversion must not launder corrupted data.
+  // The digest (if recorded) is checked: a conversion must not launder corrupted data. But of an
+  // object in a bucket, with keep rules, only the entries they keep are fetched (ranged GETs),
+  // which cannot check the digest of the whole file: said so, --fetch-all to fetch it whole.
   const std::filesystem::path in = checkpoint_in(args.in, args.step);
-  if (!names_sharded(in)) read_ahead({in}, "reading");
+  std::optional<ckpt::name_pattern> only;
+  if (!args.fetch_all && fetched_in_part(in)) only = pattern_of(args.keep, args.keep_matching);
+  if (!names_sharded(in) && !only) read_ahead({in}, "reading");
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
-  const ckpt::checkpoint input = ckpt::load(in, {}, torch);
+  fetch_stats fetched;
+  const ckpt::checkpoint input = ckpt::load(in, fetched.counting({.only = only}), torch);
+  if (only) print_part_fetched(std::cout, in, "--fetch-all");
 
   const auto chosen = [&](const std::string& name) {
     return (keep.empty() || keep.cover(name)) && !drop.cover(name);
@@ -159,10 +167,12 @@ int convert(const convert_args& args) {
       if (std::ranges::find(untied, names[i]) != untied.end())
         std::cout << "left out '" << printable(names[i]) << "': tied to '" << printable(names.front())
                   << "' (the same tensor; --keep-tied writes both)\n";
-  if (selected.empty() && !input.empty())
+  if (selected.empty() && (!input.empty() || only))
     throw usage_error("ckpt convert: no entry of '" + args.in.string() +
-                      "' is left after --keep/--keep-matching/--drop/--drop-matching (it has " +
-                      std::to_string(input.size()) + ")");
+                      "' is left after --keep/--keep-matching/--drop/--drop-matching (" +
+                      (only ? "of those fetched, the entries the keep rules choose: " + std::to_string(input.size())
+                            : "it has " + std::to_string(input.size())) +
+                      ")");
   ckpt::metadata_map metadata;
   if (!args.drop_metadata)
     for (const auto& [key, value] : input.metadata())
@@ -216,13 +226,16 @@ int convert(const convert_args& args) {
     bar.done();
     std::cout << "wrote '" << printable(args.out.string()) << "': " << summary << '\n';
   }
+  if (args.stats) print_stats(std::cout, fetched);
   return success;
 }
 
 // What `ckpt convert --help` shows.
 constexpr command_text text{
     "convert", "Select, rename and cast entries; write a file or a sharded checkpoint",
-    R"(Read IN (a .safetensors file or a sharded checkpoint; its digest checked), keep and drop entries
+    R"(Read IN (a .safetensors file or a sharded checkpoint; its digest checked, but of an object in
+a bucket with --keep/--keep-matching only the entries kept are fetched, which cannot check it:
+--fetch-all fetches it whole and checks it), keep and drop entries
 by name prefix (--keep, --drop) or regular expression (--keep-matching, --drop-matching), rename
 them, convert floating entries to another dtype, and write OUT: one file, or with --shard-size a
 sharded checkpoint in the folder OUT. The steps run in this order: the keep and drop rules (on
@@ -281,6 +294,10 @@ void add_convert(CLI::App& app, action& chosen) {
   sub->add_flag("--keep-tied", args->keep_tied,
                 "write every name of a tied tensor of a .pt/.bin file (by default only the first, as "
                 "transformers' save_pretrained writes safetensors)");
+  sub->add_flag("--fetch-all", args->fetch_all,
+                "with --keep/--keep-matching, fetch all of an IN in object storage and check its digest (by default only "
+                "the entries kept are fetched, by ranged GETs, which cannot check the digest of the whole file)");
+  add_stats_option(*sub, args->stats);
   sub->add_flag("--no-digest", args->no_digest, "do not record the digest of the file (ckpt.xxh3_64_file) in the output");
   auto* drop_metadata =
       sub->add_flag("--drop-metadata", args->drop_metadata,

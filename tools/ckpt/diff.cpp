@@ -40,6 +40,8 @@ struct diff_args {
   std::vector<std::int64_t> steps;  // of manager folders: this step (A B), or these two (RUN)
   std::size_t torch_budget = 1;
   bool metadata = false;  // compare the __metadata__ too, a difference being a finding
+  bool fetch_all = false;  // objects in a bucket fetched whole (their digests checked), whatever --filter
+  bool stats = false;
 };
 
 // The comparison of the values of two entries of the same shape.
@@ -176,8 +178,21 @@ int diff(const diff_args& args) {
     path_a = checkpoint_in(args.a, steps_a, step_of(steps_a));
     path_b = checkpoint_in(args.b, steps_b, step_of(steps_b));
   }
-  const ckpt::checkpoint a = ckpt::load(path_a, {}, torch_budget(args.torch_budget));
-  const ckpt::checkpoint b = ckpt::load(path_b, {}, torch_budget(args.torch_budget));
+  // With --filter, of a checkpoint in a bucket only the entries under the prefix are fetched
+  // (ranged GETs, which cannot check the whole file's digest: said so; --fetch-all).
+  fetch_stats fetched;
+  const auto load = [&](const std::filesystem::path& path) {
+    ckpt::load_options options;
+    if (!args.filter.empty() && !args.fetch_all && fetched_in_part(path)) options.only = pattern_of({args.filter});
+    ckpt::checkpoint t = ckpt::load(path, fetched.counting(options), torch_budget(args.torch_budget));
+    if (options.only) print_part_fetched(std::cout, path, "--fetch-all");
+    return t;
+  };
+  const ckpt::checkpoint a = load(path_a);
+  const ckpt::checkpoint b = load(path_b);
+  const auto stats = [&] {
+    if (args.stats) print_stats(std::cout, fetched);
+  };
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
@@ -226,6 +241,7 @@ int diff(const diff_args& args) {
     std::cout << "same: " << count_of(rows.size(), "entry", "entries") << " within " << tolerance;
     if (args.metadata) std::cout << "; " << count_of(meta.compared, "metadata key", "metadata keys") << " equal";
     std::cout << '\n';
+    stats();
     return success;
   }
   std::cout << "different: " << only_a.size() << " only in A, " << only_b.size() << " only in B, "
@@ -237,6 +253,7 @@ int diff(const diff_args& args) {
               << count_of(meta.compared, "compared metadata key", "compared metadata keys")
               << (meta.lines.size() == 1 ? " differs" : " differ");
   std::cout << '\n';
+  stats();
   return finding;
 }
 
@@ -256,6 +273,10 @@ differ (N keys; --metadata shows them)') without changing the exit status. With 
 each key only in A, only in B, or whose values differ is a line, and a finding. The digests
 ckpt.xxh3_64_file, ckpt.xxh3_64_per_mib and ckpt.xxh3_64, which describe one file's bytes, and a
 manager's wall_time are never compared.
+
+Both are loaded with their digests checked; but with --filter, of a checkpoint in object storage
+only the entries under the prefix are fetched (ranged GETs), which cannot check the whole file's
+digest: a line says so, and --fetch-all fetches it whole.
 
 Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be read.)"};
 
@@ -291,6 +312,10 @@ void add_diff(CLI::App& app, action& chosen) {
   add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
+  sub->add_flag("--fetch-all", args->fetch_all,
+                "with --filter, fetch all of a checkpoint in object storage and check its digest (by default only the "
+                "entries under the prefix are fetched, by ranged GETs, which cannot check the digest of the whole file)");
+  add_stats_option(*sub, args->stats);
   sub->add_flag("--metadata", args->metadata,
                 "compare the __metadata__ too, a difference being a finding; never compared: the digests "
                 "ckpt.xxh3_64_file, ckpt.xxh3_64_per_mib and ckpt.xxh3_64, which describe one file's bytes, and a "

@@ -1,7 +1,9 @@
 // ckpt inspect PATH: the entries of a checkpoint, the steps of a checkpoint_manager folder, or the
 // runs of a node-local tier root (ckpt::mpi::tiers::local).
 
-#include "io/folder.hpp"
+#include "format/describe.hpp"
+#include "io/remote_path.hpp"
+#include "run/layout.hpp"
 #include "run/store.hpp"
 #include "common.hpp"
 
@@ -34,6 +36,7 @@ struct inspect_args {
   std::filesystem::path path;
   std::string filter;
   bool json = false;
+  bool stats = false;
   std::optional<std::int64_t> step;
   std::size_t torch_budget = 1;
 };
@@ -44,19 +47,34 @@ struct totals {
   std::uint64_t bytes = 0;
 };
 
+using described = ckpt::detail::description;
+
+std::int64_t parameters_of(const described::entry& e) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : e.shape) n *= d;
+  return n;
+}
+
+// The entries of `d` whose names start with `prefix`.
+std::vector<const described::entry*> entries_with_prefix(const described& d, std::string_view prefix) {
+  std::vector<const described::entry*> out;
+  for (const described::entry& e : d.entries)
+    if (e.name.starts_with(prefix)) out.push_back(&e);
+  return out;
+}
+
 // The bytes of tied names (one tensor under several names, in a .pt file) count once.
-totals sum(const std::vector<const ckpt::checkpoint::entry*>& entries,
-           const std::vector<std::vector<std::string>>& tied = {}) {
+totals sum(const std::vector<const described::entry*>& entries, const std::vector<std::vector<std::string>>& tied = {}) {
   totals out;
   for (const auto* e : entries) {
     ++out.entries;
-    out.parameters += e->second.numel();
-    out.bytes += e->second.nbytes();
+    out.parameters += parameters_of(*e);
+    out.bytes += e->bytes;
   }
   for (const auto& names : tied) {
     std::uint64_t listed = 0, bytes = 0;
     for (const auto* e : entries)
-      if (std::ranges::find(names, e->first) != names.end()) ++listed, bytes = e->second.nbytes();
+      if (std::ranges::find(names, e->name) != names.end()) ++listed, bytes = e->bytes;
     if (listed > 1) out.bytes -= (listed - 1) * bytes;
   }
   return out;
@@ -72,30 +90,37 @@ boost::json::object json_of(const totals& t) {
   return {{"entries", t.entries}, {"parameters", t.parameters}, {"bytes", t.bytes}};
 }
 
+boost::json::object json_of(const fetch_stats& s) { return {{"bytes", s.bytes}, {"requests", s.requests}}; }
+
 void print_totals(const totals& t) {
   std::cout << "total: " << count_of(t.entries, "entry", "entries") << ", "
             << count_of(static_cast<std::uint64_t>(t.parameters), "parameter", "parameters") << ", "
             << count_of(t.bytes, "byte", "bytes") << '\n';
 }
 
-// Only the header is read: inspecting a large file costs no pass over its data (verify does that).
+// Only the headers are read (ckpt::detail::describe): inspecting a large file costs no pass over
+// its data (verify does that), and an object in a bucket is fetched no further than its header
+// (with --filter, than the headers of the shards that hold a chosen entry).
 int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& path) {
   std::vector<std::vector<std::string>> tied;
   ckpt::torch_options torch = torch_budget(args.torch_budget);
   torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
-  const ckpt::checkpoint t = ckpt::load(path, {.verify_digest = false}, torch);
+  fetch_stats fetched;
+  ckpt::load_options options = fetched.counting({});
+  if (!args.filter.empty()) options.only = pattern_of({args.filter});
+  const described t = ckpt::detail::describe(path, options, torch);
   const auto entries = entries_with_prefix(t, args.filter);
   const totals total = sum(entries, tied);
   if (args.json) {
     boost::json::array rows;
     for (const auto* e : entries) {
       boost::json::array shape;
-      for (const std::int64_t d : e->second.shape()) shape.push_back(d);
-      rows.push_back(boost::json::object{{"name", valid_utf8(e->first)},
-                                         {"dtype", ckpt::to_string(e->second.dtype())},
+      for (const std::int64_t d : e->shape) shape.push_back(d);
+      rows.push_back(boost::json::object{{"name", valid_utf8(e->name)},
+                                         {"dtype", ckpt::to_string(e->type)},
                                          {"shape", std::move(shape)},
-                                         {"parameters", e->second.numel()},
-                                         {"bytes", e->second.nbytes()}});
+                                         {"parameters", parameters_of(*e)},
+                                         {"bytes", e->bytes}});
     }
     boost::json::array groups;
     for (const auto& names : tied) {
@@ -105,14 +130,15 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
     }
     boost::json::object out{{"path", valid_utf8(path.string())}, {"entries", std::move(rows)}, {"total", json_of(total)}};
     if (!groups.empty()) out["tied"] = std::move(groups);  // a .pt file's names of one tensor
-    out["metadata"] = json_of(t.metadata());
+    out["metadata"] = json_of(t.metadata);
+    if (args.stats) out["fetched"] = json_of(fetched);
     std::cout << boost::json::serialize(out) << '\n';
     return success;
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto* e : entries)
-    rows.push_back({e->first, std::string(ckpt::to_string(e->second.dtype())), ckpt::to_string(e->second.shape()),
-                    std::to_string(e->second.numel()), std::to_string(e->second.nbytes())});
+    rows.push_back({e->name, std::string(ckpt::to_string(e->type)), ckpt::to_string(e->shape),
+                    std::to_string(parameters_of(*e)), std::to_string(e->bytes)});
   print_table(std::cout, {{"name"}, {"dtype"}, {"shape"}, {"parameters", true}, {"bytes", true}}, rows);
   print_totals(total);
   for (const auto& names : tied) {
@@ -120,13 +146,29 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
     for (const auto& name : names) line += (line.empty() ? "" : ", ") + name;
     std::cout << "tied (one tensor, its bytes counted once): " << printable(line) << '\n';
   }
-  if (t.metadata().empty()) {
+  if (t.metadata.empty()) {
     std::cout << "__metadata__: none\n";
   } else {
     std::cout << "__metadata__:\n";
-    for (const auto& [key, value] : t.metadata()) std::cout << "  " << printable(key) << ": " << printable(value) << '\n';
+    for (const auto& [key, value] : t.metadata) std::cout << "  " << printable(key) << ": " << printable(value) << '\n';
   }
+  if (args.stats) print_stats(std::cout, fetched);
   return success;
+}
+
+// Step `s` described from its headers: for a step in a bucket, fetched no further than them; a
+// step that cannot be so described is loaded as its manager loads it (load_listed), which tells
+// damage from a step deleted meanwhile. Nothing if it is gone.
+std::optional<described> describe_listed(const listed_step& s, fetch_stats& fetched) {
+  if (ckpt::detail::is_remote(s.checkpoint)) {
+    try {
+      return ckpt::detail::describe(s.checkpoint, fetched.counting({}), {});
+    } catch (const std::exception&) {  // the manager's load says what it is
+    }
+  }
+  const std::optional<ckpt::checkpoint> t = load_listed(s, fetched.counting({.verify_digest = false}));
+  if (!t) return std::nullopt;
+  return ckpt::detail::description_of(*t);
 }
 
 // The run id of an mpi::checkpoint_manager's folder (src/run/manager_core.hpp): nothing if `folder`
@@ -153,6 +195,7 @@ std::optional<run_id_reading> run_id_in(const std::filesystem::path& folder) {
 int inspect_folder(const inspect_args& args, const std::vector<listed_step>& listed) {
   const std::vector<leftover> leftovers = leftovers_in(args.path);
   const std::optional<run_id_reading> id = run_id_in(args.path);
+  fetch_stats fetched;
   struct step_row {
     std::int64_t step;
     std::filesystem::path file;
@@ -167,8 +210,8 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
       continue;
     }
     try {
-      if (const auto t = load_listed(s))
-        steps.push_back({s.step, s.checkpoint, sum(entries_with_prefix(*t, args.filter)), t->metadata(), {}});
+      if (const auto t = describe_listed(s, fetched))
+        steps.push_back({s.step, s.checkpoint, sum(entries_with_prefix(*t, args.filter)), t->metadata, {}});
     } catch (const std::exception& e) {
       if (what_failed(s, e) != failed_load::damaged) throw;
       steps.push_back({s.step, s.checkpoint, {}, {}, e.what()});
@@ -199,6 +242,7 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
                             {"steps", std::move(rows)},
                             {"leftovers", std::move(leftover_rows)}};
     if (id) out["run_id"] = id->id ? boost::json::value(*id->id) : boost::json::value(nullptr);
+    if (args.stats) out["fetched"] = json_of(fetched);
     std::cout << boost::json::serialize(out) << '\n';
     return success;
   }
@@ -228,143 +272,15 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
     if (s.damaged) std::cout << "step " << s.step << " damaged: " << printable(*s.damaged) << '\n';
   if (id && id->id)
     std::cout << "run id: " << *id->id << " (an mpi::checkpoint_manager's; its node-local tiers are "
-              << ckpt::detail::layout::tier_run_prefix << *id->id << " in a tiers::local root)\n";
+              << ckpt::detail::layout::tier_run_folder(*id->id) << " in a tiers::local root)\n";
   else if (id)
     std::cout << "run id: unreadable: " << printable(id->error) << '\n';
   print_leftovers(std::cout, leftovers);
+  if (args.stats) print_stats(std::cout, fetched);
   return success;
 }
 
-// A node's folder in a node-local tier root: what it holds of its run.
-struct tier_node {
-  std::optional<int> node;  // k of node-<k>; nothing: the run's folder is this machine's node's
-  std::filesystem::path folder;
-  std::vector<std::int64_t> steps;          // committed, of the node's own shards
-  std::vector<std::int64_t> partner_steps;  // committed, of the previous node's (partner/)
-  std::vector<std::filesystem::path> uncommitted;  // step folders without their index
-  footprint size;
-};
-
-// What became of a run's shared folder, as the run's folder in the local root notes it.
-enum class shared_state { this_run, another_run, no_run_id, gone, not_noted, unreadable };
-
-// A run's folder `run-<id>` in a node-local tier root.
-struct tier_run {
-  std::string id;
-  std::filesystem::path folder;
-  std::optional<std::filesystem::path> shared;  // as noted
-  shared_state state = shared_state::not_noted;
-  std::string detail;  // the other run's id, or why the shared folder's id cannot be read
-  std::vector<tier_node> nodes;
-};
-
-// A folder's entries, sorted, each with whether it is a folder (a symbolic link is not).
-std::vector<std::pair<std::string, bool>> entries_of(const std::filesystem::path& folder) {
-  std::vector<std::pair<std::string, bool>> out;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(folder, ec);
-  for (const std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec))
-    out.emplace_back(it->path().filename().string(),
-                     it->symlink_status(ec).type() == std::filesystem::file_type::directory);
-  if (ec) throw ckpt::io_error(folder, "list", ec);
-  std::ranges::sort(out);
-  return out;
-}
-
-// k if `name` is a simulated node's folder name, node-<k>.
-std::optional<int> node_in_name(std::string_view name) {
-  constexpr std::string_view prefix = "node-";
-  if (!name.starts_with(prefix) || name.size() == prefix.size() || name.size() > prefix.size() + 9) return std::nullopt;
-  int k = 0;
-  for (const char c : name.substr(prefix.size())) {
-    if (c < '0' || c > '9') return std::nullopt;
-    k = 10 * k + (c - '0');
-  }
-  return std::to_string(k) == name.substr(prefix.size()) ? std::optional(k) : std::nullopt;
-}
-
-tier_node node_at(const std::filesystem::path& folder, std::optional<int> node) {
-  tier_node out{node, folder, {}, {}, {}, footprint_of(folder)};
-  for (const auto& [listed, into] : {std::pair{folder, &out.steps}, std::pair{folder / "partner", &out.partner_steps}}) {
-    for (const listed_step& s : steps_in(listed)) into->push_back(s.step);
-    std::error_code ec;
-    if (!std::filesystem::is_directory(listed, ec)) continue;
-    for (const leftover& l : leftovers_in(listed))
-      if (l.kind == ckpt::detail::layout::what::uncommitted_step_folder) out.uncommitted.push_back(l.path);
-  }
-  return out;
-}
-
-// The runs of the node-local tier root `root`; none if it is not one (or not a folder).
-std::vector<tier_run> tier_runs_in(const std::filesystem::path& root) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(root, ec)) return {};
-  std::vector<tier_run> out;
-  for (const auto& [name, is_folder] : entries_of(root)) {
-    if (!is_folder || !name.starts_with(ckpt::detail::layout::tier_run_prefix)) continue;
-    const std::string_view id = std::string_view(name).substr(ckpt::detail::layout::tier_run_prefix.size());
-    if (!ckpt::detail::layout::is_run_id(id)) continue;
-    tier_run run{std::string(id), root / name, {}, shared_state::not_noted, {}, {}};
-    try {
-      // The note is one path and a newline.
-      std::optional<std::string> noted =
-          ckpt::detail::open_folder_store(run.folder, false)->read(ckpt::detail::layout::tier_shared_folder_name, PATH_MAX);
-      if (noted) {
-        if (noted->ends_with('\n')) noted->pop_back();
-        run.shared = *noted;
-        if (!std::filesystem::exists(*run.shared, ec) && !ec) {
-          run.state = shared_state::gone;
-        } else {
-          const std::optional<run_id_reading> theirs = run_id_in(*run.shared);
-          run.state = !theirs ? shared_state::no_run_id
-                      : !theirs->id ? shared_state::unreadable
-                      : *theirs->id == run.id ? shared_state::this_run
-                                              : shared_state::another_run;
-          if (theirs) run.detail = theirs->id ? *theirs->id : theirs->error;
-        }
-      }
-    } catch (const std::exception& e) {
-      run.state = shared_state::unreadable;
-      run.detail = e.what();
-    }
-    for (const auto& [sub, sub_is_folder] : entries_of(run.folder))
-      if (const std::optional<int> k = node_in_name(sub); k && sub_is_folder)
-        run.nodes.push_back(node_at(run.folder / sub, k));
-    if (run.nodes.empty()) run.nodes.push_back(node_at(run.folder, std::nullopt));
-    std::ranges::sort(run.nodes, {}, &tier_node::node);
-    out.push_back(std::move(run));
-  }
-  return out;
-}
-
-// The entries of a node-local tier root that an earlier version's manager wrote there, before
-// runs had ids: its nodes' folders, step folders and partner/.
-std::vector<std::filesystem::path> earlier_layout_in(const std::filesystem::path& root) {
-  std::vector<std::filesystem::path> out;
-  for (const auto& [name, is_folder] : entries_of(root))
-    if (is_folder && (node_in_name(name) || name == "partner" ||
-                      ckpt::detail::layout::step_of_folder(name)))
-      out.push_back(root / name);
-  return out;
-}
-
-std::string_view to_string(shared_state s) {
-  switch (s) {
-    case shared_state::this_run: return "this run";
-    case shared_state::another_run: return "another run";
-    case shared_state::no_run_id: return "no run id";
-    case shared_state::gone: return "gone";
-    case shared_state::not_noted: return "not noted";
-    case shared_state::unreadable: return "unreadable";
-  }
-  return "";
-}
-
-// Whether no manager will use the run's folder again: its shared folder is gone or another run's.
-bool left_over(const tier_run& run) {
-  return run.state == shared_state::another_run || run.state == shared_state::no_run_id ||
-         run.state == shared_state::gone;
-}
+namespace layout = ckpt::detail::layout;
 
 std::string steps_text(const std::vector<std::int64_t>& steps) {
   std::string out;
@@ -372,99 +288,230 @@ std::string steps_text(const std::vector<std::int64_t>& steps) {
   return out.empty() ? "-" : out;
 }
 
+// The steps of `node`, its own (or its partner copies).
+std::vector<std::int64_t> steps_of(const layout::tier_node& node, bool partner) {
+  std::vector<std::int64_t> out;
+  for (const layout::tier_step& s : node.steps)
+    if (s.partner == partner) out.push_back(s.step);
+  return out;
+}
+
+std::optional<std::uint64_t> bytes_of(const footprint& f) {
+  return f.known && !f.link ? std::optional(f.bytes) : std::nullopt;
+}
+
+std::string_view to_string(layout::shared_state s) {
+  switch (s) {
+    case layout::shared_state::this_run: return "this run";
+    case layout::shared_state::another_run: return "another run";
+    case layout::shared_state::no_run_id: return "no run id";
+    case layout::shared_state::gone: return "gone";
+    case layout::shared_state::not_noted: return "not noted";
+    case layout::shared_state::unreadable: return "unreadable";
+  }
+  return "";
+}
+
 // A node-local tier root: a row per node of each run, then what became of each run's shared folder.
-int inspect_local_root(const inspect_args& args, const std::vector<tier_run>& runs) {
-  const std::vector<std::filesystem::path> earlier = earlier_layout_in(args.path);
+int inspect_local_root(const inspect_args& args, const layout::tier_root& root) {
+  const auto& runs = root.runs;
   if (args.json) {
     const auto numbers = [](const std::vector<std::int64_t>& steps) {
       boost::json::array out;
       for (const std::int64_t s : steps) out.push_back(s);
       return out;
     };
-    const auto names = [](const std::vector<std::filesystem::path>& paths, const std::filesystem::path& base) {
+    const auto names = [](const std::vector<std::string>& list) {
       boost::json::array out;
-      for (const std::filesystem::path& p : paths)
-        out.push_back(boost::json::string(valid_utf8(p.lexically_relative(base).string())));
+      for (const std::string& name : list) out.push_back(boost::json::string(valid_utf8(name)));
       return out;
     };
     boost::json::array run_rows;
-    for (const tier_run& run : runs) {
+    for (const layout::tier_run& run : runs) {
       boost::json::array nodes;
-      for (const tier_node& n : run.nodes) {
-        boost::json::object row{{"node", n.node ? boost::json::value(*n.node) : boost::json::value(nullptr)},
-                                {"folder", valid_utf8(n.folder.lexically_relative(args.path).string())},
-                                {"steps", numbers(n.steps)},
-                                {"partner_steps", numbers(n.partner_steps)},
-                                {"uncommitted", names(n.uncommitted, n.folder)}};
-        if (n.size.known && !n.size.link) row["bytes"] = n.size.bytes;
-        else row["bytes"] = nullptr;
-        nodes.push_back(std::move(row));
+      for (const layout::tier_node& n : run.nodes) {
+        const std::optional<std::uint64_t> bytes = bytes_of(footprint_of(args.path / n.folder));
+        nodes.push_back(boost::json::object{{"node", n.node ? boost::json::value(*n.node) : boost::json::value(nullptr)},
+                                            {"folder", valid_utf8(n.folder)},
+                                            {"steps", numbers(steps_of(n, false))},
+                                            {"partner_steps", numbers(steps_of(n, true))},
+                                            {"uncommitted", names(n.uncommitted)},
+                                            {"bytes", bytes ? boost::json::value(*bytes) : boost::json::value(nullptr)}});
       }
       boost::json::object row{{"id", run.id},
                               {"shared_folder", run.shared ? boost::json::value(valid_utf8(run.shared->string()))
                                                            : boost::json::value(nullptr)},
                               {"shared_state", to_string(run.state)},
-                              {"left_over", left_over(run)},
+                              {"left_over", run.left_over()},
                               {"nodes", std::move(nodes)}};
-      if (run.state == shared_state::another_run) row["shared_run_id"] = run.detail;
-      if (run.state == shared_state::unreadable) row["reason"] = valid_utf8(run.detail);
+      if (run.state == layout::shared_state::another_run) row["shared_run_id"] = run.detail;
+      if (run.state == layout::shared_state::unreadable) row["reason"] = valid_utf8(run.detail);
       run_rows.push_back(std::move(row));
     }
     std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())},
                                                             {"runs", std::move(run_rows)},
-                                                            {"earlier_layout", names(earlier, args.path)}})
+                                                            {"earlier_layout", names(root.earlier)}})
               << '\n';
     return success;
   }
   std::vector<std::vector<std::string>> rows;
-  for (const tier_run& run : runs)
-    for (const tier_node& n : run.nodes)
-      rows.push_back({run.id, n.node ? std::to_string(*n.node) : "-", steps_text(n.steps), steps_text(n.partner_steps),
-                      std::to_string(n.uncommitted.size()),
-                      n.size.known && !n.size.link ? std::to_string(n.size.bytes) : "-"});
+  for (const layout::tier_run& run : runs)
+    for (const layout::tier_node& n : run.nodes) {
+      const std::optional<std::uint64_t> bytes = bytes_of(footprint_of(args.path / n.folder));
+      rows.push_back({run.id, n.node ? std::to_string(*n.node) : "-", steps_text(steps_of(n, false)),
+                      steps_text(steps_of(n, true)), std::to_string(n.uncommitted.size()),
+                      bytes ? std::to_string(*bytes) : "-"});
+    }
   print_table(std::cout,
               {{"run"}, {"node", true}, {"steps"}, {"partner copies"}, {"uncommitted", true}, {"bytes", true}}, rows);
-  const auto stale = static_cast<std::size_t>(std::ranges::count_if(runs, left_over));
+  const auto stale = static_cast<std::size_t>(std::ranges::count_if(runs, &layout::tier_run::left_over));
   std::cout << "node-local tier root: " << count_of(runs.size(), "run", "runs");
   if (stale > 0) std::cout << ", " << stale << " of them left over";
   std::cout << '\n';
   const std::string unused = "no manager uses its folders again: delete them once no job of it runs";
-  for (const tier_run& run : runs) {
+  for (const layout::tier_run& run : runs) {
     std::cout << "run " << run.id << ": ";
     const std::string shared = run.shared ? "of '" + printable(run.shared->string()) + "'" : "";
     switch (run.state) {
-      case shared_state::this_run:
+      case layout::shared_state::this_run:
         std::cout << shared;
         break;
-      case shared_state::another_run:
+      case layout::shared_state::another_run:
         std::cout << shared << ", which now holds another run (" << run.detail << "): " << unused;
         break;
-      case shared_state::no_run_id:
+      case layout::shared_state::no_run_id:
         std::cout << shared << ", which holds no run id (made again since): " << unused;
         break;
-      case shared_state::gone:
+      case layout::shared_state::gone:
         std::cout << shared << ", which is gone (unless the run's folder was moved: its next manager notes where): "
                   << unused;
         break;
-      case shared_state::not_noted:
-        std::cout << "its shared folder is not noted (no " << ckpt::detail::layout::tier_shared_folder_name << ")";
+      case layout::shared_state::not_noted:
+        std::cout << "its shared folder is not noted (no " << layout::tier_shared_folder_name << ")";
         break;
-      case shared_state::unreadable:
+      case layout::shared_state::unreadable:
         std::cout << (run.shared ? shared + ", whose run id" : "its shared folder")
                   << " cannot be read: " << printable(run.detail);
         break;
     }
     std::cout << '\n';
   }
-  for (const std::filesystem::path& p : earlier)
-    std::cout << "earlier layout '" << printable(p.string()) << "': a node-local folder of a run an earlier version wrote (no "
-              << "run id); no manager uses or removes it: delete it once no job of that version runs\n";
+  for (const std::string& name : root.earlier)
+    std::cout << "earlier layout '" << printable((args.path / name).string())
+              << "': a node-local folder of a run an earlier version wrote (no run id); no manager uses or removes "
+                 "it: delete it once no job of that version runs\n";
+  return success;
+}
+
+// A run's folder, or a node's, in a node-local tier root: what each node holds of each step (its
+// own shards, its partner copies), the entries of that part read from the headers, then the
+// leftovers of its saves.
+int inspect_tier_place(const inspect_args& args, const layout::tier_place& place) {
+  const std::unique_ptr<ckpt::detail::store> store = ckpt::detail::open_folder_store(place.root, false);
+  const layout::tier_root root = layout::describe_tier_root(*store);
+  const auto run = std::ranges::find(root.runs, place.run, &layout::tier_run::id);
+  if (run == root.runs.end()) throw usage_error("ckpt: '" + args.path.string() + "' is not a folder of a node-local tier root");
+  struct copy_row {
+    const layout::tier_node* node;
+    const layout::tier_step* copy;
+    totals total;
+    std::optional<std::string> damaged;
+  };
+  std::vector<copy_row> copies;
+  std::vector<leftover> leftovers;
+  for (const layout::tier_node& node : run->nodes) {
+    if (node.folder != place.folder && run->folder != place.folder) continue;
+    for (const layout::tier_step& copy : node.steps) {
+      copy_row row{&node, &copy, {}, std::nullopt};
+      try {
+        if (!copy.problem.empty()) throw ckpt::error(place.root / copy.folder, copy.problem);
+        const ckpt::checkpoint part = layout::load_held(*store, copy, {.verify_digest = false});
+        row.total = sum(entries_with_prefix(ckpt::detail::description_of(part), args.filter));
+      } catch (const ckpt::format_error& e) {
+        row.damaged = e.what();
+      } catch (const ckpt::error& e) {
+        if (!copy.problem.empty()) row.damaged = e.what();
+        else throw;
+      }
+      copies.push_back(std::move(row));
+    }
+    for (const std::string& folder : node.step_folders)
+      for (leftover& l : leftovers_in(place.root / folder)) leftovers.push_back(std::move(l));
+  }
+  const auto copy_name = [](const layout::tier_step& c) { return c.partner ? "partner" : "own"; };
+  if (args.json) {
+    boost::json::array rows;
+    for (const copy_row& r : copies) {
+      boost::json::array held;
+      for (const std::string& shard : r.copy->held) held.push_back(boost::json::string(valid_utf8(shard)));
+      boost::json::object row{{"node", r.node->node ? boost::json::value(*r.node->node) : boost::json::value(nullptr)},
+                              {"step", r.copy->step},
+                              {"copy", copy_name(*r.copy)},
+                              {"folder", valid_utf8(r.copy->folder)},
+                              {"shards", r.copy->shards.size()},
+                              {"held", std::move(held)},
+                              {"state", r.damaged ? "damaged" : "ok"}};
+      if (r.damaged) row["reason"] = valid_utf8(*r.damaged);
+      else row["total"] = json_of(r.total);
+      rows.push_back(std::move(row));
+    }
+    boost::json::array leftover_rows;
+    for (const leftover& l : leftovers) {
+      const std::optional<std::uint64_t> bytes = bytes_of(l.size);
+      leftover_rows.push_back(boost::json::object{
+          {"name", valid_utf8(l.path.lexically_relative(place.root).string())}, {"what", what_is(l)},
+          {"removed_by", what_removes(l)}, {"bytes", bytes ? boost::json::value(*bytes) : boost::json::value(nullptr)}});
+    }
+    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())},
+                                                            {"run", run->id},
+                                                            {"copies", std::move(rows)},
+                                                            {"leftovers", std::move(leftover_rows)}})
+              << '\n';
+    return success;
+  }
+  std::vector<std::vector<std::string>> rows;
+  std::size_t damaged = 0;
+  for (const copy_row& r : copies) {
+    const std::string node = r.node->node ? std::to_string(*r.node->node) : "-";
+    if (r.damaged) {
+      ++damaged;
+      rows.push_back({node, std::to_string(r.copy->step), copy_name(*r.copy), held_shards(*r.copy), "damaged", "-", "-", "-"});
+      continue;
+    }
+    rows.push_back({node, std::to_string(r.copy->step), copy_name(*r.copy), held_shards(*r.copy), "ok",
+                    std::to_string(r.total.entries), std::to_string(r.total.parameters), std::to_string(r.total.bytes)});
+  }
+  print_table(std::cout,
+              {{"node", true}, {"step", true}, {"copy"}, {"shards held"}, {"state"}, {"entries", true},
+               {"parameters", true}, {"bytes", true}},
+              rows);
+  std::cout << "node-local tier of run " << run->id << ": ";
+  std::vector<std::int64_t> own, partner;
+  for (const copy_row& r : copies) (r.copy->partner ? partner : own).push_back(r.copy->step);
+  for (auto* list : {&own, &partner}) {
+    std::ranges::sort(*list);
+    list->erase(std::unique(list->begin(), list->end()), list->end());
+  }
+  std::cout << "steps " << steps_text(own) << " (their own shards), " << steps_text(partner) << " (partner copies)";
+  if (damaged > 0) std::cout << ", " << count_of(damaged, "damaged copy", "damaged copies");
+  std::cout << '\n';
+  for (const copy_row& r : copies)
+    if (r.damaged)
+      std::cout << "step " << r.copy->step << " (" << copy_name(*r.copy) << ", '" << printable(r.copy->folder)
+                << "') damaged: " << printable(*r.damaged) << '\n';
+  print_leftovers(std::cout, leftovers);
   return success;
 }
 
 int inspect(const inspect_args& args) {
-  if (!args.step)
-    if (const std::vector<tier_run> runs = tier_runs_in(args.path); !runs.empty()) return inspect_local_root(args, runs);
+  if (!args.step) {
+    if (is_tier_folder(args.path)) return inspect_tier_place(args, *layout::tier_place_of(args.path));
+    std::error_code ec;
+    if (std::filesystem::is_directory(args.path, ec))
+      if (const layout::tier_root root = layout::describe_tier_root(*ckpt::detail::open_folder_store(args.path, false));
+          !root.runs.empty())
+        return inspect_local_root(args, root);
+  }
   const std::vector<listed_step> steps = steps_in(args.path);
   if (!args.step && is_manager_folder(args.path, steps)) return inspect_folder(args, steps);
   return inspect_checkpoint(args, checkpoint_in(args.path, steps, args.step));
@@ -481,13 +528,17 @@ header reads, 'damaged' with the reason if not, or if a manager set it aside), t
 each leftover of a save that did not finish (a temporary file, an MPI step folder without its
 index, a staging folder: 'leftover', its size and what removes it), and an MPI run's id; or
 whose step N --step shows. Only headers are read: 'ok' does not check the digest (ckpt verify
-does).
+does). Of an object in S3 (s3://bucket/key, a sharded checkpoint's index or prefix there) only the
+headers are fetched, by ranged GETs; --stats prints the bytes and requests fetched.
 
 PATH may also be a node-local tier root (the 'local' folder of ckpt::mpi::tiers), which keeps each
-run's steps apart in a folder run-<id>: a row per node of each run (the committed steps of its own
-shards, of its partner copies, its step folders without an index, its bytes), then a line per run
-naming its shared folder, and saying when no manager will use the run's folders again (the shared
-folder is gone, or holds another run now); then the folders an earlier version wrote there.
+run's steps apart in a folder of its own: a row per node of each run (the committed steps of its
+own shards, of its partner copies, its step folders without an index, its bytes), then a line per
+run naming its shared folder, and saying when no manager will use the run's folders again (the
+shared folder is gone, or holds another run now); then the folders an earlier version wrote there.
+Or a run's folder in that root, or one node's folder of it: a row per step that a node holds, its
+own shards or its partner copies of the previous node's ('shards held': which of the step's shards,
+e.g. '1, 2 of 4'), with the entries, parameters and bytes of that part; then its leftovers.
 
 Exit status: 0 (a folder with damaged steps or leftovers included: they are rows and lines), or
 2 if PATH cannot be read (for a folder, a step whose header cannot be read for another reason
@@ -505,6 +556,7 @@ void add_inspect(CLI::App& app, action& chosen) {
   add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX")
       ->type_name("PREFIX");
+  add_stats_option(*sub, args->stats);
 }
 
 }  // namespace ckpt_tool
