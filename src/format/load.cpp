@@ -20,10 +20,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace ckpt {
@@ -67,9 +69,14 @@ std::filesystem::path chosen_in_folder(const std::filesystem::path& folder, cons
   }
   std::ranges::sort(st.files);
   std::ranges::sort(pt_indexes);
-  if (st.single) st.files.insert(st.files.begin(), std::string(safetensors_file));
   pt.files = pt_indexes;
-  if (pt.single) pt.files.insert(pt.files.begin(), std::string(torch_file));
+  // The single file first (made in place and rotated there: g++ 12 warns of an insert of a
+  // temporary string at the front, -Warray-bounds, wrongly).
+  for (const auto& [kind, file] : {std::pair{&st, safetensors_file}, std::pair{&pt, torch_file}})
+    if (kind->single) {
+      kind->files.emplace_back(file);
+      std::ranges::rotate(kind->files, std::prev(kind->files.end()));
+    }
 
   const std::string where = "ckpt: the folder '" + folder.string() + "' holds ";
   if (!st.files.empty() && !pt.files.empty())

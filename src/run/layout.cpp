@@ -170,10 +170,9 @@ namespace ckpt::detail::layout {
 
 namespace {
 
-// The names below a run's folder in the node-local tier root (src/mpi/tiers.hpp): a simulated
-// node's folder `node-<k>`, a node's `partner` folder.
+// A simulated node's folder in a run's folder of the node-local tier root: `node-<k>`.
 constexpr std::string_view node_prefix = "node-";
-constexpr std::string_view partner_name = "partner";
+constexpr std::string_view partner_name = tier_partner_folder_name;
 
 // k of a simulated node's folder name `node-<k>` (only the exact spelling counts).
 std::optional<int> node_of_folder(std::string_view name) {
@@ -297,6 +296,8 @@ tier_root describe_tier_root(const store& root) {
 }
 
 std::string tier_run_folder(std::string_view id) { return std::string(tier_run_prefix) + std::string(id); }
+
+std::string tier_node_folder(int k) { return std::string(node_prefix) + std::to_string(k); }
 
 std::optional<tier_place> tier_place_of(const std::filesystem::path& path) {
   std::filesystem::path p = path.lexically_normal();

@@ -32,6 +32,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace s3 = ckpt::detail::s3;
@@ -705,6 +706,74 @@ BOOST_AUTO_TEST_CASE(the_tool_reads_and_writes_objects) {
   const auto [missing, message] = run_tool("inspect s3://" + bucket + "/absent.safetensors");
   BOOST_TEST(missing != 0);
   BOOST_TEST(message.find("HTTP 404 NoSuchKey") != std::string::npos, message);
+}
+
+namespace {
+
+// The bytes and requests that a command's --stats line says its loads fetched:
+// "fetched from object storage: B bytes[, X MiB] in N requests".
+std::pair<std::uint64_t, std::uint64_t> stats_in(const std::string& output) {
+  const std::string said = "fetched from object storage: ";
+  const std::size_t at = output.rfind(said);
+  BOOST_TEST_REQUIRE(at != std::string::npos, output);
+  const std::string line = output.substr(at + said.size(), output.find('\n', at) - at - said.size());
+  const std::size_t in = line.find(" in ");
+  BOOST_TEST_REQUIRE(in != std::string::npos, line);
+  return {std::stoull(line), std::stoull(line.substr(in + 4))};
+}
+
+}  // namespace
+
+// The tool fetches what it shows (issue 51): inspect, with or without --filter, the header only
+// (the first ranged GET, at most 64 KiB, of a 10.5 MiB object); convert --keep and diff --filter
+// the header and the chosen entries (ranged GETs), saying that the whole file's digest was not
+// checked; --fetch-all and verify the whole object. The counts are the ones --stats prints
+// (load_options::fetched: every byte of the answers).
+BOOST_AUTO_TEST_CASE(the_tool_fetches_only_what_it_shows) {
+  s3::client c(use_server());
+  const std::string bucket = fresh_bucket(c);
+  const std::string url = "s3://" + bucket + "/model.safetensors";
+  const model m = make_model(40'000, 3.0f);  // l1.w: 10 MiB; l2.w: 469 KiB
+  ckpt::save(url, {{m, "model"}}, {}, {.digest = true});
+  ckpt::save("s3://" + bucket + "/copy.safetensors", {{m, "model"}}, {}, {.digest = true});
+  const std::uint64_t size = c.head(s3::object::parse(url))->size;
+  const std::uint64_t first_read = 64 * 1024, l2_w = 3 * 40'000 * sizeof(float);
+
+  for (const std::string filter : {"", " --filter model.l2.w"}) {
+    const auto [status, output] = run_tool("inspect " + url + filter + " --stats");
+    BOOST_TEST(status == 0, output);
+    BOOST_TEST(output.find("model.l2.w  F32    [3, 40000]") != std::string::npos, output);
+    const auto [bytes, requests] = stats_in(output);
+    BOOST_TEST(bytes <= first_read);
+    BOOST_TEST(requests <= 2u);
+  }
+
+  const std::string part_line = "fetched only the chosen entries of '" + url +
+                                "': the digest of the whole file (if it records one) was not checked; --fetch-all "
+                                "fetches it whole and checks it\n";
+  const fs::path out = scratch("kept.safetensors");
+  auto [status, output] = run_tool("convert " + url + " " + out.string() + " --keep model.l2.w --stats");
+  BOOST_TEST(status == 0, output);
+  BOOST_TEST(output.starts_with(part_line), output);
+  BOOST_TEST(stats_in(output).first == first_read + l2_w);
+  const ckpt::checkpoint kept = ckpt::load(out);
+  BOOST_TEST(kept.size() == 1u);
+  BOOST_TEST((kept.get("model.l2.w").as<float>()[7] == m.l2.w(0, 0)));
+  std::tie(status, output) = run_tool("convert " + url + " " + out.string() + " --keep model.l2.w --fetch-all --stats");
+  BOOST_TEST(status == 0, output);
+  BOOST_TEST(output.find("fetched only") == std::string::npos, output);
+  BOOST_TEST(stats_in(output).first == size);
+
+  std::tie(status, output) = run_tool("diff " + url + " s3://" + bucket + "/copy.safetensors --filter model.l2 --stats");
+  BOOST_TEST(status == 0, output);
+  BOOST_TEST(output.starts_with(part_line), output);
+  BOOST_TEST(output.find("same: 2 entries") != std::string::npos, output);
+  BOOST_TEST(stats_in(output).first <= 2 * (first_read + l2_w + 12));
+
+  std::tie(status, output) = run_tool("verify " + url + " --stats");
+  BOOST_TEST(status == 0, output);
+  BOOST_TEST(output.starts_with(url + ": ok, digest verified\n"), output);
+  BOOST_TEST(stats_in(output).first == size);
 }
 #endif
 
