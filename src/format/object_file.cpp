@@ -225,20 +225,34 @@ std::shared_ptr<std::byte[]> fetch_whole(const s3::config& settings, s3::client&
 // Ignores entries of unknown dtypes: the reader that parses the header again reports them.
 void unheard(std::string_view, std::string_view) {}
 
-}  // namespace
+// An object in a bucket, its size and the first read of it (the header, or its start).
+struct opened_object {
+  s3::config settings = s3::config::from_environment();
+  s3::object o;
+  s3::client c{settings};
+  std::uint64_t size;
+  std::vector<std::byte> head;
 
-checkpoint load_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
-  const s3::config settings = s3::config::from_environment();
-  const s3::object o = s3::object::parse(url.native());
-  s3::client c(settings);
-  const std::uint64_t size = s3::size_of(c, o);
-  const std::vector<std::byte> head = s3::read_head(c, o, size);
-  // A torch.save file is read whole (its entries are found by unpickling, not by offsets).
-  if (looks_like_torch(head)) {
+  explicit opened_object(const std::filesystem::path& url)
+      : o(s3::object::parse(url.native())), size(s3::size_of(c, o)), head(s3::read_head(c, o, size)) {}
+
+  // A torch.save file is read whole (its entries are found by unpickling, not by offsets);
+  // nothing if it is not one.
+  std::optional<checkpoint> torch_file(const std::filesystem::path& url, const load_options& options,
+                                       const torch_options& torch) {
+    if (!looks_like_torch(head)) return std::nullopt;
     std::vector<std::uint64_t> none;
     std::shared_ptr<std::byte[]> bytes = fetch_whole(settings, c, o, size, head, std::nullopt, none, options);
     return parse_owned_by_content(std::move(bytes), static_cast<std::size_t>(size), url, options, torch);
   }
+};
+
+}  // namespace
+
+checkpoint load_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
+  opened_object object(url);
+  if (std::optional<checkpoint> t = object.torch_file(url, options, torch)) return std::move(*t);
+  auto& [settings, o, c, size, head] = object;
   if (options.only) return load_chosen(settings, c, o, size, head, url, options);
   // The header first: a broken one is refused before the data are fetched, and the digest's
   // chunks are known.
@@ -251,18 +265,9 @@ checkpoint load_remote(const std::filesystem::path& url, const load_options& opt
 }
 
 description describe_remote(const std::filesystem::path& url, const load_options& options, const torch_options& torch) {
-  const s3::config settings = s3::config::from_environment();
-  const s3::object o = s3::object::parse(url.native());
-  s3::client c(settings);
-  const std::uint64_t size = s3::size_of(c, o);
-  const std::vector<std::byte> head = s3::read_head(c, o, size);
-  if (looks_like_torch(head)) {
-    std::vector<std::uint64_t> none;
-    std::shared_ptr<std::byte[]> bytes = fetch_whole(settings, c, o, size, head, std::nullopt, none, options);
-    return description_of(detail::chosen(
-        parse_owned_by_content(std::move(bytes), static_cast<std::size_t>(size), url, options, torch), options));
-  }
-  file_layout layout = parse_layout(head, size, url, options.skipped);
+  opened_object object(url);
+  if (std::optional<checkpoint> t = object.torch_file(url, options, torch)) return description_of(detail::chosen(*t, options));
+  file_layout layout = parse_layout(object.head, object.size, url, options.skipped);
   description out;
   for (file_layout::entry& e : layout.entries)
     if (!options.only || options.only->matches(e.name))
