@@ -221,8 +221,38 @@ BOOST_AUTO_TEST_CASE(a_partial_load_fetches_the_header_and_the_chosen_entries_on
                         [&](const ckpt::format_error& e) { return std::string(e.what()).find(url) != std::string::npos; });
 }
 
+#ifdef CKPT_TOOL
+namespace {
+
+// The tool's exit code and what it printed (stdout and stderr).
+std::pair<int, std::string> run_tool(const std::string& arguments) {
+  std::string out;
+  FILE* pipe = ::popen((std::string(CKPT_TOOL) + " " + arguments + " 2>&1").c_str(), "r");
+  BOOST_TEST_REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The bytes and requests that a command's --stats line says its loads fetched:
+// "fetched from object storage: B bytes[, X MiB] in N requests".
+std::pair<std::uint64_t, std::uint64_t> stats_in(const std::string& output) {
+  const std::string said = "fetched from object storage: ";
+  const std::size_t at = output.rfind(said);
+  BOOST_TEST_REQUIRE(at != std::string::npos, output);
+  const std::string line = output.substr(at + said.size(), output.find('\n', at) - at - said.size());
+  const std::size_t in = line.find(" in ");
+  BOOST_TEST_REQUIRE(in != std::string::npos, line);
+  return {std::stoull(line), std::stoull(line.substr(in + 4))};
+}
+
+}  // namespace
+#endif
+
 // The size of a real step: 1 GiB (256 F32 layers of 1024 x 1024, 4 MiB each) up as a multipart
-// upload of 128 parts, two of its layers loaded by ranged GETs (the bytes counted), then the whole
+// upload of 128 parts, two of its layers loaded by ranged GETs (the bytes counted; the tool's inspect
+// and convert --keep too, by their --stats), then the whole
 // object, verified, back into fresh memory bit for bit. Its own CTest test, test_s3_large (label
 // `large`: left out of the sanitizer stage, where it would take minutes).
 BOOST_AUTO_TEST_CASE(a_1_gib_step_uploads_and_loads_in_part_and_whole) {
@@ -248,6 +278,17 @@ BOOST_AUTO_TEST_CASE(a_1_gib_step_uploads_and_loads_in_part_and_whole) {
   static_cast<void>(ckpt::read_params(part, {{l17, "layers.17"}, {l200, "layers.200"}}));
   BOOST_TEST((l17 == state[17]));
   BOOST_TEST((l200 == state[200]));
+#ifdef CKPT_TOOL
+  // The tool on it (issue 51): inspect fetches under 1 MiB; convert of one 4 MiB layer under
+  // 5 MiB, as --stats counts them (--keep layers.17 would keep layers.170 ... 179 too).
+  const auto [inspected, listing] = run_tool("inspect " + url + " --stats");
+  BOOST_TEST(inspected == 0, listing);
+  BOOST_TEST(stats_in(listing).first < (std::uint64_t{1} << 20));
+  const auto [converted, said] =
+      run_tool("convert " + url + " " + scratch("layer.safetensors").string() + " --keep-matching '^layers\\.17$' --stats");
+  BOOST_TEST(converted == 0, said);
+  BOOST_TEST(stats_in(said).first < (std::uint64_t{5} << 20));
+#endif
 
   {
     std::vector<layer> back(256, layer(1024, 1024));
@@ -666,21 +707,6 @@ BOOST_AUTO_TEST_CASE(a_save_killed_during_its_upload_leaves_no_object) {
 }
 
 #ifdef CKPT_TOOL
-namespace {
-
-// The tool's exit code and what it printed (stdout and stderr).
-std::pair<int, std::string> run_tool(const std::string& arguments) {
-  std::string out;
-  FILE* pipe = ::popen((std::string(CKPT_TOOL) + " " + arguments + " 2>&1").c_str(), "r");
-  BOOST_TEST_REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-}  // namespace
-
 BOOST_AUTO_TEST_CASE(the_tool_reads_and_writes_objects) {
   s3::client c(use_server());
   const std::string bucket = fresh_bucket(c);
@@ -707,22 +733,6 @@ BOOST_AUTO_TEST_CASE(the_tool_reads_and_writes_objects) {
   BOOST_TEST(missing != 0);
   BOOST_TEST(message.find("HTTP 404 NoSuchKey") != std::string::npos, message);
 }
-
-namespace {
-
-// The bytes and requests that a command's --stats line says its loads fetched:
-// "fetched from object storage: B bytes[, X MiB] in N requests".
-std::pair<std::uint64_t, std::uint64_t> stats_in(const std::string& output) {
-  const std::string said = "fetched from object storage: ";
-  const std::size_t at = output.rfind(said);
-  BOOST_TEST_REQUIRE(at != std::string::npos, output);
-  const std::string line = output.substr(at + said.size(), output.find('\n', at) - at - said.size());
-  const std::size_t in = line.find(" in ");
-  BOOST_TEST_REQUIRE(in != std::string::npos, line);
-  return {std::stoull(line), std::stoull(line.substr(in + 4))};
-}
-
-}  // namespace
 
 // The tool fetches what it shows (issue 51): inspect, with or without --filter, the header only
 // (the first ranged GET, at most 64 KiB, of a 10.5 MiB object); convert --keep and diff --filter
