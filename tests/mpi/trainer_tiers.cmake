@@ -4,7 +4,9 @@
 # lost (its local folder removed): the resume must come from node 1's partner copy of step 75,
 # say so, and end with the parameters of an uninterrupted run, byte for byte. Then both nodes
 # lost: the resume comes from the shared folder's step 100.
-# Inputs: MPIEXEC, TRAINER, WORK (a scratch folder, emptied first).
+# With the ckpt tool (TOOL, when built): verify of each node folder, and of the run with
+# --local-dir, before and after the loss.
+# Inputs: MPIEXEC, TRAINER, TOOL (optional), WORK (a scratch folder, emptied first).
 include("${CMAKE_CURRENT_LIST_DIR}/trainer_common.cmake")
 
 set(tiers --local-dir "${WORK}/local" --ranks-per-node 2 --drain-every 2 --ckpt-dir "${WORK}/shared")
@@ -16,7 +18,35 @@ if(NOT output MATCHES "last checkpoint: step 75 in the node-local tiers under [^
 endif()
 # The run's node-local folders are under its id: <local>/run-<id>/node-<k>.
 file(STRINGS "${WORK}/shared/.ckpt-run-id" id)
+# The tool on the tiers (when built): verify of a node's folder checks the part of each step it
+# holds (data parallel: rank 0 writes the one shard, so node 0 holds it and node 1 its partner
+# copy); verify of the run with --local-dir says which tiers can restore each step (75 was not
+# drained, 50 was). Exit 0 on intact tiers.
+function(verify_tiers)
+  execute_process(COMMAND "${TOOL}" verify ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "ckpt verify ${ARGN} failed (${code}):\n${out}${err}")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
+function(expect what)
+  if(NOT out MATCHES "${what}")
+    message(FATAL_ERROR "ckpt verify did not say '${what}':\n${out}")
+  endif()
+endfunction()
+if(TOOL)
+  verify_tiers("${WORK}/local/run-${id}/node-0")
+  expect("node-0/step-0*75: ok, holds shard 1 of 1, digest verified\n")
+  verify_tiers("${WORK}/local/run-${id}/node-1")
+  expect("node-1/partner/step-0*75: ok, holds the partner copies of shard 1 of 1, digest verified\n")
+  verify_tiers("${WORK}/shared" --local-dir "${WORK}/local")
+  expect("\nstep 50: restorable from the node-local tier, the shared tier\nstep 75: restorable from the node-local tier\n$")
+endif()
 file(REMOVE_RECURSE "${WORK}/local/run-${id}/node-0")
+if(TOOL)  # node 0 lost: node 1's partner copy stands in for its shard
+  verify_tiers("${WORK}/shared" --local-dir "${WORK}/local")
+  expect("\nstep 75: restorable from the node-local tier with its partner copies\n$")
+endif()
 train(--steps 150 ${tiers} --resume --params-out "${WORK}/resumed.safetensors")
 if(NOT output MATCHES "last checkpoint: [^\n]*/shared/step-0000000150\n")
   message(FATAL_ERROR "the end line does not name the drained step 150 in the shared folder:\n${output}")
