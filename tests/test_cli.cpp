@@ -638,6 +638,10 @@ BOOST_AUTO_TEST_CASE(a_node_s_folder_shows_and_verifies_the_part_of_each_step_it
   BOOST_TEST(r.status == 0, r.err);
   BOOST_TEST(r.out.starts_with(run_folder + "/node-0/step-0000000005: ok, holds shards 1, 2 of 4, digests of 2 shards "
                                "verified\n"), r.out);
+  // The root: each run's nodes, the same lines.
+  const result root = run(d.path(), {"verify", "local"});
+  BOOST_TEST(root.status == 0, root.err);
+  BOOST_TEST(root.out == r.out, root.out);
   // A part of a step is no checkpoint to compare or convert.
   r = run(d.path(), {"diff", node1, "runA"});
   BOOST_TEST(r.status == 2);
