@@ -170,25 +170,11 @@ namespace ckpt::detail::layout {
 
 namespace {
 
-// A simulated node's folder in a run's folder of the node-local tier root: `node-<k>`.
-constexpr std::string_view node_prefix = "node-";
-constexpr std::string_view partner_name = tier_partner_folder_name;
-
-// k of a simulated node's folder name `node-<k>` (only the exact spelling counts).
-std::optional<int> node_of_folder(std::string_view name) {
-  if (!name.starts_with(node_prefix) || name.size() == node_prefix.size() || name.size() > node_prefix.size() + 9)
-    return std::nullopt;
-  const std::string_view digits = name.substr(node_prefix.size());
-  int k = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
-  if (ec != std::errc() || end != digits.data() + digits.size() || std::to_string(k) != digits) return std::nullopt;
-  return k;
-}
-
 // The id of a run's folder name `run-<id>`.
-std::optional<std::string_view> run_of_folder(std::string_view name) {
-  if (!name.starts_with(tier_run_prefix) || !is_run_id(name.substr(tier_run_prefix.size()))) return std::nullopt;
-  return name.substr(tier_run_prefix.size());
+std::optional<std::string> run_of_folder(std::string_view name) {
+  std::optional<std::string> id = run_id_of_tier_folder(name);
+  if (!id || !is_run_id(*id)) return std::nullopt;
+  return id;
 }
 
 std::string joined(std::string_view folder, std::string_view name) {
@@ -221,7 +207,7 @@ void add_steps(const store& root, std::string_view folder, bool partner, tier_no
   const std::unique_ptr<store> here = folder_store_of(root.local()->subfolder(folder));
   for (const item& x : describe(*here)) {
     if (x.kind == what::uncommitted_step_folder) {
-      node.uncommitted.push_back(partner ? joined(partner_name, x.name) : x.name);
+      node.uncommitted.push_back(partner ? joined(tier_partner_folder, x.name) : x.name);
       continue;
     }
     if (x.kind != what::step_folder) continue;
@@ -241,7 +227,7 @@ void add_steps(const store& root, std::string_view folder, bool partner, tier_no
 tier_node node_at(const store& root, std::string folder, std::optional<int> k) {
   tier_node out{.node = k, .folder = std::move(folder), .steps = {}, .uncommitted = {}, .step_folders = {}};
   add_steps(root, out.folder, false, out);
-  add_steps(root, joined(out.folder, partner_name), true, out);
+  add_steps(root, joined(out.folder, tier_partner_folder), true, out);
   std::ranges::sort(out.steps, {}, [](const tier_step& s) { return std::pair(s.step, s.partner); });
   return out;
 }
@@ -280,34 +266,30 @@ tier_root describe_tier_root(const store& root) {
   tier_root out;
   if (root.local() == nullptr) return out;
   for (const std::string& name : folders_in(root, {})) {
-    if (const std::optional<std::string_view> id = run_of_folder(name)) {
+    if (const std::optional<std::string> id = run_of_folder(name)) {
       tier_run run{.id = std::string(*id), .folder = name, .shared = {}, .state = shared_state::not_noted, .detail = {}, .nodes = {}};
       note_shared(root, run);
       for (const std::string& sub : folders_in(root, name))
-        if (const std::optional<int> k = node_of_folder(sub)) run.nodes.push_back(node_at(root, joined(name, sub), k));
+        if (const std::optional<int> k = node_of_tier_folder(sub)) run.nodes.push_back(node_at(root, joined(name, sub), k));
       std::ranges::sort(run.nodes, {}, &tier_node::node);
       if (run.nodes.empty()) run.nodes.push_back(node_at(root, name, std::nullopt));
       out.runs.push_back(std::move(run));
-    } else if (node_of_folder(name) || name == partner_name || step_of_folder(name)) {
+    } else if (node_of_tier_folder(name) || name == tier_partner_folder || step_of_folder(name)) {
       out.earlier.push_back(name);
     }
   }
   return out;
 }
 
-std::string tier_run_folder(std::string_view id) { return std::string(tier_run_prefix) + std::string(id); }
-
-std::string tier_node_folder(int k) { return std::string(node_prefix) + std::to_string(k); }
-
 std::optional<tier_place> tier_place_of(const std::filesystem::path& path) {
   std::filesystem::path p = path.lexically_normal();
   if (p.filename().empty()) p = p.parent_path();  // "run-<id>/"
   const std::string name = p.filename().string();
-  if (const std::optional<std::string_view> id = run_of_folder(name))
+  if (const std::optional<std::string> id = run_of_folder(name))
     return tier_place{p.parent_path(), std::string(*id), name};
   const std::string parent = p.parent_path().filename().string();
-  const std::optional<std::string_view> id = run_of_folder(parent);
-  if (!id || !node_of_folder(name)) return std::nullopt;
+  const std::optional<std::string> id = run_of_folder(parent);
+  if (!id || !node_of_tier_folder(name)) return std::nullopt;
   return tier_place{p.parent_path().parent_path(), std::string(*id), joined(parent, name)};
 }
 

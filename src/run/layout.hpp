@@ -160,12 +160,6 @@ struct tier_root {
 // \throws io_error if a folder cannot be listed.
 [[nodiscard]] tier_root describe_tier_root(const store& root);
 
-// A run's folder in the node-local tier root: `run-<id>`; in it, with simulated nodes, node k's
-// folder `node-<k>`; in a node's folder, the folder of the partner copies it keeps.
-[[nodiscard]] std::string tier_run_folder(std::string_view id);
-[[nodiscard]] std::string tier_node_folder(int k);
-inline constexpr std::string_view tier_partner_folder_name = "partner";
-
 // Where `path` lies in a node-local tier root, by its name and its parent's: a run's folder
 // (`<root>/run-<id>`) or a simulated node's folder in it (`<root>/run-<id>/node-<k>`).
 struct tier_place {
