@@ -75,7 +75,7 @@ std::filesystem::path chosen_in_folder(const std::filesystem::path& folder, cons
   for (const auto& [kind, file] : {std::pair{&st, safetensors_file}, std::pair{&pt, torch_file}})
     if (kind->single) {
       kind->files.emplace_back(file);
-      std::ranges::rotate(kind->files, std::prev(kind->files.end()));
+      std::rotate(kind->files.begin(), std::prev(kind->files.end()), kind->files.end());
     }
 
   const std::string where = "ckpt: the folder '" + folder.string() + "' holds ";

@@ -1,5 +1,5 @@
 // The transfers of whole objects (src/s3/transfer.hpp): the upload written in order, parallel
-// ranged reads.
+// ranged reads, downloads.
 #include "transfer.hpp"
 
 #include <algorithm>
@@ -232,6 +232,18 @@ std::uint64_t size_of(client& c, const object& o) {
   const std::optional<object_info> info = c.head(o);
   if (!info) throw remote_error(o.url(), "HEAD", 404, "NoSuchKey", "no such object");
   return info->size;
+}
+
+std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
+                                      transfer_options options) {
+  client first(settings);
+  size = static_cast<std::size_t>(size_of(first, o));
+  auto bytes = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(size, 1));
+  const std::size_t part = std::max<std::size_t>(options.part_bytes, 1);
+  std::vector<piece> pieces;
+  for (std::size_t at = 0; at < size; at += part) pieces.push_back({at, {bytes.get() + at, std::min(part, size - at)}});
+  fetch(settings, first, o, size, pieces, options.threads);
+  return bytes;
 }
 
 }  // namespace ckpt::detail::s3

@@ -1,7 +1,7 @@
 #pragma once
 // The bytes of whole objects: an `upload` that a writer fills in order (a multipart upload, parts
 // sent in parallel while the writer goes on, memory bounded by a few parts), ranged GETs in
-// parallel. What the bytes are is the caller's (src/format/object_file.hpp).
+// parallel, downloads. What the bytes are is the caller's (src/format/object_file.hpp).
 
 #include "io/byte_sink.hpp"
 #include "client.hpp"
@@ -125,5 +125,11 @@ void fetch(const config& settings, client& first, const object& o, std::uint64_t
 // The size of `o`.
 // \throws remote_error (a missing object: HTTP 404; an answer without a size).
 std::uint64_t size_of(client& c, const object& o);
+
+// The whole object `o`, read by ranged GETs of `options.part_bytes`, `options.threads` at once,
+// into memory the result owns; its size in `size`.
+// \throws remote_error (a missing object: HTTP 404).
+std::shared_ptr<std::byte[]> download(const config& settings, const object& o, std::size_t& size,
+                                      transfer_options options = {});
 
 }  // namespace ckpt::detail::s3

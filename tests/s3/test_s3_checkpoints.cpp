@@ -1261,5 +1261,15 @@ BOOST_AUTO_TEST_CASE(the_mpi_trainer_resumes_a_killed_run_from_a_bucket_bit_exac
                                                        sharded.string() + "'");
   BOOST_TEST_REQUIRE(zero == 0, zero_log);
   BOOST_TEST(file_bytes(straight) == file_bytes(sharded));
+#ifdef CKPT_TOOL
+  // The tool reads an MPI run in a bucket as a folder's (issue 51): its steps listed, each
+  // verified shard by shard.
+  const auto [verified, verdict] = run_tool("verify s3://" + bucket + "/run");
+  BOOST_TEST(verified == 0, verdict);
+  BOOST_TEST(verdict.find("s3://" + bucket + "/run/step-0000000600: ok, digest") != std::string::npos, verdict);
+  const auto [inspected, listing] = run_tool("inspect s3://" + bucket + "/zero");
+  BOOST_TEST(inspected == 0, listing);
+  BOOST_TEST(listing.find("checkpoint_manager folder: 2 steps, latest 600") != std::string::npos, listing);
+#endif
 }
 #endif
