@@ -301,6 +301,13 @@ void add_stats_option(CLI::App& sub, bool& stats) {
                "print what the loads fetched from object storage (s3://): the bytes of the answers and the requests");
 }
 
+void add_fetch_all_option(CLI::App& sub, bool& fetch_all, std::string_view with, std::string_view chosen) {
+  sub.add_flag("--fetch-all", fetch_all,
+               "with " + std::string(with) + ", fetch all of a checkpoint in object storage and check its digest (by "
+               "default only " + std::string(chosen) + " are fetched, by ranged GETs, which cannot check the digest of "
+               "the whole file)");
+}
+
 void print_stats(std::ostream& out, const fetch_stats& s) {
   out << "fetched from object storage: " << to_string(footprint{.bytes = s.bytes}) << " in "
       << count_of(s.requests, "request", "requests") << '\n';

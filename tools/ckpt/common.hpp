@@ -241,6 +241,12 @@ struct fetch_stats {
 /// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
 void add_stats_option(CLI::App& sub, bool& stats);
 
+/// Adds `--fetch-all`: a checkpoint in object storage fetched whole and its digest checked, where
+/// `with` (the command's options that choose entries, e.g. "--filter") would fetch only `chosen`
+/// (its entries, by ranged GETs, which cannot check the digest of the whole file).
+/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
+void add_fetch_all_option(CLI::App& sub, bool& fetch_all, std::string_view with, std::string_view chosen);
+
 /// `fetched from object storage: B bytes (X MiB) in N requests`, a line.
 /// \throws whatever the stream throws
 void print_stats(std::ostream& out, const fetch_stats& s);

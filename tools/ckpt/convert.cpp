@@ -294,9 +294,7 @@ void add_convert(CLI::App& app, action& chosen) {
   sub->add_flag("--keep-tied", args->keep_tied,
                 "write every name of a tied tensor of a .pt/.bin file (by default only the first, as "
                 "transformers' save_pretrained writes safetensors)");
-  sub->add_flag("--fetch-all", args->fetch_all,
-                "with --keep/--keep-matching, fetch all of an IN in object storage and check its digest (by default only "
-                "the entries kept are fetched, by ranged GETs, which cannot check the digest of the whole file)");
+  add_fetch_all_option(*sub, args->fetch_all, "--keep/--keep-matching", "the entries kept");
   add_stats_option(*sub, args->stats);
   sub->add_flag("--no-digest", args->no_digest, "do not record the digest of the file (ckpt.xxh3_64_file) in the output");
   auto* drop_metadata =

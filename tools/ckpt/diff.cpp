@@ -312,9 +312,7 @@ void add_diff(CLI::App& app, action& chosen) {
   add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
-  sub->add_flag("--fetch-all", args->fetch_all,
-                "with --filter, fetch all of a checkpoint in object storage and check its digest (by default only the "
-                "entries under the prefix are fetched, by ranged GETs, which cannot check the digest of the whole file)");
+  add_fetch_all_option(*sub, args->fetch_all, "--filter", "the entries under the prefix");
   add_stats_option(*sub, args->stats);
   sub->add_flag("--metadata", args->metadata,
                 "compare the __metadata__ too, a difference being a finding; never compared: the digests "
