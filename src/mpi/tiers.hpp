@@ -94,8 +94,11 @@ class local_tiers {
   void commit(const step_plan& plan, std::exception_ptr local_error, bool copies_sent);
   // Local, on the drain's thread: copies this rank's shard of `plan` (its step, planned for the
   // shared tier `plan.run`, a folder or a bucket) from its node's step folder there, atomically.
+  // A step of slices: collective over `comm` (the drain thread's own communicator, or the
+  // manager's on its caller's thread): the ranks write the one shard from their parts, as
+  // write_sliced does from their slices (`options` are its), byte for byte ckpt::mpi::save's file.
   // \throws io_error, remote_error.
-  void drain(const step_plan& plan) const;
+  void drain(const step_plan& plan, const save_options& options, MPI_Comm comm) const;
 
   // Collective: step `step` from the fastest intact copy of each shard: this node's own copy, its
   // partner copy, another node's copy (sent over MPI into this node's step folder), the shared
