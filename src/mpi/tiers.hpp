@@ -10,7 +10,9 @@
 // and shards other nodes sent it at a restore), and `partner/step-<s>/` (the copies of the
 // previous node's shards). Each is committed by the step's index, written last by the node's first
 // rank, as a shared step folder is; the index names every shard of the step, of which a node
-// holds some. Both are folder stores (src/run/store.hpp), held by their descriptors: every file is
+// holds some. A step of slices is kept as the ranks' parts (layout::step_part, write_part) in
+// place of shards; its index is the shared tier's (the one shard the parts make), which a restore
+// writes from them (write_assembled) and a drain writes collectively (write_sliced). Both are folder stores (src/run/store.hpp), held by their descriptors: every file is
 // written, renamed and removed relative to them; the shared tier is the manager's store, a folder
 // or a bucket.
 
