@@ -69,7 +69,8 @@ options parse(int argc, char** argv, int rank) {
       ->capture_default_str();
   app.add_flag("--shard-optimizer", o.shard_optimizer,
                "ZeRO-1: each rank keeps 1/P of Adam's moments, saved as slices (ckpt::mpi::sliced) by the "
-               "checkpoint manager");
+               "checkpoint manager; with --local-dir, each rank's part of a step is kept in its node's tier "
+               "(and the partner node's), and a drained step is the one file of slices in --ckpt-dir");
   app.add_option("--local-dir", o.local_dir,
                  "node-local tier (tmpfs or a local SSD): every step is saved there, with a partner copy on the "
                  "next node, and every --drain-every-th step is drained to --ckpt-dir")
@@ -91,10 +92,6 @@ options parse(int argc, char** argv, int rank) {
     throw usage_exit{code == 0 ? 0 : 2};
   }
   o.how = how == "ordered" ? reduction::ordered : reduction::allreduce;
-  if (o.shard_optimizer && !o.local_dir.empty()) {
-    if (rank == 0) std::cerr << "mlp_trainer_mpi: --local-dir does not go with --shard-optimizer (the local tiers do not take sliced steps)\n";
-    throw usage_exit{2};
-  }
   return o;
 }
 
@@ -178,10 +175,28 @@ std::optional<ckpt::mpi::checkpoint_manager::latest> open_run(ckpt::mpi::checkpo
   return restored;
 }
 
+// The run's checkpoint manager (collective): --ckpt-dir, with --local-dir its node-local tiers.
+ckpt::mpi::checkpoint_manager manager_of(MPI_Comm comm, const options& o) {
+  return ckpt::mpi::checkpoint_manager(
+      comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every},
+      {.local = o.local_dir, .ranks_per_node = o.ranks_per_node, .drain_every = o.drain_every * o.save_every});
+}
+
+// Where the last step is, for the end line: with --local-dir, the last step is in the shared tier
+// (a folder or a bucket) only if it was drained (a multiple of the drain's steps); else it is in
+// the node-local tiers alone.
+std::string last_checkpoint(const options& o, const ckpt::mpi::checkpoint_manager& manager, std::int64_t step) {
+  const std::int64_t drain = o.drain_every * o.save_every;
+  if (!o.local_dir.empty() && (drain == 0 || step % drain != 0))
+    return "step " + std::to_string(step) + " in the node-local tiers under " + o.local_dir.string() +
+           " (not drained to " + o.ckpt_dir.string() + ")";
+  return manager.path_of(step).string();
+}
+
 // --shard-optimizer: ZeRO-1 (zero.hpp), each rank's slices saved by the checkpoint manager.
 int run_sharded(MPI_Comm comm, options o) {
   const auto [rank, ranks] = place_in(comm);
-  ckpt::mpi::checkpoint_manager manager(comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every});
+  ckpt::mpi::checkpoint_manager manager = manager_of(comm, o);
   const std::optional<ckpt::mpi::checkpoint_manager::latest> opened = open_run(manager, o, rank);
   if (!opened) return 2;
   const ckpt::mpi::checkpoint_manager::latest& restored = *opened;
@@ -216,16 +231,14 @@ int run_sharded(MPI_Comm comm, options o) {
   if (optimizer.steps() > first || !manager.latest_step())
     optimizer.save(manager, params, run_metadata(o, loss), /*in_background=*/false);
   manager.wait();
-  if (rank == 0) report_end(o.params_out, params, data, manager.path_of(optimizer.steps()).string());
+  if (rank == 0) report_end(o.params_out, params, data, last_checkpoint(o, manager, optimizer.steps()));
   return 0;
 }
 
 int run(MPI_Comm comm, options o) {
   if (o.shard_optimizer) return run_sharded(comm, o);
   const auto [rank, ranks] = place_in(comm);
-  ckpt::mpi::checkpoint_manager manager(
-      comm, o.ckpt_dir, {.max_to_keep = o.keep, .save_interval_steps = o.save_every},
-      {.local = o.local_dir, .ranks_per_node = o.ranks_per_node, .drain_every = o.drain_every * o.save_every});
+  ckpt::mpi::checkpoint_manager manager = manager_of(comm, o);
   const std::optional<ckpt::mpi::checkpoint_manager::latest> opened = open_run(manager, o, rank);
   if (!opened) return 2;
   const ckpt::mpi::checkpoint_manager::latest& restored = *opened;
@@ -254,14 +267,7 @@ int run(MPI_Comm comm, options o) {
   if (state.step > first || !manager.latest_step())
     manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
   manager.wait();
-  // With --local-dir, the last step is in the shared tier (a folder or a bucket) only if it was
-  // drained: a multiple of the drain's steps; else it is in the node-local tiers alone.
-  const std::int64_t drain = o.drain_every * o.save_every;
-  std::string last = manager.path_of(state.step).string();
-  if (!o.local_dir.empty() && (drain == 0 || state.step % drain != 0))
-    last = "step " + std::to_string(state.step) + " in the node-local tiers under " + o.local_dir.string() +
-           " (not drained to " + o.ckpt_dir.string() + ")";
-  if (rank == 0) report_end(o.params_out, params, data, last);
+  if (rank == 0) report_end(o.params_out, params, data, last_checkpoint(o, manager, state.step));
   return 0;
 }
 

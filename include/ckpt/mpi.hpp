@@ -240,6 +240,8 @@ class slice {
 /// manager's `save_async` snapshots the slices and writes them on its background thread if every
 /// rank's MPI was initialized with `MPI_THREAD_MULTIPLE` (the writes are MPI-IO calls, on a
 /// communicator of the manager's own); otherwise it writes them before returning, as `save` does.
+/// A manager with node-local tiers keeps each rank's part of the step there instead, and writes
+/// this file when it drains the step (see "Steps of slices" in `tiers`).
 /// The slices' leaves are referred to, not copied: they must outlive the section.
 /// \throws std::invalid_argument (by the save, on every rank, before anything is written) for
 ///   what `save` refuses, and if the pieces of a tensor overlap or leave a gap, or disagree on its
@@ -333,6 +335,22 @@ void read_rows(const checkpoint& t, std::string_view name, std::int64_t first_ro
 /// node that holds a copy offers it. `path_of` and `status()` name a step's folder in `folder`,
 /// where it is, or would be once drained.
 ///
+/// **Steps of slices** (`sliced`: ZeRO, FSDP, tensor parallelism). Each rank that writes anything
+/// keeps its part of the step in its node's local folder (and its partner's), a safetensors file
+/// `part-<k>-of-<K>.safetensors` of its slices (each under its tensor's name, with its local shape,
+/// its place in the global tensor noted in the metadata) and of the whole entries it writes; the
+/// step's index is the shared tier's. The part is written by its rank alone (on `save_async`'s
+/// thread whatever MPI's thread level). A drain writes the one file of `sliced` from the parts,
+/// collectively (on a communicator of the drain thread's own with `MPI_THREAD_MULTIPLE`, otherwise
+/// in the call that commits the step): byte for byte what `save` writes, so every tool and rank
+/// count reads it. A restore finds, verifies and moves the parts as it does shards; each node's
+/// first rank then writes the step's one file from them into its local folder, which every rank of
+/// the node maps (the file is unlinked at once; the mapping keeps it): every rank gets the whole
+/// step, on any number of ranks, as long as the nodes that hold the parts are in the job. A step
+/// of which some part has no intact copy on any node comes from `folder` if it was drained there,
+/// and is damaged otherwise. A rank holds at most one slice of each tensor in a tiered step (the
+/// save fails with `collective_error` on every rank otherwise).
+///
 /// **Runs.** The local tiers of a run are its own: `local` is a root that any number of runs may
 /// share, each run's steps and partner copies in a folder `<local>/run-<id>/` named by the run's
 /// id. The id is made once, by the first manager that opens `folder` for writing (a new run, or a
@@ -408,8 +426,7 @@ struct tiers {
 /// **Multi-level checkpoints** (`ckpt::mpi::tiers`, docs/distributed.md): with a node-local
 /// folder, every step goes to the nodes' local tiers, and only every `drain_every`-th step to
 /// `folder`, which becomes the shared tier. See `tiers` for what each tier holds and how a step is
-/// restored. The local tiers do not take steps of slices: a tiered manager refuses them
-/// (`std::invalid_argument` on every rank, before anything is written).
+/// restored, steps of slices included.
 class checkpoint_manager : public ckpt::checkpoint_manager {
  public:
 

@@ -67,6 +67,7 @@ class mpi_state final : public ckpt::detail::manager_state {
     lock_.reset();   // releases the flock
     if (finalized()) return;
     if (background_comm_ != MPI_COMM_NULL) MPI_Comm_free(&background_comm_);
+    if (drain_comm_ != MPI_COMM_NULL) MPI_Comm_free(&drain_comm_);
     MPI_Comm_free(&comm_);
   }
 
@@ -83,6 +84,8 @@ class mpi_state final : public ckpt::detail::manager_state {
     MPI_Allreduce(MPI_IN_PLACE, &level, 1, MPI_INT, MPI_MIN, comm_);
     if (level == MPI_THREAD_MULTIPLE) MPI_Comm_dup(comm_, &background_comm_);
     if (levels_.local.empty()) return;
+    // The drain of a step of slices writes collectively too: on a communicator of its thread's own.
+    if (level == MPI_THREAD_MULTIPLE) MPI_Comm_dup(comm_, &drain_comm_);
     tiers_ = std::make_unique<detail::local_tiers>(comm_, levels_, run_id_, core.folder());
     for (const auto& [step, metric] : core.all()) drained_.insert(step);
     // A step is listed while any tier holds it whole (the local tiers know no keep-best metric);
@@ -204,8 +207,9 @@ class mpi_state final : public ckpt::detail::manager_state {
     release_pages_of_dropped(pending_);
     const bool sliced = !pending_.sliced.empty();
     // The writes of a step of slices are collective MPI-IO calls: without a communicator for the
-    // background thread, they are made here, and the next call commits the step as usual.
-    if (sliced && background_comm_ == MPI_COMM_NULL) {
+    // background thread, they are made here, and the next call commits the step as usual (with a
+    // local tier, each rank writes its part on its own: in the background).
+    if (sliced && !tiers_ && background_comm_ == MPI_COMM_NULL) {
       clear_debris(*store_, std::exchange(debris_, {}));
       std::exception_ptr error;
       write_step(comm_, pending_, sections, error);
@@ -336,12 +340,12 @@ class mpi_state final : public ckpt::detail::manager_state {
   // Writes this rank's part of `plan`'s step (keeping a failure in `error`): its shard, to its
   // node's local tier if there is one, else to the folder, by `path` (direct I/O for a background
   // save, as ckpt::checkpoint_manager's); a step of slices collectively, on `comm` (the manager's
-  // ranks), with MPI-IO.
+  // ranks), with MPI-IO, or with a local tier each rank its part (detail::write_part).
   void write_step(MPI_Comm comm, const detail::step_plan& plan, std::span<const section> sections,
                   std::exception_ptr& error,
                   ckpt::detail::write_path path = ckpt::detail::write_path::page_cache) const {
     const save_options options{.digest = core.options().digest};
-    if (!plan.sliced.empty()) return detail::write_sliced(comm, plan, sections, options, error);
+    if (!plan.sliced.empty() && !tiers_) return detail::write_sliced(comm, plan, sections, options, error);
     try {
       if (tiers_) tiers_->write_own(plan, sections, options, path);
       else detail::write_shard(plan, sections, options, path);
@@ -594,18 +598,31 @@ class mpi_state final : public ckpt::detail::manager_state {
   }
 
   // Collective: drains `plan`'s step from the local tier to the folder on the drain's thread, once
-  // an earlier drain is committed.
+  // an earlier drain is committed. A step of slices, whose drain is collective, without a
+  // communicator for the drain's thread (no MPI_THREAD_MULTIPLE): here, on the caller's thread.
   void start_drain(const detail::step_plan& plan) {
     finish_drain(true);
     drain_plan_ = plan;
     drain_done_ = false;
+    const save_options options{.digest = core.options().digest};
+    if (!plan.sliced.empty() && drain_comm_ == MPI_COMM_NULL) {
+      std::exception_ptr error;
+      try {
+        tiers_->drain(drain_plan_, options, comm_);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      drain_.finish(error);
+      drain_done_ = true;
+      return;
+    }
     try {
-      drain_.start([this] {
+      drain_.start([this, options] {
         struct done_guard {
           std::atomic<bool>& done;
           ~done_guard() { done = true; }
         } guard{drain_done_};
-        tiers_->drain(drain_plan_);
+        tiers_->drain(drain_plan_, options, drain_comm_);
       });
     } catch (...) {
       drain_.finish(std::current_exception());
@@ -654,11 +671,6 @@ class mpi_state final : public ckpt::detail::manager_state {
                             std::string_view member) {
     detail::step_plan plan = detail::plan_step(comm_, core.folder(), store_, step, sections, metadata,
                                                "checkpoint_manager::" + std::string(member));
-    if (tiers_ && !plan.sliced.empty())  // alike on every rank
-      throw std::invalid_argument(core.message("step " + std::to_string(step) +
-                                               " holds slices (ckpt::mpi::sliced), which the local tier '" +
-                                               levels_.local.string() + "' does not take (a manager without tiers "
-                                               "saves them to '" + core.folder().string() + "')"));
     return plan;
   }
 
@@ -678,6 +690,9 @@ class mpi_state final : public ckpt::detail::manager_state {
   std::vector<std::string> debris_;
   // save_async's thread's own communicator, with MPI_THREAD_MULTIPLE: it sends the partner copies.
   MPI_Comm background_comm_ = MPI_COMM_NULL;
+  // The drain's thread's own communicator, with MPI_THREAD_MULTIPLE and a local tier: it drains a
+  // step of slices (collective MPI-IO).
+  MPI_Comm drain_comm_ = MPI_COMM_NULL;
   // The drain to the folder: its thread, its step's plan, and whether this rank's copy is done.
   ckpt::detail::background_write drain_;
   detail::step_plan drain_plan_;

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
@@ -339,6 +340,17 @@ void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank) 
     if (t.whole_writer == rank || std::ranges::any_of(t.pieces, [&](const auto& p) { return p.rank == rank; }))
       plan.mine.insert(name);
   }
+  // The parts, for the node-local tiers: part k is the k-th writing rank's.
+  std::vector<bool> writes(all.size(), false);
+  for (const auto& [name, t] : tensors) {
+    if (t.whole_writer >= 0) writes[static_cast<std::size_t>(t.whole_writer)] = true;
+    for (const auto& p : t.pieces) writes[static_cast<std::size_t>(p.rank)] = true;
+  }
+  const auto writers = static_cast<std::size_t>(std::ranges::count(writes, true));
+  plan.parts.assign(all.size(), std::string());
+  for (std::size_t r = 0, k = 0; r < writes.size(); ++r)
+    if (writes[r]) plan.parts[r] = ckpt::detail::layout::step_part(++k, writers);
+  plan.part = plan.parts[static_cast<std::size_t>(rank)];
 }
 
 namespace {
@@ -598,6 +610,85 @@ void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section>
 
   if (plan.run->local() != nullptr) write_in_place(comm, plan, header, units, options, error);
   else write_as_parts(comm, plan, header, units, options, error);
+}
+
+namespace {
+
+// The note of a part file's metadata that says where its entry `name` lies in the global tensor:
+// "<first element> <global extent>...". An entry without one is whole.
+constexpr std::string_view slice_note = "ckpt.mpi.slice.";
+
+}  // namespace
+
+void write_part(const step_plan& plan, const run_store& run, std::span<const section> sections,
+                const save_options& options, ckpt::detail::write_path path) {
+  if (plan.part.empty()) return;
+  step_plan here = plan;
+  here.run = run;
+  here.shard = plan.part;
+  std::vector<ckpt::detail::entry_source> entries;
+  const std::string function = "mpi::" + plan.operation;
+  for (const auto* e : ckpt::detail::ordered_entries(sections, function, ckpt::detail::slices_are::taken)) {
+    if (!plan.mine.contains(e->name)) continue;
+    ckpt::detail::entry_source& x = entries.emplace_back(*e);
+    if (x.first < 0) continue;
+    std::string note = std::to_string(x.first);
+    for (const std::int64_t d : x.global_shape) note += " " + std::to_string(d);
+    if (!here.metadata.emplace(std::string(slice_note) + x.name, note).second)
+      throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": this rank holds several slices of '" + x.name +
+                                  "', which a node-local tier's part of the step cannot keep apart (one slice a "
+                                  "tensor and rank)");
+    x.first = -1;
+    x.global_shape = {};
+  }
+  const section part = ckpt::detail::section_access::of_entries(std::move(entries));
+  write_shard(here, std::span(&part, 1), options, path);
+}
+
+section part_as_slices(const checkpoint& part, const std::filesystem::path& file) {
+  std::vector<ckpt::detail::entry_source> entries;
+  for (const auto& [name, x] : part) {
+    ckpt::detail::entry_source& e = entries.emplace_back(ckpt::detail::tensor_source(name, x));
+    const auto note = part.metadata().find(std::string(slice_note) + name);
+    if (note == part.metadata().end()) continue;
+    std::istringstream in(note->second);
+    in >> e.first;
+    for (std::int64_t d = 0; in >> d;) e.global_shape.push_back(d);
+    if (e.first < 0 || e.global_shape.empty() || !in.eof())
+      throw format_error(file, "the note '" + note->first + "' of a part of a step of slices is malformed: '" +
+                                   note->second + "'");
+  }
+  return ckpt::detail::section_access::of_entries(std::move(entries));
+}
+
+void write_assembled(const run_store& run, const std::string& dir_name, std::span<const checkpoint> parts,
+                     const std::string& operation) {
+  step_plan plan;
+  plan.run = run;
+  plan.folder = run->path_of("");
+  plan.dir_name = dir_name;
+  plan.dir = run->path_of(dir_name);
+  plan.operation = operation;
+  std::vector<section> sections;
+  std::vector<holding> all;
+  bool digest = false;
+  for (const checkpoint& part : parts) {
+    section& s = sections.emplace_back(part_as_slices(part, plan.dir));
+    holding& h = all.emplace_back();
+    for (const ckpt::detail::entry_source& e : ckpt::detail::section_access::entries(s)) {
+      if (e.first < 0) h.entries.push_back({e.name, e.dtype, e.shape, 0, -1});
+      else h.entries.push_back({e.name, e.dtype, e.global_shape, e.first, ckpt::detail::numel_of(e.shape)});
+    }
+    for (const auto& [key, value] : part.metadata()) {
+      if (ckpt::detail::is_digest_key(key)) digest = true;
+      else if (!key.starts_with(slice_note)) plan.metadata.insert_or_assign(key, value);
+    }
+  }
+  lay_out_slices(plan, all, 0);
+  for (const step_plan::global_tensor& t : plan.sliced) plan.mine.insert(t.name);
+  std::exception_ptr error;
+  write_sliced(MPI_COMM_SELF, plan, sections, {.digest = digest}, error);
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace detail

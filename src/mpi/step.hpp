@@ -83,6 +83,11 @@ struct step_plan {
     int whole_writer = -1;
   };
   std::vector<global_tensor> sliced;
+  // A step of slices in the node-local tiers (src/mpi/tiers.hpp): each rank that writes anything
+  // keeps what it writes (`mine`) as a file of its own there, its part (layout::step_part): every
+  // rank's part name ("" for a rank that writes nothing), and this rank's.
+  std::vector<std::string> parts;
+  std::string part;
 };
 
 // Collective: exchanges the names, dtypes and shapes every rank holds in `sections`, checks them
@@ -107,6 +112,25 @@ struct step_plan {
 // commit_step to report on every rank.
 void write_sliced(MPI_Comm comm, const step_plan& plan, std::span<const section> sections, const save_options& options,
                   std::exception_ptr& error);
+
+// Local: writes this rank's part of a step of slices (`plan.part`: its slices and the whole
+// entries it writes, from `sections`) into the step folder of `run` (a node's local tier),
+// atomically: a safetensors file of those entries under their names, each slice with the shape it
+// has on the rank, its place in the global tensor noted in the metadata (part_as_slices reads it);
+// nothing if the rank writes nothing. The metadata is the step's but for those notes.
+// \throws io_error; std::invalid_argument if the rank holds two slices of one tensor.
+void write_part(const step_plan& plan, const run_store& run, std::span<const section> sections,
+                const save_options& options, ckpt::detail::write_path path);
+// The entries of the part file `file` (write_part), loaded, as the slices and whole entries the
+// rank wrote.
+// \throws format_error if a note of the part is malformed.
+[[nodiscard]] section part_as_slices(const checkpoint& part, const std::filesystem::path& file);
+// Local: writes the one shard of a step of slices from all its parts (loaded), into the step folder
+// `dir_name` of `run` (a folder), atomically: byte for byte the file the ranks wrote together (or
+// would have) with ckpt::mpi::save, its digest if the parts have one.
+// \throws std::invalid_argument, format_error if the parts do not make a step; io_error.
+void write_assembled(const run_store& run, const std::string& dir_name, std::span<const checkpoint> parts,
+                     const std::string& operation);
 
 // Local: writes this rank's shard (the entries of `sections` it writes) into `plan.run`,
 // atomically (a file renamed into place, or an upload); nothing if it writes none. `sections` must

@@ -150,24 +150,35 @@ struct node_copies {
   std::vector<std::string> partner;
 };
 
-// The shard files of the committed step folder `name` of `run`; none if it is absent or not
-// committed.
+// The files a node keeps of a step: its shards, or, for a step of slices, the ranks' parts.
+const std::vector<std::string>& files_of(const step_plan& plan) {
+  return plan.sliced.empty() ? plan.shards : plan.parts;
+}
+const std::string& file_of(const step_plan& plan) { return plan.sliced.empty() ? plan.shard : plan.part; }
+
+// The shard files (or parts: layout::step_part) of the committed step folder `name` of `run`;
+// none if it is absent or not committed.
 std::vector<std::string> shards_in(const store& run, const std::string& name) {
   if (!layout::committed_step_folder(run, name)) return {};
   std::vector<std::string> out;
   for (store::entry& file : run.list(name))
-    if (layout::shard_count_of(file.name)) out.push_back(std::move(file.name));
+    if (layout::shard_count_of(file.name) || layout::part_count_of(file.name)) out.push_back(std::move(file.name));
   std::ranges::sort(out);
   return out;
 }
 
-// Whether `shards` (of one step, from any nodes) are every shard of it.
-bool every_shard(const std::set<std::string>& shards) {
-  if (shards.empty()) return false;
-  const std::size_t count = *layout::shard_count_of(*shards.begin());
-  for (std::size_t k = 1; k <= count; ++k)
-    if (!shards.contains(layout::step_shard(k, count))) return false;
-  return true;
+// Whether `files` (of one step, from any nodes) are every shard of it, or every part.
+bool every_shard(const std::set<std::string>& files) {
+  const auto every = [&files](auto count_of, auto name_of) {
+    for (const std::string& f : files)
+      if (const std::optional<std::size_t> count = count_of(f)) {
+        for (std::size_t k = 1; k <= *count; ++k)
+          if (!files.contains(name_of(k, *count))) return false;
+        return true;
+      }
+    return false;
+  };
+  return every(layout::shard_count_of, layout::step_shard) || every(layout::part_count_of, layout::step_part);
 }
 
 // The step folder `name` of a node's store, to read (a link followed) or, with `create`, to write
@@ -327,6 +338,7 @@ void local_tiers::keep_only(const std::set<std::int64_t>& keep) const noexcept {
 
 void local_tiers::write_own(const step_plan& plan, std::span<const section> sections, const save_options& options,
                             ckpt::detail::write_path path) const {
+  if (!plan.sliced.empty()) return write_part(plan, own_, sections, options, path);
   step_plan here = plan;
   here.run = own_;
   write_shard(here, sections, options, path);
@@ -339,10 +351,11 @@ void local_tiers::send_partner_copies(const step_plan& plan, std::exception_ptr&
   std::vector<incoming> in;
   if (!error) {
     try {
-      if (!plan.shard.empty()) out.push_back({nodes_.partner_of(rank), {step_dir(own_, plan.dir_name), plan.shard}});
+      if (!file_of(plan).empty())
+        out.push_back({nodes_.partner_of(rank), {step_dir(own_, plan.dir_name), file_of(plan)}});
       std::optional<folder_handle> dir;
       for (int r = 0; r < size_of(comm); ++r) {
-        const std::string& shard = plan.shards[static_cast<std::size_t>(r)];
+        const std::string& shard = files_of(plan)[static_cast<std::size_t>(r)];
         if (shard.empty() || nodes_.partner_of(r) != rank) continue;
         if (!dir) dir = step_dir(partner_, plan.dir_name, /*create=*/true);
         in.push_back({r, {*dir, shard}});
@@ -389,7 +402,23 @@ void local_tiers::commit(const step_plan& plan, std::exception_ptr local_error, 
   throw_failure(comm_, *f, error, run_, plan.operation + " (the local tier)");
 }
 
-void local_tiers::drain(const step_plan& plan) const {
+void local_tiers::drain(const step_plan& plan, const save_options& options, MPI_Comm comm) const {
+  if (!plan.sliced.empty()) {
+    // Each rank's part, as the slices it wrote, into the one shard the ranks write together.
+    std::exception_ptr error;
+    std::vector<section> mine;
+    try {
+      if (!plan.part.empty()) {
+        const file_at part{step_dir(own_, plan.dir_name), plan.part};
+        mine.push_back(part_as_slices(ckpt::detail::load_file(part, {.verify_digest = false}), part.path()));
+      }
+    } catch (...) {
+      record(error);
+    }
+    write_sliced(comm, plan, mine, options, error);
+    if (error) std::rethrow_exception(error);
+    return;
+  }
   if (plan.shard.empty()) return;
   const file_at from{step_dir(own_, plan.dir_name), plan.shard};
   struct stat info {};
@@ -472,6 +501,17 @@ checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_
   settle_load(error, is_damage(error));
   broadcast(comm_, bytes, reader);
   by_shard = decode<decltype(by_shard)>(bytes);
+  // The files to find a copy of: the index's shards, or, for a step of slices, the ranks' parts
+  // (the nodes hold those, the index names the one shard they make).
+  std::vector<std::string> units;
+  for (const node_copies& h : held)
+    for (const std::vector<std::string>* files : {&h.own, &h.partner})
+      for (const std::string& f : *files)
+        if (const std::optional<std::size_t> count = layout::part_count_of(f); count && units.empty())
+          for (std::size_t k = 1; k <= *count; ++k) units.push_back(layout::step_part(k, *count));
+  const bool parts = !units.empty();
+  if (!parts)
+    for (const auto& [shard, names] : by_shard) units.push_back(shard);
 
   // 3. Each node verifies the copies it holds, its ranks sharing them.
   int node_rank = 0;
@@ -480,7 +520,7 @@ checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_
   MPI_Comm_size(nodes_.node, &node_size);
   // One copy verified: intact with its hashes, or the reason it is damaged (any other failure is
   // this rank's error).
-  // A bucket's copy is fetched whole to be checked, and kept to be sent to every rank (6.).
+  // A bucket's copy is fetched whole to be checked, and kept to be sent to every rank (7.).
   std::map<std::string, fetched_shard> fetched;
   const auto check = [&](copy_check c, const store& run) {
     try {
@@ -523,7 +563,7 @@ checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_
   };
   std::vector<std::map<std::string, const copy_check*>> chosen(static_cast<std::size_t>(nodes_.count()));
   std::vector<std::string> from_shared;
-  for (const auto& [shard, names] : by_shard) {
+  for (const std::string& shard : units) {
     for (int b = 0; b < nodes_.count(); ++b) {
       const copy_check* pick = nullptr;
       for (int k = 0; k < nodes_.count() && pick == nullptr; ++k) {
@@ -534,6 +574,12 @@ checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_
       chosen[static_cast<std::size_t>(b)][shard] = pick;
       if (pick == nullptr && (from_shared.empty() || from_shared.back() != shard)) from_shared.push_back(shard);
     }
+  }
+  // A step of slices of which a part has no intact copy on any node: the shared tier's step, if it
+  // was drained there (the same on every rank: the checks are shared).
+  if (parts && !from_shared.empty() && in_shared != 0) {
+    checkpoint result = load_step(comm_, shared, step, options, damaged, &sources);
+    return result;
   }
   // Shards no node holds intact: the shared folder's copies, verified shard k by rank k mod size.
   if (!from_shared.empty()) {
@@ -579,7 +625,7 @@ checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_
     try {
       std::optional<folder_handle> here;
       std::size_t t = 0;
-      for (const auto& [shard, names] : by_shard)
+      for (const std::string& shard : units)
         for (int b = 0; b < nodes_.count(); ++b) {
           const copy_check* pick = chosen[static_cast<std::size_t>(b)][shard];
           if (pick->node < 0 || pick->node == b) continue;
@@ -601,8 +647,51 @@ checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_
     if (!agree(comm_, error)) move_files(comm_, out, in, error);
     settle_load(error, false);
   }
+  const auto dir_of = [&](const copy_check& pick) {
+    return step_dir(pick.node == nodes_.index && pick.from == tier::partner ? partner_ : own_, name);
+  };
 
-  // 6. Every rank maps each shard from where its node has it, checked against the hashes of the
+  // 6. A step of slices: each node's first rank writes the step's one shard from the parts its node
+  // now holds (checked against the hashes of the copies they came from) into its step folder; its
+  // ranks map it, and it is unlinked (the mappings keep it while the checkpoint lives).
+  if (parts) {
+    const std::string& shard = by_shard.begin()->first;
+    if (nodes_.leader) {
+      try {
+        std::vector<checkpoint> loaded;
+        for (const std::string& part : units) {
+          const copy_check& pick = *chosen[static_cast<std::size_t>(nodes_.index)].at(part);
+          loaded.push_back(
+              ckpt::detail::load_file({dir_of(pick), part}, {.verify_digest = !pick.hashes.empty()}, pick.hashes));
+        }
+        write_assembled(own_, name, loaded, operation);
+      } catch (...) {
+        record(error);
+      }
+    }
+    settle_load(error, is_damage(error));
+    checkpoint result;
+    try {
+      result = ckpt::detail::load_file({step_dir(own_, name), shard}, {.verify_digest = false});
+    } catch (...) {
+      record(error);
+    }
+    settle_load(error, false);
+    if (nodes_.leader) {
+      try {
+        static_cast<void>(own_->remove(name + "/" + shard));
+      } catch (const std::exception&) {  // a file the index names: the node holds the step whole
+      }
+    }
+    sources.clear();
+    for (const std::string& part : units) {
+      const copy_check& pick = *chosen[static_cast<std::size_t>(nodes_.index)].at(part);
+      sources.push_back({part, pick.from, pick.node});
+    }
+    return result;
+  }
+
+  // 7. Every rank maps each shard from where its node has it, checked against the hashes of the
   // copy it came from; a bucket's shards come from the rank that fetched them (every node picks
   // the shared copy of a shard that no node holds intact).
   std::map<std::string, checkpoint> from_bucket;
@@ -619,7 +708,7 @@ checkpoint local_tiers::load(const store& shared, std::int64_t step, const load_
       if (pick->node < 0) {
         if (const folder_handle* folder = shared.local()) dirs.emplace(shard, folder->subfolder_to_read(name));
       } else {
-        dirs.emplace(shard, step_dir(pick->node == nodes_.index && pick->from == tier::partner ? partner_ : own_, name));
+        dirs.emplace(shard, dir_of(*pick));
       }
       sources.push_back({shard, pick->from, pick->node < 0 ? 0 : pick->node});
     }

@@ -10,7 +10,9 @@
 // and shards other nodes sent it at a restore), and `partner/step-<s>/` (the copies of the
 // previous node's shards). Each is committed by the step's index, written last by the node's first
 // rank, as a shared step folder is; the index names every shard of the step, of which a node
-// holds some. Both are folder stores (src/run/store.hpp), held by their descriptors: every file is
+// holds some. A step of slices is kept as the ranks' parts (layout::step_part, write_part) in
+// place of shards; its index is the shared tier's (the one shard the parts make), which a restore
+// writes from them (write_assembled) and a drain writes collectively (write_sliced). Both are folder stores (src/run/store.hpp), held by their descriptors: every file is
 // written, renamed and removed relative to them; the shared tier is the manager's store, a folder
 // or a bucket.
 
@@ -94,8 +96,11 @@ class local_tiers {
   void commit(const step_plan& plan, std::exception_ptr local_error, bool copies_sent);
   // Local, on the drain's thread: copies this rank's shard of `plan` (its step, planned for the
   // shared tier `plan.run`, a folder or a bucket) from its node's step folder there, atomically.
+  // A step of slices: collective over `comm` (the drain thread's own communicator, or the
+  // manager's on its caller's thread): the ranks write the one shard from their parts, as
+  // write_sliced does from their slices (`options` are its), byte for byte ckpt::mpi::save's file.
   // \throws io_error, remote_error.
-  void drain(const step_plan& plan) const;
+  void drain(const step_plan& plan, const save_options& options, MPI_Comm comm) const;
 
   // Collective: step `step` from the fastest intact copy of each shard: this node's own copy, its
   // partner copy, another node's copy (sent over MPI into this node's step folder), the shared

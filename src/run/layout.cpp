@@ -30,6 +30,8 @@ constexpr std::string_view folder_prefix = "step-";
 constexpr std::string_view aside_mark = ".damaged";
 // The base of a step folder's shards and index (`model-00001-of-00002.safetensors`, step_index).
 constexpr std::string_view shard_base = "model";
+// The base of the parts of a step of slices in a node-local tier (`part-00001-of-00004.safetensors`).
+constexpr std::string_view part_base = "part";
 constexpr std::string_view node_prefix = "node-";
 
 // `<prefix><step, zero-padded to 10 digits><suffix>`.
@@ -62,6 +64,8 @@ std::optional<std::int64_t> step_of_file(std::string_view name) { return step_in
 std::optional<std::int64_t> step_of_folder(std::string_view name) { return step_in_name(name, folder_prefix, {}); }
 std::string step_shard(std::size_t number, std::size_t count) { return shard_name(shard_base, number, count); }
 std::optional<std::size_t> shard_count_of(std::string_view name) { return detail::shard_count_of(name, shard_base); }
+std::string step_part(std::size_t number, std::size_t count) { return shard_name(part_base, number, count); }
+std::optional<std::size_t> part_count_of(std::string_view name) { return detail::shard_count_of(name, part_base); }
 
 std::string set_aside_name(std::string_view name, int k) {
   std::string out(name);

@@ -36,6 +36,12 @@ inline constexpr std::string_view step_index = "model.safetensors.index.json";
 [[nodiscard]] std::string step_shard(std::size_t number, std::size_t count);
 // The shard count K of a name step_shard(k, K) gives (only the exact spelling counts), or nothing.
 [[nodiscard]] std::optional<std::size_t> shard_count_of(std::string_view name);
+// Part `number` of `count` of a step of slices in a node-local tier: `part-<number>-of-<count>.safetensors`
+// (five digits each), the pieces and whole entries one rank writes of the step's one shard; the
+// k-th rank (in rank order) that writes anything writes part k.
+[[nodiscard]] std::string step_part(std::size_t number, std::size_t count);
+// The part count K of a name step_part(k, K) gives (only the exact spelling counts), or nothing.
+[[nodiscard]] std::optional<std::size_t> part_count_of(std::string_view name);
 
 // The step of a step file's or step folder's name, or nothing for any other name: only the exact
 // spelling counts, so that a user's "ckpt-7.safetensors" or "step-7" is never a step.

@@ -3,12 +3,14 @@
 // uploads its shard, rank 0 commits the index last), keeps them by its rules (index first, then the
 // shards), sets a damaged step aside, clears what a killed job left and resumes on another rank
 // count; a load fetches each shard once in all, not once per rank; a step of slices is one object,
-// uploaded in parts by the ranks; the node-local tiers drain to the bucket and restore from it;
+// uploaded in parts by the ranks; the node-local tiers drain to the bucket and restore from it,
+// a step of slices too (the ranks' parts drained as the one object of slices);
 // and (the in-process fake store, tests/s3/fake_store.hpp, since the fixture's server answers 501
 // to conditional writes and shows no order) a step's index never replaces one another writer
 // committed meanwhile, and retention deletes a step's index before its shards.
 
 #include "mpi_test.hpp"
+#include "sliced_state.hpp"
 
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
@@ -352,6 +354,40 @@ void node_local_tiers_drain_to_a_bucket_and_restore_from_it(const fs::path& fold
   for (const ckpt::checkpoint_manager::source& s : latest.sources) CHECK(s.from == ckpt::checkpoint_manager::tier::folder);
 }
 
+// A step of slices (sliced_state.hpp's tensors) in the node-local tiers drains to the bucket as the
+// one object ckpt::mpi::save writes of the same slices and metadata, byte for byte, and with the
+// local tiers lost the run restores it from there.
+void a_step_of_slices_in_the_tiers_drains_to_a_bucket_as_one_object(const fs::path& folder) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = rank_of(comm), size = size_of(comm);
+  const bucket_run run = run_in_bucket(folder);
+  const ckpt::mpi::tiers levels{.local = folder / "local", .ranks_per_node = 1, .drain_every = 1};
+  const rank_state s = pieces_of(rank, size, 1.0f);
+  const std::vector<ckpt::mpi::slice> slices = slices_of(s);
+  {
+    ckpt::mpi::checkpoint_manager manager(comm, run.url, {}, levels);
+    CHECK(manager.save_async(1, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")}));
+    manager.wait();
+  }
+  CHECK_EQ(keys_of(run), (std::vector<std::string>{".ckpt-run-id", step_name(1) + "/" + shard(1, 1),
+                                                   step_name(1) + "/model.safetensors.index.json"}));
+  const std::string key = step_name(1) + "/" + shard(1, 1);
+  const std::string object =
+      rank == 0 ? s3::client(s3::config::from_environment()).get({run.bucket, run.prefix + "/" + key}) : std::string();
+  ckpt::metadata_map metadata = ckpt::load(run.url + "/" + key).metadata();
+  metadata.erase("step");
+  metadata.erase("ckpt.xxh3_64_file");
+  ckpt::mpi::save(comm, folder / "plain", 1, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")}, metadata);
+  if (rank == 0) CHECK(object == file_bytes(shard_of(folder / "plain", 1)));
+  MPI_Barrier(comm);
+  if (rank == 0) fs::remove_all(folder / "local");
+  MPI_Barrier(comm);
+  ckpt::mpi::checkpoint_manager manager(comm, run.url, {}, levels);
+  const ckpt::mpi::checkpoint_manager::latest latest = manager.load_latest();
+  CHECK_EQ(latest.step, 1);
+  CHECK(same(*latest, whole_tensors(1.0f)));
+}
+
 // Collective: the in-process fake store (tests/s3/fake_store.hpp) in rank 0's process (null on the
 // others), answering by `script`, every rank's endpoint until use_server().
 std::unique_ptr<ckpt_s3_test::fake_store> serve_from_rank_0(MPI_Comm comm, ckpt_s3_test::fake_store::script script) {
@@ -445,6 +481,7 @@ int main(int argc, char** argv) {
                   {"opening_a_run_in_a_bucket_clears_what_a_killed_job_left", opening_a_run_in_a_bucket_clears_what_a_killed_job_left},
                   {"a_step_of_slices_in_a_bucket_is_one_object_uploaded_in_parts_by_the_ranks", a_step_of_slices_in_a_bucket_is_one_object_uploaded_in_parts_by_the_ranks},
                   {"node_local_tiers_drain_to_a_bucket_and_restore_from_it", node_local_tiers_drain_to_a_bucket_and_restore_from_it},
+                  {"a_step_of_slices_in_the_tiers_drains_to_a_bucket_as_one_object", a_step_of_slices_in_the_tiers_drains_to_a_bucket_as_one_object},
                   {"a_steps_index_never_replaces_one_another_writer_committed", a_steps_index_never_replaces_one_another_writer_committed},
                   {"retention_in_a_bucket_deletes_a_steps_index_before_its_shards", retention_in_a_bucket_deletes_a_steps_index_before_its_shards}});
 }

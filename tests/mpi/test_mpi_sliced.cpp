@@ -7,6 +7,7 @@
 // anything is written.
 
 #include "mpi_test.hpp"
+#include "sliced_state.hpp"
 
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
@@ -33,71 +34,6 @@ namespace fs = std::filesystem;
 template <class S>
 concept exposes_its_leaf = requires(const S& s) { s.local(); };
 static_assert(!exposes_its_leaf<ckpt::mpi::slice>);
-
-// The global tensors: "w" [13, 7] split by rows, "mu" [1000] and "big" [600 * 1024] (2.4 MiB,
-// so that the digest's 1 MiB chunks cut across pieces) split flat, "b" replicated.
-constexpr Eigen::Index w_rows = 13, w_cols = 7, mu_size = 1000, big_size = 600 * 1024;
-
-float w_at(Eigen::Index i, Eigen::Index j) { return static_cast<float>(100 * i + j); }
-float mu_at(Eigen::Index k) { return 0.5f * static_cast<float>(k); }
-float big_at(Eigen::Index k) { return static_cast<float>(k % 9973) - 0.25f; }
-
-// Part `part` of `parts` of n things: [n * part / parts, n * (part + 1) / parts).
-Eigen::Index part_begin(Eigen::Index n, int part, int parts) { return n * part / parts; }
-
-struct rank_state {
-  Eigen::MatrixXf w;                                       // column-major block of rows
-  Eigen::VectorXf mu;                                      // flat range
-  Eigen::Matrix<float, Eigen::Dynamic, 1> big;             // flat range
-  Eigen::VectorXd b;                                       // replicated
-  Eigen::Index w_first = 0, mu_first = 0, big_first = 0;
-};
-
-// Rank `rank` of `size`'s pieces: even splits, except that "mu" leaves rank 0 empty when there
-// are several ranks.
-rank_state pieces_of(int rank, int size) {
-  rank_state s;
-  s.w_first = part_begin(w_rows, rank, size);
-  s.w.resize(part_begin(w_rows, rank + 1, size) - s.w_first, w_cols);
-  for (Eigen::Index i = 0; i < s.w.rows(); ++i)
-    for (Eigen::Index j = 0; j < w_cols; ++j) s.w(i, j) = w_at(s.w_first + i, j);
-  const int mu_parts = size > 1 ? size - 1 : 1, mu_part = size > 1 ? rank - 1 : 0;
-  s.mu_first = mu_part < 0 ? 0 : part_begin(mu_size, mu_part, mu_parts);
-  s.mu.resize(mu_part < 0 ? 0 : part_begin(mu_size, mu_part + 1, mu_parts) - s.mu_first);
-  for (Eigen::Index k = 0; k < s.mu.size(); ++k) s.mu[k] = mu_at(s.mu_first + k);
-  s.big_first = part_begin(big_size, rank, size);
-  s.big.resize(part_begin(big_size, rank + 1, size) - s.big_first);
-  for (Eigen::Index k = 0; k < s.big.size(); ++k) s.big[k] = big_at(s.big_first + k);
-  s.b = Eigen::VectorXd::LinSpaced(5, 1.0, 5.0);
-  return s;
-}
-
-std::vector<ckpt::mpi::slice> slices_of(const rank_state& s) {
-  return {ckpt::mpi::slice::rows("w", {w_rows, w_cols}, s.w_first, s.w),
-          ckpt::mpi::slice::flat("mu", {mu_size}, s.mu_first, s.mu),
-          ckpt::mpi::slice::flat("big", {big_size}, s.big_first, s.big)};
-}
-
-// The same tensors whole, as one process holds them (`plus` added to every float value).
-ckpt::checkpoint whole_tensors(float plus = 0) {
-  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w(w_rows, w_cols);
-  for (Eigen::Index i = 0; i < w_rows; ++i)
-    for (Eigen::Index j = 0; j < w_cols; ++j) w(i, j) = w_at(i, j) + plus;
-  Eigen::VectorXf mu(mu_size), big(big_size);
-  for (Eigen::Index k = 0; k < mu_size; ++k) mu[k] = mu_at(k) + plus;
-  for (Eigen::Index k = 0; k < big_size; ++k) big[k] = big_at(k) + plus;
-  return ckpt::concat({ckpt::of_params(w, "w"), ckpt::of_params(mu, "mu"), ckpt::of_params(big, "big"),
-                       ckpt::of_params(Eigen::VectorXd(Eigen::VectorXd::LinSpaced(5, 1.0, 5.0)), "b")});
-}
-
-std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-fs::path shard_of(const fs::path& folder, std::int64_t step) {
-  return ckpt::mpi::detail::step_folder(folder, step) / "model-00001-of-00001.safetensors";
-}
 
 // The digest as its spec defines it, computed here from the file alone: XXH3-64 of the
 // little-endian [H, C_1..C_n], H the hash of the header with its 16 digits as '0', C_i the hash
@@ -305,25 +241,12 @@ void manager_saves_slices(const fs::path& folder) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// Slices go where every rank writes together: the local tiers refuse them, on every rank alike,
-// and so does every single-process save (naming the entry); nothing is written.
+// Slices go where every rank writes together: every single-process save refuses them (naming
+// the entry); nothing is written.
 void slices_are_refused_where_they_cannot_go(const fs::path& folder) {
   const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   const rank_state s = pieces_of(rank, size);
   const std::vector<ckpt::mpi::slice> slices = slices_of(s);
-  {
-    ckpt::mpi::checkpoint_manager tiered(MPI_COMM_WORLD, folder / "shared", {},
-                                         {.local = folder / "local", .ranks_per_node = 1});
-    for (const bool background : {false, true}) {
-      const std::string message = MESSAGE_OF(std::invalid_argument, background
-                                                 ? tiered.save_async(1, {ckpt::mpi::sliced(slices)})
-                                                 : tiered.save(1, {ckpt::mpi::sliced(slices)}));
-      CHECK_EQ(message, "ckpt: mpi::checkpoint_manager: step 1 holds slices (ckpt::mpi::sliced), which the local "
-                        "tier '" + (folder / "local").string() + "' does not take (a manager without tiers saves them "
-                        "to '" + (folder / "shared").string() + "')");
-    }
-    CHECK(tiered.steps().empty());
-  }
   const std::string refusal = "' is a slice of a global tensor (ckpt::mpi::sliced); slices are saved by all the ranks "
                               "together, with ckpt::mpi::save or a ckpt::mpi::checkpoint_manager";
   const fs::path own = folder / ("rank-" + std::to_string(rank));

@@ -4,10 +4,15 @@
 // the fastest intact tier and says which: a lost node's shards come from the partner copies
 // without the shared folder, both nodes lost fall back to the shared folder, a corrupt partner
 // copy goes to the next tier, a step with no intact copy of a shard is skipped, and a job on
-// fewer ranks restores from the same local folders.
+// fewer ranks restores from the same local folders. Steps of slices (ZeRO, tensor parallelism):
+// each rank's part kept on its node and its partner, restored from them (a lost node's from the
+// partner copies, on fewer ranks too), drained as ckpt::mpi::save's one file, which another rank
+// count restores once the local tiers are gone.
 
 #include "mpi_test.hpp"
+#include "sliced_state.hpp"
 
+#include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/mpi.hpp>
 
@@ -70,7 +75,7 @@ void check_step(const ckpt::checkpoint& t, std::int64_t step, int run = 0) {
 std::vector<std::string> shown(const std::vector<ckpt::checkpoint_manager::source>& sources) {
   std::vector<std::string> out;
   for (const auto& s : sources)
-    out.push_back(s.file.substr(6, 5) + ":" + std::string(ckpt::to_string(s.from)) +
+    out.push_back(s.file.substr(s.file.find('-') + 1, 5) + ":" + std::string(ckpt::to_string(s.from)) +
                   (s.from == tier::folder ? "" : "@" + std::to_string(s.node)));
   return out;
 }
@@ -433,6 +438,129 @@ void a_folder_gets_its_id_once_at_its_first_writing_open(const fs::path& folder)
   CHECK(fs::exists(node_folder(folder, 0) / "step-0000000003" / "model.safetensors.index.json"));
 }
 
+// Saves steps [first, last] of sliced_state.hpp's tensors (`step` added to the values), each rank
+// its slices and the replicated "b" (save and save_async taking turns), then waits.
+void save_sliced(ckpt::checkpoint_manager& manager, std::int64_t first, std::int64_t last) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  for (std::int64_t step = first; step <= last; ++step) {
+    const rank_state s = pieces_of(rank, size, static_cast<float>(step));
+    const std::vector<ckpt::mpi::slice> slices = slices_of(s);
+    if (step % 2 == 0) manager.save_async(step, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")});
+    else manager.save(step, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")});
+  }
+  manager.wait();
+}
+
+// Rank r's part of a step of slices in the local tiers: part r + 1 (every rank writes some).
+std::string part(int k) {
+  char name[64];
+  std::snprintf(name, sizeof name, "part-%05d-of-%05d.safetensors", k, size_of(MPI_COMM_WORLD));
+  return name;
+}
+
+void steps_of_slices_go_to_the_nodes_and_drain_as_saves_file(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    save_sliced(manager, 1, 2);
+    CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{1, 2}));
+    CHECK_EQ(committed_steps(folder / "shared"), (std::vector<std::int64_t>{2}));
+    // Node 0's step folder: its ranks' parts and the index; its partner folder: the other node's.
+    std::vector<std::string> own{"model.safetensors.index.json"};
+    std::vector<std::string> partner{"model.safetensors.index.json"};
+    for (int r = 0; r < size; ++r) (node_of(r) == 0 ? own : partner).push_back(part(r + 1));
+    std::ranges::sort(own);
+    std::ranges::sort(partner);
+    for (const char* step : {"step-0000000001", "step-0000000002"}) {
+      CHECK_EQ(listing(node_folder(folder, 0) / step), own);
+      CHECK_EQ(listing(node_folder(folder, 0) / "partner" / step), partner);
+    }
+  }
+  // The drained step is byte for byte the file ckpt::mpi::save writes of the same slices and
+  // metadata (the manager's wall_time too).
+  ckpt::metadata_map metadata = ckpt::load(shard_of(folder / "shared", 2)).metadata();
+  metadata.erase("step");
+  metadata.erase("ckpt.xxh3_64_file");
+  const rank_state s = pieces_of(rank, size, 2.0f);
+  const std::vector<ckpt::mpi::slice> slices = slices_of(s);
+  ckpt::mpi::save(MPI_COMM_WORLD, folder / "plain", 2, {ckpt::mpi::sliced(slices), ckpt::of_params(s.b, "b")},
+                  metadata);
+  if (rank == 0) CHECK(file_bytes(shard_of(folder / "shared", 2)) == file_bytes(shard_of(folder / "plain", 2)));
+
+  // With the shared tier's step deleted, a new job restores both steps from the local tiers, each
+  // node from its own copies of the parts (its own and its partner copies).
+  remove_on_rank_0(folder / "shared" / "step-0000000002");
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{1, 2}));
+  const auto latest = manager.load_latest();
+  CHECK_EQ(latest.step, 2);
+  CHECK(same(*latest, whole_tensors(2.0f)));
+  const int mine = node_of(rank);
+  std::vector<std::string> expected;
+  for (int r = 0; r < size; ++r)
+    expected.push_back(part(r + 1).substr(5, 5) + ":" + (node_of(r) == mine ? "local" : "partner") + "@" +
+                       std::to_string(mine));
+  CHECK_EQ(shown(latest.sources), expected);
+  // The file the nodes assembled from the parts is the drained one: the same header and digest.
+  CHECK(latest->metadata() == ckpt::load(shard_of(folder / "plain", 2)).metadata());
+  CHECK(same(manager.load(1), whole_tensors(1.0f)));
+  // Each rank reads its slices of the restored step.
+  Eigen::VectorXf big(s.big.size());
+  ckpt::mpi::read_flat(*latest, "big", s.big_first, big);
+  CHECK(big == s.big);
+}
+
+void a_lost_node_restores_a_step_of_slices_from_the_partner_copies(const fs::path& folder) {
+  const int size = size_of(MPI_COMM_WORLD);
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    save_sliced(manager, 1, 1);  // not drained
+  }
+  CHECK(committed_steps(folder / "shared").empty());
+  remove_on_rank_0(node_folder(folder, 0));
+  ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+  const auto latest = manager.load_latest();
+  CHECK_EQ(latest.step, 1);
+  CHECK(same(*latest, whole_tensors(1.0f)));
+  // Node 1 holds node 0's parts as partner copies, its own as local ones; node 0 gets both over MPI.
+  std::vector<std::string> expected;
+  for (int r = 0; r < size; ++r)
+    expected.push_back(part(r + 1).substr(5, 5) + ":" + (node_of(r) == 0 ? "partner" : "local") + "@1");
+  CHECK_EQ(shown(latest.sources), expected);
+}
+
+// A job on fewer ranks (a sub-communicator of all but the last rank, nodes of the same size)
+// restores a step only the local tiers hold from its parts; with the local tiers gone, the drained
+// step from the shared tier.
+void fewer_ranks_restore_steps_of_slices_from_the_parts_or_the_shared_tier(const fs::path& folder) {
+  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
+  {
+    ckpt::mpi::checkpoint_manager manager(MPI_COMM_WORLD, folder / "shared", {}, tiers_in(folder, 2));
+    save_sliced(manager, 1, 2);
+  }
+  MPI_Comm fewer = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < size - 1 ? 0 : MPI_UNDEFINED, rank, &fewer);
+  const ckpt::mpi::tiers levels = tiers_in(folder, 2);  // the nodes' size of the saving job
+  if (fewer != MPI_COMM_NULL) {
+    ckpt::mpi::checkpoint_manager manager(fewer, folder / "shared", {}, levels);
+    CHECK(same(manager.load(1), whole_tensors(1.0f)));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  remove_on_rank_0(folder / "local");
+  if (fewer != MPI_COMM_NULL) {
+    {
+      ckpt::mpi::checkpoint_manager manager(fewer, folder / "shared", {}, levels);
+      CHECK_EQ(manager.steps(), (std::vector<std::int64_t>{2}));
+      const auto latest = manager.load_latest();
+      CHECK_EQ(latest.step, 2);
+      CHECK(same(*latest, whole_tensors(2.0f)));
+      CHECK_EQ(shown(latest.sources), (std::vector<std::string>{"00001:folder"}));
+    }
+    MPI_Comm_free(&fewer);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -447,5 +575,8 @@ int main(int argc, char** argv) {
                   {"refused", options_and_a_second_manager_are_refused},
                   {"two_runs", two_runs_over_one_local_root_keep_their_steps_apart},
                   {"made_again", a_run_made_again_under_the_same_name_is_a_new_run},
-                  {"run_id", a_folder_gets_its_id_once_at_its_first_writing_open}});
+                  {"run_id", a_folder_gets_its_id_once_at_its_first_writing_open},
+                  {"sliced_local_and_drained", steps_of_slices_go_to_the_nodes_and_drain_as_saves_file},
+                  {"sliced_lost_node", a_lost_node_restores_a_step_of_slices_from_the_partner_copies},
+                  {"sliced_fewer_ranks", fewer_ranks_restore_steps_of_slices_from_the_parts_or_the_shared_tier}});
 }

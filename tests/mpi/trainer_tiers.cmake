@@ -13,9 +13,8 @@ set(tiers --local-dir "${WORK}/local" --ranks-per-node 2 --drain-every 2 --ckpt-
 train(--steps 150 --ckpt-dir "${WORK}/straight" --params-out "${WORK}/straight.safetensors")
 train(--steps 75 ${tiers})
 # Step 75 was not drained: the end line says where it is (before, the local root alone).
-if(NOT output MATCHES "last checkpoint: step 75 in the node-local tiers under [^\n]*/local \\(not drained to [^\n]*/shared\\)\n")
-  message(FATAL_ERROR "the end line does not name the undrained step 75 and its tiers:\n${output}")
-endif()
+expect("last checkpoint: step 75 in the node-local tiers under [^\n]*/local \\(not drained to [^\n]*/shared\\)\n"
+       "the end line does not name the undrained step 75 and its tiers")
 # The run's node-local folders are under its id: <local>/run-<id>/node-<k>.
 file(STRINGS "${WORK}/shared/.ckpt-run-id" id)
 # The tool on the tiers (when built): verify of a node's folder checks the part of each step it
@@ -48,23 +47,16 @@ if(TOOL)  # node 0 lost: node 1's partner copy stands in for its shard
   expect("\nstep 75: restorable from the node-local tier with its partner copies\n$")
 endif()
 train(--steps 150 ${tiers} --resume --params-out "${WORK}/resumed.safetensors")
-if(NOT output MATCHES "last checkpoint: [^\n]*/shared/step-0000000150\n")
-  message(FATAL_ERROR "the end line does not name the drained step 150 in the shared folder:\n${output}")
-endif()
+expect("last checkpoint: [^\n]*/shared/step-0000000150\n" "the end line does not name the drained step 150 in the shared folder")
 # Data parallel: rank 0 writes the one shard; node 1 keeps its partner copy and sends it to node 0.
-if(NOT output MATCHES "restored step 75: model-00001-of-00001.safetensors from the partner tier of node 1\n")
-  message(FATAL_ERROR "the resume after node 0's loss did not come from node 1's partner copy:\n${output}")
-endif()
-execute_process(COMMAND "${CMAKE_COMMAND}" -E compare_files "${WORK}/straight.safetensors" "${WORK}/resumed.safetensors"
-                RESULT_VARIABLE differ)
-if(NOT differ EQUAL 0)
-  message(FATAL_ERROR "the run resumed from the partner copy differs from the uninterrupted run")
-endif()
+expect("restored step 75: model-00001-of-00001.safetensors from the partner tier of node 1\n"
+       "the resume after node 0's loss did not come from node 1's partner copy")
+same_params("${WORK}/straight.safetensors" "${WORK}/resumed.safetensors"
+            "the run resumed from the partner copy differs from the uninterrupted run")
 # Steps 100 and 150 were drained (multiples of 2 x 25); with both nodes' folders gone, the newest
 # step in the shared folder serves.
 file(REMOVE_RECURSE "${WORK}/local")
 train(--steps 150 ${tiers} --resume)
-if(NOT output MATCHES "restored step 150: model-00001-of-00001.safetensors from the folder tier\n")
-  message(FATAL_ERROR "the resume with both nodes lost did not come from the shared folder:\n${output}")
-endif()
+expect("restored step 150: model-00001-of-00001.safetensors from the folder tier\n"
+       "the resume with both nodes lost did not come from the shared folder")
 file(REMOVE_RECURSE "${WORK}")
