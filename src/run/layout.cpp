@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <stdexcept>
 #include <cstdio>
 #include <iterator>
 #include <map>
@@ -215,10 +216,19 @@ void add_steps(const store& root, std::string_view folder, bool partner, tier_no
       continue;
     }
     if (x.kind != what::step_folder) continue;
-    tier_step copy{.step = *x.step, .partner = partner, .folder = joined(folder, x.name), .shards = {}, .held = {}, .problem = {}};
+    tier_step copy{.step = *x.step, .partner = partner, .parts = false, .folder = joined(folder, x.name), .shards = {},
+                   .held = {}, .problem = {}};
     try {
       for (const auto& [shard, names] : index_of_folder(root, copy.folder, nullptr)) copy.shards.push_back(shard);
-      for (const store::entry& e : root.list(copy.folder))
+      const std::vector<store::entry> files = root.list(copy.folder);
+      // A step of slices: its parts, as the MPI manager finds them (src/mpi/tiers.cpp).
+      for (const store::entry& e : files)
+        if (const std::optional<std::size_t> count = part_count_of(e.name); count && !copy.parts) {
+          copy.parts = true;
+          copy.shards.clear();
+          for (std::size_t k = 1; k <= *count; ++k) copy.shards.push_back(step_part(k, *count));
+        }
+      for (const store::entry& e : files)
         if (std::ranges::binary_search(copy.shards, e.name)) copy.held.push_back(e.name);
       std::ranges::sort(copy.held);
     } catch (const error& e) {
@@ -298,6 +308,10 @@ std::optional<tier_place> tier_place_of(const std::filesystem::path& path) {
 }
 
 checkpoint load_held(const store& root, const tier_step& copy, const load_options& options, std::string_view shard) {
+  if (copy.parts) {
+    if (shard.empty()) throw std::invalid_argument("layout::load_held: the parts of a step of slices load one at a time");
+    return root.load(joined(copy.folder, shard), options);
+  }
   std::string save_id;
   auto by_shard = index_of_folder(root, copy.folder, &save_id);
   std::erase_if(by_shard, [&](const auto& kv) {

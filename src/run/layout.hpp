@@ -122,12 +122,15 @@ struct item {
 namespace ckpt::detail::layout {
 
 // A committed step folder of a node: of its own shards, or its partner copies. Its index names
-// every shard of the step; the node holds some of them.
+// every shard of the step; the node holds some of them. A step of slices (ckpt::mpi::sliced) is
+// kept in the tiers as the ranks' parts (step_part), each a file of its own with its digest: its
+// `shards` are then the parts.
 struct tier_step {
   std::int64_t step = 0;
   bool partner = false;             // the copies of the previous node's shards
+  bool parts = false;               // a step of slices: `shards` and `held` name its parts
   std::string folder;               // the step folder, relative to the tier root
-  std::vector<std::string> shards;  // every shard its index names, sorted
+  std::vector<std::string> shards;  // every shard its index names (every part), sorted
   std::vector<std::string> held;    // those of them in the folder, sorted
   std::string problem;              // why the index cannot be read ("" if it was)
 };
@@ -177,8 +180,9 @@ struct tier_place {
 
 // The part of the step copy `copy` its node holds, read from the tier root `root`: each shard it
 // holds (or only `shard`) loaded with `options` (its digest checked as they say), with the
-// entries the index gives it, checked as a sharded load checks its shards.
-// \throws as ckpt::load.
+// entries the index gives it, checked as a sharded load checks its shards. A part of a step of
+// slices is a file of its own: `shard` names it.
+// \throws as ckpt::load; std::invalid_argument for the parts of a step of slices without `shard`.
 [[nodiscard]] checkpoint load_held(const store& root, const tier_step& copy, const load_options& options,
                                    std::string_view shard = {});
 

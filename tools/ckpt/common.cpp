@@ -143,11 +143,13 @@ std::string held_shards(const ckpt::detail::layout::tier_step& copy) {
 }
 
 std::string held_text(const ckpt::detail::layout::tier_step& copy) {
+  const char* unit = copy.parts ? "part" : "shard";
   if (copy.held.empty())
-    return "holds the index alone (none of the step's " + count_of(copy.shards.size(), "shard", "shards") + ": " +
+    return "holds the index alone (none of the step's " +
+           count_of(copy.shards.size(), unit, copy.parts ? "parts" : "shards") + ": " +
            (copy.partner ? "the previous node's" : "the node's") + " ranks wrote none)";
-  return std::string(copy.partner ? "holds the partner copies of " : "holds ") +
-         (copy.held.size() == 1 ? "shard " : "shards ") + held_shards(copy);
+  return std::string(copy.partner ? "holds the partner copies of " : "holds ") + unit +
+         (copy.held.size() == 1 ? " " : "s ") + held_shards(copy);
 }
 
 failed_load what_failed(const listed_step& s, const std::exception& e) {

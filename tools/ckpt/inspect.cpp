@@ -425,8 +425,14 @@ int inspect_tier_place(const inspect_args& args, const layout::tier_place& place
       copy_row row{&node, &copy, {}, std::nullopt};
       try {
         if (!copy.problem.empty()) throw ckpt::error(place.root / copy.folder, copy.problem);
-        const ckpt::checkpoint part = layout::load_held(*store, copy, {.verify_digest = false});
-        row.total = sum(entries_with_prefix(ckpt::detail::description_of(part), args.filter));
+        // Shard by shard: the parts of a step of slices are files of their own, of one name space each.
+        for (const std::string& shard : copy.held) {
+          const totals held = sum(entries_with_prefix(
+              ckpt::detail::description_of(layout::load_held(*store, copy, {.verify_digest = false}, shard)), args.filter));
+          row.total.entries += held.entries;
+          row.total.parameters += held.parameters;
+          row.total.bytes += held.bytes;
+        }
       } catch (const ckpt::format_error& e) {
         row.damaged = e.what();
       } catch (const ckpt::error& e) {

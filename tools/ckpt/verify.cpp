@@ -273,7 +273,8 @@ int verify_copies(const verify_args& args, fetch_stats& fetched, const std::file
         std::cout << ", "
                   << (digests == 0   ? std::string("format only: no digest")
                       : digests == 1 ? std::string("digest verified")
-                                     : "digests of " + std::to_string(digests) + " shards verified");
+                                     : "digests of " + std::to_string(digests) + (copy.parts ? " parts" : " shards") +
+                                           " verified");
       std::cout << '\n';
     }
     for (const std::string& folder : node.step_folders) print_leftovers(std::cout, leftovers_in(root_path / folder));
