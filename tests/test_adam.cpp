@@ -13,6 +13,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -151,6 +152,27 @@ BOOST_AUTO_TEST_CASE(the_training_state_uses_the_seed_sections) {
   BOOST_TEST((restored.mu.values.w == st.mu.values.w));
   BOOST_TEST((restored.nu.values.b == st.nu.values.b));
   BOOST_TEST(restored.step == 1);
+}
+
+// "A list made once serves every save": a read through the list keeps it valid, so the next save
+// of the same list writes the moments just read (they were moved into `state` before, and the
+// list's sections still referred to the storage the move gave away: a save read freed memory).
+BOOST_AUTO_TEST_CASE(a_list_read_through_saves_what_was_read) {
+  const ckpt::adam opt{.lr = 0.1};
+  linear p{Eigen::MatrixXd::Random(2, 3), Eigen::VectorXd::Random(2)};
+  auto st = opt.init(p);
+  opt.update(p, linear{Eigen::MatrixXd::Ones(2, 3), Eigen::VectorXd::Ones(2)}, st);
+  const ckpt::checkpoint saved = training_checkpoint(p, st);
+
+  linear q{Eigen::MatrixXd::Zero(2, 3), Eigen::VectorXd::Zero(2)};
+  auto resumed = opt.init(q);
+  const std::vector<ckpt::section> list = ckpt::training_state(q, resumed);
+  BOOST_TEST(ckpt::read_params(saved, list).exact());
+  const ckpt::checkpoint again = ckpt::snapshot_arena().snapshot(list);
+  for (const std::string& name : saved.names()) {
+    BOOST_TEST_REQUIRE(again.find(name) != nullptr, name);
+    BOOST_TEST(std::ranges::equal(again.find(name)->bytes(), saved.find(name)->bytes()), name);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(restore_changes_nothing_on_a_missing_entry) {

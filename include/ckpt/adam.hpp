@@ -205,7 +205,10 @@ template <class P>
 /// \endcode
 ///
 /// Saved, the sections refer to `params` and `state` in place, the step too (they must not change
-/// until the save has copied or written them), so a list made once serves every save.
+/// until the save has copied or written them), so a list made once serves every save, and a
+/// `read_params` through it keeps it valid for the saves after: the moments read are copied into
+/// `state`'s storage (a list made from a default-constructed `state`, whose moments have no
+/// storage yet, is made again after the read).
 ///
 /// **Background saves copy lazily.** `save_async` of this list copies, before it returns, only
 /// the leaves Adam does not change (frozen leaves, integers, engines, `ckpt::tensor` leaves) and
@@ -230,8 +233,9 @@ template <class P>
 [[nodiscard]] std::vector<section> training_state(P& params, adam_state<P>& state) {
   static_assert(named<P>, "ckpt: training_state needs a named structure of parameters");
   using moments = typename adam_state<P>::moments;
-  // The moments are read into fresh zero moments shaped like the parameters, moved into `state`
-  // once every entry is read.
+  // The moments are read into fresh zero moments shaped like the parameters, copied into `state`
+  // once every entry is read: into its own storage where the shapes agree (as after `opt.init`),
+  // so that the sections of this list, which refer to that storage, stay valid for the next save.
   auto moment_section = [&](moments& saved, std::string_view prefix) {
     return detail::section_access::with_read(
         detail::copied_lazily(section(std::as_const(saved), prefix), std::as_const(saved)), prefix,
@@ -239,7 +243,7 @@ template <class P>
           auto staged = std::make_shared<moments>(detail::zero_moments(params));
           detail::add_leaf_reads(plan.leaves, *staged, prefix);
           plan.prefixes.emplace_back(prefix);
-          plan.commits.push_back([&saved, staged] { saved = std::move(*staged); });
+          plan.commits.push_back([&saved, staged] { saved = *staged; });
         });
   };
   std::vector<section> out;
