@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -39,6 +40,14 @@ struct linear {
 template <class P>
 ckpt::checkpoint training_checkpoint(P& p, ckpt::adam_state<P>& st) {
   return ckpt::snapshot_arena().snapshot(ckpt::training_state(p, st));
+}
+
+// A random linear layer after one update (a gradient of 1 everywhere), and its Adam state.
+std::pair<linear, ckpt::adam_state<linear>> trained_once(const ckpt::adam& opt) {
+  linear p{Eigen::MatrixXd::Random(2, 3), Eigen::VectorXd::Random(2)};
+  auto st = opt.init(p);
+  opt.update(p, linear{Eigen::MatrixXd::Ones(2, 3), Eigen::VectorXd::Ones(2)}, st);
+  return {std::move(p), std::move(st)};
 }
 
 }  // namespace
@@ -130,9 +139,7 @@ BOOST_AUTO_TEST_CASE(mismatched_gradients_change_nothing) {
 
 BOOST_AUTO_TEST_CASE(the_training_state_uses_the_seed_sections) {
   const ckpt::adam opt{.lr = 0.1};
-  linear p{Eigen::MatrixXd::Random(2, 3), Eigen::VectorXd::Random(2)};
-  auto st = opt.init(p);
-  opt.update(p, linear{Eigen::MatrixXd::Ones(2, 3), Eigen::VectorXd::Ones(2)}, st);
+  auto [p, st] = trained_once(opt);
   const ckpt::checkpoint c = training_checkpoint(p, st);
   BOOST_TEST(c.names() == (std::vector<std::string>{"model.b", "model.w", "optim.mu.b", "optim.mu.w",
                                                     "optim.nu.b", "optim.nu.w", "optim.step"}));
@@ -159,9 +166,7 @@ BOOST_AUTO_TEST_CASE(the_training_state_uses_the_seed_sections) {
 // list's sections still referred to the storage the move gave away: a save read freed memory).
 BOOST_AUTO_TEST_CASE(a_list_read_through_saves_what_was_read) {
   const ckpt::adam opt{.lr = 0.1};
-  linear p{Eigen::MatrixXd::Random(2, 3), Eigen::VectorXd::Random(2)};
-  auto st = opt.init(p);
-  opt.update(p, linear{Eigen::MatrixXd::Ones(2, 3), Eigen::VectorXd::Ones(2)}, st);
+  auto [p, st] = trained_once(opt);
   const ckpt::checkpoint saved = training_checkpoint(p, st);
 
   linear q{Eigen::MatrixXd::Zero(2, 3), Eigen::VectorXd::Zero(2)};
