@@ -23,9 +23,8 @@
 
 namespace ckpt::detail {
 
-namespace {
-
-// A streaming XXH3-64 state (seed 0), reset.
+// A streaming XXH3-64 state (seed 0), reset. Not in an unnamed namespace: chunked_digest::stream
+// derives from it.
 class xxh3_stream {
  public:
   xxh3_stream() : state_(XXH3_createState()) {
@@ -42,8 +41,6 @@ class xxh3_stream {
  private:
   XXH3_state_t* state_;
 };
-
-}  // namespace
 
 struct chunked_digest::stream : xxh3_stream {};
 

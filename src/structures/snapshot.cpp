@@ -84,9 +84,14 @@ namespace {
 
 constexpr std::size_t chunk_bytes = detail::file_digest_chunk_bytes;
 
+}  // namespace
+
+namespace detail {
+
 // The chunks of the data section of a snapshot laid out as a file, hashed as the copies write
 // them: each by the thread that writes its last byte, right after (while it is in the cache), so
-// that the writer does not read the snapshot again for the digest.
+// that the writer does not read the snapshot again for the digest. Not in an unnamed namespace:
+// detail::snapshot_copies holds one.
 class chunk_hashes {
  public:
   explicit chunk_hashes(std::span<const std::byte> data)
@@ -127,7 +132,7 @@ class chunk_hashes {
   std::vector<std::uint64_t> hashes_;
 };
 
-}  // namespace
+}  // namespace detail
 
 // The copies of one snapshot's entries (see detail/lazy_copy.hpp), and the hashes of its data
 // section's chunks (if it takes them). Each entry is copied in pieces (its bytes within one chunk

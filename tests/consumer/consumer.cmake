@@ -15,6 +15,7 @@ foreach(mode find_package add_subdirectory pkg_config)
       "-DMAKE_PROGRAM=${CMAKE_MAKE_PROGRAM}"
       "-DCXX_COMPILER=${CMAKE_CXX_COMPILER}"
       "-DCXX_FLAGS=${CMAKE_CXX_FLAGS}"
+      "-DUNITY_BUILD=${CKPT_UNITY_BUILD}"
       "-DEXE_LINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}"
       "-DBUILD_TYPE=$<CONFIG>"
       "-DLIBDIR=${CMAKE_INSTALL_LIBDIR}"

@@ -13,7 +13,7 @@
 #
 # cmake -DMODE=... -DCKPT_BUILD_DIR=... -DCKPT_SOURCE_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=...
 #       -DGENERATOR=... [-DMAKE_PROGRAM=...] -DCXX_COMPILER=... [-DCXX_FLAGS=...]
-#       [-DEXE_LINKER_FLAGS=...] [-DBUILD_TYPE=...] [-DLIBDIR=... -DPKG_CONFIG=... -DCKPT_STATIC=0|1]
+#       [-DEXE_LINKER_FLAGS=...] [-DBUILD_TYPE=...] [-DUNITY_BUILD=ON|OFF] [-DLIBDIR=... -DPKG_CONFIG=... -DCKPT_STATIC=0|1]
 #       -P run.cmake
 cmake_minimum_required(VERSION 3.25)
 foreach(var MODE CKPT_BUILD_DIR CKPT_SOURCE_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER)
@@ -76,7 +76,7 @@ elseif(MODE STREQUAL "add_subdirectory")
   # whole library built at -O0 takes a third of the time the build type's flags would.
   run("configure with add_subdirectory(${CKPT_SOURCE_DIR})" "${CMAKE_COMMAND}"
       -S "${CONSUMER_SOURCE_DIR}/subdirectory" ${configure_args} "-DCKPT_SOURCE_DIR=${CKPT_SOURCE_DIR}"
-      -DCKPT_BUILD_MPI=OFF -DCMAKE_BUILD_TYPE=)
+      -DCKPT_BUILD_MPI=OFF -DCMAKE_BUILD_TYPE= "-DCKPT_UNITY_BUILD=${UNITY_BUILD}")
   set(config_args)
 elseif(MODE STREQUAL "pkg_config")
   foreach(var LIBDIR PKG_CONFIG)
