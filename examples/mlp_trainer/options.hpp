@@ -53,26 +53,28 @@ inline CLI::Validator at_least(double min, bool strictly = false) {
       "");
 }
 
+// Adds the option `name`, a number of at least `min` (greater than `min` if `strictly`), with its
+// current value as the default shown by --help.
+template <class T>
+CLI::Option* add_number(CLI::App& app, const std::string& name, T& value, const std::string& help, double min,
+                        bool strictly = false) {
+  return app.add_option(name, value, help)->check(at_least(min, strictly))->capture_default_str();
+}
+
 // Adds the flags of `o` to `app`, with their current values as the defaults shown by --help.
 inline void add_training_flags(CLI::App& app, training_options& o) {
-  app.add_option("--steps", o.steps, "total number of steps to reach")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--batch", o.batch, "mini-batch size")->check(at_least(1))->capture_default_str();
-  app.add_option("--lr", o.lr, "Adam learning rate")->check(at_least(0, true))->capture_default_str();
+  add_number(app, "--steps", o.steps, "total number of steps to reach", 0);
+  add_number(app, "--batch", o.batch, "mini-batch size", 1);
+  add_number(app, "--lr", o.lr, "Adam learning rate", 0, /*strictly=*/true);
   app.add_option("--seed", o.seed, "seed of the data set, initial parameters and batch order")
       ->capture_default_str();
   app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint folder, or s3://bucket/prefix for a run in object storage")
       ->capture_default_str();
-  app.add_option("--save-every", o.save_every, "save every N steps; the last step is always saved")
-      ->check(at_least(1))
-      ->capture_default_str();
+  add_number(app, "--save-every", o.save_every, "save every N steps; the last step is always saved", 1);
   app.add_option("--keep", o.keep, "keep the newest N checkpoints, 0 for all")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir up to --steps");
-  app.add_option("--hidden", o.hidden, "hidden units")->check(at_least(1))->capture_default_str();
-  app.add_option("--log-every", o.log_every, "progress line every N steps")
-      ->check(at_least(1))
-      ->capture_default_str();
+  add_number(app, "--hidden", o.hidden, "hidden units", 1);
+  add_number(app, "--log-every", o.log_every, "progress line every N steps", 1);
   app.add_option("--params-out", o.params_out, "also write the final parameters alone (no metadata) to F")
       ->type_name("F");
 }

@@ -58,9 +58,8 @@ options parse(int argc, char** argv, int rank) {
   o.ckpt_dir = "checkpoints-mpi";
   CLI::App app{"The MLP trainer made data-parallel over MPI ranks (run it with mpirun -np P).", "mlp_trainer_mpi"};
   add_training_flags(app, o);
-  app.add_option("--groups", o.groups, "fixed groups the batch is cut into, split over the ranks as evenly as they can be")
-      ->check(at_least(1))
-      ->capture_default_str();
+  add_number(app, "--groups", o.groups, "fixed groups the batch is cut into, split over the ranks as evenly as they can be",
+             1);
   std::string how = "ordered";
   app.add_option("--reduction", how,
                  "ordered: allgather + sum in group order, bit-identical on any number of ranks; "
@@ -75,16 +74,14 @@ options parse(int argc, char** argv, int rank) {
                  "node-local tier (tmpfs or a local SSD): every step is saved there, with a partner copy on the "
                  "next node, and every --drain-every-th step is drained to --ckpt-dir")
       ->type_name("DIR");
-  app.add_option("--ranks-per-node", o.ranks_per_node,
-                 "with --local-dir: simulate nodes of N ranks on one machine, each with its own subfolder "
-                 "node-<k> of the run's folder in --local-dir (0: the ranks that share memory are a node)")
-      ->check(at_least(0))
-      ->capture_default_str();
-  app.add_option("--drain-every", o.drain_every,
-                 "with --local-dir: drain every M-th saved step (steps that are multiples of M x --save-every) "
-                 "to --ckpt-dir (0: never)")
-      ->check(at_least(0))
-      ->capture_default_str();
+  add_number(app, "--ranks-per-node", o.ranks_per_node,
+             "with --local-dir: simulate nodes of N ranks on one machine, each with its own subfolder "
+             "node-<k> of the run's folder in --local-dir (0: the ranks that share memory are a node)",
+             0);
+  add_number(app, "--drain-every", o.drain_every,
+             "with --local-dir: drain every M-th saved step (steps that are multiples of M x --save-every) "
+             "to --ckpt-dir (0: never)",
+             0);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -193,17 +190,37 @@ std::string last_checkpoint(const options& o, const ckpt::mpi::checkpoint_manage
   return manager.path_of(step).string();
 }
 
+// The loop of both trainings, from the step `steps()` says (the restored one, or 0) to --steps:
+// `train_step()` trains a step and returns its loss; `save(loss, in_background)` saves the step
+// `steps()` says, with `run_metadata`. Every --save-every steps a save in the background, which
+// the next one (or wait()) commits; at the end the last step, if it trained any or the run has
+// none yet. Says the progress on rank 0, `how` ending its line's parenthesis. Returns the last step.
+template <class Steps, class Train, class Save>
+std::int64_t train(const options& o, const ckpt::mpi::checkpoint_manager& manager, int rank, int ranks,
+                   const char* how, Steps steps, Train train_step, Save save) {
+  const std::int64_t first = steps();
+  float loss = 0;
+  while (steps() < o.steps) {
+    loss = train_step();
+    const std::int64_t step = steps();
+    if (rank == 0 && (step % o.log_every == 0 || step == o.steps)) {
+      std::printf("step %lld/%lld  loss %.5f  (%d ranks%s)\n", static_cast<long long>(step),
+                  static_cast<long long>(o.steps), static_cast<double>(loss), ranks, how);
+      std::fflush(stdout);
+    }
+    if (manager.should_save(step) && step != o.steps) save(loss, /*in_background=*/true);
+  }
+  if (steps() > first || !manager.latest_step()) save(loss, /*in_background=*/false);
+  return steps();
+}
+
 // --shard-optimizer: ZeRO-1 (zero.hpp), each rank's slices saved by the checkpoint manager.
-int run_sharded(MPI_Comm comm, options o) {
+std::int64_t train_sharded(MPI_Comm comm, const options& o, ckpt::mpi::checkpoint_manager& manager,
+                           const ckpt::mpi::checkpoint_manager::latest& restored, start& s) {
   const auto [rank, ranks] = place_in(comm);
-  ckpt::mpi::checkpoint_manager manager = manager_of(comm, o);
-  const std::optional<ckpt::mpi::checkpoint_manager::latest> opened = open_run(manager, o, rank);
-  if (!opened) return 2;
-  const ckpt::mpi::checkpoint_manager::latest& restored = *opened;
-  auto [data, order, opt, params] = start_of(o);
-  zero_optimizer optimizer(comm, opt, params);
+  zero_optimizer optimizer(comm, s.opt, s.params);
   if (restored) {
-    optimizer.restore(*restored, params);
+    optimizer.restore(*restored, s.params);
     if (rank == 0) std::cout << "resumed at step " << optimizer.steps() << " on " << ranks << " ranks\n";
   }
   // Each rank's share of Adam's moments against the replicated run's.
@@ -213,61 +230,47 @@ int run_sharded(MPI_Comm comm, options o) {
   if (rank == 0) {
     std::cout << "optimizer state per rank (bytes):";
     for (const unsigned long long n : all) std::cout << ' ' << n;
-    std::cout << " (replicated: " << 2 * sizeof(float) * static_cast<std::size_t>(flat_size(params)) << ")\n";
+    std::cout << " (replicated: " << 2 * sizeof(float) * static_cast<std::size_t>(flat_size(s.params)) << ")\n";
   }
-  const std::int64_t first = optimizer.steps();
-  float loss = 0;
-  while (optimizer.steps() < o.steps) {
-    loss = optimizer.step(data, order, opt, params, o.groups, o.how);
-    const std::int64_t step = optimizer.steps();
-    if (rank == 0 && (step % o.log_every == 0 || step == o.steps)) {
-      std::printf("step %lld/%lld  loss %.5f  (%d ranks, sharded optimizer)\n", static_cast<long long>(step),
-                  static_cast<long long>(o.steps), static_cast<double>(loss), ranks);
-      std::fflush(stdout);
-    }
-    if (manager.should_save(step) && step != o.steps)
-      optimizer.save(manager, params, run_metadata(o, loss), /*in_background=*/true);
+  return train(
+      o, manager, rank, ranks, ", sharded optimizer", [&] { return optimizer.steps(); },
+      [&] { return optimizer.step(s.data, s.order, s.opt, s.params, o.groups, o.how); },
+      [&](float loss, bool in_background) {
+        optimizer.save(manager, s.params, run_metadata(o, loss), in_background);
+      });
+}
+
+// Every rank keeps the whole state (the parameters and Adam's moments), replicated.
+std::int64_t train_replicated(MPI_Comm comm, const options& o, ckpt::mpi::checkpoint_manager& manager,
+                              const ckpt::mpi::checkpoint_manager::latest& restored, start& s) {
+  const auto [rank, ranks] = place_in(comm);
+  ckpt::adam_state<mlp> state = s.opt.init(s.params);
+  if (restored) {
+    ckpt::read_params(*restored, ckpt::training_state(s.params, state));  // strict
+    if (rank == 0) std::cout << "resumed at step " << state.step << " on " << ranks << " ranks\n";
   }
-  if (optimizer.steps() > first || !manager.latest_step())
-    optimizer.save(manager, params, run_metadata(o, loss), /*in_background=*/false);
-  manager.wait();
-  if (rank == 0) report_end(o.params_out, params, data, last_checkpoint(o, manager, optimizer.steps()));
-  return 0;
+  return train(
+      o, manager, rank, ranks, "", [&] { return state.step; },
+      [&] { return train_step_mpi(comm, s.data, s.order, s.opt, s.params, state, o.groups, o.how); },
+      [&](float loss, bool in_background) {
+        // Every rank offers the whole replicated state; ckpt::mpi writes each entry once (rank 0,
+        // in the background while training goes on; the next save or wait() commits it).
+        const ckpt::metadata_map metadata = run_metadata(o, loss);
+        if (in_background) manager.save_async(state.step, ckpt::training_state(s.params, state), metadata);
+        else manager.save(state.step, ckpt::training_state(s.params, state), metadata, /*force=*/true);
+      });
 }
 
 int run(MPI_Comm comm, options o) {
-  if (o.shard_optimizer) return run_sharded(comm, o);
-  const auto [rank, ranks] = place_in(comm);
+  const int rank = place_in(comm).rank;
   ckpt::mpi::checkpoint_manager manager = manager_of(comm, o);
-  const std::optional<ckpt::mpi::checkpoint_manager::latest> opened = open_run(manager, o, rank);
-  if (!opened) return 2;
-  const ckpt::mpi::checkpoint_manager::latest& restored = *opened;
-  auto [data, order, opt, params] = start_of(o);
-  ckpt::adam_state<mlp> state = opt.init(params);
-  if (restored) {
-    ckpt::read_params(*restored, ckpt::training_state(params, state));  // strict
-    if (rank == 0) std::cout << "resumed at step " << state.step << " on " << ranks << " ranks\n";
-  }
-  const auto metadata = [&o](float loss) { return run_metadata(o, loss); };
-
-  const std::int64_t first = state.step;
-  float loss = 0;
-  while (state.step < o.steps) {
-    loss = train_step_mpi(comm, data, order, opt, params, state, o.groups, o.how);
-    if (rank == 0 && (state.step % o.log_every == 0 || state.step == o.steps)) {
-      std::printf("step %lld/%lld  loss %.5f  (%d ranks)\n", static_cast<long long>(state.step),
-                  static_cast<long long>(o.steps), static_cast<double>(loss), ranks);
-      std::fflush(stdout);
-    }
-    // Every rank offers the whole replicated state; ckpt::mpi writes each entry once (rank 0, in
-    // the background while training goes on; the next save or wait() commits it).
-    if (manager.should_save(state.step) && state.step != o.steps)
-      manager.save_async(state.step, ckpt::training_state(params, state), metadata(loss));
-  }
-  if (state.step > first || !manager.latest_step())
-    manager.save(state.step, ckpt::training_state(params, state), metadata(loss), /*force=*/true);
+  const std::optional<ckpt::mpi::checkpoint_manager::latest> restored = open_run(manager, o, rank);
+  if (!restored) return 2;
+  start s = start_of(o);
+  const std::int64_t last = o.shard_optimizer ? train_sharded(comm, o, manager, *restored, s)
+                                              : train_replicated(comm, o, manager, *restored, s);
   manager.wait();
-  if (rank == 0) report_end(o.params_out, params, data, last_checkpoint(o, manager, state.step));
+  if (rank == 0) report_end(o.params_out, s.params, s.data, last_checkpoint(o, manager, last));
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "digest.hpp"
 
 #include "hex.hpp"
+#include "stream_copy.hpp"
 
 // On x86, a libxxhash built with its dispatcher picks the widest vector unit (SSE2, AVX2, AVX-512) at run time
 // through its *_dispatch entry points; this header maps the usual names onto them.
@@ -8,10 +9,6 @@
 #include <xxh_x86dispatch.h>
 #else
 #include <xxhash.h>
-#endif
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
 #endif
 
 #include <algorithm>
@@ -92,28 +89,8 @@ std::uint64_t chunked_digest::value() const {
 
 std::uint64_t xxh3_copy(std::byte* to, std::span<const std::byte> from) noexcept {
   const std::uint64_t hash = xxh3_of(from);
-#if defined(__SSE2__)
-  const std::size_t n = from.size();
-  const std::size_t head = std::min<std::size_t>(n, (16 - reinterpret_cast<std::uintptr_t>(to) % 16) % 16);
-  std::memcpy(to, from.data(), head);
-  std::size_t i = head;
-  for (; i + 64 <= n; i += 64) {
-    const auto* s = reinterpret_cast<const __m128i*>(from.data() + i);
-    auto* d = reinterpret_cast<__m128i*>(to + i);
-    const __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1), c = _mm_loadu_si128(s + 2),
-                  e = _mm_loadu_si128(s + 3);
-    _mm_stream_si128(d, a);
-    _mm_stream_si128(d + 1, b);
-    _mm_stream_si128(d + 2, c);
-    _mm_stream_si128(d + 3, e);
-  }
-  for (; i + 16 <= n; i += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from.data() + i)));
-  std::memcpy(to + i, from.data() + i, n - i);
-  _mm_sfence();
-#else
-  if (!from.empty()) std::memcpy(to, from.data(), from.size());
-#endif
+  copy_to_memory(to, from.data(), from.size());
+  fence_stores();
   return hash;
 }
 

@@ -4,6 +4,7 @@
 // baseline) and src/base/transpose_avx2.cpp (compiled for AVX2). Everything here has internal
 // linkage, so that each file's copy keeps its own instruction set.
 
+#include "stream_copy.hpp"
 #include "tuning.hpp"
 
 #include <algorithm>
@@ -11,10 +12,6 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 namespace ckpt::detail {
 namespace {
@@ -29,22 +26,6 @@ void transpose_scalar(const std::byte* src, std::size_t src_stride, std::byte* d
   for (std::size_t r = r0; r < r1; ++r)
     for (std::size_t c = c0; c < c1; ++c)
       std::memcpy(dst + (c * dst_stride + r) * sizeof(T), src + (r * src_stride + c) * sizeof(T), sizeof(T));
-}
-
-// Copies `n` bytes to `d` around the caches (non-temporal stores), where SSE2 has them: the
-// destination's lines are not read first, and do not evict what the caches hold. The caller
-// fences (_mm_sfence) before the stores must be seen by another thread.
-inline void copy_to_memory(std::byte* d, const std::byte* s, std::size_t n) noexcept {
-#if defined(__SSE2__)
-  const std::size_t head = std::min<std::size_t>(n, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
-  std::memcpy(d, s, head);
-  std::size_t i = head;
-  for (; i + 16 <= n; i += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-  std::memcpy(d + i, s + i, n - i);
-#else
-  std::memcpy(d, s, n);
-#endif
 }
 
 // `to_memory`: the destination is not read again soon (a leaf being loaded), and is written
@@ -86,9 +67,7 @@ void transpose_tiled(const std::byte* src, std::size_t src_stride, std::byte* ds
         }
     }
   }
-#if defined(__SSE2__)
-  if (to_memory && buffered) _mm_sfence();
-#endif
+  if (to_memory && buffered) fence_stores();
 }
 }  // namespace
 }  // namespace ckpt::detail

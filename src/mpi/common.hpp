@@ -49,7 +49,8 @@ inline std::string message_of(const std::exception_ptr& e) {
 // The one byte codec of what ranks exchange. Numbers and enums go as their bytes (every rank
 // runs the same build), strings and paths as a length and their bytes, optionals as a flag and
 // the value, vectors and maps as a count and their elements, and an aggregate struct field by
-// field (Boost.PFR), so that no type's encoding and decoding are written twice.
+// field (Boost.PFR), by one visitor that writes or reads (byte_codec), so that no type's encoding
+// and decoding are written twice.
 template <class T>
 inline constexpr bool is_vector = false;
 template <class T>
@@ -63,65 +64,53 @@ inline constexpr bool is_optional = false;
 template <class T>
 inline constexpr bool is_optional<std::optional<T>> = true;
 
-class byte_writer {
+// The codec's one visitor, in either direction: `Writing` appends the bytes of what it visits to
+// bytes(), else it reads them from the bytes it was given into what it visits (a count of
+// elements or bytes each taking at least a byte, checked against what is left).
+template <bool Writing>
+class byte_codec {
  public:
-  template <class T>
-  void operator()(const T& x) {
+  byte_codec() noexcept requires Writing = default;
+  explicit byte_codec(std::string_view in) noexcept requires(!Writing) : in_(in) {}
+  // `X` is const when writing.
+  template <class X>
+  void operator()(X& x) {
+    using T = std::remove_const_t<X>;
     if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
-      out_.append(reinterpret_cast<const char*>(&x), sizeof x);
+      if constexpr (Writing) out_.append(reinterpret_cast<const char*>(&x), sizeof x);
+      else std::memcpy(&x, take(sizeof x).data(), sizeof x);
     } else if constexpr (std::is_same_v<T, std::string>) {
-      (*this)(std::uint64_t{x.size()});
-      out_.append(x);
+      const std::size_t n = count(x.size());
+      if constexpr (Writing) out_.append(x);
+      else x = std::string(take(n));
     } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
-      (*this)(x.string());
-    } else if constexpr (is_optional<T>) {
-      (*this)(x.has_value());
-      if (x) (*this)(*x);
-    } else if constexpr (is_vector<T> || is_map<T>) {
-      (*this)(std::uint64_t{x.size()});
-      for (const auto& element : x) (*this)(element);
-    } else if constexpr (requires { x.first; x.second; }) {
-      (*this)(x.first);
-      (*this)(x.second);
-    } else {
-      boost::pfr::for_each_field(x, [this](auto& field) { (*this)(field); });
-    }
-  }
-  [[nodiscard]] std::string& bytes() noexcept { return out_; }
-
- private:
-  std::string out_;
-};
-
-class byte_reader {
- public:
-  explicit byte_reader(std::string_view in) noexcept : in_(in) {}
-  template <class T>
-  void operator()(T& x) {
-    if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) {
-      std::memcpy(&x, take(sizeof x).data(), sizeof x);
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      x = std::string(take(count()));
-    } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
-      std::string s;
+      std::string s = Writing ? x.string() : std::string();
       (*this)(s);
-      x = std::move(s);
+      if constexpr (!Writing) x = std::move(s);
     } else if constexpr (is_optional<T>) {
-      bool has = false;
+      bool has = x.has_value();
       (*this)(has);
-      x.reset();
-      if (has) (*this)(x.emplace());
+      if constexpr (Writing) {
+        if (has) (*this)(*x);
+      } else {
+        x.reset();
+        if (has) (*this)(x.emplace());
+      }
     } else if constexpr (is_vector<T>) {
-      x.resize(count());
+      const std::size_t n = count(x.size());
+      if constexpr (!Writing) x.resize(n);
       for (auto& element : x) (*this)(element);
     } else if constexpr (is_map<T>) {
-      x.clear();
-      for (std::uint64_t n = count(); n > 0; --n) {
-        typename T::key_type key;
-        typename T::mapped_type value;
-        (*this)(key);
-        (*this)(value);
-        x.insert_or_assign(std::move(key), std::move(value));
+      const std::size_t n = count(x.size());
+      if constexpr (Writing) {
+        for (const auto& element : x) (*this)(element);
+      } else {
+        x.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+          std::pair<typename T::key_type, typename T::mapped_type> element;
+          (*this)(element);
+          x.insert_or_assign(std::move(element.first), std::move(element.second));
+        }
       }
     } else if constexpr (requires { x.first; x.second; }) {
       (*this)(x.first);
@@ -130,14 +119,16 @@ class byte_reader {
       boost::pfr::for_each_field(x, [this](auto& field) { (*this)(field); });
     }
   }
+  [[nodiscard]] std::string& bytes() noexcept requires Writing { return out_; }
 
  private:
-  // A count of elements or bytes, each of which takes at least a byte.
-  std::size_t count() {
-    std::uint64_t n = 0;
-    (*this)(n);
-    take_check(n);
-    return static_cast<std::size_t>(n);
+  // A count of elements or bytes: `n` written, or the count read, each of which takes at least a
+  // byte of what is left.
+  std::size_t count(std::size_t n) {
+    std::uint64_t c = n;
+    (*this)(c);
+    if constexpr (!Writing) take_check(c);
+    return static_cast<std::size_t>(c);
   }
   std::string_view take(std::uint64_t n) {
     take_check(n);
@@ -149,19 +140,20 @@ class byte_reader {
     // Every rank runs the same codec, so a short message is a bug here, not bad input.
     if (n > in_.size()) throw std::logic_error("ckpt: mpi: truncated message between ranks");
   }
-  std::string_view in_;
+  std::string out_;      // writing
+  std::string_view in_;  // reading
 };
 
 // `x` as bytes, and back.
 template <class T>
 std::string encode(const T& x) {
-  byte_writer w;
+  byte_codec<true> w;
   w(x);
   return std::move(w.bytes());
 }
 template <class T>
 T decode(std::string_view bytes) {
-  byte_reader r(bytes);
+  byte_codec<false> r(bytes);
   T x{};
   r(x);
   return x;

@@ -293,7 +293,6 @@ ckpt::load_options fetch_stats::counting(ckpt::load_options options) {
   options.fetched = [this](std::uint64_t b, std::uint64_t r) {
     bytes += b;
     requests += r;
-    ++loads;
   };
   return options;
 }
@@ -310,9 +309,11 @@ void add_fetch_all_option(CLI::App& sub, bool& fetch_all, std::string_view with,
                "the whole file)");
 }
 
-void print_stats(std::ostream& out, const fetch_stats& s) {
-  out << "fetched from object storage: " << to_string(footprint{.bytes = s.bytes}) << " in "
-      << count_of(s.requests, "request", "requests") << '\n';
+int finish(int status, bool stats, const fetch_stats& fetched) {
+  if (stats)
+    std::cout << "fetched from object storage: " << to_string(footprint{.bytes = fetched.bytes}) << " in "
+              << count_of(fetched.requests, "request", "requests") << '\n';
+  return status;
 }
 
 std::optional<ckpt::name_pattern> pattern_of(const std::vector<std::string>& prefixes,
@@ -376,6 +377,12 @@ ckpt::torch_options torch_budget(std::size_t factor) noexcept {
   options.name_budget *= factor;
   options.data_budget *= factor;
   options.object_budget *= factor;
+  return options;
+}
+
+ckpt::torch_options torch_budget(std::size_t factor, std::vector<std::vector<std::string>>& tied) {
+  ckpt::torch_options options = torch_budget(factor);
+  options.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
   return options;
 }
 

@@ -222,6 +222,15 @@ void print_leftovers(std::ostream& out, const std::vector<leftover>& leftovers);
 /// \throws nothing
 [[nodiscard]] bool names_sharded(const std::filesystem::path& path) noexcept;
 
+/// Adds the positional argument `name` that a command requires: the path (or paths) it reads or
+/// writes, shown in the usage as `name` and then `type_name` ("PATH", or nothing).
+/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
+template <class Paths>
+void add_path_argument(CLI::App& sub, const std::string& name, Paths& paths, const std::string& help,
+                       const std::string& type_name = "") {
+  sub.add_option(name, paths, help)->required()->type_name(type_name);
+}
+
 /// Adds the `--step N` option of the commands that open a manager folder's step.
 /// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
 void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
@@ -231,7 +240,6 @@ void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 struct fetch_stats {
   std::uint64_t bytes = 0;
   std::uint64_t requests = 0;
-  std::uint64_t loads = 0;
   /// `options` with its `fetched` adding to these (which must outlive the loads).
   /// \throws std::bad_alloc
   [[nodiscard]] ckpt::load_options counting(ckpt::load_options options);
@@ -247,9 +255,10 @@ void add_stats_option(CLI::App& sub, bool& stats);
 /// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
 void add_fetch_all_option(CLI::App& sub, bool& fetch_all, std::string_view with, std::string_view chosen);
 
-/// `fetched from object storage: B bytes (X MiB) in N requests`, a line.
+/// What a command that loads ends with: with `--stats` (`stats`), the line `fetched from object
+/// storage: B bytes (X MiB) in N requests` on stdout. Returns `status`, the command's exit status.
 /// \throws whatever the stream throws
-void print_stats(std::ostream& out, const fetch_stats& s);
+int finish(int status, bool stats, const fetch_stats& fetched);
 
 /// The pattern (`ckpt::name_pattern`, for `load_options::only`) of the names that start with one
 /// of `prefixes` (taken literally) or that one of `patterns` (RE2) matches; nothing if there is
@@ -277,6 +286,10 @@ void add_torch_budget_option(CLI::App& sub, std::size_t& factor);
 /// `ckpt::torch_options` with every budget multiplied by `factor`.
 /// \throws nothing
 [[nodiscard]] ckpt::torch_options torch_budget(std::size_t factor) noexcept;
+/// The same, listing a `.pt` file's tied names (`torch_options::tied`: each group, in the file's
+/// order) in `tied`, which must outlive the read.
+/// \throws std::bad_alloc
+[[nodiscard]] ckpt::torch_options torch_budget(std::size_t factor, std::vector<std::vector<std::string>>& tied);
 
 /// Step `s` of a manager folder, loaded as its manager loads it (by default header only: no
 /// digest check), or nothing if it is gone since it was listed (`what_failed`): a manager still

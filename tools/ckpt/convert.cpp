@@ -137,8 +137,7 @@ int convert(const convert_args& args) {
   if (!args.fetch_all && fetched_in_part(in)) only = pattern_of(args.keep, args.keep_matching);
   if (!names_sharded(in) && !only) read_ahead({in}, "reading");
   std::vector<std::vector<std::string>> tied;
-  ckpt::torch_options torch = torch_budget(args.torch_budget);
-  torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
+  const ckpt::torch_options torch = torch_budget(args.torch_budget, tied);
   fetch_stats fetched;
   const ckpt::checkpoint input = ckpt::load(in, fetched.counting({.only = only}), torch);
   if (only) print_part_fetched(std::cout, in, "--fetch-all");
@@ -226,8 +225,7 @@ int convert(const convert_args& args) {
     bar.done();
     std::cout << "wrote '" << printable(args.out.string()) << "': " << summary << '\n';
   }
-  if (args.stats) print_stats(std::cout, fetched);
-  return success;
+  return finish(success, args.stats, fetched);
 }
 
 // What `ckpt convert --help` shows.
@@ -249,12 +247,8 @@ Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read 
 
 void add_convert(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<convert_args>(app, chosen, convert, text);
-  sub->add_option("IN", args->in, "the checkpoint to read (file, sharded index or folder)")
-      ->required()
-      ->type_name("PATH");
-  sub->add_option("OUT", args->out, "the file to write, or the folder with --shard-size")
-      ->required()
-      ->type_name("PATH");
+  add_path_argument(*sub, "IN", args->in, "the checkpoint to read (file, sharded index or folder)", "PATH");
+  add_path_argument(*sub, "OUT", args->out, "the file to write, or the folder with --shard-size", "PATH");
   sub->add_option("--dtype", args->dtype,
                   "convert floating entries (F16, BF16, F32, F64, F8) to this dtype; integer and bool entries "
                   "keep theirs")

@@ -190,9 +190,6 @@ int diff(const diff_args& args) {
   };
   const ckpt::checkpoint a = load(path_a);
   const ckpt::checkpoint b = load(path_b);
-  const auto stats = [&] {
-    if (args.stats) print_stats(std::cout, fetched);
-  };
   std::vector<std::string> only_a, only_b, structure;
   std::vector<std::vector<std::string>> rows;
   std::size_t beyond_entries = 0;
@@ -241,8 +238,7 @@ int diff(const diff_args& args) {
     std::cout << "same: " << count_of(rows.size(), "entry", "entries") << " within " << tolerance;
     if (args.metadata) std::cout << "; " << count_of(meta.compared, "metadata key", "metadata keys") << " equal";
     std::cout << '\n';
-    stats();
-    return success;
+    return finish(success, args.stats, fetched);
   }
   std::cout << "different: " << only_a.size() << " only in A, " << only_b.size() << " only in B, "
             << count_of(structure.size(), "dtype or shape mismatch", "dtype or shape mismatches") << ", "
@@ -253,8 +249,7 @@ int diff(const diff_args& args) {
               << count_of(meta.compared, "compared metadata key", "compared metadata keys")
               << (meta.lines.size() == 1 ? " differs" : " differ");
   std::cout << '\n';
-  stats();
-  return finding;
+  return finish(finding, args.stats, fetched);
 }
 
 // What `ckpt diff --help` shows.
@@ -284,7 +279,7 @@ Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be re
 
 void add_diff(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<diff_args>(app, chosen, diff, text);
-  sub->add_option("A", args->a, "the first checkpoint")->required()->type_name("");
+  add_path_argument(*sub, "A", args->a, "the first checkpoint");
   sub->add_option("B", args->b,
                   "the second checkpoint (the reference of relative differences); leave it out to compare two "
                   "steps of the manager folder A, each named by --step")

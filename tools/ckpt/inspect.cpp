@@ -45,6 +45,12 @@ struct totals {
   std::size_t entries = 0;
   std::int64_t parameters = 0;
   std::uint64_t bytes = 0;
+  totals& operator+=(const totals& more) {
+    entries += more.entries;
+    parameters += more.parameters;
+    bytes += more.bytes;
+    return *this;
+  }
 };
 
 using described = ckpt::detail::description;
@@ -66,11 +72,7 @@ std::vector<const described::entry*> entries_with_prefix(const described& d, std
 // The bytes of tied names (one tensor under several names, in a .pt file) count once.
 totals sum(const std::vector<const described::entry*>& entries, const std::vector<std::vector<std::string>>& tied = {}) {
   totals out;
-  for (const auto* e : entries) {
-    ++out.entries;
-    out.parameters += parameters_of(*e);
-    out.bytes += e->bytes;
-  }
+  for (const auto* e : entries) out += {1, parameters_of(*e), e->bytes};
   for (const auto& names : tied) {
     std::uint64_t listed = 0, bytes = 0;
     for (const auto* e : entries)
@@ -92,6 +94,27 @@ boost::json::object json_of(const totals& t) {
 
 boost::json::object json_of(const fetch_stats& s) { return {{"bytes", s.bytes}, {"requests", s.requests}}; }
 
+std::optional<std::uint64_t> bytes_of(const footprint& f) {
+  return f.known && !f.link ? std::optional(f.bytes) : std::nullopt;
+}
+
+// Leftover `l` as a row of the JSON listing, `name` its name there.
+boost::json::object json_of(const leftover& l, const std::string& name) {
+  const std::optional<std::uint64_t> bytes = bytes_of(l.size);
+  return {{"name", valid_utf8(name)},
+          {"what", what_is(l)},
+          {"removed_by", what_removes(l)},
+          {"bytes", bytes ? boost::json::value(*bytes) : boost::json::value(nullptr)}};
+}
+
+// Writes `out`, a listing in JSON, on a line of its own, with what its loads fetched (`fetched`,
+// under "fetched") if --stats asked for it (`stats`). Returns success, its exit status.
+int print_json(boost::json::object out, bool stats = false, const fetch_stats& fetched = {}) {
+  if (stats) out["fetched"] = json_of(fetched);
+  std::cout << boost::json::serialize(out) << '\n';
+  return success;
+}
+
 void print_totals(const totals& t) {
   std::cout << "total: " << count_of(t.entries, "entry", "entries") << ", "
             << count_of(static_cast<std::uint64_t>(t.parameters), "parameter", "parameters") << ", "
@@ -103,8 +126,7 @@ void print_totals(const totals& t) {
 // (with --filter, than the headers of the shards that hold a chosen entry).
 int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& path) {
   std::vector<std::vector<std::string>> tied;
-  ckpt::torch_options torch = torch_budget(args.torch_budget);
-  torch.tied = [&tied](const std::vector<std::string>& names) { tied.push_back(names); };
+  const ckpt::torch_options torch = torch_budget(args.torch_budget, tied);
   fetch_stats fetched;
   ckpt::load_options options = fetched.counting({});
   if (!args.filter.empty()) options.only = pattern_of({args.filter});
@@ -131,9 +153,7 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
     boost::json::object out{{"path", valid_utf8(path.string())}, {"entries", std::move(rows)}, {"total", json_of(total)}};
     if (!groups.empty()) out["tied"] = std::move(groups);  // a .pt file's names of one tensor
     out["metadata"] = json_of(t.metadata);
-    if (args.stats) out["fetched"] = json_of(fetched);
-    std::cout << boost::json::serialize(out) << '\n';
-    return success;
+    return print_json(std::move(out), args.stats, fetched);
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto* e : entries)
@@ -152,8 +172,7 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
     std::cout << "__metadata__:\n";
     for (const auto& [key, value] : t.metadata) std::cout << "  " << printable(key) << ": " << printable(value) << '\n';
   }
-  if (args.stats) print_stats(std::cout, fetched);
-  return success;
+  return finish(success, args.stats, fetched);
 }
 
 // Step `s` described from its headers: for a step in a bucket, fetched no further than them; a
@@ -231,20 +250,12 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
       rows.push_back(std::move(row));
     }
     boost::json::array leftover_rows;
-    for (const leftover& l : leftovers) {
-      boost::json::object row{{"name", valid_utf8(l.path.filename().string())}, {"what", what_is(l)},
-                              {"removed_by", what_removes(l)}};
-      if (l.size.known && !l.size.link) row["bytes"] = l.size.bytes;
-      else row["bytes"] = nullptr;
-      leftover_rows.push_back(std::move(row));
-    }
+    for (const leftover& l : leftovers) leftover_rows.push_back(json_of(l, l.path.filename().string()));
     boost::json::object out{{"path", valid_utf8(args.path.string())},
                             {"steps", std::move(rows)},
                             {"leftovers", std::move(leftover_rows)}};
     if (id) out["run_id"] = id->id ? boost::json::value(*id->id) : boost::json::value(nullptr);
-    if (args.stats) out["fetched"] = json_of(fetched);
-    std::cout << boost::json::serialize(out) << '\n';
-    return success;
+    return print_json(std::move(out), args.stats, fetched);
   }
   std::vector<std::vector<std::string>> rows;
   std::size_t damaged = 0;
@@ -276,8 +287,7 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
   else if (id)
     std::cout << "run id: unreadable: " << printable(id->error) << '\n';
   print_leftovers(std::cout, leftovers);
-  if (args.stats) print_stats(std::cout, fetched);
-  return success;
+  return finish(success, args.stats, fetched);
 }
 
 namespace layout = ckpt::detail::layout;
@@ -294,10 +304,6 @@ std::vector<std::int64_t> steps_of(const layout::tier_node& node, bool partner) 
   for (const layout::tier_step& s : node.steps)
     if (s.partner == partner) out.push_back(s.step);
   return out;
-}
-
-std::optional<std::uint64_t> bytes_of(const footprint& f) {
-  return f.known && !f.link ? std::optional(f.bytes) : std::nullopt;
 }
 
 std::string_view to_string(layout::shared_state s) {
@@ -348,11 +354,9 @@ int inspect_local_root(const inspect_args& args, const layout::tier_root& root) 
       if (run.state == layout::shared_state::unreadable) row["reason"] = valid_utf8(run.detail);
       run_rows.push_back(std::move(row));
     }
-    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())},
-                                                            {"runs", std::move(run_rows)},
-                                                            {"earlier_layout", names(root.earlier)}})
-              << '\n';
-    return success;
+    return print_json({{"path", valid_utf8(args.path.string())},
+                       {"runs", std::move(run_rows)},
+                       {"earlier_layout", names(root.earlier)}});
   }
   std::vector<std::vector<std::string>> rows;
   for (const layout::tier_run& run : runs)
@@ -427,11 +431,8 @@ int inspect_tier_place(const inspect_args& args, const layout::tier_place& place
         if (!copy.problem.empty()) throw ckpt::error(place.root / copy.folder, copy.problem);
         // Shard by shard: the parts of a step of slices are files of their own, of one name space each.
         for (const std::string& shard : copy.held) {
-          const totals held = sum(entries_with_prefix(
+          row.total += sum(entries_with_prefix(
               ckpt::detail::description_of(layout::load_held(*store, copy, {.verify_digest = false}, shard)), args.filter));
-          row.total.entries += held.entries;
-          row.total.parameters += held.parameters;
-          row.total.bytes += held.bytes;
         }
       } catch (const ckpt::format_error& e) {
         row.damaged = e.what();
@@ -462,18 +463,12 @@ int inspect_tier_place(const inspect_args& args, const layout::tier_place& place
       rows.push_back(std::move(row));
     }
     boost::json::array leftover_rows;
-    for (const leftover& l : leftovers) {
-      const std::optional<std::uint64_t> bytes = bytes_of(l.size);
-      leftover_rows.push_back(boost::json::object{
-          {"name", valid_utf8(l.path.lexically_relative(place.root).string())}, {"what", what_is(l)},
-          {"removed_by", what_removes(l)}, {"bytes", bytes ? boost::json::value(*bytes) : boost::json::value(nullptr)}});
-    }
-    std::cout << boost::json::serialize(boost::json::object{{"path", valid_utf8(args.path.string())},
-                                                            {"run", run->id},
-                                                            {"copies", std::move(rows)},
-                                                            {"leftovers", std::move(leftover_rows)}})
-              << '\n';
-    return success;
+    for (const leftover& l : leftovers)
+      leftover_rows.push_back(json_of(l, l.path.lexically_relative(place.root).string()));
+    return print_json({{"path", valid_utf8(args.path.string())},
+                       {"run", run->id},
+                       {"copies", std::move(rows)},
+                       {"leftovers", std::move(leftover_rows)}});
   }
   std::vector<std::vector<std::string>> rows;
   std::size_t damaged = 0;
@@ -554,9 +549,7 @@ than its bytes: a permission, too many open files) or is not a valid checkpoint.
 
 void add_inspect(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<inspect_args>(app, chosen, inspect, text);
-  sub->add_option("PATH", args->path, "the checkpoint file, sharded index or folder, or a node-local tier root")
-      ->required()
-      ->type_name("");
+  add_path_argument(*sub, "PATH", args->path, "the checkpoint file, sharded index or folder, or a node-local tier root");
   sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
   add_step_option(*sub, args->step);
   add_torch_budget_option(*sub, args->torch_budget);

@@ -123,7 +123,7 @@ folder, if a manager holds it, or if a deletion fails (what was deleted before i
 
 void add_prune(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<prune_args>(app, chosen, prune, text);
-  sub->add_option("RUN", args->run, "the checkpoint_manager folder")->required()->type_name("");
+  add_path_argument(*sub, "RUN", args->run, "the checkpoint_manager folder");
   sub->add_flag("--damaged", args->damaged,
                 "delete the steps a manager set aside as damaged (<name>.damaged, <name>.damaged-K)");
 }

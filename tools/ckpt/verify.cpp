@@ -380,8 +380,7 @@ int verify(const verify_args& args) {
                         std::set<std::int64_t> sound;
                         return verify_folder(args, fetched, path, steps, sound);
                       }));
-  if (args.stats) print_stats(std::cout, fetched);
-  return status;
+  return finish(status, args.stats, fetched);
 }
 
 // What `ckpt verify --help` shows.
@@ -421,9 +420,8 @@ checked). Of several, the largest.)"};
 
 void add_verify(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<verify_args>(app, chosen, verify, text);
-  sub->add_option("PATH", args->paths,
-                  "checkpoint files, sharded indexes or folders, manager folders, node-local tier folders")
-      ->required()->type_name("");
+  add_path_argument(*sub, "PATH", args->paths,
+                    "checkpoint files, sharded indexes or folders, manager folders, node-local tier folders");
   add_step_option(*sub, args->step);
   sub->add_flag("--strict", args->strict,
                 "fail on entries of a dtype this version does not know (they are left out), and on steps a manager set "
