@@ -229,7 +229,7 @@ int convert(const convert_args& args) {
 }
 
 // What `ckpt convert --help` shows.
-constexpr command_text text{
+constexpr command_text convert_text{
     "convert", "Select, rename and cast entries; write a file or a sharded checkpoint",
     R"(Read IN (a .safetensors file or a sharded checkpoint; its digest checked, but of an object in
 a bucket with --keep/--keep-matching only the entries kept are fetched, which cannot check it:
@@ -246,7 +246,7 @@ Exit status: 0 once OUT is written, 2 on a usage error, or if IN cannot be read 
 }  // namespace
 
 void add_convert(CLI::App& app, action& chosen) {
-  const auto [sub, args] = add_command<convert_args>(app, chosen, convert, text);
+  const auto [sub, args] = add_command<convert_args>(app, chosen, convert, convert_text);
   add_path_argument(*sub, "IN", args->in, "the checkpoint to read (file, sharded index or folder)", "PATH");
   add_path_argument(*sub, "OUT", args->out, "the file to write, or the folder with --shard-size", "PATH");
   sub->add_option("--dtype", args->dtype,

@@ -253,7 +253,7 @@ int diff(const diff_args& args) {
 }
 
 // What `ckpt diff --help` shows.
-constexpr command_text text{
+constexpr command_text diff_text{
     "diff", "Compare the entries and values of two checkpoints",
     R"(Compare two checkpoints (files or sharded checkpoints): the entries only in A, only in B, those
 whose dtype or shape differ, and for the common entries of equal shape the largest absolute
@@ -278,7 +278,7 @@ Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be re
 }  // namespace
 
 void add_diff(CLI::App& app, action& chosen) {
-  const auto [sub, args] = add_command<diff_args>(app, chosen, diff, text);
+  const auto [sub, args] = add_command<diff_args>(app, chosen, diff, diff_text);
   add_path_argument(*sub, "A", args->a, "the first checkpoint");
   sub->add_option("B", args->b,
                   "the second checkpoint (the reference of relative differences); leave it out to compare two "

@@ -53,24 +53,24 @@ struct totals {
   }
 };
 
-using described = ckpt::detail::description;
+using ckpt::detail::description;
 
-std::int64_t parameters_of(const described::entry& e) {
+std::int64_t parameters_of(const description::entry& e) {
   std::int64_t n = 1;
   for (const std::int64_t d : e.shape) n *= d;
   return n;
 }
 
 // The entries of `d` whose names start with `prefix`.
-std::vector<const described::entry*> entries_with_prefix(const described& d, std::string_view prefix) {
-  std::vector<const described::entry*> out;
-  for (const described::entry& e : d.entries)
+std::vector<const description::entry*> described_entries_with_prefix(const description& d, std::string_view prefix) {
+  std::vector<const description::entry*> out;
+  for (const description::entry& e : d.entries)
     if (e.name.starts_with(prefix)) out.push_back(&e);
   return out;
 }
 
 // The bytes of tied names (one tensor under several names, in a .pt file) count once.
-totals sum(const std::vector<const described::entry*>& entries, const std::vector<std::vector<std::string>>& tied = {}) {
+totals sum(const std::vector<const description::entry*>& entries, const std::vector<std::vector<std::string>>& tied = {}) {
   totals out;
   for (const auto* e : entries) out += {1, parameters_of(*e), e->bytes};
   for (const auto& names : tied) {
@@ -130,8 +130,8 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
   fetch_stats fetched;
   ckpt::load_options options = fetched.counting({});
   if (!args.filter.empty()) options.only = pattern_of({args.filter});
-  const described t = ckpt::detail::describe(path, options, torch);
-  const auto entries = entries_with_prefix(t, args.filter);
+  const description t = ckpt::detail::describe(path, options, torch);
+  const auto entries = described_entries_with_prefix(t, args.filter);
   const totals total = sum(entries, tied);
   if (args.json) {
     boost::json::array rows;
@@ -178,7 +178,7 @@ int inspect_checkpoint(const inspect_args& args, const std::filesystem::path& pa
 // Step `s` described from its headers: for a step in a bucket, fetched no further than them; a
 // step that cannot be so described is loaded as its manager loads it (load_listed), which tells
 // damage from a step deleted meanwhile. Nothing if it is gone.
-std::optional<described> describe_listed(const listed_step& s, fetch_stats& fetched) {
+std::optional<description> describe_listed(const listed_step& s, fetch_stats& fetched) {
   if (ckpt::detail::is_remote(s.checkpoint)) {
     try {
       return ckpt::detail::describe(s.checkpoint, fetched.counting({}), {});
@@ -230,7 +230,7 @@ int inspect_folder(const inspect_args& args, const std::vector<listed_step>& lis
     }
     try {
       if (const auto t = describe_listed(s, fetched))
-        steps.push_back({s.step, s.checkpoint, sum(entries_with_prefix(*t, args.filter)), t->metadata, {}});
+        steps.push_back({s.step, s.checkpoint, sum(described_entries_with_prefix(*t, args.filter)), t->metadata, {}});
     } catch (const std::exception& e) {
       if (what_failed(s, e) != failed_load::damaged) throw;
       steps.push_back({s.step, s.checkpoint, {}, {}, e.what()});
@@ -431,7 +431,7 @@ int inspect_tier_place(const inspect_args& args, const layout::tier_place& place
         if (!copy.problem.empty()) throw ckpt::error(place.root / copy.folder, copy.problem);
         // Shard by shard: the parts of a step of slices are files of their own, of one name space each.
         for (const std::string& shard : copy.held) {
-          row.total += sum(entries_with_prefix(
+          row.total += sum(described_entries_with_prefix(
               ckpt::detail::description_of(layout::load_held(*store, copy, {.verify_digest = false}, shard)), args.filter));
         }
       } catch (const ckpt::format_error& e) {
@@ -519,7 +519,7 @@ int inspect(const inspect_args& args) {
 }
 
 // What `ckpt inspect --help` shows.
-constexpr command_text text{
+constexpr command_text inspect_text{
     "inspect", "List the entries and metadata of a checkpoint, or a folder's steps",
     R"(List the entries of a checkpoint (name, dtype, shape, parameters, bytes), their totals and its
 __metadata__, reading headers only. PATH is a .safetensors file, a sharded checkpoint (its
@@ -548,7 +548,7 @@ than its bytes: a permission, too many open files) or is not a valid checkpoint.
 }  // namespace
 
 void add_inspect(CLI::App& app, action& chosen) {
-  const auto [sub, args] = add_command<inspect_args>(app, chosen, inspect, text);
+  const auto [sub, args] = add_command<inspect_args>(app, chosen, inspect, inspect_text);
   add_path_argument(*sub, "PATH", args->path, "the checkpoint file, sharded index or folder, or a node-local tier root");
   sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
   add_step_option(*sub, args->step);

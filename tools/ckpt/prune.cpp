@@ -98,7 +98,7 @@ int prune(const prune_args& args) {
 }
 
 // What `ckpt prune --help` shows.
-constexpr command_text text{
+constexpr command_text prune_text{
     "prune", "Delete the steps a manager set aside as damaged",
     R"(With --damaged, delete the steps that a manager set aside as damaged in the checkpoint_manager
 folder RUN (of either manager): those it found with wrong bytes and renamed '<name>.damaged'
@@ -122,7 +122,7 @@ folder, if a manager holds it, or if a deletion fails (what was deleted before i
 }  // namespace
 
 void add_prune(CLI::App& app, action& chosen) {
-  const auto [sub, args] = add_command<prune_args>(app, chosen, prune, text);
+  const auto [sub, args] = add_command<prune_args>(app, chosen, prune, prune_text);
   add_path_argument(*sub, "RUN", args->run, "the checkpoint_manager folder");
   sub->add_flag("--damaged", args->damaged,
                 "delete the steps a manager set aside as damaged (<name>.damaged, <name>.damaged-K)");

@@ -384,7 +384,7 @@ int verify(const verify_args& args) {
 }
 
 // What `ckpt verify --help` shows.
-constexpr command_text text{
+constexpr command_text verify_text{
     "verify", "Check every rule of the loader and the data digest",
     R"(Check checkpoints with every rule of the strict loader, and their digest of the whole
 file (ckpt.xxh3_64_file: header and data) where one is recorded, without extracting anything.
@@ -419,7 +419,7 @@ checked). Of several, the largest.)"};
 }  // namespace
 
 void add_verify(CLI::App& app, action& chosen) {
-  const auto [sub, args] = add_command<verify_args>(app, chosen, verify, text);
+  const auto [sub, args] = add_command<verify_args>(app, chosen, verify, verify_text);
   add_path_argument(*sub, "PATH", args->paths,
                     "checkpoint files, sharded indexes or folders, manager folders, node-local tier folders");
   add_step_option(*sub, args->step);
