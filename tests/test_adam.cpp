@@ -15,13 +15,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sys/wait.h>

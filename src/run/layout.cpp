@@ -13,11 +13,11 @@
 
 #include <algorithm>
 #include <charconv>
-#include <stdexcept>
 #include <cstdio>
 #include <iterator>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <system_error>
 #include <utility>
 
@@ -223,10 +223,11 @@ void add_steps(const store& root, std::string_view folder, bool partner, tier_no
       const std::vector<store::entry> files = root.list(copy.folder);
       // A step of slices: its parts, as the MPI manager finds them (src/mpi/tiers.cpp).
       for (const store::entry& e : files)
-        if (const std::optional<std::size_t> count = part_count_of(e.name); count && !copy.parts) {
+        if (const std::optional<std::size_t> count = part_count_of(e.name)) {
           copy.parts = true;
           copy.shards.clear();
           for (std::size_t k = 1; k <= *count; ++k) copy.shards.push_back(step_part(k, *count));
+          break;
         }
       for (const store::entry& e : files)
         if (std::ranges::binary_search(copy.shards, e.name)) copy.held.push_back(e.name);

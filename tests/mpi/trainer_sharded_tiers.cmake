@@ -26,23 +26,12 @@ endif()
 # The tool (when built) on the parts: verify of node 0's folder checks the parts it holds, its own
 # and its partner copies; verify of the run with --local-dir says the tiers restore step 75
 # (not drained) from the nodes' own parts, and once node 0 is lost with the partner copies.
-function(verify_parts)
-  if(NOT TOOL)
-    return()
-  endif()
-  set(args ${ARGN})
-  list(POP_BACK args said)  # the last argument: what verify must say
-  execute_process(COMMAND "${TOOL}" verify ${args} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT code EQUAL 0 OR NOT out MATCHES "${said}")
-    message(FATAL_ERROR "ckpt verify did not say '${said}' (exit ${code}):\n${out}${err}")
-  endif()
-endfunction()
-verify_parts("${WORK}/local/run-${id}/node-0"
-             "node-0/step-0*75: ok, holds parts 1, 2 of 4, digests of 2 parts verified\n[^\n]*node-0/partner/step-0*75: ok, holds the partner copies of parts 3, 4 of 4, digests of 2 parts verified\n")
-verify_parts("${WORK}/shared" --local-dir "${WORK}/local"
-             "\nstep 50: restorable from the node-local tier, the shared tier\nstep 75: restorable from the node-local tier\n$")
+verify_says("${WORK}/local/run-${id}/node-0"
+            "node-0/step-0*75: ok, holds parts 1, 2 of 4, digests of 2 parts verified\n[^\n]*node-0/partner/step-0*75: ok, holds the partner copies of parts 3, 4 of 4, digests of 2 parts verified\n")
+verify_says("${WORK}/shared" --local-dir "${WORK}/local"
+            "\nstep 50: restorable from the node-local tier, the shared tier\nstep 75: restorable from the node-local tier\n$")
 file(REMOVE_RECURSE "${WORK}/local/run-${id}/node-0")
-verify_parts("${WORK}/shared" --local-dir "${WORK}/local" "\nstep 75: restorable from the node-local tier with its partner copies\n$")
+verify_says("${WORK}/shared" --local-dir "${WORK}/local" "\nstep 75: restorable from the node-local tier with its partner copies\n$")
 train(--steps 150 ${tiers} --resume --params-out "${WORK}/resumed.safetensors")
 foreach(line "part-00001-of-00004.safetensors from the partner tier of node 1"
              "part-00002-of-00004.safetensors from the partner tier of node 1"

@@ -21,31 +21,14 @@ file(STRINGS "${WORK}/shared/.ckpt-run-id" id)
 # holds (data parallel: rank 0 writes the one shard, so node 0 holds it and node 1 its partner
 # copy); verify of the run with --local-dir says which tiers can restore each step (75 was not
 # drained, 50 was). Exit 0 on intact tiers.
-function(verify_tiers)
-  execute_process(COMMAND "${TOOL}" verify ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT code EQUAL 0)
-    message(FATAL_ERROR "ckpt verify ${ARGN} failed (${code}):\n${out}${err}")
-  endif()
-  set(out "${out}" PARENT_SCOPE)
-endfunction()
-function(expect_verify what)
-  if(NOT out MATCHES "${what}")
-    message(FATAL_ERROR "ckpt verify did not say '${what}':\n${out}")
-  endif()
-endfunction()
-if(TOOL)
-  verify_tiers("${WORK}/local/run-${id}/node-0")
-  expect_verify("node-0/step-0*75: ok, holds shard 1 of 1, digest verified\n")
-  verify_tiers("${WORK}/local/run-${id}/node-1")
-  expect_verify("node-1/partner/step-0*75: ok, holds the partner copies of shard 1 of 1, digest verified\n")
-  verify_tiers("${WORK}/shared" --local-dir "${WORK}/local")
-  expect_verify("\nstep 50: restorable from the node-local tier, the shared tier\nstep 75: restorable from the node-local tier\n$")
-endif()
+verify_says("${WORK}/local/run-${id}/node-0" "node-0/step-0*75: ok, holds shard 1 of 1, digest verified\n")
+verify_says("${WORK}/local/run-${id}/node-1"
+            "node-1/partner/step-0*75: ok, holds the partner copies of shard 1 of 1, digest verified\n")
+verify_says("${WORK}/shared" --local-dir "${WORK}/local"
+            "\nstep 50: restorable from the node-local tier, the shared tier\nstep 75: restorable from the node-local tier\n$")
 file(REMOVE_RECURSE "${WORK}/local/run-${id}/node-0")
-if(TOOL)  # node 0 lost: node 1's partner copy stands in for its shard
-  verify_tiers("${WORK}/shared" --local-dir "${WORK}/local")
-  expect_verify("\nstep 75: restorable from the node-local tier with its partner copies\n$")
-endif()
+# Node 0 lost: node 1's partner copy stands in for its shard.
+verify_says("${WORK}/shared" --local-dir "${WORK}/local" "\nstep 75: restorable from the node-local tier with its partner copies\n$")
 train(--steps 150 ${tiers} --resume --params-out "${WORK}/resumed.safetensors")
 expect("last checkpoint: [^\n]*/shared/step-0000000150\n" "the end line does not name the drained step 150 in the shared folder")
 # Data parallel: rank 0 writes the one shard; node 1 keeps its partner copy and sends it to node 0.
