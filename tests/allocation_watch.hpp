@@ -1,13 +1,12 @@
 #pragma once
-// Replaces every form of plain operator new and delete of the test executable whose one source
-// file includes this header, so that a test can see how large an allocation the code under test
-// asked for, or cap it, and how much the heap held at its peak. Tests of untrusted input use it: a
+// Every form of plain operator new and delete of the test executable that links
+// allocation_watch.cpp is replaced (ckpt_tests_allocations, tests/CMakeLists.txt), so that a test
+// can see how large an allocation the code under test asked for, or cap it, and how much the heap held at its peak. Tests of untrusted input use it: a
 // file that claims a huge tensor or header must be refused on arithmetic alone, never by
 // allocating what it claims; and a reader's memory must stay in proportion to what it reads.
 // Consistent on malloc/free, so that sanitizers see matching pairs.
 //
-// Include it in exactly one source file of an executable (the replacements are ordinary
-// definitions).
+// This header declares what the replacements count; allocation_watch.cpp defines them.
 
 #include <malloc.h>
 
@@ -85,20 +84,3 @@ inline void* allocate(std::size_t size) noexcept {
 
 }  // namespace detail
 }  // namespace ckpt_test
-
-void* operator new(std::size_t size) {
-  if (void* p = ckpt_test::detail::allocate(size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-  if (void* p = ckpt_test::detail::allocate(size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return ckpt_test::detail::allocate(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return ckpt_test::detail::allocate(size); }
-void operator delete(void* p) noexcept { ckpt_test::detail::release(p); }
-void operator delete[](void* p) noexcept { ckpt_test::detail::release(p); }
-void operator delete(void* p, std::size_t) noexcept { ckpt_test::detail::release(p); }
-void operator delete[](void* p, std::size_t) noexcept { ckpt_test::detail::release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { ckpt_test::detail::release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { ckpt_test::detail::release(p); }

@@ -1,13 +1,9 @@
-// Helpers shared by the test executables, so that each exists once instead of once per file.
-// Header-only: every test is its own executable (tests/CMakeLists.txt), with nothing to link.
+// Helpers shared by the test suites, so that each exists once instead of once per file.
+// Header-only: its functions are inline, for the suites of one executable (tests/CMakeLists.txt).
 //
-// Include it after <boost/test/unit_test.hpp>, itself after `#define BOOST_TEST_MODULE`: the
-// module must define the test runner's main(), and message_of() uses BOOST_FAIL.
+// message_of() uses BOOST_FAIL: include it after <boost/test/unit_test.hpp>.
 #pragma once
 
-#ifndef BOOST_TEST_MODULE
-#error "define BOOST_TEST_MODULE and include <boost/test/unit_test.hpp> before support.hpp"
-#endif
 #include <boost/test/unit_test.hpp>
 
 #include <ckpt/tensor.hpp>

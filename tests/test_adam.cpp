@@ -1,6 +1,5 @@
 // Adam: the update against hand-computed and closed-form values, and the training state
 // (`training_state`: model.* / optim.mu.* / optim.nu.* / optim.step) saved and read back.
-#define BOOST_TEST_MODULE adam
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -26,6 +25,8 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
+
+BOOST_AUTO_TEST_SUITE(test_adam)
 
 namespace {
 
@@ -789,3 +790,5 @@ BOOST_AUTO_TEST_CASE(an_update_on_several_threads_is_bit_identical_to_one_on_one
     BOOST_TEST(s2.step == 3);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_adam

@@ -1,5 +1,4 @@
 // The checkpoint-to-checkpoint adapters for foreign weights: rename, transpose, split, cast.
-#define BOOST_TEST_MODULE adapt
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -17,6 +16,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_adapt)
 
 namespace {
 
@@ -432,3 +433,5 @@ BOOST_AUTO_TEST_CASE(errors_name_the_entries_and_shapes_that_disagree) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_adapt

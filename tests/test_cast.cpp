@@ -5,7 +5,6 @@
 // definitions, independently of src/tensor/cast.cpp: values decoded with std::ldexp, and rounding
 // done by brute force (the nearest of all the format's values, ties to the even code).
 
-#define BOOST_TEST_MODULE cast
 #include <boost/test/unit_test.hpp>
 
 #include "tensor/cast.hpp"  // src/: detail::can_cast, detail::convert
@@ -24,6 +23,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_cast)
 
 using ckpt::dtype;
 
@@ -927,3 +928,5 @@ BOOST_AUTO_TEST_CASE(fixture_f8_bytes_round_trip) {
   BOOST_CHECK_EQUAL(conv1<float>(dtype::f8_e8m0, std::uint8_t{0x7a}, dtype::f32), 0x1p-5F);
   BOOST_CHECK_EQUAL(conv1<float>(dtype::f8_e4m3fnuz, std::uint8_t{0x87}, dtype::f32), -7 * 0x1p-10F);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_cast

@@ -1,5 +1,4 @@
 // The seed's checkpoint operations that need no template: entries, names, of_int, concat.
-#define BOOST_TEST_MODULE checkpoint
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -10,6 +9,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+
+BOOST_AUTO_TEST_SUITE(test_checkpoint)
 
 namespace {
 
@@ -128,3 +129,5 @@ BOOST_AUTO_TEST_CASE(copies_share_entries) {
   BOOST_TEST(copy.find("w") == t.find("w"));
   BOOST_TEST(copy.get("w").bytes().data() == t.get("w").bytes().data());
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_checkpoint

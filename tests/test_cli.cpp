@@ -1,7 +1,6 @@
 // The command-line tool `ckpt` (tools/), run as a program on checkpoints the library writes: the
 // exact stdout, stderr and exit status of each subcommand, its --help and its usage errors; and
 // the names of a checkpoint_manager's files, which these tests write and damage directly.
-#define BOOST_TEST_MODULE cli
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -41,6 +40,8 @@
 #include <unistd.h>
 
 extern char** environ;
+
+BOOST_AUTO_TEST_SUITE(test_cli)
 
 namespace fs = std::filesystem;
 
@@ -2096,3 +2097,5 @@ BOOST_AUTO_TEST_CASE(a_sharded_convert_that_fails_leaves_the_previous_checkpoint
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_cli

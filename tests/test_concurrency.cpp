@@ -1,7 +1,6 @@
 // Checkpoints are immutable and may be read from several threads at once; a background save
 // works on its own snapshot. CI runs this file, with the manager's tests, under ThreadSanitizer
 // (scripts/ckpt-dev test, stage "clang++ TSan"), which reports any data race these tests reach.
-#define BOOST_TEST_MODULE concurrency
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -15,6 +14,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_concurrency)
 
 namespace {
 
@@ -148,3 +149,5 @@ BOOST_AUTO_TEST_CASE(a_background_save_is_independent_of_the_live_parameters) {
   BOOST_TEST(same(ckpt::to_params(manager.load(4), like), saved[3]));
   BOOST_TEST(same(ckpt::to_params(manager.load(3), like), saved[2]));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_concurrency

@@ -1,7 +1,6 @@
 // Replays tests/corpus/ (CKPT_CORPUS_DIR) through the fuzz target's checks (tests/fuzz/exercise.hpp):
 // the inputs that once crashed, hung or leaked, and a minimized set of interesting ones, so that
 // every build of the suite (g++, clang + ASan/UBSan) re-runs what the libFuzzer campaign found.
-#define BOOST_TEST_MODULE corpus
 #include <boost/test/unit_test.hpp>
 
 #include "fuzz/exercise.hpp"
@@ -10,6 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_corpus)
 
 namespace {
 
@@ -47,3 +48,5 @@ BOOST_AUTO_TEST_CASE(every_corpus_input_is_accepted_or_rejected_cleanly) {
   BOOST_TEST(accepted > 0u);
   BOOST_TEST(accepted < files.size());
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_corpus

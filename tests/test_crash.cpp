@@ -9,7 +9,6 @@
 // the child through the I/O seam in a page shared with the parent, and reported.
 //
 // CKPT_CRASH_KILLS=<n> changes the number of kills (default 100), for long campaigns outside CI.
-#define BOOST_TEST_MODULE crash
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -37,6 +36,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_crash)
 
 namespace {
 
@@ -274,3 +275,5 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_loses_the_latest_checkpoint
   BOOST_TEST(latest > 0);
   ::munmap(page, sizeof(shared_state));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_crash

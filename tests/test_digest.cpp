@@ -5,7 +5,6 @@
 // of a multi-MiB one) and can be let through on request, that the digests of earlier versions
 // are recognized but not verified, who writes it (save, save of sections, the manager), and the
 // "format": "pt" every save writes.
-#define BOOST_TEST_MODULE digest
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -29,6 +28,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_digest)
 
 namespace {
 
@@ -704,3 +705,5 @@ BOOST_AUTO_TEST_CASE(bytes_rewritten_in_place_after_a_verified_load_are_never_ha
   ckpt::save(out, verified, {.digest = true});
   BOOST_TEST(same(ckpt::to_params(ckpt::load(out), three_of(0), {.prefix = "m"}), original));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_digest

@@ -4,7 +4,6 @@
 // the previous file is intact byte for byte, and no temporary is left behind. Then the managers'
 // background saves, written with direct I/O: the same file as a save through the page cache, the
 // fallback where direct I/O is refused, and a failed write.
-#define BOOST_TEST_MODULE faults
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -26,6 +25,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_faults)
 
 namespace {
 
@@ -537,3 +538,5 @@ BOOST_AUTO_TEST_CASE(a_direct_write_that_fails_leaves_no_file_and_surfaces_at_wa
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_faults

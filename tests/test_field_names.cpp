@@ -5,7 +5,6 @@
 // and compare field_name() with the fallback implementation (and with boost::pfr::get_name when
 // the installed Boost has it).
 
-#define BOOST_TEST_MODULE field_names
 #include <boost/test/unit_test.hpp>
 
 #include <ckpt/detail/field_names.hpp>
@@ -22,6 +21,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_field_names)
 
 using ckpt::detail::fallback_field_name;
 using ckpt::detail::field_name;
@@ -341,3 +342,5 @@ BOOST_AUTO_TEST_CASE(the_log_names_the_implementation_and_before_boost_1_84_it_i
   BOOST_TEST(CKPT_DETAIL_HAS_PFR_CORE_NAME == 0);
 #endif
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_field_names

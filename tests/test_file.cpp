@@ -1,5 +1,4 @@
 // save and load: round trips, metadata, the exact bytes of the file, atomic replacement.
-#define BOOST_TEST_MODULE file
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -26,6 +25,8 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+
+BOOST_AUTO_TEST_SUITE(test_file)
 
 namespace {
 
@@ -673,3 +674,5 @@ BOOST_AUTO_TEST_CASE(a_load_of_chosen_entries_holds_them_only) {
   check(manager.load(3, model_only));
   check(*manager.load_latest(model_only));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_file

@@ -4,7 +4,6 @@
 // EXPECTED.json gives it (a malformed one is refused with a ckpt::format_error naming the file
 // and the broken rule); every wild/ file loads with the listed tensors; and every loadable file
 // survives save(load(f)) unchanged.
-#define BOOST_TEST_MODULE fixtures
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -33,6 +32,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_fixtures)
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -492,3 +493,5 @@ BOOST_AUTO_TEST_CASE(unaligned_data_reads_as_typed_spans) {
   BOOST_TEST((c.get("a") == padded.get("a")));
   BOOST_TEST((c.get("b") == padded.get("b")));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_fixtures

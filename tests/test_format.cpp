@@ -2,7 +2,6 @@
 // malformed one must be refused with a ckpt::format_error carrying the exact message (file name
 // and broken rule), without a crash or a huge allocation. Then what save writes, byte by byte,
 // names that need escaping, and loaded tensors outliving their file.
-#define BOOST_TEST_MODULE format
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -32,6 +31,8 @@
 #include <vector>
 
 #include "allocation_watch.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_format)
 
 using ckpt_test::allocation_cap;
 namespace {
@@ -834,3 +835,5 @@ BOOST_AUTO_TEST_CASE(load_reports_files_it_cannot_read) {
     BOOST_TEST(e.path() == dir.path());
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_format

@@ -2,7 +2,6 @@
 // layout save_pretrained and torch.save produce loads through ckpt::load with the expected names
 // and values; and what save and save_sharded write satisfies transformers' loading rules (the
 // guide's "Foreign checkpoints").
-#define BOOST_TEST_MODULE hf
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -21,6 +20,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_hf)
 
 namespace fs = std::filesystem;
 
@@ -221,3 +222,5 @@ BOOST_AUTO_TEST_CASE(save_sharded_writes_the_index_and_shards_transformers_reads
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_hf

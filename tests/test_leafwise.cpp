@@ -1,6 +1,5 @@
 // Leaf-wise operations: zip_leaves (of one structure or several) and zeros_like (the API), and
 // detail::flat_array (what ckpt::adam uses) over the kinds of structures the core names.
-#define BOOST_TEST_MODULE leafwise
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -15,6 +14,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_leafwise)
 
 namespace {
 
@@ -148,3 +149,5 @@ BOOST_AUTO_TEST_CASE(flat_array_views_any_storage_order) {
   const Eigen::MatrixXd c = Eigen::MatrixXd::Ones(2, 2);
   BOOST_TEST(ckpt::detail::flat_array(c).sum() == 4.0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_leafwise

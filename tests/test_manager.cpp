@@ -1,6 +1,5 @@
 // checkpoint_manager: file naming, metadata, retention rules together, crash leftovers, the
 // advisory lock against a second writer, background saves and their errors, resuming.
-#define BOOST_TEST_MODULE manager
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -22,6 +21,8 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
+
+BOOST_AUTO_TEST_SUITE(test_manager)
 
 namespace fs = std::filesystem;
 
@@ -422,3 +423,5 @@ BOOST_AUTO_TEST_CASE(a_moved_manager_keeps_its_folder_and_commits_the_one_it_rep
   BOOST_TEST(other.steps() == ints({1, 2}));
   BOOST_CHECK_THROW(ckpt::checkpoint_manager(a.path()), ckpt::lock_error);  // still held
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_manager

@@ -6,7 +6,6 @@
 // says beyond the reads: a layer widened with zero outgoing weights computes what the saved model
 // computed (on the example trainer's MLP), Adam's bias correction of a parameter added mid-run,
 // and why a state to train starts from `opt.init`.
-#define BOOST_TEST_MODULE model_changes
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -27,6 +26,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_model_changes)
 
 namespace {
 
@@ -463,3 +464,5 @@ BOOST_AUTO_TEST_CASE(a_default_constructed_state_is_filled_by_a_read_and_refused
   ckpt::adam{}.update(params, gradients(params), state);
   BOOST_TEST(state.step == 4);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_model_changes

@@ -1,6 +1,5 @@
 // Named structures into checkpoints and back: the seed's stories, every leaf kind, both storage
 // orders byte by byte, the customization point, ptree paths and every extraction error.
-#define BOOST_TEST_MODULE params
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -116,6 +115,11 @@ bool same_mixed(const mixed& a, const mixed& b) {
 }
 
 }  // namespace
+
+// The file's types are at global scope, for the leaf_traits and fields specialized among them;
+// its test cases are in the suite test_params, opened again after each specialization (this
+// file is compiled on its own, not in a unity batch: tests/CMakeLists.txt).
+BOOST_AUTO_TEST_SUITE(test_params)
 
 BOOST_AUTO_TEST_CASE(names_come_from_field_identifiers) {
   const auto t = ckpt::of_params(make_mlp(0));
@@ -346,6 +350,8 @@ BOOST_AUTO_TEST_CASE(cast_converts_integers_and_halves) {
   BOOST_TEST(static_cast<float>(as_half(1)) == -2.75f);
 }
 
+BOOST_AUTO_TEST_SUITE_END()
+
 namespace {
 // A class with private members and a constructor: not an aggregate, named through ckpt::fields.
 class dense_layer {
@@ -378,6 +384,8 @@ struct ckpt::fields<renamed> {
   static constexpr std::array names{"old_name", "scale"};
   static auto tie(auto& self) { return std::tie(self.new_name, self.scale); }
 };
+
+BOOST_AUTO_TEST_SUITE(test_params)
 
 BOOST_AUTO_TEST_CASE(customization_point_names_non_aggregates) {
   struct model {
@@ -614,6 +622,8 @@ BOOST_AUTO_TEST_CASE(to_params_builds_every_kind_of_structure_without_copying_li
   BOOST_TEST(back.count == 7);
 }
 
+BOOST_AUTO_TEST_SUITE_END()
+
 namespace {
 // A leaf of 2 MiB of floats whose read notes the thread it ran on; `Alone` is its
 // reads_only_its_leaf.
@@ -647,6 +657,8 @@ struct ckpt::leaf_traits<thread_probe<Alone>> {
   }
   static constexpr bool reads_only_its_leaf = Alone;
 };
+
+BOOST_AUTO_TEST_SUITE(test_params)
 
 namespace {
 template <bool FirstAlone, bool SecondAlone>
@@ -700,6 +712,8 @@ static_assert(!ckpt::detail::reads_only_its_leaf<ckpt::frozen<thread_probe<false
 static_assert(!ckpt::detail::reads_only_its_leaf<thread_probe<false>>);
 
 // Leaf types of one's own with fewer hooks than the four: the others derived (ckpt::leaf_traits).
+BOOST_AUTO_TEST_SUITE_END()
+
 namespace {
 // Shape and elements: everything else derived.
 struct grid {
@@ -794,6 +808,8 @@ struct ckpt::leaf_traits<string_elements> {
   static auto elements(auto& x) { return std::span(x.values); }
 };
 static_assert(!ckpt::leaf<no_read> && !ckpt::leaf<string_elements>);
+
+BOOST_AUTO_TEST_SUITE(test_params)
 
 BOOST_AUTO_TEST_CASE(a_leaf_of_shape_and_elements_is_saved_extracted_and_cast) {
   const grid g{{1, 2, 3, 4, 5, 6}, 2, 3};
@@ -905,3 +921,5 @@ BOOST_AUTO_TEST_CASE(the_cast_of_a_read_is_ckpt_cast) {
   const auto bf = ckpt::to_params(t, Eigen::Array<Eigen::bfloat16, 4, 1>::Zero().eval(), {.prefix = "v", .cast = true});
   BOOST_TEST((ckpt::of_params(bf, "v").get("v") == ckpt::cast(t.get("v"), ckpt::dtype::bf16)));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_params

@@ -1,6 +1,5 @@
 // The random engines of <random> as leaves: their full state saved and restored exactly, inside
 // named structures, through a file.
-#define BOOST_TEST_MODULE random
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -16,6 +15,8 @@
 #include <random>
 #include <stdexcept>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_random)
 
 namespace {
 
@@ -117,3 +118,5 @@ BOOST_AUTO_TEST_CASE(numbers_that_are_no_state_of_the_engine_are_refused) {
   BOOST_TEST(message.find("does not hold a state of this random engine") != std::string::npos, message);
   BOOST_TEST(e == before);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_random

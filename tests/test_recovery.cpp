@@ -2,7 +2,6 @@
 // states status() reports, keep-best with an unreadable header, read-only managers, and a
 // corruption campaign (random faults, then resume) whose counts tests/RELIABILITY.md reports.
 // CKPT_RECOVERY_ROUNDS=N runs N rounds of the campaign instead of the default.
-#define BOOST_TEST_MODULE recovery
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -23,6 +22,8 @@
 #include <vector>
 
 #include <sys/resource.h>
+
+BOOST_AUTO_TEST_SUITE(test_recovery)
 
 namespace fs = std::filesystem;
 
@@ -299,3 +300,5 @@ BOOST_AUTO_TEST_CASE(random_damage_resumes_from_the_newest_intact_step_and_leave
                                            << wrong);
   BOOST_TEST(wrong == 0);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_recovery

@@ -1,7 +1,6 @@
 // Bit-exact resume: N steps in one run and N/2 + stop + resume for the rest give byte-identical
 // parameter files, through the library API and through the example binary; and the control,
 // resuming without the optimizer state, does not.
-#define BOOST_TEST_MODULE resume
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -24,6 +23,8 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
+
+BOOST_AUTO_TEST_SUITE(test_resume)
 
 namespace fs = std::filesystem;
 using namespace mlp_example;
@@ -354,3 +355,5 @@ BOOST_AUTO_TEST_CASE(example_binary_survives_sigterm) {
 }
 
 #endif
+
+BOOST_AUTO_TEST_SUITE_END()  // test_resume

@@ -4,7 +4,6 @@
 // another run or a run moved away while a manager is open, a lock file or a step that is a
 // symbolic link, a step the retention cannot delete, steps that cannot be read for a permission,
 // a memory or descriptor limit, and a checkpoint of many shards under a descriptor limit.
-#define BOOST_TEST_MODULE run_folder
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -30,6 +29,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_run_folder)
 
 namespace fs = std::filesystem;
 
@@ -339,3 +340,5 @@ BOOST_AUTO_TEST_CASE(a_step_deleted_since_a_reader_listed_it_is_gone_not_damaged
   BOOST_TEST(reader.steps().empty());
   BOOST_TEST(reader.status().empty());  // nothing damaged
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_run_folder

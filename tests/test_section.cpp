@@ -1,6 +1,5 @@
 // save of sections writes live leaves without a snapshot: the file must be byte-identical to the one
 // save writes for the same entries, whatever the leaves' storage order and size.
-#define BOOST_TEST_MODULE section
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -130,6 +129,9 @@ struct ckpt::leaf_traits<plain_matrix> {
   static void read(plain_matrix&, const ckpt::tensor&) {}
 };
 
+// The suite opens after the types above and their leaf_traits (which are specialized at global
+// scope): this file is compiled on its own, not in a unity batch (tests/CMakeLists.txt).
+BOOST_AUTO_TEST_SUITE(test_section)
 
 BOOST_AUTO_TEST_CASE(live_save_equals_snapshot_save) {
   const temp_dir s;
@@ -448,3 +450,5 @@ BOOST_AUTO_TEST_CASE(a_contiguous_hook_of_the_wrong_size_is_refused_by_name) {
     BOOST_TEST(std::string(e.what()) == "ckpt: of_params: leaf_traits::contiguous gave 4 bytes for entry 'w' of 8 bytes");
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_section

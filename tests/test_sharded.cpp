@@ -1,7 +1,6 @@
 // Hugging Face sharded checkpoints: save_sharded and ckpt::load of an index or a
 // folder, their exact file names and index text, laziness, errors and atomicity, and the memory
 // the index's reader takes.
-#define BOOST_TEST_MODULE sharded
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -23,6 +22,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_sharded)
 
 namespace {
 
@@ -684,3 +685,5 @@ BOOST_AUTO_TEST_CASE(reading_a_large_index_takes_at_most_three_times_its_size) {
   BOOST_TEST(peak <= 3 * size);
   BOOST_TEST((by_shard == expected));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_sharded

@@ -1,7 +1,6 @@
 // snapshot_arena: snapshots of live structures into memory reused from one snapshot to the next,
 // and the manager's saves of live sections (straight from the leaves, or through its arena); the
 // large buffers given back and kept for the next of their size (src/base/memory.hpp, kept_buffers).
-#define BOOST_TEST_MODULE snapshot
 #include <boost/test/unit_test.hpp>
 
 #include "base/memory.hpp"    // src/: detail::kept_buffers, detail::tuning::heap_limit (tuning.hpp)
@@ -32,6 +31,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_snapshot)
 
 namespace {
 
@@ -754,3 +755,5 @@ BOOST_AUTO_TEST_CASE(a_threaded_update_racing_a_background_save_leaves_it_the_va
                "step " << step);
   }
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_snapshot

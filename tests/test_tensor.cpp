@@ -1,5 +1,4 @@
 // ckpt::tensor and ckpt::dtype: spellings, sizes, typed views, validation of sizes.
-#define BOOST_TEST_MODULE tensor
 #include <boost/test/unit_test.hpp>
 
 #include <ckpt/tensor.hpp>
@@ -8,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+
+BOOST_AUTO_TEST_SUITE(test_tensor)
 
 BOOST_AUTO_TEST_CASE(every_dtype_spelling_round_trips) {
   const std::array<std::string_view, ckpt::detail::dtype_count> expected{
@@ -108,3 +109,5 @@ BOOST_AUTO_TEST_CASE(equality_compares_dtype_shape_and_bytes) {
   BOOST_TEST(!(x == ckpt::tensor::copy_of(ckpt::dtype::u32, {2}, std::as_bytes(std::span(a)))));
   BOOST_TEST((ckpt::tensor{} == ckpt::tensor{}));
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_tensor

@@ -2,7 +2,6 @@
 // PyTorch 1.13 through make_fixtures.py) loads with exactly the bytes, shapes, dtypes and
 // metadata its expected.json gives, or is refused with the expected message; the restricted
 // unpickler never runs anything and never crashes on damaged files.
-#define BOOST_TEST_MODULE torch
 #include <boost/test/unit_test.hpp>
 
 #include "fuzz/exercise_torch.hpp"
@@ -28,6 +27,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_torch)
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -483,3 +484,5 @@ BOOST_AUTO_TEST_CASE(the_crafted_files_replay_through_the_fuzz_checks) {
 }
 
 }  // namespace
+
+BOOST_AUTO_TEST_SUITE_END()  // test_torch

@@ -2,7 +2,6 @@
 // across a wider `--hidden`, the warm start `--init-from RUN`, and `--params-out` showing what was
 // carried over, checked entry by entry against the checkpoints they read; and the folders the
 // trainer refuses, left as they were.
-#define BOOST_TEST_MODULE trainer_changes
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -25,6 +24,8 @@
 #include <vector>
 
 #include <sys/wait.h>
+
+BOOST_AUTO_TEST_SUITE(test_trainer_changes)
 
 #ifndef CKPT_MLP_TRAINER
 #error "CKPT_MLP_TRAINER must name the example binary (tests/trainer_changes.cmake)"
@@ -309,3 +310,5 @@ BOOST_AUTO_TEST_CASE(help_documents_the_flags) {
   for (const char* flag : {"--init-from RUN", "--adapt", "--params-out F", "not read", "another --hidden"})
     BOOST_TEST(o.out.find(flag) != std::string::npos, flag);
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_trainer_changes

@@ -1,7 +1,6 @@
 // The tiled transpose that reorders column-major leaves, against the definition, with each
 // kernel this CPU has (portable, SSE2, AVX2) forced in turn through the build's private seam;
 // and the split of work between threads that it, extraction and snapshots share.
-#define BOOST_TEST_MODULE transpose
 #include <boost/test/unit_test.hpp>
 
 #include <ckpt/detail/transpose.hpp>
@@ -18,6 +17,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+BOOST_AUTO_TEST_SUITE(test_transpose)
 
 namespace {
 
@@ -200,3 +201,5 @@ BOOST_AUTO_TEST_CASE(a_split_inside_a_part_runs_on_that_parts_thread) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE_END()  // test_transpose

@@ -3,7 +3,6 @@
 // survives a save and a load byte for byte, and invalid UTF-8 is refused on the way in and on the
 // way out. (test_format covers each rule of the format; this suite pushes the claimed sizes and
 // the strings to their limits, and the fuzz target and test_corpus cover arbitrary bytes.)
-#define BOOST_TEST_MODULE untrusted
 #include <boost/test/unit_test.hpp>
 
 #include "support.hpp"
@@ -26,6 +25,8 @@
 #include <vector>
 
 #include "allocation_watch.hpp"
+
+BOOST_AUTO_TEST_SUITE(test_untrusted)
 
 using ckpt_test::largest_allocation;
 
@@ -367,3 +368,5 @@ BOOST_AUTO_TEST_CASE(save_refusal_shows_the_valid_parts_of_a_name) {
              "ckpt: cannot save the entry name 'caf\xc3\xa9\\x09\\xe6\\xa8\\x01': it is not valid UTF-8 (byte 6 of "
              "9) and safetensors headers are JSON");
 }
+
+BOOST_AUTO_TEST_SUITE_END()  // test_untrusted

@@ -6,9 +6,9 @@
 #    -fsanitize=fuzzer-no-link,address,undefined in CMAKE_CXX_FLAGS.
 # Beside it fuzz_torch (the torch.save reader) and fuzz_s3_xml (S3's XML answers).
 
-ckpt_add_test(test_corpus test_corpus.cpp)
-ckpt_add_test(test_untrusted test_untrusted.cpp)
-target_compile_definitions(test_corpus PRIVATE CKPT_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/corpus")
+ckpt_add_test(test_corpus IN core test_corpus.cpp)
+ckpt_add_test(test_untrusted IN allocations test_untrusted.cpp)
+target_compile_definitions(ckpt_tests_core PRIVATE CKPT_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/corpus")
 
 if(CKPT_BUILD_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
