@@ -167,7 +167,7 @@ namespace detail {
 description description_of(const checkpoint& t) {
   description out;
   for (const auto& [name, x] : t)
-    out.entries.push_back({name, x.dtype(), dims(x.shape().begin(), x.shape().end()), x.nbytes()});
+    out.entries.push_back({{name, x.dtype(), dims(x.shape().begin(), x.shape().end())}, x.nbytes()});
   std::ranges::sort(out.entries, {}, &description::entry::name);
   out.metadata = t.metadata();
   return out;

@@ -271,7 +271,7 @@ description describe_remote(const std::filesystem::path& url, const load_options
   description out;
   for (file_layout::entry& e : layout.entries)
     if (!options.only || options.only->matches(e.name))
-      out.entries.push_back({std::move(e.name), e.type, std::move(e.shape), e.end - e.begin});
+      out.entries.push_back({{std::move(e.name), e.type, std::move(e.shape)}, e.end - e.begin});
   std::ranges::sort(out.entries, {}, &description::entry::name);
   out.metadata = std::move(layout.metadata);
   return out;
