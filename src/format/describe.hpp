@@ -11,6 +11,8 @@
 #include <ckpt/file.hpp>
 #include <ckpt/torch.hpp>
 
+#include "tensor/entry_head.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -19,10 +21,7 @@
 namespace ckpt::detail {
 
 struct description {
-  struct entry {
-    std::string name;
-    ckpt::dtype type;
-    dims shape;
+  struct entry : entry_head {
     std::uint64_t bytes = 0;
   };
   std::vector<entry> entries;  // by name

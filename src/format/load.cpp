@@ -31,11 +31,9 @@
 namespace ckpt {
 namespace {
 
-// Transformers' file names (SAFE_WEIGHTS_NAME, WEIGHTS_NAME) and the suffix of the torch files'
-// index (the safetensors one is detail::safetensors_index_suffix, src/format/sharded.hpp).
-constexpr std::string_view safetensors_file = "model.safetensors";
-constexpr std::string_view torch_file = "pytorch_model.bin";
-constexpr std::string_view torch_index = ".bin.index.json";
+using detail::safetensors_file;
+using detail::torch_file;
+using detail::torch_index_suffix;
 
 std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -65,7 +63,7 @@ std::filesystem::path chosen_in_folder(const std::filesystem::path& folder, cons
     else if (name == torch_file) pt.single = true;
     else if (name.size() > detail::safetensors_index_suffix.size() && name.ends_with(detail::safetensors_index_suffix))
       st.files.push_back(name);
-    else if (name.size() > torch_index.size() && name.ends_with(torch_index)) pt_indexes.push_back(name);
+    else if (name.size() > torch_index_suffix.size() && name.ends_with(torch_index_suffix)) pt_indexes.push_back(name);
   }
   std::ranges::sort(st.files);
   std::ranges::sort(pt_indexes);
@@ -167,7 +165,7 @@ namespace detail {
 description description_of(const checkpoint& t) {
   description out;
   for (const auto& [name, x] : t)
-    out.entries.push_back({name, x.dtype(), dims(x.shape().begin(), x.shape().end()), x.nbytes()});
+    out.entries.push_back({{name, x.dtype(), dims(x.shape().begin(), x.shape().end())}, x.nbytes()});
   std::ranges::sort(out.entries, {}, &description::entry::name);
   out.metadata = t.metadata();
   return out;

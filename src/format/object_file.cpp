@@ -1,5 +1,5 @@
 // Checkpoint files as S3 objects (src/format/object_file.hpp), and ckpt::save / ckpt::load of
-// `s3://` URLs (src/format/remote.hpp) on them.
+// `s3://` URLs (save_remote of src/format/save.hpp, src/format/remote.hpp) on them.
 #include "object_file.hpp"
 
 #include "base/digest.hpp"
@@ -7,6 +7,7 @@
 #include "reader.hpp"
 #include "remote.hpp"
 #include "safetensors.hpp"
+#include "save.hpp"
 #include "torch.hpp"
 #include "writer.hpp"
 
@@ -271,7 +272,7 @@ description describe_remote(const std::filesystem::path& url, const load_options
   description out;
   for (file_layout::entry& e : layout.entries)
     if (!options.only || options.only->matches(e.name))
-      out.entries.push_back({std::move(e.name), e.type, std::move(e.shape), e.end - e.begin});
+      out.entries.push_back({{std::move(e.name), e.type, std::move(e.shape)}, e.end - e.begin});
   std::ranges::sort(out.entries, {}, &description::entry::name);
   out.metadata = std::move(layout.metadata);
   return out;

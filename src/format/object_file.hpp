@@ -2,7 +2,7 @@
 // A checkpoint file as an S3 object (issue 40): written by the file writer into an upload
 // (src/s3/transfer.hpp), its header read by a ranged GET; and, in src/format/object_file.cpp, the
 // S3 side of ckpt::save and ckpt::load of `s3://` URLs and of a sharded checkpoint under a prefix
-// (src/format/remote.hpp). Compiled with S3 support only.
+// (src/format/save.hpp, src/format/remote.hpp). Compiled with S3 support only.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/detail/entry_source.hpp>

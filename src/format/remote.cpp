@@ -1,6 +1,7 @@
-// The refusal of s3:// paths without S3 support (src/format/remote.hpp), and, in such a build, the save and
-// load that make it.
+// The refusal of s3:// paths without S3 support (src/format/remote.hpp), and, in such a build, the save
+// (save_remote, src/format/save.hpp) and load that make it.
 #include "remote.hpp"
+#include "save.hpp"
 
 #include <stdexcept>
 #include <string>

@@ -1,6 +1,7 @@
 #pragma once
-// Checkpoints in object storage (`s3://bucket/key`, src/io/remote_path.hpp), as ckpt::save and
-// ckpt::load reach them: the save and load of one file there. Built
+// Checkpoints in object storage (`s3://bucket/key`, src/io/remote_path.hpp), as ckpt::load reaches
+// them: the load and description of one file there, a prefix taken as a folder (the save of one
+// file is save_remote, src/format/save.hpp, which only the front door of a save calls). Built
 // with the S3 client when libcurl was found (src/format/object_file.cpp), else refusing
 // (src/format/remote.cpp), so that an `s3://` path is never taken for a local one.
 
@@ -22,18 +23,13 @@
 
 namespace ckpt::detail {
 
-// Writes a safetensors file of `entries` (laid out, names checked) to the object `url`, streamed
-// as a multipart upload: the object appears whole once the upload completes, or not at all.
-// \throws std::invalid_argument if `url` is not an object URL, no credentials are set, or this
-// build has no S3 support; ckpt::error (the S3 client's remote_error) if a request fails.
-void save_remote(const std::filesystem::path& url, entry_list entries, const metadata_map& metadata,
-                 const save_options& options);
-
 // The checkpoint in the object `url` (a safetensors or torch.save file): its header by a ranged
 // GET, then the rest by ranged GETs in parallel (those of the entries `options.only` chooses, if
 // set), the data section's chunks hashed as they arrive when the digest is to be verified, so
 // that the check costs no second pass over the bytes.
-// \throws as save_remote, and as ckpt::parse for the bytes.
+// \throws std::invalid_argument if `url` is not an object URL, no credentials are set, or this
+// build has no S3 support; ckpt::error (the S3 client's remote_error) if a request fails; as
+// ckpt::parse for the bytes.
 [[nodiscard]] checkpoint load_remote(const std::filesystem::path& url, const load_options& options,
                                      const torch_options& torch);
 

@@ -1,7 +1,7 @@
 // The front door of a save (src/format/save.hpp).
 #include "save.hpp"
 
-#include "remote.hpp"
+#include "io/remote_path.hpp"
 #include "writer.hpp"
 
 #include <vector>

@@ -5,8 +5,8 @@
 // ckpt::mpi for the shards it loads with their verified hashes (assemble_shards). Not part of
 // the API: `ckpt::load` is the one way to load. It reads the index through src/format/hf_index.hpp and
 // each shard through the file reader (src/format/reader.hpp) or, by content, src/format/by_content.hpp; it never
-// calls ckpt::load. With it, the names of the sharded layout that ckpt::load and the tool `ckpt`
-// also use.
+// calls ckpt::load. With it, Transformers' file names (the indexes' suffixes, the unsharded files
+// a folder may hold) that ckpt::load and the tool `ckpt` also use.
 
 #include <ckpt/checkpoint.hpp>
 #include <ckpt/error.hpp>
@@ -83,11 +83,18 @@ namespace ckpt::detail {
 /// The suffix of a sharded safetensors checkpoint's index (`model.safetensors.index.json`): the
 /// index save_sharded writes, and the one the readers look for in a folder.
 inline constexpr std::string_view safetensors_index_suffix = ".safetensors.index.json";
+/// The suffix of a sharded torch checkpoint's index (`pytorch_model.bin.index.json`).
+inline constexpr std::string_view torch_index_suffix = ".bin.index.json";
 
 /// Whether `ckpt::load` reads the file `name` (a path or a URL) as a sharded checkpoint's index,
 /// by its name: `*.index.json` (transformers' `*.safetensors.index.json`,
 /// `pytorch_model.bin.index.json`).
 [[nodiscard]] inline bool names_index(std::string_view name) noexcept { return name.ends_with(".index.json"); }
+
+/// Transformers' names of an unsharded checkpoint in a folder (SAFE_WEIGHTS_NAME, WEIGHTS_NAME),
+/// which ckpt::load reads of a folder before any index.
+inline constexpr std::string_view safetensors_file = "model.safetensors";
+inline constexpr std::string_view torch_file = "pytorch_model.bin";
 
 /// The start of the name of save_sharded's staging folder, `.ckpt-staging-XXXXXX` (the X's as
 /// random_suffix gives them, src/io/atomic_file.hpp).

@@ -2,10 +2,13 @@
 // What ranks tell each other before a save: a rank's step, the entries and slices it holds, and
 // (rank 0) the metadata; exchanged so that every rank plans the step from the same data.
 
+#include <ckpt/detail/entry_source.hpp>
+#include <ckpt/detail/sizes.hpp>
 #include <ckpt/mpi.hpp>
 
 #include "common.hpp"
 #include "step.hpp"
+#include "tensor/entry_head.hpp"
 
 #include <mpi.h>
 
@@ -26,16 +29,21 @@ struct holding {
   std::string error;
   std::int64_t step = 0;
   metadata_map metadata;
-  // An entry (`count` < 0), or elements [first, first + count) of one in C order (a slice).
+  // An entry (`count` < 0), or elements [first, first + count) of one in C order (a slice): then
+  // `head.shape` is the global tensor's. `head` is a member, not a base, for the byte codec.
   struct entry {
-    std::string name;
-    ckpt::dtype type;
-    dims shape;
+    ckpt::detail::entry_head head;
     std::int64_t first = 0;
     std::int64_t count = -1;
   };
   std::vector<entry> entries;
 };
+
+// What a rank says of the entry `e` it holds: the entry whole, or its slice of the global tensor.
+inline holding::entry held_entry(const ckpt::detail::entry_source& e) {
+  if (e.first < 0) return {{e.name, e.dtype, e.shape}};
+  return {{e.name, e.dtype, e.global_shape}, e.first, ckpt::detail::numel_of(e.shape)};
+}
 
 // Every rank's holding, on every rank.
 inline std::vector<holding> exchange(MPI_Comm comm, const holding& mine) {

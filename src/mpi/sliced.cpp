@@ -312,17 +312,18 @@ void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank) 
   // The global tensors, checked identically on every rank.
   std::map<std::string, tensor_pieces, std::less<>> tensors;
   for (std::size_t r = 0; r < all.size(); ++r) {
-    for (const holding::entry& x : all[r].entries) {
+    for (const holding::entry& given : all[r].entries) {
+      const ckpt::detail::entry_head& x = given.head;
       const auto [it, inserted] = tensors.try_emplace(x.name, tensor_pieces{x.type, x.shape, static_cast<int>(r), -1, {}});
       tensor_pieces& t = it->second;
       if (!inserted && (t.type != x.type || t.shape != x.shape))
         throw std::invalid_argument("ckpt: mpi::" + plan.operation + ": the entry '" + x.name + "' is " +
                                     describe_entry(t.type, t.shape) + " on rank " + std::to_string(t.described_by) +
                                     " but " + describe_entry(x.type, x.shape) + " on rank " + std::to_string(r));
-      if (x.count < 0) {
+      if (given.count < 0) {
         if (t.whole_writer < 0) t.whole_writer = static_cast<int>(r);
-      } else if (x.count > 0) {
-        t.pieces.push_back({x.first, x.count, static_cast<int>(r)});
+      } else if (given.count > 0) {
+        t.pieces.push_back({given.first, given.count, static_cast<int>(r)});
       }
     }
   }
@@ -334,7 +335,7 @@ void lay_out_slices(step_plan& plan, const std::vector<holding>& all, int rank) 
   plan.shards[0] = shard;
   plan.shard = plan.shards[static_cast<std::size_t>(rank)];
   for (const auto& [name, t] : tensors) {
-    plan.sliced.push_back({name, t.type, t.shape, plan.total_size, t.whole_writer});
+    plan.sliced.push_back({{name, t.type, t.shape}, plan.total_size, t.whole_writer});
     plan.total_size += ckpt::detail::nbytes_of(t.type, ckpt::detail::numel_of(t.shape));
     plan.weight_map.emplace_back(name, shard);
     if (t.whole_writer == rank || std::ranges::any_of(t.pieces, [&](const auto& p) { return p.rank == rank; }))
@@ -675,10 +676,7 @@ void write_assembled(const run_store& run, const std::string& dir_name, std::spa
   for (const checkpoint& part : parts) {
     section& s = sections.emplace_back(part_as_slices(part, plan.dir));
     holding& h = all.emplace_back();
-    for (const ckpt::detail::entry_source& e : ckpt::detail::section_access::entries(s)) {
-      if (e.first < 0) h.entries.push_back({e.name, e.dtype, e.shape, 0, -1});
-      else h.entries.push_back({e.name, e.dtype, e.global_shape, e.first, ckpt::detail::numel_of(e.shape)});
-    }
+    for (const ckpt::detail::entry_source& e : ckpt::detail::section_access::entries(s)) h.entries.push_back(held_entry(e));
     for (const auto& [key, value] : part.metadata()) {
       if (ckpt::detail::is_digest_key(key)) digest = true;
       else if (!key.starts_with(slice_note)) plan.metadata.insert_or_assign(key, value);

@@ -13,6 +13,7 @@
 #include "run/layout.hpp"
 #include "run/policy.hpp"
 #include "run/store.hpp"
+#include "tensor/entry_head.hpp"
 
 #include <mpi.h>
 
@@ -75,10 +76,7 @@ struct step_plan {
   // 0's) holds every global tensor, in name order, each at `offset` in the data; a whole entry is
   // written by `whole_writer` (-1: the tensor is in slices, each written by its rank). `mine`
   // names what this rank writes: its slices and the whole entries it writes.
-  struct global_tensor {
-    std::string name;
-    ckpt::dtype type = ckpt::dtype::f32;
-    dims shape;
+  struct global_tensor : ckpt::detail::entry_head {
     std::uint64_t offset = 0;
     int whole_writer = -1;
   };

@@ -129,10 +129,8 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, const ru
   const std::vector<holding> all =
       gather_holdings(comm, plan, folder, held, step, function, [&](holding& mine) {
         const std::string caller = "mpi::" + std::string(function);
-        for (const auto* e : ckpt::detail::ordered_entries(sections, caller, ckpt::detail::slices_are::taken)) {
-          if (e->first < 0) mine.entries.push_back({e->name, e->dtype, e->shape});
-          else mine.entries.push_back({e->name, e->dtype, e->global_shape, e->first, ckpt::detail::numel_of(e->shape)});
-        }
+        for (const auto* e : ckpt::detail::ordered_entries(sections, caller, ckpt::detail::slices_are::taken))
+          mine.entries.push_back(held_entry(*e));
         // Every rank checks the metadata of its checkpoint sections; rank 0's are the step's.
         metadata_map given = ckpt::detail::merged_metadata(sections, metadata, caller);
         if (rank_of(comm) == 0) mine.metadata = std::move(given);
@@ -146,12 +144,13 @@ step_plan plan_step(MPI_Comm comm, const std::filesystem::path& folder, const ru
   }
   struct placement {
     int writer;
-    const holding::entry* first;
+    const ckpt::detail::entry_head* first;
   };
   std::map<std::string, placement, std::less<>> placements;
   std::vector<std::size_t> written_by(static_cast<std::size_t>(size), 0);
   for (int r = 0; r < size; ++r) {
-    for (const holding::entry& x : all[static_cast<std::size_t>(r)].entries) {
+    for (const holding::entry& given : all[static_cast<std::size_t>(r)].entries) {
+      const ckpt::detail::entry_head& x = given.head;
       const auto [it, inserted] = placements.try_emplace(x.name, placement{r, &x});
       if (inserted) {
         ++written_by[static_cast<std::size_t>(r)];

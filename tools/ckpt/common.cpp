@@ -297,11 +297,6 @@ ckpt::load_options fetch_stats::counting(ckpt::load_options options) {
   return options;
 }
 
-void add_stats_option(CLI::App& sub, bool& stats) {
-  sub.add_flag("--stats", stats,
-               "print what the loads fetched from object storage (s3://): the bytes of the answers and the requests");
-}
-
 void add_fetch_all_option(CLI::App& sub, bool& fetch_all, std::string_view with, std::string_view chosen) {
   sub.add_flag("--fetch-all", fetch_all,
                "with " + std::string(with) + ", fetch all of a checkpoint in object storage and check its digest (by "
@@ -345,31 +340,32 @@ void print_part_fetched(std::ostream& out, const std::filesystem::path& path, st
       << " fetches it whole and checks it\n";
 }
 
-void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step) {
-  // Checked as text first: a number out of range is refused, not clamped to the nearest step.
-  const CLI::Validator step_number(
-      [](std::string& text) {
-        std::int64_t value = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (ec != std::errc() || end != text.data() + text.size())
-          return "'" + text + "' is not a step number (an integer from " +
-                 std::to_string(std::numeric_limits<std::int64_t>::min()) + " to " +
-                 std::to_string(std::numeric_limits<std::int64_t>::max()) + ")";
-        return std::string();
-      },
-      "", "step number");
-  sub.add_option("--step", step, "in a checkpoint_manager folder (of either manager), step N instead of the latest")
-      ->type_name("N")
-      ->check(step_number);
-}
-
-void add_torch_budget_option(CLI::App& sub, std::size_t& factor) {
-  sub.add_option("--torch-budget", factor,
+void add_load_options(CLI::App& sub, std::optional<std::int64_t>* step, std::size_t& torch_budget, bool& stats) {
+  if (step != nullptr) {
+    // Checked as text first: a number out of range is refused, not clamped to the nearest step.
+    const CLI::Validator step_number(
+        [](std::string& text) {
+          std::int64_t value = 0;
+          const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+          if (ec != std::errc() || end != text.data() + text.size())
+            return "'" + text + "' is not a step number (an integer from " +
+                   std::to_string(std::numeric_limits<std::int64_t>::min()) + " to " +
+                   std::to_string(std::numeric_limits<std::int64_t>::max()) + ")";
+          return std::string();
+        },
+        "", "step number");
+    sub.add_option("--step", *step, "in a checkpoint_manager folder (of either manager), step N instead of the latest")
+        ->type_name("N")
+        ->check(step_number);
+  }
+  sub.add_option("--torch-budget", torch_budget,
                  "multiply the budgets of the .pt/.bin reader by FACTOR (names: 16 bytes per byte of the pickle + "
                  "1 MiB; tensor bytes: 16 per byte of the file + 16 MiB; unpickler objects: 64 per byte of the "
                  "pickle + 64 MiB), to read a trusted file that exceeds one")
       ->type_name("FACTOR")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  sub.add_flag("--stats", stats,
+               "print what the loads fetched from object storage (s3://): the bytes of the answers and the requests");
 }
 
 ckpt::torch_options torch_budget(std::size_t factor) noexcept {

@@ -222,18 +222,17 @@ void print_leftovers(std::ostream& out, const std::vector<leftover>& leftovers);
 /// \throws nothing
 [[nodiscard]] bool names_sharded(const std::filesystem::path& path) noexcept;
 
-/// Adds the positional argument `name` that a command requires: the path (or paths) it reads or
-/// writes, shown in the usage as `name` and then `type_name` ("PATH", or nothing).
+/// Whether a command requires a positional argument, or may go without it.
+enum class presence { required, optional };
+
+/// Adds the positional argument `name`: the path (or paths) a command reads or writes, shown in
+/// the usage as `name` and then `type_name` ("PATH", or nothing), required unless `given` says so.
 /// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
 template <class Paths>
 void add_path_argument(CLI::App& sub, const std::string& name, Paths& paths, const std::string& help,
-                       const std::string& type_name = "") {
-  sub.add_option(name, paths, help)->required()->type_name(type_name);
+                       const std::string& type_name = "", presence given = presence::required) {
+  sub.add_option(name, paths, help)->required(given == presence::required)->type_name(type_name);
 }
-
-/// Adds the `--step N` option of the commands that open a manager folder's step.
-/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
-void add_step_option(CLI::App& sub, std::optional<std::int64_t>& step);
 
 /// What the loads of a command fetched from object storage (`ckpt::load_options::fetched`), summed
 /// over its loads, for `--stats`.
@@ -244,10 +243,6 @@ struct fetch_stats {
   /// \throws std::bad_alloc
   [[nodiscard]] ckpt::load_options counting(ckpt::load_options options);
 };
-
-/// Adds `--stats`, which prints what the command's loads fetched from object storage.
-/// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
-void add_stats_option(CLI::App& sub, bool& stats);
 
 /// Adds `--fetch-all`: a checkpoint in object storage fetched whole and its digest checked, where
 /// `with` (the command's options that choose entries, e.g. "--filter") would fetch only `chosen`
@@ -278,10 +273,13 @@ int finish(int status, bool stats, const fetch_stats& fetched);
 /// \throws whatever the stream throws
 void print_part_fetched(std::ostream& out, const std::filesystem::path& path, std::string_view option);
 
-/// Adds `--torch-budget FACTOR` (at least 1), which multiplies the budgets of the `.pt` reader
-/// (`ckpt::torch_options`), to a command that reads checkpoints.
+/// Adds the options every command that loads checkpoints shares, after the command's own, in this
+/// order: `--step N`, where `step` is given (the commands that open one step of a manager folder);
+/// `--torch-budget FACTOR` (at least 1), which multiplies the budgets of the `.pt` reader
+/// (`ckpt::torch_options`); `--stats`, which prints what the command's loads fetched from object
+/// storage.
 /// \throws std::bad_alloc; CLI::ConstructionError on a clash of option names (a bug).
-void add_torch_budget_option(CLI::App& sub, std::size_t& factor);
+void add_load_options(CLI::App& sub, std::optional<std::int64_t>* step, std::size_t& torch_budget, bool& stats);
 
 /// `ckpt::torch_options` with every budget multiplied by `factor`.
 /// \throws nothing

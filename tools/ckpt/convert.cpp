@@ -283,13 +283,10 @@ void add_convert(CLI::App& app, action& chosen) {
                   "with --shard-size: the files are NAME-00001-of-0000N.safetensors and NAME.safetensors.index.json")
       ->type_name("NAME")
       ->capture_default_str();
-  add_step_option(*sub, args->step);
-  add_torch_budget_option(*sub, args->torch_budget);
   sub->add_flag("--keep-tied", args->keep_tied,
                 "write every name of a tied tensor of a .pt/.bin file (by default only the first, as "
                 "transformers' save_pretrained writes safetensors)");
   add_fetch_all_option(*sub, args->fetch_all, "--keep/--keep-matching", "the entries kept");
-  add_stats_option(*sub, args->stats);
   sub->add_flag("--no-digest", args->no_digest, "do not record the digest of the file (ckpt.xxh3_64_file) in the output");
   auto* drop_metadata =
       sub->add_flag("--drop-metadata", args->drop_metadata,
@@ -304,6 +301,7 @@ void add_convert(CLI::App& app, action& chosen) {
                   "over a carried-over value; split at the first '=')")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+  add_load_options(*sub, &args->step, args->torch_budget, args->stats);
 }
 
 }  // namespace ckpt_tool

@@ -280,10 +280,10 @@ Exit status: 0 if nothing differs, 1 if something does, 2 if A or B cannot be re
 void add_diff(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<diff_args>(app, chosen, diff, diff_text);
   add_path_argument(*sub, "A", args->a, "the first checkpoint");
-  sub->add_option("B", args->b,
-                  "the second checkpoint (the reference of relative differences); leave it out to compare two "
-                  "steps of the manager folder A, each named by --step")
-      ->type_name("");
+  add_path_argument(*sub, "B", args->b,
+                    "the second checkpoint (the reference of relative differences); leave it out to compare two "
+                    "steps of the manager folder A, each named by --step",
+                    "", presence::optional);
   // CLI::NonNegativeNumber would print the largest double in its message.
   const CLI::Validator non_negative(
       [](std::string& value) -> std::string {
@@ -304,15 +304,14 @@ void add_diff(CLI::App& app, action& chosen) {
       ->type_name("N")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX (in A and in B)")
       ->type_name("PREFIX");
   add_fetch_all_option(*sub, args->fetch_all, "--filter", "the entries under the prefix");
-  add_stats_option(*sub, args->stats);
   sub->add_flag("--metadata", args->metadata,
                 "compare the __metadata__ too, a difference being a finding; never compared: the digests "
                 "ckpt.xxh3_64_file, ckpt.xxh3_64_per_mib and ckpt.xxh3_64, which describe one file's bytes, and a "
                 "manager's wall_time");
+  add_load_options(*sub, nullptr, args->torch_budget, args->stats);
 }
 
 }  // namespace ckpt_tool

@@ -7,6 +7,7 @@
 #include "run/store.hpp"
 #include "common.hpp"
 
+#include <ckpt/detail/sizes.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/file.hpp>
 #include <ckpt/manager.hpp>
@@ -42,9 +43,7 @@ struct inspect_args {
 };
 
 struct totals {
-  std::size_t entries = 0;
-  std::int64_t parameters = 0;
-  std::uint64_t bytes = 0;
+  std::uint64_t entries = 0, parameters = 0, bytes = 0;
   totals& operator+=(const totals& more) {
     entries += more.entries;
     parameters += more.parameters;
@@ -55,10 +54,8 @@ struct totals {
 
 using ckpt::detail::description;
 
-std::int64_t parameters_of(const description::entry& e) {
-  std::int64_t n = 1;
-  for (const std::int64_t d : e.shape) n *= d;
-  return n;
+std::uint64_t parameters_of(const description::entry& e) {
+  return static_cast<std::uint64_t>(ckpt::detail::numel_of(e.shape));
 }
 
 // The entries of `d` whose names start with `prefix`.
@@ -117,7 +114,7 @@ int print_json(boost::json::object out, bool stats = false, const fetch_stats& f
 
 void print_totals(const totals& t) {
   std::cout << "total: " << count_of(t.entries, "entry", "entries") << ", "
-            << count_of(static_cast<std::uint64_t>(t.parameters), "parameter", "parameters") << ", "
+            << count_of(t.parameters, "parameter", "parameters") << ", "
             << count_of(t.bytes, "byte", "bytes") << '\n';
 }
 
@@ -551,11 +548,9 @@ void add_inspect(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<inspect_args>(app, chosen, inspect, inspect_text);
   add_path_argument(*sub, "PATH", args->path, "the checkpoint file, sharded index or folder, or a node-local tier root");
   sub->add_flag("--json", args->json, "print one JSON object instead of a table (for scripts)");
-  add_step_option(*sub, args->step);
-  add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--filter", args->filter, "only the entries whose names start with PREFIX")
       ->type_name("PREFIX");
-  add_stats_option(*sub, args->stats);
+  add_load_options(*sub, &args->step, args->torch_budget, args->stats);
 }
 
 }  // namespace ckpt_tool

@@ -422,16 +422,14 @@ void add_verify(CLI::App& app, action& chosen) {
   const auto [sub, args] = add_command<verify_args>(app, chosen, verify, verify_text);
   add_path_argument(*sub, "PATH", args->paths,
                     "checkpoint files, sharded indexes or folders, manager folders, node-local tier folders");
-  add_step_option(*sub, args->step);
   sub->add_flag("--strict", args->strict,
                 "fail on entries of a dtype this version does not know (they are left out), and on steps a manager set "
                 "aside as damaged");
-  add_torch_budget_option(*sub, args->torch_budget);
   sub->add_option("--local-dir", args->local_dir,
                   "the node-local tier root (ckpt::mpi::tiers::local) of the runs named: their nodes' copies are "
                   "verified too, and each step gets a line saying which tiers can restore it")
       ->type_name("L");
-  add_stats_option(*sub, args->stats);
+  add_load_options(*sub, &args->step, args->torch_budget, args->stats);
 }
 
 }  // namespace ckpt_tool
