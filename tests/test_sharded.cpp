@@ -7,6 +7,7 @@
 
 #include "format/hf_index.hpp"  // read_weight_map and index_text (src/)
 #include "io/io_hooks.hpp"  // the build's private seam (src/)
+#include "run/store.hpp"  // a run's store: the read of a small file of it (src/)
 #include "allocation_watch.hpp"  // this executable's operator new, counting the heap's peak
 #include <ckpt/file.hpp>
 #include <ckpt/sharded.hpp>
@@ -684,6 +685,29 @@ BOOST_AUTO_TEST_CASE(reading_a_large_index_takes_at_most_three_times_its_size) {
                                     << " times its size");
   BOOST_TEST(peak <= 3 * size);
   BOOST_TEST((by_shard == expected));
+}
+
+// A store reads a small file of a run (a step folder's index, every MPI step a manager lists) into
+// memory of its size, not of the limit it is read against (100 MB for an index); past the limit
+// it is refused.
+BOOST_AUTO_TEST_CASE(a_store_reads_a_small_file_into_memory_of_its_size) {
+  const temp_dir d;
+  write_text(d.path() / "index.json", std::string(300, 'x'));
+  const std::unique_ptr<ckpt::detail::store> store = ckpt::detail::open_folder_store(d.path(), false);
+  std::optional<std::string> text;
+  std::size_t peak = 0;
+  {
+    const ckpt_test::peak_watch watch;
+    text = store->read("index.json", 100'000'000);
+    peak = watch.peak();
+  }
+  BOOST_TEST_REQUIRE(text.has_value());
+  BOOST_TEST(*text == std::string(300, 'x'));
+  BOOST_TEST(peak < 64u * 1024u, peak);
+  BOOST_TEST(!store->read("absent.json", 1000).has_value());
+  BOOST_TEST(message_of<ckpt::error>([&] { static_cast<void>(store->read("index.json", 299)); }).find(
+                 "is longer than the 299 bytes such a file holds") != std::string::npos);
+  BOOST_TEST(store->read("index.json", 300).value().size() == 300u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()  // test_sharded

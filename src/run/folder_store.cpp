@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <stdexcept>
 #include <string>
@@ -100,9 +101,20 @@ class folder_store final : public store {
     if (!in.status(base)) return std::nullopt;
     struct stat info {};
     const file_descriptor fd = in.open_to_read(base, info);
-    // One byte past the limit tells a file at the limit from a longer one.
-    std::string text(limit + 1, '\0');
-    text.resize(read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()), text.size(), 0, path_of(name)));
+    // Read up to one byte past the size fstat gave, and on while the file grows, but never more
+    // than one byte past the limit (which tells a file at the limit from a longer one): a buffer
+    // of the limit's size (100 MB for an index) would cost more than the read of a small file.
+    std::string text;
+    std::size_t got = 0;
+    std::size_t wanted = std::min(static_cast<std::size_t>(std::max<off_t>(info.st_size, 0)), limit) + 1;
+    while (true) {
+      text.resize(wanted);
+      got += read_fully(fd.get(), reinterpret_cast<std::byte*>(text.data()) + got, wanted - got,
+                        static_cast<off_t>(got), path_of(name));
+      if (got < wanted || wanted > limit) break;
+      wanted = std::min(2 * wanted, limit + 1);
+    }
+    text.resize(got);
     if (text.size() > limit)
       throw error(path_of(name), "ckpt: '" + path_of(name).string() + "' is longer than the " + std::to_string(limit) +
                                      " bytes such a file holds");
