@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "base/memory.hpp"    // src/: detail::kept_buffers, detail::tuning::heap_limit (tuning.hpp)
+#include "run/background.hpp"  // src/: detail::background_write, the writer's priority
 #include "io/io_hooks.hpp"       // src/: the background copy held back
 #include "direct_writes.hpp"  // the writes of a background save, seen
 #include "support.hpp"
@@ -22,6 +23,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -29,6 +31,7 @@
 #include <stdexcept>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -601,6 +604,79 @@ BOOST_AUTO_TEST_CASE(a_background_save_writes_at_the_lowest_priority_after_its_c
   manager.save(state.step + 1, ckpt::training_state(params, state));
   const std::lock_guard lock(record.mutex);
   BOOST_TEST(record.calls.size() == 1u);
+}
+
+// The niceness of a background write follows whether the writes end in time: each write still
+// running when it is joined (the caller waits for it) halves the next ones', each that had ended
+// raises it again, up to 19; a job's yield sets the niceness chosen when it started.
+BOOST_AUTO_TEST_CASE(a_write_someone_waits_for_makes_the_next_writes_run_at_a_higher_priority) {
+  static std::vector<int> set;  // written by the jobs' yield, read once they are joined
+  set.clear();
+  ckpt::detail::io_hooks h = ckpt::detail::system_hooks();
+  h.setpriority = [](int, id_t, int priority) {
+    set.push_back(priority);
+    return 0;
+  };
+  const ckpt::detail::io_hooks_guard guard(h);
+  ckpt::detail::background_write writer;
+  BOOST_TEST(writer.niceness() == 19);
+  // A write joined while it runs: it waits for a release that comes 300 ms after the join began.
+  const auto joined_while_running = [&writer] {
+    std::atomic<bool> release{false};
+    writer.start([&writer, &release] {
+      writer.yield();
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    std::jthread releaser([&release] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      release.store(true);
+    });
+    BOOST_TEST(!writer.join());
+  };
+  // A write that has ended before it is joined.
+  const auto joined_after_its_end = [&writer] {
+    std::atomic<bool> returned{false};
+    writer.start([&writer, &returned] {
+      writer.yield();
+      returned.store(true);
+    });
+    while (!returned.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the job's last store
+    BOOST_TEST(!writer.join());
+  };
+  std::vector<int> niceness;
+  for (int i = 0; i < 6; ++i) {
+    joined_while_running();
+    niceness.push_back(writer.niceness());
+  }
+  for (int i = 0; i < 6; ++i) {
+    joined_after_its_end();
+    niceness.push_back(writer.niceness());
+  }
+  BOOST_TEST(niceness == (std::vector<int>{9, 4, 2, 1, 0, 0, 1, 3, 7, 15, 19, 19}), boost::test_tools::per_element());
+  // Each job yielded at the niceness of its start.
+  BOOST_TEST(set == (std::vector<int>{19, 9, 4, 2, 1, 0, 0, 1, 3, 7, 15, 19}), boost::test_tools::per_element());
+}
+
+// Through a manager: a save_async that waits for the previous write (slowed in its yield) makes
+// the next write run at nice 9.
+BOOST_AUTO_TEST_CASE(a_save_async_that_waits_for_the_previous_write_raises_the_next_writes_priority) {
+  static std::vector<int> set;
+  set.clear();
+  ckpt::detail::io_hooks h = ckpt::detail::system_hooks();
+  h.setpriority = [](int, id_t, int priority) {
+    set.push_back(priority);
+    if (set.size() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return 0;
+  };
+  const ckpt::detail::io_hooks_guard guard(h);
+  one_step_in run;
+  auto& [s, manager, opt, params, state] = run;
+  BOOST_TEST(manager.save_async(1, ckpt::training_state(params, state)));
+  BOOST_TEST(manager.save_async(2, ckpt::training_state(params, state)));  // waits for step 1's write
+  manager.wait();
+  BOOST_TEST(set == (std::vector<int>{19, 9}), boost::test_tools::per_element());
+  BOOST_TEST(manager.steps() == (std::vector<std::int64_t>{1, 2}), boost::test_tools::per_element());
 }
 
 namespace {

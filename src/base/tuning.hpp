@@ -61,8 +61,10 @@ inline constexpr std::size_t direct_write_bytes = std::size_t{8} << 20;
 inline constexpr std::size_t parallel_hash_bytes = std::size_t{8} << 20;
 
 // A manager's background save, once its snapshot's copies are made, runs at this niceness (19,
-// the lowest priority): where training keeps every core busy, its hashing and writing then take
-// the time the loop leaves idle (a single-threaded optimizer step) rather than the loop's.
+// the lowest priority) while its writes end before the next call: where training keeps every core
+// busy, its hashing and writing then take the time the loop leaves idle rather than the loop's.
+// A write the next call has to wait for lowers the niceness of the following ones
+// (src/run/background.hpp).
 inline constexpr int writer_nice = 19;
 
 // Snapshots (src/structures/snapshot.cpp).

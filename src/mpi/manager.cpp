@@ -249,7 +249,7 @@ class mpi_state final : public ckpt::detail::manager_state {
       if (!error && snapshot) {
         try {
           snapshot->finish();
-          ckpt::detail::background_write::yield();
+          background.yield();
           copy.push_back(slices.empty() ? section(snapshot->data()) : with_slices(snapshot->data(), slices));
         } catch (...) {
           error = std::current_exception();

@@ -1,12 +1,13 @@
 // A manager's background save (src/run/background.hpp).
 #include "background.hpp"
 
-#include "base/tuning.hpp"
 #include "io/io_hooks.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <iostream>
 #include <utility>
 
@@ -18,6 +19,8 @@ background_write::~background_write() {
 
 void background_write::start(std::function<void()> job) {
   error_ = nullptr;
+  job_nice_ = nice_;
+  running_.store(true);
   // The job owns what it writes; the caller touches none of it until join().
   worker_ = std::thread([this, job = std::move(job)] {
     try {
@@ -25,6 +28,7 @@ void background_write::start(std::function<void()> job) {
     } catch (...) {
       error_ = std::current_exception();
     }
+    running_.store(false);
   });
   pending_ = true;
 }
@@ -34,13 +38,21 @@ void background_write::finish(std::exception_ptr error) noexcept {
   pending_ = true;
 }
 
-void background_write::yield() noexcept {
+void background_write::yield() const noexcept {
   // Linux takes a thread's id where POSIX says a process: the niceness of this thread alone.
-  static_cast<void>(hooks().setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), tuning::writer_nice));
+  const auto self = static_cast<id_t>(::gettid());
+  // Never above the thread's own priority (a process that runs at nice 10 writes at 10 or more).
+  errno = 0;
+  const int own = ::getpriority(PRIO_PROCESS, self);
+  const int nice = errno == 0 ? std::max(own, job_nice_) : job_nice_;
+  static_cast<void>(hooks().setpriority(PRIO_PROCESS, self, nice));
 }
 
 std::exception_ptr background_write::join() noexcept {
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) {
+    nice_ = running_.load() ? nice_ / 2 : std::min(tuning::writer_nice, 2 * nice_ + 1);
+    worker_.join();
+  }
   pending_ = false;
   return std::exchange(error_, nullptr);
 }

@@ -121,7 +121,7 @@ class single_process final : public manager_state {
                           arena, sections, metadata,
                           {.lazily = true, .as_file = store_->direct_io(), .digest = core.options().digest}))] {
       snapshot->finish();
-      background_write::yield();
+      background.yield();
       const std::unique_ptr<store::file> file = store_->create(name, store::existing::kept, write_path::direct);
       save_checkpoint(file->sink(), snapshot->data(), options(), write_path::direct);
       commit_file(*file, name);
