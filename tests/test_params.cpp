@@ -711,9 +711,9 @@ static_assert(ckpt::detail::reads_only_its_leaf<ckpt::frozen<Eigen::MatrixXf>>);
 static_assert(!ckpt::detail::reads_only_its_leaf<ckpt::frozen<thread_probe<false>>>);
 static_assert(!ckpt::detail::reads_only_its_leaf<thread_probe<false>>);
 
-// Leaf types of one's own with fewer hooks than the four: the others derived (ckpt::leaf_traits).
 BOOST_AUTO_TEST_SUITE_END()
 
+// Leaf types of one's own with fewer hooks than the four: the others derived (ckpt::leaf_traits).
 namespace {
 // Shape and elements: everything else derived.
 struct grid {
