@@ -50,7 +50,7 @@ void background_write::yield() const noexcept {
 
 std::exception_ptr background_write::join() noexcept {
   if (worker_.joinable()) {
-    nice_ = running_.load() ? nice_ / 2 : std::min(tuning::writer_nice, 2 * nice_ + 1);
+    nice_ = running() ? nice_ / 2 : std::min(tuning::writer_nice, 2 * nice_ + 1);
     worker_.join();
   }
   pending_ = false;

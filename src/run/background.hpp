@@ -43,9 +43,12 @@ class background_write {
   // writes end before they are joined. Where the training keeps every core busy, a write at
   // nice 19 gets about 1.5% of a core and may not end within a save interval: then the caller
   // waits, with the cores idle, for the rest of it. Each write joined while it ran halves the
-  // niceness (19, 9, 4, 2, 1, 0: a share of a core of about 12%, 29%, 40%, 45%, 50% against one
-  // training thread); each that had ended raises it again (0, 1, 3, 7, 15, 19).
+  // niceness (19, 9, 4, 2, 1, 0: by the scheduler's weights, a share of a core of about 12%, 29%,
+  // 40%, 45%, 50% against one training thread); each that had ended raises it again (0, 1, 3, 7,
+  // 15, 19).
   [[nodiscard]] int niceness() const noexcept { return nice_; }
+  // True from `start` until its job has returned.
+  [[nodiscard]] bool running() const noexcept { return running_.load(); }
 
  private:
   std::thread worker_;
